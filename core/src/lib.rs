@@ -1,1 +1,88 @@
-pub fn x(){}
+//! # pelican
+//!
+//! A consumer for Redis/Valkey Streams consumer groups, as a sans-IO state machine: no
+//! sockets, no clock, no runtime. Bytes, time and the application's verdicts go in; bytes to
+//! write, deadlines and entries come out. Transports (`pelican-mio`, `pelican-smol`) move the
+//! bytes; tests, simulators and fuzzers can drive it directly.
+//!
+//! The loop it runs recovers held work in two ways, then waits for new work:
+//!
+//! 1. **Drain its own pending list** on every (re)connect: `XREADGROUP … STREAMS key <id>`
+//!    from `0`, paging by the last id, until an empty page. A restarted consumer gets its
+//!    backlog back at once, without waiting for any idle timeout.
+//! 2. **Reclaim** dead peers' entries idle past `min_idle` with `XAUTOCLAIM`, once per beat,
+//!    carrying the cursor across beats.
+//! 3. **Park** on `XREADGROUP … BLOCK <beat> … >`.
+//!
+//! Each entry is handed out alone and settled by the application's [`Verdict`]: `Ack` earns
+//! an `XACK` (batched and written before the next read, in the same write), `Retry` leaves it
+//! pending. [`Consumer::stop`] is honored between entries, after earned acks are confirmed.
+//!
+//! ## Run loop
+//!
+//! A minimal blocking driver over any byte stream (a real one also reconnects, see
+//! [`Consumer::wants_connection`], and sets the socket's read timeout from
+//! [`Consumer::poll_timeout`]):
+//!
+//! ```no_run
+//! use std::io::{Read, Write};
+//! use std::time::Instant;
+//! use pelican::{Config, Consumer, Event, Verdict};
+//!
+//! fn drive(
+//!     stream: &mut (impl Read + Write),
+//!     clock: impl Fn() -> Instant,
+//!     mut handle: impl FnMut(&pelican::Entry) -> Verdict,
+//! ) -> Result<(), pelican::Error> {
+//!     let mut consumer = Consumer::new(Config::new("orders", "billing", "worker-1")).unwrap();
+//!     consumer.on_connected(clock());
+//!     let mut buf = vec![0u8; 64 * 1024];
+//!     loop {
+//!         while let Some(bytes) = consumer.poll_transmit() {
+//!             let n = stream.write(bytes).expect("write");
+//!             consumer.advance_transmit(n);
+//!         }
+//!         while let Some(event) = consumer.poll_event() {
+//!             match event {
+//!                 Event::Entry(entry) => {
+//!                     let verdict = handle(&entry);
+//!                     consumer.settle(verdict, clock());
+//!                 }
+//!                 Event::Stopped => return Ok(()),
+//!                 _ => {}
+//!             }
+//!         }
+//!         if consumer.poll_transmit().is_some() {
+//!             continue; // settling earned acks and the next read: write them first
+//!         }
+//!         let n = stream.read(&mut buf).expect("read");
+//!         consumer.handle_input(&buf[..n], clock())?;
+//!     }
+//! }
+//! ```
+//!
+//! ## Protocol facts it relies on
+//!
+//! Written down in the repository's `PROTOCOL.md` notes and pinned by tests against replies
+//! captured from Redis 6.2, Redis 7.0 and Valkey 8.1: both `XAUTOCLAIM` reply shapes,
+//! `[id, nil]` for deleted pending entries, `NOGROUP`/`UNBLOCKED` when the group is gone,
+//! `XACK` counting 0 for an entry a peer took first, RESP3 maps.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod backoff;
+mod config;
+mod consumer;
+mod decode;
+mod encode;
+mod entry;
+mod error;
+mod reply;
+mod stats;
+
+pub use config::{Auth, Config, ConfigError, GroupGone, Limits, Protocol, MIN_READ_GRACE};
+pub use consumer::{Consumer, Event};
+pub use entry::{Entry, Source, Verdict};
+pub use error::{Command, Error};
+pub use stats::Stats;

@@ -1,0 +1,362 @@
+//! What a consumer is told before it starts, and the checks that refuse a bad setup early.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+/// The wire protocol spoken on the connection, fixed at the handshake.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// RESP2: `AUTH`, `SELECT` and `CLIENT SETNAME` as separate commands.
+    #[default]
+    Resp2,
+    /// RESP3: the handshake is `HELLO 3 [AUTH user pass] [SETNAME name]`.
+    Resp3,
+}
+
+/// What to do when the server says the group (or the whole key) is gone: a `NOGROUP` reply,
+/// or `UNBLOCKED … no longer exists` while parked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GroupGone {
+    /// Fail with [`Error::GroupGone`](crate::Error::GroupGone) (fatal).
+    #[default]
+    Fail,
+    /// Create the group again (`XGROUP CREATE … MKSTREAM` at [`Config::create_group`]) and
+    /// restart from the drain. Requires `create_group`.
+    Recreate,
+}
+
+/// Credentials sent at the handshake.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Auth {
+    /// ACL user name; `None` means the `default` user.
+    pub user: Option<Bytes>,
+    /// The password.
+    pub password: Bytes,
+}
+
+impl fmt::Debug for Auth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Auth").field("user", &self.user).field("password", &"…").finish()
+    }
+}
+
+/// Bounds on what the decoder accepts from the server, so that bad or hostile bytes cost
+/// bounded memory and stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest reply frame in bytes (default 512 MiB, the server's own bulk limit). A reply
+    /// that declares or reaches more is an error at once, not a wait for bytes that never come.
+    pub max_frame: usize,
+    /// Deepest nesting of aggregates (default 32; stream replies need 5).
+    pub max_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_frame: 512 << 20, max_depth: 32 }
+    }
+}
+
+/// A consumer's configuration. Start from [`Config::new`] and adjust with the builder methods
+/// or the public fields; [`Consumer::new`](crate::Consumer::new) validates it.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The stream key.
+    pub stream: Bytes,
+    /// The consumer group.
+    pub group: Bytes,
+    /// This consumer's name in the group. A restart under the same name drains its backlog.
+    pub consumer: Bytes,
+    /// Entries per read (`COUNT`) and per reclaim; at least 1. Default 100.
+    pub count: u32,
+    /// The beat: how long a parked read blocks (`BLOCK`), and how often dead peers' entries
+    /// are reclaimed. Default 2 s; at least 1 ms.
+    pub beat: Duration,
+    /// How long an entry must sit idle (by the server's clock) before `XAUTOCLAIM` takes it
+    /// from its owner, this consumer included (that is how a `Retry` verdict comes back).
+    /// Default 30 s; more than zero.
+    pub min_idle: Duration,
+    /// Start id for `XGROUP CREATE key group <id> MKSTREAM` at every handshake (`BUSYGROUP`
+    /// counts as success); `None` sends no `XGROUP CREATE`.
+    pub create_group: Option<Bytes>,
+    /// What to do when the group disappears.
+    pub on_group_gone: GroupGone,
+    /// RESP2 or RESP3.
+    pub protocol: Protocol,
+    /// Credentials, if the server wants them.
+    pub auth: Option<Auth>,
+    /// `CLIENT SETNAME` value (no spaces). Default `None`.
+    pub client_name: Option<Bytes>,
+    /// Database index (`SELECT`); 0 sends nothing.
+    pub db: u32,
+    /// How long past its expected time a reply may be late before the connection is deemed
+    /// dead: non-blocking commands get `read_grace`, a parked read `beat + read_grace`.
+    /// At least 1 s (servers answer `BLOCK` up to ~100 ms late). Default 2 s.
+    pub read_grace: Duration,
+    /// First reconnect delay; it doubles per failed attempt up to `backoff_max`, with jitter.
+    /// Default 100 ms.
+    pub backoff_min: Duration,
+    /// Longest reconnect delay. Default 5 s.
+    pub backoff_max: Duration,
+    /// Seed for the reconnect jitter (the core has no randomness of its own).
+    pub seed: u64,
+    /// Decoder bounds.
+    pub limits: Limits,
+}
+
+/// The shortest accepted [`Config::read_grace`].
+pub const MIN_READ_GRACE: Duration = Duration::from_secs(1);
+
+impl Config {
+    /// A configuration with the defaults for everything but the names.
+    pub fn new(stream: impl Into<Bytes>, group: impl Into<Bytes>, consumer: impl Into<Bytes>) -> Config {
+        Config {
+            stream: stream.into(),
+            group: group.into(),
+            consumer: consumer.into(),
+            count: 100,
+            beat: Duration::from_secs(2),
+            min_idle: Duration::from_secs(30),
+            create_group: None,
+            on_group_gone: GroupGone::Fail,
+            protocol: Protocol::Resp2,
+            auth: None,
+            client_name: None,
+            db: 0,
+            read_grace: Duration::from_secs(2),
+            backoff_min: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(5),
+            seed: 0x5eed,
+            limits: Limits::default(),
+        }
+    }
+
+    /// Sets [`Config::count`].
+    pub fn count(mut self, count: u32) -> Self {
+        self.count = count;
+        self
+    }
+    /// Sets [`Config::beat`].
+    pub fn beat(mut self, beat: Duration) -> Self {
+        self.beat = beat;
+        self
+    }
+    /// Sets [`Config::min_idle`].
+    pub fn min_idle(mut self, min_idle: Duration) -> Self {
+        self.min_idle = min_idle;
+        self
+    }
+    /// Sets [`Config::create_group`] to `Some(start)` (`"$"` for new entries only, `"0"` for
+    /// the whole stream).
+    pub fn create_group(mut self, start: impl Into<Bytes>) -> Self {
+        self.create_group = Some(start.into());
+        self
+    }
+    /// Sets [`Config::on_group_gone`].
+    pub fn on_group_gone(mut self, policy: GroupGone) -> Self {
+        self.on_group_gone = policy;
+        self
+    }
+    /// Sets [`Config::protocol`].
+    pub fn protocol(mut self, protocol: Protocol) -> Self {
+        self.protocol = protocol;
+        self
+    }
+    /// Sets [`Config::auth`].
+    pub fn auth(mut self, user: Option<impl Into<Bytes>>, password: impl Into<Bytes>) -> Self {
+        self.auth = Some(Auth { user: user.map(Into::into), password: password.into() });
+        self
+    }
+    /// Sets [`Config::client_name`].
+    pub fn client_name(mut self, name: impl Into<Bytes>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+    /// Sets [`Config::db`].
+    pub fn db(mut self, db: u32) -> Self {
+        self.db = db;
+        self
+    }
+    /// Sets [`Config::read_grace`].
+    pub fn read_grace(mut self, grace: Duration) -> Self {
+        self.read_grace = grace;
+        self
+    }
+    /// Sets [`Config::backoff_min`] and [`Config::backoff_max`].
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.backoff_min = min;
+        self.backoff_max = max;
+        self
+    }
+    /// Sets [`Config::seed`].
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+    /// Sets [`Config::limits`].
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Checks the configuration; [`Consumer::new`](crate::Consumer::new) calls this.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use ConfigError::*;
+        for (what, name) in [("stream", &self.stream), ("group", &self.group), ("consumer", &self.consumer)] {
+            if name.is_empty() {
+                return Err(EmptyName(what));
+            }
+        }
+        if self.count == 0 {
+            return Err(ZeroCount);
+        }
+        if self.beat < Duration::from_millis(1) {
+            return Err(BeatTooShort);
+        }
+        if self.beat > Duration::from_secs(24 * 3600) {
+            return Err(BeatTooLong);
+        }
+        if self.min_idle.is_zero() {
+            return Err(ZeroMinIdle);
+        }
+        if self.read_grace < MIN_READ_GRACE {
+            return Err(ReadGraceTooShort { given: self.read_grace, min: MIN_READ_GRACE });
+        }
+        if self.on_group_gone == GroupGone::Recreate && self.create_group.is_none() {
+            return Err(RecreateWithoutStart);
+        }
+        if matches!(&self.create_group, Some(start) if start.is_empty()) {
+            return Err(EmptyName("create_group start id"));
+        }
+        if let Some(name) = &self.client_name {
+            if name.is_empty() || name.iter().any(|b| *b <= b' ' || *b == 0x7f) {
+                return Err(BadClientName);
+            }
+        }
+        if self.backoff_min.is_zero() || self.backoff_max < self.backoff_min {
+            return Err(BadBackoff);
+        }
+        if self.limits.max_depth < 8 {
+            return Err(LimitTooLow("max_depth (at least 8)"));
+        }
+        if self.limits.max_frame < 1024 {
+            return Err(LimitTooLow("max_frame (at least 1024 bytes)"));
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`Config`] was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The stream, group, consumer name or start id is empty.
+    EmptyName(&'static str),
+    /// `count` is zero (the server answers `COUNT must be > 0`).
+    ZeroCount,
+    /// The beat is under 1 ms (`BLOCK 0` would block forever, which a deleted key makes fatal).
+    BeatTooShort,
+    /// The beat is over a day.
+    BeatTooLong,
+    /// `min_idle` is zero: every pending entry would be reclaimed at every beat.
+    ZeroMinIdle,
+    /// `read_grace` is below the minimum a parked read needs.
+    ReadGraceTooShort {
+        /// The value given.
+        given: Duration,
+        /// The minimum.
+        min: Duration,
+    },
+    /// `on_group_gone` is `Recreate` but there is no `create_group` start id.
+    RecreateWithoutStart,
+    /// The client name is empty or holds spaces or control bytes (the server refuses those).
+    BadClientName,
+    /// `backoff_min` is zero or above `backoff_max`.
+    BadBackoff,
+    /// A decoder limit is too low to read stream replies.
+    LimitTooLow(&'static str),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::EmptyName(what) => write!(f, "the {what} must not be empty"),
+            ConfigError::ZeroCount => f.write_str("count must be at least 1"),
+            ConfigError::BeatTooShort => f.write_str("the beat must be at least 1 ms"),
+            ConfigError::BeatTooLong => f.write_str("the beat must be at most 24 h"),
+            ConfigError::ZeroMinIdle => f.write_str("min_idle must be more than zero"),
+            ConfigError::ReadGraceTooShort { given, min } => {
+                write!(f, "read_grace {given:?} is shorter than the {min:?} a parked read needs")
+            }
+            ConfigError::RecreateWithoutStart => {
+                f.write_str("on_group_gone = Recreate needs a create_group start id")
+            }
+            ConfigError::BadClientName => {
+                f.write_str("the client name must be non-empty, without spaces or control bytes")
+            }
+            ConfigError::BadBackoff => f.write_str("backoff_min must be above zero and at most backoff_max"),
+            ConfigError::LimitTooLow(what) => write!(f, "decoder limit too low: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> Config {
+        Config::new("s", "g", "c")
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        assert_eq!(base().validate(), Ok(()));
+    }
+
+    #[test]
+    fn refuses_each_bad_setting() {
+        let cases: Vec<(Config, ConfigError)> = vec![
+            (Config::new("", "g", "c"), ConfigError::EmptyName("stream")),
+            (Config::new("s", "", "c"), ConfigError::EmptyName("group")),
+            (Config::new("s", "g", ""), ConfigError::EmptyName("consumer")),
+            (base().count(0), ConfigError::ZeroCount),
+            (base().beat(Duration::ZERO), ConfigError::BeatTooShort),
+            (base().beat(Duration::from_micros(999)), ConfigError::BeatTooShort),
+            (base().beat(Duration::from_secs(90_000)), ConfigError::BeatTooLong),
+            (base().min_idle(Duration::ZERO), ConfigError::ZeroMinIdle),
+            (
+                base().read_grace(Duration::from_millis(999)),
+                ConfigError::ReadGraceTooShort { given: Duration::from_millis(999), min: MIN_READ_GRACE },
+            ),
+            (base().on_group_gone(GroupGone::Recreate), ConfigError::RecreateWithoutStart),
+            (base().create_group(""), ConfigError::EmptyName("create_group start id")),
+            (base().client_name("a b"), ConfigError::BadClientName),
+            (base().backoff(Duration::ZERO, Duration::from_secs(1)), ConfigError::BadBackoff),
+            (base().backoff(Duration::from_secs(2), Duration::from_secs(1)), ConfigError::BadBackoff),
+            (
+                base().limits(Limits { max_frame: 1 << 20, max_depth: 4 }),
+                ConfigError::LimitTooLow("max_depth (at least 8)"),
+            ),
+        ];
+        for (config, want) in cases {
+            assert_eq!(config.validate(), Err(want.clone()), "{config:?}");
+            assert!(!want.to_string().is_empty());
+        }
+    }
+
+    #[test]
+    fn recreate_with_start_is_valid() {
+        let config = base().create_group("0").on_group_gone(GroupGone::Recreate);
+        assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn password_is_not_printed() {
+        let config = base().auth(Some("u"), "secret words");
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+}

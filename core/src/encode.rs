@@ -1,0 +1,73 @@
+//! Commands on the wire: always arrays of bulk strings (never the inline form, which breaks on
+//! arguments with spaces), appended straight into the consumer's one output buffer.
+
+use bytes::{BufMut, BytesMut};
+
+/// Appends one command made of `args` to `out`.
+pub(crate) fn command(out: &mut BytesMut, args: &[&[u8]]) {
+    header(out, b'*', args.len());
+    for arg in args {
+        header(out, b'$', arg.len());
+        out.put_slice(arg);
+        out.put_slice(b"\r\n");
+    }
+}
+
+fn header(out: &mut BytesMut, kind: u8, n: usize) {
+    out.put_u8(kind);
+    out.put_slice(Decimal::new(n as u64).as_bytes());
+    out.put_slice(b"\r\n");
+}
+
+/// An unsigned integer's decimal digits, on the stack.
+pub(crate) struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    pub(crate) fn new(mut n: u64) -> Decimal {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        Decimal { digits, start }
+    }
+
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.digits[self.start..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_an_array_of_bulk_strings() {
+        let mut out = BytesMut::new();
+        command(&mut out, &[b"AUTH", b"us er", b"p\r\nw"]);
+        assert_eq!(&out[..], b"*3\r\n$4\r\nAUTH\r\n$5\r\nus er\r\n$4\r\np\r\nw\r\n");
+    }
+
+    #[test]
+    fn commands_append() {
+        let mut out = BytesMut::new();
+        command(&mut out, &[b"PING"]);
+        command(&mut out, &[b""]);
+        assert_eq!(&out[..], b"*1\r\n$4\r\nPING\r\n*1\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn decimal_digits() {
+        for n in [0u64, 7, 10, 99, 100, 12345, u64::MAX] {
+            assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
+        }
+    }
+}

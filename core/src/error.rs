@@ -1,0 +1,193 @@
+//! Everything that can go wrong on a connection, typed, with the command that caused it.
+
+use std::fmt;
+
+/// A command the consumer sends; errors name the one that failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Command {
+    /// `HELLO 3 …` (RESP3 handshake).
+    Hello,
+    /// `AUTH …` (RESP2 handshake).
+    Auth,
+    /// `SELECT db`.
+    Select,
+    /// `CLIENT SETNAME name`.
+    SetName,
+    /// `XGROUP CREATE key group start MKSTREAM` (the group door).
+    CreateGroup,
+    /// `XACK key group id…`.
+    Ack,
+    /// `XREADGROUP … STREAMS key <id>`: a page of this consumer's own pending entries.
+    ReadPending,
+    /// `XAUTOCLAIM …`: reclaiming idle entries.
+    Claim,
+    /// `XREADGROUP … BLOCK beat … >`: parked for new entries.
+    ReadNew,
+}
+
+impl fmt::Display for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Command::Hello => "HELLO",
+            Command::Auth => "AUTH",
+            Command::Select => "SELECT",
+            Command::SetName => "CLIENT SETNAME",
+            Command::CreateGroup => "XGROUP CREATE",
+            Command::Ack => "XACK",
+            Command::ReadPending => "XREADGROUP (pending)",
+            Command::Claim => "XAUTOCLAIM",
+            Command::ReadNew => "XREADGROUP (new)",
+        })
+    }
+}
+
+/// Why a connection was given up, or the consumer stopped for good.
+///
+/// Every error costs the connection: the transport closes it. If [`Error::is_fatal`] is false,
+/// the consumer has already scheduled a reconnect ([`Consumer::poll_timeout`]
+/// says when); if it is true, the consumer is finished and returns the same error from then on.
+///
+/// [`Consumer::poll_timeout`]: crate::Consumer::poll_timeout
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// The server refused a command for a reason a reconnect will not fix (bad credentials,
+    /// wrong key type, a command it does not know…). Fatal.
+    Server {
+        /// The command refused.
+        command: Command,
+        /// The server's error text, e.g. `WRONGPASS invalid username-password pair…`.
+        message: String,
+    },
+    /// The server cannot serve right now (`LOADING`, `READONLY`, `MASTERDOWN`, `TRYAGAIN`,
+    /// `BUSY`, `CLUSTERDOWN`, or `UNBLOCKED` for a reason other than a deleted key).
+    /// Reconnect after the backoff.
+    Unavailable {
+        /// The command refused.
+        command: Command,
+        /// The server's error text.
+        message: String,
+    },
+    /// The group or its key is gone (`NOGROUP …`, `UNBLOCKED … no longer exists`) and the
+    /// configuration says to fail rather than recreate it. Fatal.
+    GroupGone {
+        /// The command that found out.
+        command: Command,
+        /// The server's error text.
+        message: String,
+    },
+    /// The bytes from the server are not RESP, or a reply came for no command. Reconnect.
+    Protocol {
+        /// What was wrong.
+        detail: String,
+    },
+    /// A reply had a shape this consumer does not know (a server it was not built for). Fatal.
+    Shape {
+        /// The command whose reply it was.
+        command: Command,
+        /// What was wrong.
+        detail: &'static str,
+    },
+    /// A reply frame exceeded [`Limits::max_frame`](crate::Limits::max_frame). Fatal (a
+    /// reconnect would read the same entry again): raise the limit.
+    FrameTooLarge {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// A reply nested deeper than [`Limits::max_depth`](crate::Limits::max_depth). Fatal.
+    TooDeep {
+        /// The limit in force.
+        limit: usize,
+    },
+    /// No reply within its deadline (`read_grace`, plus the beat for a parked read). Reconnect.
+    Timeout {
+        /// The oldest command still unanswered.
+        command: Command,
+    },
+}
+
+impl Error {
+    /// True if the consumer is finished; false if it reconnects after a backoff.
+    pub fn is_fatal(&self) -> bool {
+        !matches!(self, Error::Unavailable { .. } | Error::Protocol { .. } | Error::Timeout { .. })
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Server { command, message } => write!(f, "{command} refused: {message}"),
+            Error::Unavailable { command, message } => {
+                write!(f, "server unavailable during {command}: {message}")
+            }
+            Error::GroupGone { command, message } => {
+                write!(f, "the consumer group is gone ({command}: {message})")
+            }
+            Error::Protocol { detail } => write!(f, "protocol error: {detail}"),
+            Error::Shape { command, detail } => write!(f, "unexpected reply to {command}: {detail}"),
+            Error::FrameTooLarge { limit } => write!(f, "a reply exceeded the frame limit of {limit} bytes"),
+            Error::TooDeep { limit } => write!(f, "a reply nested deeper than the limit of {limit}"),
+            Error::Timeout { command } => write!(f, "no reply to {command} in time"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The first word of an error reply, which names its kind (`NOGROUP`, `LOADING`…).
+fn code(message: &[u8]) -> &[u8] {
+    message.split(|b| *b == b' ').next().unwrap_or_default()
+}
+
+/// `NOGROUP …`, or `UNBLOCKED the stream key no longer exists` (Redis 7.0, key deleted while
+/// parked): both mean the group is gone.
+pub(crate) fn is_group_gone(message: &[u8]) -> bool {
+    match code(message) {
+        b"NOGROUP" => true,
+        b"UNBLOCKED" => message.windows(16).any(|w| w == b"no longer exists"),
+        _ => false,
+    }
+}
+
+/// Errors a later attempt can get past.
+pub(crate) fn is_transient(message: &[u8]) -> bool {
+    matches!(
+        code(message),
+        b"LOADING" | b"READONLY" | b"MASTERDOWN" | b"TRYAGAIN" | b"BUSY" | b"CLUSTERDOWN" | b"UNBLOCKED"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_gone_texts() {
+        assert!(is_group_gone(
+            b"NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option"
+        ));
+        assert!(is_group_gone(b"NOGROUP No such key 's' or consumer group 'g'"));
+        assert!(is_group_gone(b"UNBLOCKED the stream key no longer exists"));
+        assert!(!is_group_gone(b"UNBLOCKED client unblocked via CLIENT UNBLOCK"));
+        assert!(!is_group_gone(b"ERR NOGROUP"));
+    }
+
+    #[test]
+    fn transient_texts() {
+        assert!(is_transient(b"LOADING Redis is loading the dataset in memory"));
+        assert!(is_transient(b"UNBLOCKED force unblock from blocking operation"));
+        assert!(is_transient(b"READONLY You can't write against a read only replica."));
+        assert!(!is_transient(b"WRONGPASS invalid username-password pair"));
+        assert!(!is_transient(b"ERR COUNT must be > 0"));
+    }
+
+    #[test]
+    fn fatality() {
+        assert!(!Error::Timeout { command: Command::ReadNew }.is_fatal());
+        assert!(!Error::Protocol { detail: "x".into() }.is_fatal());
+        assert!(Error::Server { command: Command::Auth, message: "WRONGPASS".into() }.is_fatal());
+        assert!(Error::FrameTooLarge { limit: 1 }.is_fatal());
+        assert_eq!(Error::Timeout { command: Command::Claim }.to_string(), "no reply to XAUTOCLAIM in time");
+    }
+}

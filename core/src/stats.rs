@@ -1,0 +1,28 @@
+//! Counters a consumer keeps; read them with [`Consumer::stats`](crate::Consumer::stats).
+
+/// Cumulative counts since the consumer was created.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Entries handed out from this consumer's own pending list (the drain).
+    pub drained: u64,
+    /// Entries handed out after `XAUTOCLAIM` took them.
+    pub claimed: u64,
+    /// New entries handed out (read with `>`).
+    pub new: u64,
+    /// Entries the server confirmed acknowledged (`XACK` counted them).
+    pub acked: u64,
+    /// `Retry` verdicts.
+    pub retried: u64,
+    /// Pending entries whose message was deleted (`XDEL`/`XTRIM`): never handed out; acked
+    /// away when their id is known.
+    pub deleted_seen: u64,
+    /// Acks the server did not count: a peer had reclaimed and acked the entry first.
+    pub lost_to_peer: u64,
+    /// Connections after the first.
+    pub reconnects: u64,
+    /// Errors that cost the connection or stopped the consumer.
+    pub errors: u64,
+    /// Times the group was created again after the server said it was gone.
+    pub group_recreated: u64,
+}
