@@ -1,1 +1,25 @@
-//! placeholder
+//! Real-server test harness for pelican.
+//!
+//! - [`server`]: starts Redis 6.2, Redis 7.0 and Valkey 8.1 (installed into
+//!   `<workspace>/.servers/` by `scripts/install-servers`) as child processes, each on its
+//!   own loopback port in its own temporary directory; kills and restarts them (with AOF,
+//!   data survives a `kill -9`); cleans up on drop.
+//! - [`admin`]: a small blocking RESP2 client to set up and inspect server state (streams,
+//!   consumer groups, pending lists, client connections) from tests.
+//!
+//! ```no_run
+//! use pelican_tests::server::{Flavor, Server};
+//!
+//! for flavor in Flavor::ALL {
+//!     let server = Server::start(flavor);
+//!     let mut admin = server.admin();
+//!     admin.xadd_n("s", 1000, 16);
+//!     assert_eq!(admin.xlen("s"), 1000);
+//! }
+//! ```
+//!
+//! This crate talks to servers on its own and does not use `pelican`; the scenario suites
+//! that drive pelican's transports against these servers build on it.
+
+pub mod admin;
+pub mod server;

@@ -1,0 +1,578 @@
+//! Real Redis/Valkey servers for tests, each in its own temporary directory on a loopback port.
+//!
+//! A [`Server`] is a child process started from one of the binaries that
+//! `scripts/install-servers` puts into `<workspace>/.servers/` (see [`Flavor`]). It runs with
+//! `--daemonize no`, in a fresh directory under [`std::env::temp_dir`], with stdout and stderr
+//! appended to `server.log` in that directory. Dropping the `Server` kills the process (by its
+//! own pid, through [`std::process::Child::kill`]) and removes the directory.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::admin::{info_value, Admin, Reply};
+
+/// How long a server gets to answer `PING` with `PONG` after being (re)started.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many ports [`Server::start`] tries when the chosen one turns out to be taken.
+const PORT_ATTEMPTS: usize = 5;
+
+/// Environment variable that overrides the directory holding the server binaries.
+pub const SERVERS_DIR_ENV: &str = "PELICAN_SERVERS_DIR";
+
+/// The name of the log file (server stdout and stderr) inside a server's directory.
+pub const LOG_FILE: &str = "server.log";
+
+/// Which server to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Flavor {
+    /// Redis 6.2: two-element `XAUTOCLAIM` replies.
+    Redis62,
+    /// Redis 7.0: three-element `XAUTOCLAIM` replies.
+    Redis70,
+    /// Valkey 8.1 (reports itself as `redis_version:7.2.4`).
+    Valkey81,
+}
+
+impl Flavor {
+    /// Every flavor, oldest first.
+    pub const ALL: [Flavor; 3] = [Flavor::Redis62, Flavor::Redis70, Flavor::Valkey81];
+
+    /// The flavor's name, which is also its binary's file name: `redis-6.2`, `redis-7.0`,
+    /// `valkey-8.1`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::Redis62 => "redis-6.2",
+            Flavor::Redis70 => "redis-7.0",
+            Flavor::Valkey81 => "valkey-8.1",
+        }
+    }
+
+    /// Where this flavor's binary is expected: `<servers dir>/<name>`
+    /// (see [`servers_dir`]).
+    pub fn binary(self) -> PathBuf {
+        servers_dir().join(self.name())
+    }
+}
+
+impl fmt::Display for Flavor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The directory holding the server binaries: `$PELICAN_SERVERS_DIR` if set, else
+/// `<workspace root>/.servers` (where `scripts/install-servers` installs them).
+pub fn servers_dir() -> PathBuf {
+    match std::env::var_os(SERVERS_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the tests crate lives inside the workspace")
+            .join(".servers"),
+    }
+}
+
+/// How to configure a [`Server`]. `Options::default()` is a plain in-memory server with no
+/// persistence and no authentication.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Persist with an append-only file (`--appendonly yes --appendfsync always`) in the
+    /// server's directory, so that data survives [`Server::kill9`] + [`Server::restart`].
+    pub aof: bool,
+    /// `--requirepass`: the password of the `default` user.
+    pub requirepass: Option<String>,
+    /// ACL users, one rule line each, passed as `--user` arguments, e.g.
+    /// `"alice on >secret ~* &* +@all"` (a leading `user ` is accepted and dropped). The
+    /// line is split on whitespace, so passwords cannot contain spaces here. The readiness
+    /// probe and [`Server::admin`] log in as `default`, so keep that user enabled.
+    pub acl_users: Vec<String>,
+}
+
+impl Options {
+    /// Turns on AOF persistence (see [`Options::aof`]).
+    pub fn with_aof(mut self) -> Options {
+        self.aof = true;
+        self
+    }
+
+    /// Sets `requirepass` (see [`Options::requirepass`]).
+    pub fn with_requirepass(mut self, pass: &str) -> Options {
+        self.requirepass = Some(pass.to_string());
+        self
+    }
+
+    /// Adds an ACL user rule line (see [`Options::acl_users`]).
+    pub fn with_acl_user(mut self, rule: &str) -> Options {
+        self.acl_users.push(rule.to_string());
+        self
+    }
+
+    /// Adds a user `name` with password `pass` and every permission
+    /// (`name on >pass ~* &* +@all`).
+    pub fn with_full_user(self, name: &str, pass: &str) -> Options {
+        self.with_acl_user(&format!("{name} on >{pass} ~* &* +@all"))
+    }
+}
+
+/// A running server process, owned by the test that started it.
+#[derive(Debug)]
+pub struct Server {
+    flavor: Flavor,
+    binary: PathBuf,
+    options: Options,
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+/// Why one launch did not produce a ready server.
+enum LaunchError {
+    /// The port could not be bound (or someone else's server answers on it): try another.
+    PortTaken(String),
+    /// Anything else: give up.
+    Fatal(String),
+}
+
+impl Server {
+    /// Starts `flavor` with default [`Options`]. Panics if the binary is missing (run
+    /// `scripts/install-servers`) or the server does not answer `PING` within 10 s.
+    pub fn start(flavor: Flavor) -> Server {
+        Server::start_with(flavor, Options::default())
+    }
+
+    /// Starts `flavor` with `options`; panics like [`Server::start`].
+    pub fn start_with(flavor: Flavor, options: Options) -> Server {
+        Server::start_from(flavor, flavor.binary(), options)
+    }
+
+    /// Starts the server binary at `binary`, labelled `flavor` (in messages and
+    /// [`Server::flavor`]), with `options`. Panics like [`Server::start`].
+    pub fn start_from(flavor: Flavor, binary: impl Into<PathBuf>, options: Options) -> Server {
+        Server::start_on(flavor, binary.into(), options, reserve_port)
+    }
+
+    /// Starts on ports from `pick` (each one reserved in [`PORTS`]) until one works.
+    fn start_on(flavor: Flavor, binary: PathBuf, options: Options, mut pick: impl FnMut() -> u16) -> Server {
+        if !binary.is_file() {
+            panic!(
+                "pelican-tests: the {flavor} server binary is missing: {} does not exist. \
+                 Run scripts/install-servers (from the workspace root) to install the test \
+                 servers, or point {SERVERS_DIR_ENV} at a directory holding them.",
+                binary.display()
+            );
+        }
+        let dir = make_temp_dir(flavor);
+        let mut server = Server { flavor, binary, options, dir, port: 0, child: None };
+        // Ports refused in this call stay reserved until it ends, so each retry gets a
+        // different one.
+        let mut refused: Vec<(u16, String)> = Vec::new();
+        let mut outcome = Err(String::new());
+        for _ in 0..PORT_ATTEMPTS {
+            server.port = pick();
+            match server.launch() {
+                Ok(()) => {
+                    outcome = Ok(());
+                    break;
+                }
+                Err(LaunchError::PortTaken(why)) => {
+                    refused.push((server.port, why));
+                    server.port = 0;
+                }
+                Err(LaunchError::Fatal(why)) => {
+                    outcome = Err(why);
+                    break;
+                }
+            }
+        }
+        for (port, _) in &refused {
+            release_port(*port);
+        }
+        match outcome {
+            Ok(()) => server,
+            Err(why) if why.is_empty() => {
+                let tried: Vec<String> = refused.iter().map(|(p, w)| format!("{p}: {w}")).collect();
+                panic!(
+                    "{}",
+                    server.failure(&format!(
+                        "no usable port after {PORT_ATTEMPTS} attempts: {}",
+                        tried.join("; ")
+                    ))
+                )
+            }
+            Err(why) => panic!("{}", server.failure(&why)),
+        }
+    }
+
+    /// The flavor this server was started as.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// The options this server was started with.
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The loopback port the server listens on (unchanged by [`Server::restart`]).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's private directory (its `--dir`: AOF files and `server.log`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The log file that receives the server's stdout and stderr.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let text = fs::read_to_string(self.log_path()).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// The pid of the running process, or `None` after [`Server::kill9`].
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// A new admin connection, authenticated as `default` when `requirepass` is set.
+    pub fn admin(&self) -> Admin {
+        match &self.options.requirepass {
+            None => Admin::connect(self.addr()),
+            Some(pass) => Admin::connect_auth(self.addr(), "default", pass).unwrap_or_else(|e| {
+                panic!("pelican-tests: {} refused its own requirepass: {e}", self.flavor)
+            }),
+        }
+    }
+
+    /// Kills the process with SIGKILL (by its own pid) and waits for it to exit. Its
+    /// directory stays, so [`Server::restart`] reloads what the AOF persisted. Does nothing
+    /// if the server is not running.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // An error here means it already exited; `wait` reaps it either way.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port with the same directory and options (so an
+    /// AOF server reloads its data), and waits until it answers `PING` with `PONG` (not
+    /// `-LOADING`). If it is still running, it is killed with [`Server::kill9`] first.
+    /// Panics if it cannot listen on its port again or is not ready within 10 s.
+    pub fn restart(&mut self) {
+        self.kill9();
+        match self.launch() {
+            Ok(()) => {}
+            Err(LaunchError::PortTaken(why)) => panic!(
+                "{}",
+                self.failure(&format!("restart: port {} is no longer available: {why}", self.port))
+            ),
+            Err(LaunchError::Fatal(why)) => panic!("{}", self.failure(&format!("restart: {why}"))),
+        }
+    }
+
+    /// The command line arguments for the current port.
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            if self.options.aof { "yes" } else { "no" }.into(),
+        ];
+        if self.options.aof {
+            args.extend(["--appendfsync".into(), "always".into()]);
+        }
+        args.extend(["--dir".into(), self.dir.display().to_string(), "--daemonize".into(), "no".into()]);
+        if let Some(pass) = &self.options.requirepass {
+            args.extend(["--requirepass".into(), pass.clone()]);
+        }
+        for rule in &self.options.acl_users {
+            let rule = rule.trim();
+            let rule = rule.strip_prefix("user ").unwrap_or(rule);
+            args.push("--user".into());
+            args.extend(rule.split_whitespace().map(String::from));
+        }
+        args
+    }
+
+    /// Spawns the process on `self.port` and waits until it is ready.
+    fn launch(&mut self) -> Result<(), LaunchError> {
+        let log_path = self.log_path();
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| LaunchError::Fatal(format!("cannot open {}: {e}", log_path.display())))?;
+        let log_start = log.metadata().map(|m| m.len()).unwrap_or(0);
+        let err_log =
+            log.try_clone().map_err(|e| LaunchError::Fatal(format!("cannot clone the log handle: {e}")))?;
+        let child = Command::new(&self.binary)
+            .args(self.args())
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err_log)
+            .spawn()
+            .map_err(|e| {
+                LaunchError::Fatal(format!(
+                    "cannot run {}: {e} (run scripts/install-servers?)",
+                    self.binary.display()
+                ))
+            })?;
+        self.child = Some(child);
+        let result = self.wait_ready();
+        if result.is_err() {
+            self.kill9();
+            if let Err(LaunchError::Fatal(_)) = &result {
+                // A bind failure can also surface as an early exit: look at what it logged.
+                if let Some(line) = bind_failure(&log_path, log_start) {
+                    return Err(LaunchError::PortTaken(line));
+                }
+            }
+        }
+        result
+    }
+
+    /// Polls until our own process answers `PING` with `PONG`, within [`READY_TIMEOUT`].
+    fn wait_ready(&mut self) -> Result<(), LaunchError> {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let addr = self.addr();
+        let mut last = String::from("no connection yet");
+        loop {
+            let child = self.child.as_mut().expect("launch sets the child");
+            let pid = child.id();
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    return Err(LaunchError::Fatal(format!(
+                        "the server exited during startup ({status}); last probe: {last}"
+                    )))
+                }
+                Ok(None) => {}
+                Err(e) => return Err(LaunchError::Fatal(format!("cannot poll the process: {e}"))),
+            }
+            match probe(addr, self.options.requirepass.as_deref()) {
+                Ok(Some(their_pid)) if their_pid == pid => return Ok(()),
+                Ok(Some(their_pid)) => {
+                    return Err(LaunchError::PortTaken(format!(
+                        "another server (pid {their_pid}, not ours: {pid}) answers on {addr}"
+                    )))
+                }
+                Ok(None) => last = "answered, but not ready yet".into(),
+                Err(e) => last = e,
+            }
+            if Instant::now() >= deadline {
+                return Err(LaunchError::Fatal(format!(
+                    "no PONG within {READY_TIMEOUT:?}; last probe: {last}"
+                )));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A panic message with the server's identity and the tail of its log.
+    fn failure(&self, why: &str) -> String {
+        format!(
+            "pelican-tests: {} server ({}) on port {} in {}: {why}\n--- last lines of {} ---\n{}",
+            self.flavor,
+            self.binary.display(),
+            self.port,
+            self.dir.display(),
+            LOG_FILE,
+            self.log_tail(30)
+        )
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+        if self.port != 0 {
+            release_port(self.port);
+        }
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One readiness probe: `Ok(Some(pid))` when the server answers `PONG` (with the pid from
+/// `INFO server`), `Ok(None)` when it answers something else (e.g. `-LOADING`), `Err` when
+/// it cannot be reached.
+fn probe(addr: SocketAddr, requirepass: Option<&str>) -> Result<Option<u32>, String> {
+    let mut admin = Admin::try_connect(addr, Duration::from_secs(1)).map_err(|e| format!("connect: {e}"))?;
+    if let Some(pass) = requirepass {
+        match admin.try_cmd(&["AUTH", pass]) {
+            Ok(r) if r.is_ok() => {}
+            Ok(other) => return Err(format!("AUTH answered {other:?}")),
+            Err(e) => return Err(format!("AUTH: {e}")),
+        }
+    }
+    match admin.try_cmd(&["PING"]) {
+        Ok(Reply::Simple(s)) if s == "PONG" => {}
+        Ok(_) => return Ok(None),
+        Err(e) => return Err(format!("PING: {e}")),
+    }
+    let info = admin.try_cmd(&["INFO", "server"]).map_err(|e| format!("INFO: {e}"))?;
+    let pid = info
+        .as_text()
+        .and_then(|text| info_value(&text, "process_id"))
+        .and_then(|pid| pid.parse().ok())
+        .ok_or_else(|| format!("INFO server has no process_id: {info:?}"))?;
+    Ok(Some(pid))
+}
+
+/// The log line reporting a failed bind, if the log grew one after byte `from`.
+fn bind_failure(log_path: &Path, from: u64) -> Option<String> {
+    let mut file = File::open(log_path).ok()?;
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    text.lines().find(|line| line.contains("Address already in use")).map(|line| line.trim().to_string())
+}
+
+/// Ports handed out to live servers of this process, so that no two get the same one.
+static PORTS: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+
+/// A free loopback port (the kernel's pick for `127.0.0.1:0`), not already used by another
+/// server of this process. Another process may still grab it before the server binds it;
+/// [`Server::start`] retries on another port when that happens.
+fn reserve_port() -> u16 {
+    for _ in 0..100 {
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("pelican-tests: cannot bind 127.0.0.1:0: {e}"));
+        let mut ports = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+        if ports.insert(port) {
+            return port;
+        }
+    }
+    panic!("pelican-tests: the kernel keeps handing out ports already in use by our servers");
+}
+
+fn release_port(port: u16) {
+    PORTS.lock().unwrap_or_else(|e| e.into_inner()).remove(&port);
+}
+
+/// Creates a fresh, uniquely named directory under the system temp dir.
+fn make_temp_dir(flavor: Flavor) -> PathBuf {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = std::env::temp_dir();
+    for _ in 0..100 {
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        let dir = base.join(format!(
+            "pelican-tests-{}-{}-{}-{nanos:09}",
+            flavor.name(),
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed),
+        ));
+        match fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => panic!("pelican-tests: cannot create {}: {e}", dir.display()),
+        }
+    }
+    panic!("pelican-tests: cannot find a free directory name under {}", base.display());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port that something else listens on, reserved like ours so the test can hand it in.
+    fn occupied() -> (TcpListener, u16) {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        assert!(PORTS.lock().unwrap().insert(port));
+        (listener, port)
+    }
+
+    #[test]
+    fn args_for_options() {
+        let server = Server {
+            flavor: Flavor::Redis62,
+            binary: PathBuf::from("/nowhere"),
+            options: Options::default()
+                .with_aof()
+                .with_requirepass("p")
+                .with_acl_user("user a on >x ~* +@all")
+                .with_full_user("b", "y"),
+            dir: PathBuf::from("/d"),
+            port: 7,
+            child: None,
+        };
+        let args = server.args().join(" ");
+        assert_eq!(
+            args,
+            "--port 7 --bind 127.0.0.1 --save  --appendonly yes --appendfsync always --dir /d \
+             --daemonize no --requirepass p --user a on >x ~* +@all --user b on >y ~* &* +@all"
+        );
+        std::mem::forget(server); // nothing to clean up, and `/d` is not ours to remove
+    }
+
+    #[test]
+    fn retries_when_the_port_is_taken() {
+        let (_listener, taken) = occupied();
+        let mut ports = vec![taken];
+        let server = Server::start_on(Flavor::Redis70, Flavor::Redis70.binary(), Options::default(), || {
+            ports.pop().unwrap_or_else(reserve_port)
+        });
+        assert_ne!(server.port(), taken);
+        assert!(server.log_tail(100).contains("Address already in use"));
+        let mut admin = server.admin();
+        assert_eq!(admin.cmd(&["PING"]), Reply::Simple("PONG".into()));
+        assert!(!PORTS.lock().unwrap().contains(&taken), "refused port released");
+    }
+
+    #[test]
+    fn restart_panics_when_its_port_was_taken() {
+        let mut server = Server::start(Flavor::Redis62);
+        server.kill9();
+        let _thief = TcpListener::bind((Ipv4Addr::LOCALHOST, server.port())).unwrap();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| server.restart()));
+        let message = *caught.expect_err("restart must fail").downcast::<String>().unwrap();
+        assert!(message.contains("no longer available"), "{message}");
+        assert!(message.contains("Address already in use"), "{message}");
+    }
+
+    #[test]
+    fn fatal_startup_errors_panic_with_the_log() {
+        let caught = std::panic::catch_unwind(|| {
+            Server::start_with(Flavor::Valkey81, Options::default().with_acl_user("eve bogus"))
+        });
+        let message = *caught.expect_err("bad ACL rule").downcast::<String>().unwrap();
+        assert!(message.contains("exited during startup"), "{message}");
+        assert!(message.contains("last lines of server.log"), "{message}");
+    }
+}
