@@ -106,16 +106,20 @@ pub struct Config {
     pub limits: Limits,
 }
 
+fn bytes(b: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(b.as_ref())
+}
+
 /// The shortest accepted [`Config::read_grace`].
 pub const MIN_READ_GRACE: Duration = Duration::from_secs(1);
 
 impl Config {
     /// A configuration with the defaults for everything but the names.
-    pub fn new(stream: impl Into<Bytes>, group: impl Into<Bytes>, consumer: impl Into<Bytes>) -> Config {
+    pub fn new(stream: impl AsRef<[u8]>, group: impl AsRef<[u8]>, consumer: impl AsRef<[u8]>) -> Config {
         Config {
-            stream: stream.into(),
-            group: group.into(),
-            consumer: consumer.into(),
+            stream: bytes(stream),
+            group: bytes(group),
+            consumer: bytes(consumer),
             count: 100,
             beat: Duration::from_secs(2),
             min_idle: Duration::from_secs(30),
@@ -150,8 +154,8 @@ impl Config {
     }
     /// Sets [`Config::create_group`] to `Some(start)` (`"$"` for new entries only, `"0"` for
     /// the whole stream).
-    pub fn create_group(mut self, start: impl Into<Bytes>) -> Self {
-        self.create_group = Some(start.into());
+    pub fn create_group(mut self, start: impl AsRef<[u8]>) -> Self {
+        self.create_group = Some(bytes(start));
         self
     }
     /// Sets [`Config::on_group_gone`].
@@ -165,13 +169,13 @@ impl Config {
         self
     }
     /// Sets [`Config::auth`].
-    pub fn auth(mut self, user: Option<impl Into<Bytes>>, password: impl Into<Bytes>) -> Self {
-        self.auth = Some(Auth { user: user.map(Into::into), password: password.into() });
+    pub fn auth(mut self, user: Option<impl AsRef<[u8]>>, password: impl AsRef<[u8]>) -> Self {
+        self.auth = Some(Auth { user: user.map(bytes), password: bytes(password) });
         self
     }
     /// Sets [`Config::client_name`].
-    pub fn client_name(mut self, name: impl Into<Bytes>) -> Self {
-        self.client_name = Some(name.into());
+    pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
+        self.client_name = Some(bytes(name));
         self
     }
     /// Sets [`Config::db`].

@@ -1,0 +1,323 @@
+//! Properties of the consumer, against a small scripted server whose reply bytes have the
+//! shapes captured from the real servers (see `tests/fixtures`).
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use pelican::{Config, Consumer, Event, Protocol, Verdict};
+use proptest::prelude::*;
+use support::{fixture, origin, parse_commands, FLAVORS, PROTOCOLS};
+
+/// One stream `s`, one group, one consumer: entries `1-0 ..= n-0`, the first `pending` already
+/// delivered to (and held by) this consumer, some of those deleted.
+struct Server {
+    protocol: Protocol,
+    total: u64,
+    delivered: u64,
+    pel: BTreeSet<u64>,
+    deleted: BTreeSet<u64>,
+    acked: Vec<u64>,
+}
+
+fn bulk(out: &mut Vec<u8>, s: &[u8]) {
+    out.extend_from_slice(format!("${}\r\n", s.len()).as_bytes());
+    out.extend_from_slice(s);
+    out.extend_from_slice(b"\r\n");
+}
+
+impl Server {
+    fn id(n: u64) -> String {
+        format!("{n}-0")
+    }
+    fn parse(id: &str) -> u64 {
+        id.strip_suffix("-0").and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+    fn nil(&self) -> &'static [u8] {
+        match self.protocol {
+            Protocol::Resp2 => b"*-1\r\n",
+            _ => b"_\r\n",
+        }
+    }
+    /// `[[s, entries]]` (RESP2) or `{s: entries}` (RESP3), like `read_pending_deleted.resp`.
+    fn entries(&self, ns: &[u64]) -> Vec<u8> {
+        let mut out = match self.protocol {
+            Protocol::Resp2 => b"*1\r\n*2\r\n$1\r\ns\r\n".to_vec(),
+            _ => b"%1\r\n$1\r\ns\r\n".to_vec(),
+        };
+        out.extend_from_slice(format!("*{}\r\n", ns.len()).as_bytes());
+        for &n in ns {
+            out.extend_from_slice(b"*2\r\n");
+            bulk(&mut out, Self::id(n).as_bytes());
+            if self.deleted.contains(&n) {
+                out.extend_from_slice(self.nil());
+            } else {
+                out.extend_from_slice(b"*2\r\n$1\r\nf\r\n");
+                bulk(&mut out, format!("v{n}").as_bytes());
+            }
+        }
+        out
+    }
+
+    fn answer(&mut self, cmd: &[String]) -> Vec<u8> {
+        let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        match args.as_slice() {
+            ["HELLO", ..] => fixture("valkey-8.1", Protocol::Resp3, "hello"),
+            ["XREADGROUP", "GROUP", _, _, "COUNT", count, "BLOCK", _, "STREAMS", _, ">"] => {
+                let count: u64 = count.parse().unwrap();
+                let ns: Vec<u64> = (self.delivered + 1..=self.total).take(count as usize).collect();
+                if ns.is_empty() {
+                    // Blocks: no answer until the story stops the consumer.
+                    return Vec::new();
+                }
+                self.delivered += ns.len() as u64;
+                self.pel.extend(&ns);
+                self.entries(&ns)
+            }
+            ["XREADGROUP", "GROUP", _, _, "COUNT", count, "STREAMS", _, after] => {
+                let after = Self::parse(after);
+                let ns: Vec<u64> =
+                    self.pel.range(after + 1..).take(count.parse().unwrap()).copied().collect();
+                self.entries(&ns)
+            }
+            // Nothing is idle in these runs: the 7+ shape of an empty sweep.
+            ["XAUTOCLAIM", ..] => fixture("valkey-8.1", self.protocol, "autoclaim_done"),
+            ["XACK", _, _, ids @ ..] => {
+                let mut n = 0;
+                for id in ids {
+                    let id = Self::parse(id);
+                    self.acked.push(id);
+                    n += u64::from(self.pel.remove(&id));
+                }
+                format!(":{n}\r\n").into_bytes()
+            }
+            other => panic!("unexpected command {other:?}"),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Story {
+    protocol: Protocol,
+    pending: u64,
+    new: u64,
+    deleted: BTreeSet<u64>,
+    /// Verdict per handed-out entry, cycled: true is Ack.
+    verdicts: Vec<bool>,
+    /// Stop while the k-th handed-out entry is in hand.
+    stop_at: Option<usize>,
+    count: u32,
+}
+
+#[derive(Debug, PartialEq)]
+enum Step {
+    Sent(Vec<String>),
+    Entry(String),
+    Stopped,
+}
+
+struct Outcome {
+    trace: Vec<Step>,
+    server: Server,
+    verdicts: BTreeMap<u64, bool>,
+}
+
+/// Runs a story; `chunks` (cycled) splits the server's bytes into reads of those sizes.
+fn run(story: &Story, chunks: &[usize]) -> Outcome {
+    let mut server = Server {
+        protocol: story.protocol,
+        total: story.pending + story.new,
+        delivered: story.pending,
+        pel: (1..=story.pending).collect(),
+        deleted: story.deleted.iter().copied().filter(|n| *n <= story.pending).collect(),
+        acked: Vec::new(),
+    };
+    let config = Config::new("s", "g", "c").count(story.count).protocol(story.protocol);
+    let mut consumer = Consumer::new(config).unwrap();
+    let now = origin();
+    let mut trace = Vec::new();
+    let mut verdicts = BTreeMap::new();
+    let mut inbox: Vec<u8> = Vec::new();
+    let mut handed = 0usize;
+    let mut chunk_i = 0usize;
+    consumer.on_connected(now);
+    for _round in 0..100_000 {
+        if let Some(bytes) = consumer.poll_transmit() {
+            let bytes = bytes.to_vec();
+            consumer.advance_transmit(bytes.len());
+            for cmd in parse_commands(&bytes) {
+                inbox.extend(server.answer(&cmd));
+                trace.push(Step::Sent(cmd));
+            }
+        }
+        let mut stopped = false;
+        while let Some(event) = consumer.poll_event() {
+            match event {
+                Event::Entry(e) => {
+                    // One at a time: nothing else comes out while an entry is in hand.
+                    assert_eq!(consumer.poll_event(), None);
+                    let n = Server::parse(std::str::from_utf8(&e.id).unwrap());
+                    assert!(!server.deleted.contains(&n), "a deleted entry was handed out");
+                    trace.push(Step::Entry(String::from_utf8(e.id.to_vec()).unwrap()));
+                    if story.stop_at == Some(handed) {
+                        consumer.stop();
+                        assert_eq!(consumer.poll_event(), None, "stop cut an entry short");
+                    }
+                    let ack = story.verdicts[handed % story.verdicts.len()];
+                    handed += 1;
+                    verdicts.insert(n, ack);
+                    consumer.settle(if ack { Verdict::Ack } else { Verdict::Retry }, now);
+                }
+                Event::Stopped => {
+                    trace.push(Step::Stopped);
+                    stopped = true;
+                }
+                _ => unreachable!(),
+            }
+        }
+        if stopped {
+            return Outcome { trace, server, verdicts };
+        }
+        if consumer.poll_transmit().is_some() {
+            continue;
+        }
+        if inbox.is_empty() {
+            // Parked with the stream exhausted: the story ends.
+            assert!(server.delivered == server.total, "the consumer went quiet with work left");
+            consumer.stop();
+            continue;
+        }
+        let size = chunks[chunk_i % chunks.len()].clamp(1, inbox.len());
+        chunk_i += 1;
+        let part: Vec<u8> = inbox.drain(..size).collect();
+        consumer.handle_input(&part, now).expect("a well-formed conversation");
+    }
+    panic!("no progress: livelock");
+}
+
+fn story() -> impl Strategy<Value = Story> {
+    (
+        prop::sample::select(PROTOCOLS.to_vec()),
+        0u64..25,
+        0u64..40,
+        prop::collection::btree_set(1u64..25, 0..6),
+        prop::collection::vec(any::<bool>(), 1..8),
+        prop::option::of(0usize..60),
+        1u32..8,
+    )
+        .prop_map(|(protocol, pending, new, deleted, verdicts, stop_at, count)| Story {
+            protocol,
+            pending,
+            new,
+            deleted,
+            verdicts,
+            stop_at,
+            count,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Any split of the input bytes gives the same commands and events.
+    #[test]
+    fn any_split_gives_the_same_conversation(story in story(), chunks in prop::collection::vec(1usize..40, 1..16)) {
+        let whole = run(&story, &[usize::MAX]);
+        let split = run(&story, &chunks);
+        prop_assert_eq!(whole.trace, split.trace);
+    }
+
+    /// No XACK for an entry unless its verdict was Ack (deleted entries aside, which never
+    /// reach the application); every Ack is confirmed by the time the consumer stops; what
+    /// was not acked stays pending: nothing is lost.
+    #[test]
+    fn acks_follow_verdicts_and_nothing_is_lost(story in story()) {
+        let out = run(&story, &[usize::MAX]);
+        for id in &out.server.acked {
+            let by_verdict = out.verdicts.get(id) == Some(&true);
+            prop_assert!(by_verdict || out.server.deleted.contains(id), "XACK {} without an Ack verdict", id);
+        }
+        for (id, ack) in &out.verdicts {
+            prop_assert_eq!(out.server.pel.contains(id), !ack, "entry {} after verdict ack={}", id, ack);
+        }
+        for id in (1..=out.server.delivered).filter(|id| !out.verdicts.contains_key(id)) {
+            if !out.server.deleted.contains(&id) {
+                prop_assert!(out.server.pel.contains(&id), "entry {} never handed out, yet not pending", id);
+            } else if story.stop_at.is_none() {
+                prop_assert!(!out.server.pel.contains(&id), "deleted entry {} not acked away", id);
+            }
+        }
+        prop_assert_eq!(out.trace.last(), Some(&Step::Stopped));
+    }
+
+    /// Entries are handed out in order, each once per delivery; a stop lets the entry in hand
+    /// finish and hands out nothing after it.
+    #[test]
+    fn stop_is_honored_between_entries(story in story()) {
+        let out = run(&story, &[usize::MAX]);
+        let handed: Vec<&String> = out.trace.iter().filter_map(|s| match s { Step::Entry(id) => Some(id), _ => None }).collect();
+        if let Some(k) = story.stop_at {
+            prop_assert!(handed.len() <= k + 1, "entries handed out after the stop");
+        }
+        // After the stop, the only command is the XACK of earned acks.
+        if let Some(k) = story.stop_at.filter(|k| *k < handed.len()) {
+            let at = out.trace.iter().position(|s| *s == Step::Entry(handed[k].clone())).unwrap();
+            for step in &out.trace[at + 1..] {
+                if let Step::Sent(cmd) = step {
+                    prop_assert_eq!(cmd[0].as_str(), "XACK");
+                }
+            }
+        }
+    }
+
+    /// Random bytes, whole or split, never panic the consumer, whatever state it is in.
+    #[test]
+    fn garbage_never_panics(
+        protocol in prop::sample::select(PROTOCOLS.to_vec()),
+        bytes in prop::collection::vec(any::<u8>(), 0..512),
+        chunks in prop::collection::vec(1usize..64, 1..8),
+        settle_ack in any::<bool>(),
+    ) {
+        let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol)).unwrap();
+        let mut now = origin();
+        c.on_connected(now);
+        let mut rest = &bytes[..];
+        let mut i = 0;
+        while !rest.is_empty() {
+            let n = chunks[i % chunks.len()].min(rest.len());
+            i += 1;
+            let _ = c.handle_input(&rest[..n], now);
+            rest = &rest[n..];
+            while let Some(Event::Entry(_)) = c.poll_event() {
+                c.settle(if settle_ack { Verdict::Ack } else { Verdict::Retry }, now);
+            }
+            if let Some(b) = c.poll_transmit() { let n = b.len(); c.advance_transmit(n); }
+            now += Duration::from_millis(700);
+            let _ = c.handle_timeout(now);
+            if c.wants_connection() { c.on_connected(now); }
+        }
+    }
+
+    /// Captured replies with bytes flipped, dropped or cut never panic either.
+    #[test]
+    fn mutated_real_replies_never_panic(
+        flavor in prop::sample::select(FLAVORS.to_vec()),
+        protocol in prop::sample::select(PROTOCOLS.to_vec()),
+        name in prop::sample::select(vec!["read_new", "read_pending_deleted", "autoclaim", "read_pending_after_claim", "autoclaim_scan_cursor"]),
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let mut bytes = fixture(flavor, protocol, name);
+        for (at, b) in flips { let i = at.index(bytes.len()); bytes[i] = b; }
+        bytes.truncate(cut.index(bytes.len() + 1));
+        let now = origin();
+        for prefix in [&b""[..], b"*2\r\n$3\r\n0-0\r\n*0\r\n"] {
+            let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol)).unwrap();
+            c.on_connected(now);
+            let _ = c.handle_input(prefix, now);
+            let _ = c.handle_input(&bytes, now);
+            while let Some(Event::Entry(_)) = c.poll_event() { c.settle(Verdict::Ack, now); }
+        }
+    }
+}

@@ -1,0 +1,398 @@
+//! Whole stories driven through the public API with replies captured from the real servers.
+
+mod support;
+
+use std::time::Duration;
+
+use pelican::{Command, Config, Error, Event, GroupGone, Protocol, Source, Verdict};
+use support::*;
+
+const BEAT: Duration = Duration::from_secs(2);
+
+fn config(consumer: &str, protocol: Protocol) -> Config {
+    Config::new("s", "g", consumer).count(10).beat(BEAT).protocol(protocol)
+}
+
+fn drain_from(consumer: &str, after: &str) -> Vec<String> {
+    cmd(&format!("XREADGROUP GROUP g {consumer} COUNT 10 STREAMS s {after}"))
+}
+fn claim(consumer: &str, cursor: &str) -> Vec<String> {
+    cmd(&format!("XAUTOCLAIM s g {consumer} 30000 {cursor} COUNT 10"))
+}
+fn park(consumer: &str) -> Vec<String> {
+    cmd(&format!("XREADGROUP GROUP g {consumer} COUNT 10 BLOCK 2000 STREAMS s >"))
+}
+
+/// Every server flavor and both protocols.
+fn each(mut story: impl FnMut(&'static str, Protocol)) {
+    for flavor in FLAVORS {
+        for protocol in PROTOCOLS {
+            story(flavor, protocol);
+        }
+    }
+}
+
+/// Connected, drained (empty), reclaimed (nothing), parked.
+fn parked(flavor: &'static str, protocol: Protocol) -> Rig {
+    let mut rig = Rig::new(config("A", protocol), flavor);
+    assert_eq!(rig.start(), [drain_from("A", "0")]);
+    rig.reply("read_pending_empty").unwrap();
+    assert_eq!(rig.sent(), [claim("A", "0-0")]);
+    rig.reply("autoclaim_done").unwrap();
+    assert_eq!(rig.sent(), [park("A")]);
+    rig
+}
+
+#[test]
+fn cold_start_handshake_door_drain_claim_park_settle() {
+    each(|flavor, protocol| {
+        let cfg = config("A", protocol).create_group("$").client_name("w1").db(2);
+        let mut rig = Rig::new(cfg, flavor);
+        rig.connect();
+        // The whole opening goes out in one write.
+        let handshake = match protocol {
+            Protocol::Resp2 => cmds(&["CLIENT SETNAME w1", "SELECT 2"]),
+            Protocol::Resp3 => cmds(&["HELLO 3 SETNAME w1", "SELECT 2"]),
+        };
+        let mut want = handshake.clone();
+        want.push(cmd("XGROUP CREATE s g $ MKSTREAM"));
+        want.push(drain_from("A", "0"));
+        assert_eq!(rig.sent(), want, "{flavor} {protocol:?}");
+        if protocol == Protocol::Resp3 {
+            rig.reply("hello").unwrap();
+        } else {
+            rig.reply("setname").unwrap();
+        }
+        rig.reply("select").unwrap();
+        rig.reply("busygroup").unwrap(); // an existing group is success
+        rig.reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")]);
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent(), [park("A")]);
+        rig.reply("read_new").unwrap();
+        let seen = rig.handle_all(Verdict::Ack);
+        assert_eq!(ids(&seen), ["1-0", "2-0", "3-0"]);
+        assert!(seen.iter().all(|e| e.source == Source::New));
+        assert_eq!(seen[0].field(b"f").map(|v| &v[..]), Some(&b"v1"[..]));
+        // Acks are batched and written before the next read, in the same write.
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
+        rig.raw(b":3\r\n").unwrap();
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.new, stats.acked, stats.lost_to_peer), (3, 3, 0));
+        // The beat passes with nothing new: reclaim is due again.
+        rig.advance(BEAT);
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")]);
+    });
+}
+
+#[test]
+fn nothing_new_before_the_beat_parks_again_without_reclaiming() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.advance(BEAT / 2);
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), [park("A")]);
+    });
+}
+
+#[test]
+fn restart_with_backlog_drains_first_without_idle_wait() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("A", protocol), flavor);
+        assert_eq!(rig.start(), [drain_from("A", "0")]);
+        rig.reply("read_pending_page").unwrap();
+        let seen = rig.handle_all(Verdict::Ack);
+        assert_eq!(ids(&seen), ["1-0", "2-0"]);
+        assert!(seen.iter().all(|e| e.source == Source::Pending));
+        // Pages forward by the last id, acks first.
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0"), drain_from("A", "2-0")]);
+        rig.raw(b":2\r\n").unwrap();
+        rig.reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")]);
+        assert_eq!(rig.consumer.stats().drained, 2);
+    });
+}
+
+#[test]
+fn a_failing_handler_does_not_spin_the_drain() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("A", protocol), flavor);
+        rig.start();
+        rig.reply("read_pending_page").unwrap();
+        assert_eq!(rig.handle_all(Verdict::Retry).len(), 2);
+        // No XACK, and the drain moves past the failed entries.
+        assert_eq!(rig.sent(), [drain_from("A", "2-0")]);
+        rig.reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")]);
+        assert_eq!(rig.consumer.stats().retried, 2);
+    });
+}
+
+#[test]
+fn reclaim_carries_the_cursor_across_beats() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("B", protocol), flavor);
+        rig.start();
+        rig.reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [claim("B", "0-0")]);
+        // Scanned COUNT×10 entries, none idle enough: empty, cursor 11-0. Park until the beat.
+        rig.reply("autoclaim_scan_cursor").unwrap();
+        assert_eq!(rig.sent(), [park("B")]);
+        rig.advance(BEAT);
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), [claim("B", "11-0")], "{flavor}");
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent(), [park("B")]);
+        rig.advance(BEAT);
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), [claim("B", "0-0")], "a finished sweep starts over");
+    });
+}
+
+#[test]
+fn deleted_entries_are_acked_away_never_handed_out() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("A", protocol), flavor);
+        rig.start();
+        rig.reply("read_pending_deleted").unwrap();
+        let seen = rig.handle_all(Verdict::Retry);
+        assert_eq!(ids(&seen), ["1-0", "3-0"]);
+        // 2-0 is acked although no verdict was given for it: it cannot be processed.
+        assert_eq!(rig.sent(), [cmd("XACK s g 2-0"), drain_from("A", "3-0")]);
+        assert_eq!(rig.consumer.stats().deleted_seen, 1);
+    });
+}
+
+#[test]
+fn claimed_deleted_entries_per_server_shape() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("B", protocol), flavor);
+        rig.start();
+        rig.reply("read_pending_empty").unwrap();
+        rig.sent();
+        rig.reply("autoclaim").unwrap();
+        let seen = rig.handle_all(Verdict::Retry);
+        assert_eq!(ids(&seen), ["1-0", "3-0"]);
+        assert!(seen.iter().all(|e| e.source == Source::Claimed));
+        if flavor == "redis-6.2" {
+            // A bare nil: the dead id moved into B's list unnamed. Drain it to learn the id.
+            assert_eq!(rig.sent(), [drain_from("B", "0")]);
+            rig.reply("read_pending_after_claim").unwrap();
+            let again = rig.handle_all(Verdict::Ack);
+            assert_eq!(ids(&again), ["1-0", "3-0"]);
+            assert_eq!(rig.sent(), [cmd("XACK s g 2-0 1-0 3-0"), drain_from("B", "3-0")]);
+        } else {
+            // 7+/Valkey dropped it from the list and named it: count it, nothing to ack.
+            assert_eq!(rig.sent(), [park("B")], "{flavor}");
+        }
+        assert_eq!(rig.consumer.stats().deleted_seen, 1, "{flavor}");
+    });
+}
+
+#[test]
+fn group_gone_while_parked_reopens_the_door_and_drains() {
+    each(|flavor, protocol| {
+        for fixture in ["key_deleted_while_parked", "group_destroyed_while_parked"] {
+            let cfg = config("A", protocol).create_group("0").on_group_gone(GroupGone::Recreate);
+            let mut rig = Rig::new(cfg, flavor);
+            assert_eq!(rig.start(), [cmd("XGROUP CREATE s g 0 MKSTREAM"), drain_from("A", "0")]);
+            rig.reply("group_create").unwrap();
+            rig.reply("read_pending_empty").unwrap();
+            rig.sent();
+            rig.reply("autoclaim_done").unwrap();
+            assert_eq!(rig.sent(), [park("A")]);
+            rig.advance(BEAT);
+            rig.reply(fixture).unwrap();
+            let mut sent = rig.sent();
+            if sent == [claim("A", "0-0")] {
+                // Redis 6.2 stays blocked when the key is deleted and times out with nil;
+                // the next command finds the group gone.
+                assert_eq!((flavor, fixture), ("redis-6.2", "key_deleted_while_parked"));
+                rig.reply("nogroup_autoclaim").unwrap();
+                sent = rig.sent();
+            }
+            assert_eq!(rig.consumer.stats().group_recreated, 1, "{flavor} {fixture}");
+            assert_eq!(sent, [cmd("XGROUP CREATE s g 0 MKSTREAM"), drain_from("A", "0")]);
+            rig.reply("group_create").unwrap();
+            rig.reply("read_pending_empty").unwrap();
+            assert_eq!(rig.sent(), [claim("A", "0-0")]);
+        }
+    });
+}
+
+#[test]
+fn group_gone_is_fatal_and_sticky_when_configured_to_fail() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        let err = rig.reply("group_destroyed_while_parked").unwrap_err();
+        assert!(matches!(err, Error::GroupGone { command: Command::ReadNew, .. }), "{err:?}");
+        assert!(err.is_fatal());
+        assert_eq!(rig.reply("read_new_nil"), Err(err.clone()), "sticky");
+        assert_eq!(rig.consumer.error(), Some(&err));
+        assert!(!rig.consumer.wants_connection());
+        assert_eq!(rig.consumer.poll_timeout(), None);
+        assert_eq!(rig.consumer.poll_event(), None);
+    });
+}
+
+#[test]
+fn stop_mid_batch_finishes_the_entry_and_confirms_acks() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        let first = rig.entry();
+        rig.consumer.stop();
+        assert_eq!(rig.consumer.poll_event(), None, "the entry in hand is not cut short");
+        rig.settle(Verdict::Ack);
+        // Only the earned ack goes out: no further read, 2-0 and 3-0 stay pending.
+        assert_eq!(rig.sent(), [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))]);
+        assert_eq!(rig.consumer.poll_event(), None, "not stopped before the ack is confirmed");
+        rig.reply("xack_1").unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+        assert_eq!(rig.consumer.poll_event(), None);
+        assert_eq!(rig.consumer.stats().acked, 1);
+        assert_eq!(rig.consumer.stats().new, 1);
+        assert!(!rig.consumer.wants_connection());
+    });
+}
+
+#[test]
+fn stop_while_parked_stops_at_once() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.consumer.stop();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+        assert_eq!(rig.consumer.poll_transmit(), None);
+        assert_eq!(rig.consumer.poll_timeout(), None);
+        // A late reply to the parked read is ignored.
+        rig.reply("read_new").unwrap();
+        assert_eq!(rig.consumer.poll_event(), None);
+    });
+}
+
+#[test]
+fn stop_waits_for_acks_in_flight() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        rig.handle_all(Verdict::Ack);
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
+        rig.consumer.stop();
+        assert_eq!(rig.consumer.poll_event(), None);
+        rig.raw(b":3\r\n").unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    });
+}
+
+#[test]
+fn disconnect_mid_batch_keeps_the_entry_in_hand_and_resends_its_ack() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        let first = rig.entry();
+        rig.consumer.on_disconnected(rig.now);
+        let retry_at = rig.consumer.poll_timeout().expect("a reconnect is scheduled");
+        let delay = retry_at - rig.now;
+        assert!(delay >= Duration::from_millis(50) && delay <= Duration::from_millis(100), "{delay:?}");
+        assert!(rig.consumer.wants_connection());
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nothing is written while down");
+        rig.advance(delay);
+        // The ack is owed and goes out before the drain; the rest of the batch was dropped
+        // and comes back through the drain.
+        assert_eq!(
+            rig.start(),
+            [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id))), drain_from("A", "0")]
+        );
+        assert_eq!(rig.consumer.poll_event(), None);
+        assert_eq!(rig.consumer.stats().reconnects, 1);
+    });
+}
+
+#[test]
+fn disconnect_mid_ack_sends_the_acks_again() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        rig.handle_all(Verdict::Ack);
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
+        rig.consumer.on_disconnected(rig.now);
+        rig.advance(Duration::from_secs(1));
+        assert_eq!(rig.start(), [cmd("XACK s g 1-0 2-0 3-0"), drain_from("A", "0")]);
+        // A peer got there first for two of them: counted, not an error.
+        rig.reply("xack_1").unwrap();
+        assert_eq!((rig.consumer.stats().acked, rig.consumer.stats().lost_to_peer), (1, 2));
+    });
+}
+
+#[test]
+fn a_late_parked_read_times_out_and_reconnects() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        let deadline = rig.consumer.poll_timeout().unwrap();
+        assert_eq!(deadline - rig.now, BEAT + Duration::from_secs(2), "beat + read grace");
+        rig.now = deadline - Duration::from_millis(1);
+        assert_eq!(rig.consumer.handle_timeout(rig.now), Ok(()));
+        rig.now = deadline;
+        let err = rig.consumer.handle_timeout(rig.now).unwrap_err();
+        assert_eq!(err, Error::Timeout { command: Command::ReadNew });
+        assert!(!err.is_fatal());
+        assert!(rig.consumer.wants_connection());
+        assert!(rig.consumer.poll_timeout().unwrap() > rig.now);
+        assert_eq!(rig.consumer.stats().errors, 1);
+    });
+}
+
+#[test]
+fn wrong_password_is_fatal() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("A", protocol).auth(Some("nobody"), "wrong pass"), flavor);
+        rig.connect();
+        let first = rig.sent().remove(0);
+        match protocol {
+            Protocol::Resp2 => assert_eq!(first, ["AUTH", "nobody", "wrong pass"]),
+            Protocol::Resp3 => assert_eq!(first, ["HELLO", "3", "AUTH", "nobody", "wrong pass"]),
+        }
+        let err = rig.reply("wrongpass").unwrap_err();
+        assert!(matches!(&err, Error::Server { message, .. } if message.starts_with("WRONGPASS")), "{err:?}");
+        assert!(err.is_fatal());
+    });
+}
+
+#[test]
+fn loading_is_transient() {
+    let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-6.2");
+    rig.start();
+    let err = rig.raw(b"-LOADING Redis is loading the dataset in memory\r\n").unwrap_err();
+    assert!(matches!(err, Error::Unavailable { command: Command::ReadPending, .. }), "{err:?}");
+    assert!(!err.is_fatal());
+    assert!(rig.consumer.wants_connection());
+}
+
+#[test]
+fn garbage_and_unasked_replies_cost_the_connection_only() {
+    let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-7.0");
+    rig.start();
+    let err = rig.raw(b"?what\r\n").unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }) && !err.is_fatal());
+    rig.advance(Duration::from_secs(1));
+    rig.start();
+    rig.reply("read_pending_empty").unwrap();
+    rig.sent();
+    rig.reply("autoclaim_done").unwrap();
+    rig.sent();
+    // Entries are being handed out: no command is in flight, so any reply is unasked for.
+    rig.reply("read_new").unwrap();
+    let err = rig.reply("read_new_nil").unwrap_err();
+    assert!(matches!(err, Error::Protocol { .. }), "a reply to no command: {err:?}");
+}
+
+#[test]
+fn an_unknown_reply_shape_is_fatal() {
+    let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-7.0");
+    rig.start();
+    let err = rig.raw(b":1\r\n").unwrap_err();
+    assert!(matches!(err, Error::Shape { command: Command::ReadPending, .. }), "{err:?}");
+    assert!(err.is_fatal());
+}

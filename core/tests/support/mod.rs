@@ -1,0 +1,149 @@
+//! A rig that drives a [`Consumer`] through scripted conversations whose replies are the
+//! bytes captured from real servers (`tests/fixtures`, see `scripts/capture-fixtures`).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use pelican::{Config, Consumer, Entry, Error, Event, Protocol, Verdict};
+
+pub const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
+pub const PROTOCOLS: [Protocol; 2] = [Protocol::Resp2, Protocol::Resp3];
+
+pub fn proto_dir(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Resp2 => "resp2",
+        Protocol::Resp3 => "resp3",
+    }
+}
+
+pub fn fixture(flavor: &str, protocol: Protocol, name: &str) -> Vec<u8> {
+    let path =
+        format!("{}/tests/fixtures/{flavor}/{}/{name}.resp", env!("CARGO_MANIFEST_DIR"), proto_dir(protocol));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The origin of the rig's virtual clock. Tests need some `Instant`; only offsets matter.
+#[allow(clippy::disallowed_methods)]
+pub fn origin() -> Instant {
+    Instant::now()
+}
+
+/// Splits written bytes into commands (arrays of bulk strings), as strings.
+pub fn parse_commands(mut bytes: &[u8]) -> Vec<Vec<String>> {
+    fn line<'a>(b: &mut &'a [u8]) -> &'a [u8] {
+        let i = b.windows(2).position(|w| w == b"\r\n").expect("CRLF");
+        let l = &b[..i];
+        *b = &b[i + 2..];
+        l
+    }
+    let num = |l: &[u8]| std::str::from_utf8(&l[1..]).unwrap().parse::<usize>().unwrap();
+    let mut out = Vec::new();
+    while !bytes.is_empty() {
+        let h = line(&mut bytes);
+        assert_eq!(h[0], b'*', "commands are arrays");
+        let mut args = Vec::new();
+        for _ in 0..num(h) {
+            let h = line(&mut bytes);
+            assert_eq!(h[0], b'$', "arguments are bulk strings");
+            let n = num(h);
+            args.push(String::from_utf8_lossy(&bytes[..n]).into_owned());
+            assert_eq!(&bytes[n..n + 2], b"\r\n");
+            bytes = &bytes[n + 2..];
+        }
+        out.push(args);
+    }
+    out
+}
+
+pub fn cmd(s: &str) -> Vec<String> {
+    s.split(' ').map(str::to_string).collect()
+}
+
+pub fn cmds(list: &[&str]) -> Vec<Vec<String>> {
+    list.iter().map(|s| cmd(s)).collect()
+}
+
+pub struct Rig {
+    pub consumer: Consumer,
+    pub now: Instant,
+    pub flavor: &'static str,
+    pub protocol: Protocol,
+}
+
+impl Rig {
+    pub fn new(config: Config, flavor: &'static str) -> Rig {
+        let protocol = config.protocol;
+        Rig { consumer: Consumer::new(config).expect("valid config"), now: origin(), flavor, protocol }
+    }
+
+    pub fn connect(&mut self) {
+        assert!(self.consumer.wants_connection());
+        self.consumer.on_connected(self.now);
+    }
+
+    /// Connects and answers the RESP3 `HELLO` (captured reply); returns the other commands
+    /// of the opening write.
+    pub fn start(&mut self) -> Vec<Vec<String>> {
+        self.connect();
+        let mut sent = self.sent();
+        if self.protocol == Protocol::Resp3 {
+            assert_eq!(sent.remove(0), ["HELLO", "3"]);
+            self.reply("hello").expect("HELLO reply");
+        }
+        sent
+    }
+
+    /// Everything written since the last call, as one write, parsed.
+    pub fn sent(&mut self) -> Vec<Vec<String>> {
+        let Some(bytes) = self.consumer.poll_transmit() else { return Vec::new() };
+        let bytes = bytes.to_vec();
+        self.consumer.advance_transmit(bytes.len());
+        parse_commands(&bytes)
+    }
+
+    pub fn fixture(&self, name: &str) -> Vec<u8> {
+        fixture(self.flavor, self.protocol, name)
+    }
+
+    /// Feeds a captured reply.
+    pub fn reply(&mut self, name: &str) -> Result<(), Error> {
+        let bytes = self.fixture(name);
+        self.raw(&bytes)
+    }
+
+    pub fn raw(&mut self, bytes: &[u8]) -> Result<(), Error> {
+        self.consumer.handle_input(bytes, self.now)
+    }
+
+    pub fn advance(&mut self, d: Duration) {
+        self.now += d;
+    }
+
+    /// The next event, which must be an entry.
+    pub fn entry(&mut self) -> Entry {
+        match self.consumer.poll_event() {
+            Some(Event::Entry(e)) => e,
+            other => panic!("expected an entry, got {other:?}"),
+        }
+    }
+
+    /// Takes every entry the consumer hands out, one at a time, settling each with `verdict`.
+    pub fn handle_all(&mut self, verdict: Verdict) -> Vec<Entry> {
+        let mut seen = Vec::new();
+        while let Some(event) = self.consumer.poll_event() {
+            let Event::Entry(e) = event else { panic!("unexpected {event:?}") };
+            assert_eq!(self.consumer.poll_event(), None, "a second entry while one is in hand");
+            seen.push(e);
+            self.consumer.settle(verdict, self.now);
+        }
+        seen
+    }
+
+    pub fn settle(&mut self, verdict: Verdict) {
+        self.consumer.settle(verdict, self.now);
+    }
+}
+
+pub fn ids(entries: &[Entry]) -> Vec<String> {
+    entries.iter().map(|e| String::from_utf8_lossy(&e.id).into_owned()).collect()
+}
