@@ -71,6 +71,8 @@ pub struct Consumer {
     failed: Option<Error>,
     backoff: Backoff,
     connected_before: bool,
+    /// The latest time passed in, for `stop`, which takes none.
+    last_now: Option<Instant>,
     stats: Stats,
 }
 
@@ -159,6 +161,7 @@ impl Consumer {
             stop: Stop::Running,
             failed: None,
             connected_before: false,
+            last_now: None,
             stats: Stats::default(),
         })
     }
@@ -211,6 +214,7 @@ impl Consumer {
     /// the drain of the own pending list from the start: whatever this consumer held before
     /// (a crash, a lost connection) is handed out again at once.
     pub fn on_connected(&mut self, now: Instant) {
+        self.last_now = Some(now);
         if !self.is_live() {
             return;
         }
@@ -231,8 +235,13 @@ impl Consumer {
     /// The connection was lost, or an attempt to connect failed. Commands in flight are
     /// forgotten (acks among them are kept and sent again: `XACK` is idempotent); entries
     /// read but not handed out stay pending on the server. A reconnect is scheduled.
+    ///
+    /// After an `Err` from `handle_input`/`handle_timeout` the consumer has already done
+    /// this; calling it again before the scheduled reconnect time changes nothing.
     pub fn on_disconnected(&mut self, now: Instant) {
-        if self.is_live() {
+        self.last_now = Some(now);
+        let scheduled = matches!(self.link, Link::Down { retry_at } if now < retry_at);
+        if self.is_live() && !scheduled {
             self.lose_link(now);
         }
     }
@@ -241,6 +250,7 @@ impl Consumer {
 
     /// Bytes read from the connection. An `Err` means the connection must be closed.
     pub fn handle_input(&mut self, bytes: &[u8], now: Instant) -> Result<(), Error> {
+        self.last_now = Some(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -272,6 +282,9 @@ impl Consumer {
             if let Err(e) = self.on_reply(cmd.sent, value, now) {
                 return Err(self.fail(now, e));
             }
+            // Stop as soon as the last owed ack is confirmed, whatever else is buffered,
+            // so that how the bytes were split cannot matter.
+            self.finish_stop_if_clear();
         }
         self.pump(now);
         Ok(())
@@ -280,6 +293,7 @@ impl Consumer {
     /// Call when `poll_timeout` has passed. A reply overdue past its deadline is an
     /// [`Error::Timeout`]: the connection must be closed.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
+        self.last_now = Some(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -296,8 +310,10 @@ impl Consumer {
 
     /// The application's verdict on the entry in hand (from the last [`Event::Entry`]).
     /// `Ack` earns an `XACK`, written before the next read; `Retry` leaves it pending.
-    /// Without an entry in hand this does nothing.
+    /// Without an entry in hand this does nothing. `now` is the time of the settle (after
+    /// the handler ran), which dates the commands it sends.
     pub fn settle(&mut self, verdict: Verdict, now: Instant) {
+        self.last_now = Some(now);
         let Some(id) = self.in_hand.take() else { return };
         match verdict {
             Verdict::Ack => self.acks.push(id),
@@ -313,6 +329,10 @@ impl Consumer {
         if self.stop == Stop::Running && self.is_live() {
             self.stop = Stop::Stopping;
             self.buffer.clear();
+            // Acks settled mid-batch wait for the batch's end; the batch ends here.
+            if let Some(now) = self.last_now {
+                self.pump(now);
+            }
             self.finish_stop_if_clear();
         }
     }
@@ -451,6 +471,10 @@ impl Consumer {
         let command = sent.command();
         if let Value::Error(message) = &value {
             return self.on_error_reply(command, message, now);
+        }
+        if self.stop != Stop::Running && sent.is_read() {
+            // Entries read after a stop was asked stay pending, untouched.
+            return Ok(());
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         match sent {

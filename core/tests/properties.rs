@@ -107,6 +107,8 @@ struct Story {
     verdicts: Vec<bool>,
     /// Stop while the k-th handed-out entry is in hand.
     stop_at: Option<usize>,
+    /// Stop right after settling that entry instead of while it is in hand.
+    stop_after_settle: bool,
     count: u32,
 }
 
@@ -114,7 +116,20 @@ struct Story {
 enum Step {
     Sent(Vec<String>),
     Entry(String),
+    StopAsked,
     Stopped,
+}
+
+/// Takes what the consumer wrote, records it, and queues the server's answers.
+fn exchange(consumer: &mut Consumer, server: &mut Server, inbox: &mut Vec<u8>, trace: &mut Vec<Step>) {
+    if let Some(bytes) = consumer.poll_transmit() {
+        let bytes = bytes.to_vec();
+        consumer.advance_transmit(bytes.len());
+        for cmd in parse_commands(&bytes) {
+            inbox.extend(server.answer(&cmd));
+            trace.push(Step::Sent(cmd));
+        }
+    }
 }
 
 struct Outcome {
@@ -143,14 +158,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
     let mut chunk_i = 0usize;
     consumer.on_connected(now);
     for _round in 0..100_000 {
-        if let Some(bytes) = consumer.poll_transmit() {
-            let bytes = bytes.to_vec();
-            consumer.advance_transmit(bytes.len());
-            for cmd in parse_commands(&bytes) {
-                inbox.extend(server.answer(&cmd));
-                trace.push(Step::Sent(cmd));
-            }
-        }
+        exchange(&mut consumer, &mut server, &mut inbox, &mut trace);
         let mut stopped = false;
         while let Some(event) = consumer.poll_event() {
             match event {
@@ -160,7 +168,9 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     let n = Server::parse(std::str::from_utf8(&e.id).unwrap());
                     assert!(!server.deleted.contains(&n), "a deleted entry was handed out");
                     trace.push(Step::Entry(String::from_utf8(e.id.to_vec()).unwrap()));
-                    if story.stop_at == Some(handed) {
+                    let stop_here = story.stop_at == Some(handed);
+                    if stop_here && !story.stop_after_settle {
+                        trace.push(Step::StopAsked);
                         consumer.stop();
                         assert_eq!(consumer.poll_event(), None, "stop cut an entry short");
                     }
@@ -168,6 +178,11 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     handed += 1;
                     verdicts.insert(n, ack);
                     consumer.settle(if ack { Verdict::Ack } else { Verdict::Retry }, now);
+                    if stop_here && story.stop_after_settle {
+                        exchange(&mut consumer, &mut server, &mut inbox, &mut trace);
+                        trace.push(Step::StopAsked);
+                        consumer.stop();
+                    }
                 }
                 Event::Stopped => {
                     trace.push(Step::Stopped);
@@ -185,6 +200,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
         if inbox.is_empty() {
             // Parked with the stream exhausted: the story ends.
             assert!(server.delivered == server.total, "the consumer went quiet with work left");
+            trace.push(Step::StopAsked);
             consumer.stop();
             continue;
         }
@@ -204,16 +220,11 @@ fn story() -> impl Strategy<Value = Story> {
         prop::collection::btree_set(1u64..25, 0..6),
         prop::collection::vec(any::<bool>(), 1..8),
         prop::option::of(0usize..60),
+        any::<bool>(),
         1u32..8,
     )
-        .prop_map(|(protocol, pending, new, deleted, verdicts, stop_at, count)| Story {
-            protocol,
-            pending,
-            new,
-            deleted,
-            verdicts,
-            stop_at,
-            count,
+        .prop_map(|(protocol, pending, new, deleted, verdicts, stop_at, stop_after_settle, count)| {
+            Story { protocol, pending, new, deleted, verdicts, stop_at, stop_after_settle, count }
         })
 }
 
@@ -260,13 +271,14 @@ proptest! {
         if let Some(k) = story.stop_at {
             prop_assert!(handed.len() <= k + 1, "entries handed out after the stop");
         }
-        // After the stop, the only command is the XACK of earned acks.
-        if let Some(k) = story.stop_at.filter(|k| *k < handed.len()) {
-            let at = out.trace.iter().position(|s| *s == Step::Entry(handed[k].clone())).unwrap();
-            for step in &out.trace[at + 1..] {
-                if let Step::Sent(cmd) = step {
-                    prop_assert_eq!(cmd[0].as_str(), "XACK");
-                }
+        // After the stop is asked, no entry is handed out and the only command is the XACK
+        // of earned acks.
+        let asked = out.trace.iter().position(|s| *s == Step::StopAsked).expect("every story stops");
+        for step in &out.trace[asked + 1..] {
+            match step {
+                Step::Sent(cmd) => prop_assert_eq!(cmd[0].as_str(), "XACK"),
+                Step::Entry(id) => prop_assert!(false, "entry {} handed out after the stop", id),
+                _ => {}
             }
         }
     }

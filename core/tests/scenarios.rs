@@ -258,6 +258,60 @@ fn stop_mid_batch_finishes_the_entry_and_confirms_acks() {
 }
 
 #[test]
+fn stop_between_entries_of_a_batch_sends_the_acks_settled_so_far() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        let first = rig.entry();
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "acks wait for the batch's end");
+        rig.consumer.stop();
+        assert_eq!(rig.sent(), [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))]);
+        rig.reply("xack_1").unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    });
+}
+
+#[test]
+fn a_second_disconnect_report_does_not_push_the_reconnect_back() {
+    let mut rig = parked("valkey-8.1", Protocol::Resp2);
+    let err = rig.raw(b"?\r\n").unwrap_err();
+    assert!(!err.is_fatal());
+    let retry_at = rig.consumer.poll_timeout().unwrap();
+    rig.consumer.on_disconnected(rig.now);
+    assert_eq!(rig.consumer.poll_timeout(), Some(retry_at));
+    // A failed connect attempt after the scheduled time backs off further.
+    rig.now = retry_at;
+    rig.consumer.on_disconnected(rig.now);
+    assert!(rig.consumer.poll_timeout().unwrap() > retry_at);
+}
+
+#[test]
+fn stop_while_disconnected_with_nothing_owed_stops_at_once() {
+    let mut rig = parked("redis-7.0", Protocol::Resp2);
+    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    assert!(!rig.consumer.wants_connection());
+}
+
+#[test]
+fn stop_while_disconnected_with_acks_owed_reconnects_to_confirm_them() {
+    let mut rig = parked("redis-7.0", Protocol::Resp2);
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    rig.settle(Verdict::Ack);
+    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert!(rig.consumer.wants_connection());
+    rig.advance(Duration::from_secs(1));
+    assert_eq!(rig.start(), [cmd("XACK s g 1-0")], "only the owed ack, no drain");
+    rig.reply("xack_1").unwrap();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+}
+
+#[test]
 fn stop_while_parked_stops_at_once() {
     each(|flavor, protocol| {
         let mut rig = parked(flavor, protocol);

@@ -18,8 +18,9 @@
 //! }
 //! ```
 //!
-//! This crate talks to servers on its own and does not use `pelican`; the scenario suites
-//! that drive pelican's transports against these servers build on it.
+//! - [`conformance`]: the scenario suite every transport must pass, on every server and
+//!   protocol (`conformance_suite!(MyTransport)` instantiates it).
 
 pub mod admin;
+pub mod conformance;
 pub mod server;

@@ -1,0 +1,540 @@
+//! The conformance suite: whole consumer stories against real servers, written once and run
+//! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0 and Valkey 8.1, in RESP2 and
+//! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`), not
+//! only what the handler saw.
+//!
+//! A transport's test file instantiates the whole suite with one line:
+//! `pelican_tests::conformance_suite!(MyTransport);`
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use pelican::{Config, Entry, GroupGone, Protocol, Source, Stats, Verdict};
+
+use crate::admin::Admin;
+use crate::server::{Flavor, Options, Server};
+
+/// The application's handler, as the suite hands it to a transport.
+pub type Handler = Box<dyn FnMut(&Entry) -> Verdict + Send>;
+
+/// What a transport must offer the suite: run one consumer on a thread of its own.
+pub trait Transport {
+    /// Starts a consumer for `config` against `addr`, handling entries with `handler`.
+    fn spawn(addr: SocketAddr, config: Config, handler: Handler) -> Running;
+}
+
+/// A consumer running on its own thread.
+pub struct Running {
+    stop: Box<dyn Fn() + Send + Sync>,
+    thread: JoinHandle<Result<Stats, String>>,
+}
+
+impl Running {
+    /// Wraps a transport's stop function and the thread that returns the final stats (or
+    /// the fatal error, as text).
+    pub fn new(
+        stop: impl Fn() + Send + Sync + 'static,
+        thread: JoinHandle<Result<Stats, String>>,
+    ) -> Running {
+        Running { stop: Box::new(stop), thread }
+    }
+
+    /// Asks the consumer to stop (between entries).
+    pub fn stop(&self) {
+        (self.stop)();
+    }
+
+    /// True once the consumer's thread has returned.
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits (at most `limit`) for the consumer's thread to return.
+    pub fn join(self, limit: Duration) -> Result<Stats, String> {
+        assert!(
+            wait_until(limit, || self.thread.is_finished()),
+            "the consumer did not return within {limit:?}"
+        );
+        self.thread.join().unwrap_or_else(|_| Err("the consumer thread panicked".into()))
+    }
+
+    /// Stops and waits (at most 10 s); panics on an error.
+    pub fn finish(self) -> Stats {
+        self.stop();
+        self.join(Duration::from_secs(10)).expect("the consumer stopped cleanly")
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds or `limit` passes.
+pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + limit;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One server flavor and protocol for a scenario.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The server.
+    pub flavor: Flavor,
+    /// The wire protocol.
+    pub protocol: Protocol,
+}
+
+impl Target {
+    /// A consumer config with short, test-friendly timings.
+    pub fn config(&self, consumer: &str) -> Config {
+        Config::new(STREAM, GROUP, consumer)
+            .protocol(self.protocol)
+            .count(50)
+            .beat(Duration::from_millis(200))
+            .min_idle(Duration::from_secs(3600))
+            .backoff(Duration::from_millis(20), Duration::from_millis(200))
+            .client_name(format!("pelican-{consumer}"))
+    }
+}
+
+/// The stream key every scenario uses.
+pub const STREAM: &str = "s";
+/// The group every scenario uses.
+pub const GROUP: &str = "g";
+
+/// What the handler saw: every delivery, in order.
+#[derive(Clone, Default)]
+pub struct Seen(Arc<Mutex<Vec<(String, Source)>>>);
+
+impl Seen {
+    /// A handler that records each delivery and answers with `verdict(id, times seen)`.
+    pub fn handler(&self, mut verdict: impl FnMut(&str, usize) -> Verdict + Send + 'static) -> Handler {
+        let seen = self.clone();
+        Box::new(move |e: &Entry| {
+            let id = String::from_utf8_lossy(&e.id).into_owned();
+            let mut all = seen.0.lock().unwrap();
+            all.push((id.clone(), e.source));
+            let times = all.iter().filter(|(i, _)| *i == id).count();
+            drop(all);
+            verdict(&id, times)
+        })
+    }
+    /// A handler that acks everything.
+    pub fn acking(&self) -> Handler {
+        self.handler(|_, _| Verdict::Ack)
+    }
+    /// Deliveries so far.
+    pub fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+    /// True if nothing was delivered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Distinct ids delivered.
+    pub fn ids(&self) -> BTreeSet<String> {
+        self.0.lock().unwrap().iter().map(|(id, _)| id.clone()).collect()
+    }
+    /// Every delivery.
+    pub fn all(&self) -> Vec<(String, Source)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+fn set(ids: &[String]) -> BTreeSet<String> {
+    ids.iter().cloned().collect()
+}
+
+/// Creates the group at `0` (with MKSTREAM).
+fn create_group(admin: &mut Admin) {
+    admin.call(&["XGROUP", "CREATE", STREAM, GROUP, "0", "MKSTREAM"]);
+}
+
+/// Reads every new entry as `consumer` (who then holds them, as a peer that dies would).
+fn hold(admin: &mut Admin, consumer: &str) -> usize {
+    let reply =
+        admin.call(&["XREADGROUP", "GROUP", GROUP, consumer, "COUNT", "1000000", "STREAMS", STREAM, ">"]);
+    reply
+        .as_array()
+        .and_then(|s| s.first())
+        .and_then(|s| s.as_array())
+        .and_then(|s| s.get(1))
+        .and_then(|e| e.as_array())
+        .map_or(0, |e| e.len())
+}
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+// ---- scenarios ------------------------------------------------------------------------------
+
+/// Cold start: the consumer creates the group, consumes what arrives, the PEL ends empty.
+pub fn cold_start<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1").create_group("0"), seen.acking());
+    assert!(wait_until(SETTLE, || admin.group_exists(STREAM, GROUP)), "the door created the group");
+    let ids = admin.xadd_n(STREAM, 500, 8);
+    assert!(wait_until(SETTLE, || seen.len() >= 500), "consumed {} of 500", seen.len());
+    let stats = run.finish();
+    assert_eq!(seen.ids(), set(&ids));
+    assert!(seen.all().iter().all(|(_, s)| *s == Source::New));
+    assert_eq!(stats.acked, 500);
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// Crash and restart under the same name: the backlog comes back at once, without waiting
+/// for `min_idle` (an hour here).
+pub fn crash_restart<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 120, 8);
+    // First life: handles 20 entries, then crashes mid-batch (the handler panics, the thread
+    // dies, the connection drops: no ack for the entry in hand or the rest of the batch).
+    let seen = Seen::default();
+    let handled = AtomicUsize::new(0);
+    let crash = T::spawn(
+        server.addr(),
+        t.config("c1"),
+        seen.handler(move |_, _| match handled.fetch_add(1, Ordering::SeqCst) {
+            19 => panic!("crash (on purpose, for the test)"),
+            _ => Verdict::Ack,
+        }),
+    );
+    let _ = crash.join(SETTLE);
+    let held: BTreeSet<String> =
+        admin.xpending_consumer(STREAM, GROUP, "c1").into_iter().map(|p| p.0).collect();
+    assert!(held.len() >= 20, "c1 holds its unacked batch ({})", held.len());
+    // Second life, same name: the backlog is handed out from its own pending list at once,
+    // before anything new.
+    let started = Instant::now();
+    let again = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1"), again.acking());
+    assert!(wait_until(SETTLE, || again.ids().is_superset(&held)), "got {} of {}", again.len(), held.len());
+    assert!(started.elapsed() < Duration::from_secs(5), "no idle wait: {:?}", started.elapsed());
+    assert!(wait_until(SETTLE, || seen.ids().union(&again.ids()).count() == ids.len()), "nothing lost");
+    run.finish();
+    let deliveries = again.all();
+    let (first, rest) = deliveries.split_at(held.len());
+    assert!(first.iter().all(|(id, s)| *s == Source::Pending && held.contains(id)), "backlog first");
+    assert!(rest.iter().all(|(_, s)| *s == Source::New));
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// A dead peer's entries are reclaimed after `min_idle`, within `min_idle + beat + slack`.
+pub fn dead_peer<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 30, 8);
+    assert_eq!(hold(&mut admin, "dead"), 30);
+    let held_at = Instant::now();
+    let min_idle = Duration::from_millis(600);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1").min_idle(min_idle), seen.acking());
+    assert!(wait_until(Duration::from_secs(10), || seen.len() >= 30), "reclaimed {} of 30", seen.len());
+    let took = held_at.elapsed();
+    run.finish();
+    assert!(took >= min_idle, "reclaimed before min_idle: {took:?}");
+    assert!(took < min_idle + Duration::from_millis(200) + Duration::from_secs(3), "too slow: {took:?}");
+    assert_eq!(seen.ids(), set(&ids));
+    assert!(seen.all().iter().all(|(_, s)| *s == Source::Claimed));
+    assert!(admin.xpending_consumer(STREAM, GROUP, "dead").is_empty());
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// A `Retry` verdict comes back after `min_idle` (through `XAUTOCLAIM` of its own entry).
+pub fn retry_after_min_idle<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let min_idle = Duration::from_millis(500);
+    let seen = Seen::default();
+    let run = T::spawn(
+        server.addr(),
+        t.config("c1").min_idle(min_idle),
+        seen.handler(|_, times| if times == 1 { Verdict::Retry } else { Verdict::Ack }),
+    );
+    thread::sleep(Duration::from_millis(300));
+    let ids = admin.xadd_n(STREAM, 5, 8);
+    let added = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || seen.len() >= 10), "deliveries: {}", seen.len());
+    let took = added.elapsed();
+    let stats = run.finish();
+    assert!(took >= min_idle, "retried before min_idle: {took:?}");
+    let all = seen.all();
+    for id in &ids {
+        let sources: Vec<Source> = all.iter().filter(|(i, _)| i == id).map(|(_, s)| *s).collect();
+        assert_eq!(sources, [Source::New, Source::Claimed], "{id}");
+    }
+    assert_eq!((stats.retried, stats.acked), (5, 5));
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// Pending entries deleted by `XDEL` (or trimmed by `XTRIM`) are acked away on the drain and
+/// on the claim path, never handed out; the PEL ends empty.
+fn deleted_pending<T: Transport>(t: Target, trim: bool) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 20, 8);
+    // c1 (the drain path) holds the first 10, `dead` (the claim path) the other 10.
+    admin.call(&["XREADGROUP", "GROUP", GROUP, "c1", "COUNT", "10", "STREAMS", STREAM, ">"]);
+    assert_eq!(hold(&mut admin, "dead"), 10);
+    let gone: Vec<String> = if trim {
+        admin.call(&["XTRIM", STREAM, "MAXLEN", "15"]);
+        ids[..5].to_vec()
+    } else {
+        let gone = vec![ids[1].clone(), ids[4].clone(), ids[12].clone(), ids[17].clone()];
+        for id in &gone {
+            admin.call(&["XDEL", STREAM, id]);
+        }
+        gone
+    };
+    let live: BTreeSet<String> = set(&ids).difference(&set(&gone)).cloned().collect();
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1").min_idle(Duration::from_millis(300)), seen.acking());
+    assert!(
+        wait_until(SETTLE, || seen.ids() == live && admin.xpending_count(STREAM, GROUP) == 0),
+        "{:?}",
+        seen.ids()
+    );
+    let stats = run.finish();
+    assert!(seen.ids().is_disjoint(&set(&gone)), "a deleted entry was handed out");
+    assert!(stats.deleted_seen >= gone.len() as u64, "{stats:?}");
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// `XDEL` of pending entries, on the drain and on the claim path.
+pub fn xdel_pending<T: Transport>(t: Target) {
+    deleted_pending::<T>(t, false);
+}
+
+/// `XTRIM` of pending entries.
+pub fn xtrim_pending<T: Transport>(t: Target) {
+    deleted_pending::<T>(t, true);
+}
+
+/// The group disappears while parked (`XGROUP DESTROY`, then `DEL` of the key): the consumer
+/// recreates it and carries on.
+pub fn group_gone_recreated<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    let seen = Seen::default();
+    let config = t.config("c1").create_group("0").on_group_gone(GroupGone::Recreate);
+    let run = T::spawn(server.addr(), config, seen.acking());
+    assert!(wait_until(SETTLE, || admin.group_exists(STREAM, GROUP)));
+    for how in [["XGROUP", "DESTROY", STREAM, GROUP].as_slice(), ["DEL", STREAM].as_slice()] {
+        let before = set(&admin.xadd_n(STREAM, 3, 8));
+        assert!(wait_until(SETTLE, || seen.ids().is_superset(&before)), "consumed before {how:?}");
+        thread::sleep(Duration::from_millis(100)); // parked again
+        admin.call(how);
+        assert!(wait_until(SETTLE, || admin.group_exists(STREAM, GROUP)), "recreated after {how:?}");
+        let after = set(&admin.xadd_n(STREAM, 3, 8));
+        assert!(wait_until(SETTLE, || seen.ids().is_superset(&after)), "consumed after {how:?}");
+    }
+    let stats = run.finish();
+    assert!(stats.group_recreated >= 2, "{stats:?}");
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// With `GroupGone::Fail`, a destroyed group stops the consumer with an error.
+pub fn group_gone_fails<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    thread::sleep(Duration::from_millis(300));
+    admin.call(&["XGROUP", "DESTROY", STREAM, GROUP]);
+    let err = run.join(SETTLE).expect_err("the consumer fails");
+    assert!(err.contains("group is gone"), "{err}");
+}
+
+/// `XGROUP DELCONSUMER` while parked: the server drops the consumer (and its pending list);
+/// the next read recreates it and consumption goes on.
+pub fn delconsumer_while_parked<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    thread::sleep(Duration::from_millis(300));
+    admin.call(&["XGROUP", "DELCONSUMER", STREAM, GROUP, "c1"]);
+    let ids = admin.xadd_n(STREAM, 10, 8);
+    assert!(wait_until(SETTLE, || seen.ids() == set(&ids)));
+    run.finish();
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// Stop mid-batch: the entry in hand finishes, its ack is confirmed, nothing after it is
+/// handed out, the rest stays pending.
+pub fn stop_mid_batch<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    admin.xadd_n(STREAM, 50, 8);
+    let seen = Seen::default();
+    let started = Arc::new(AtomicBool::new(false));
+    let flag = started.clone();
+    let run = T::spawn(
+        server.addr(),
+        t.config("c1"),
+        seen.handler(move |_, _| {
+            flag.store(true, Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(30));
+            Verdict::Ack
+        }),
+    );
+    assert!(wait_until(SETTLE, || started.load(Ordering::SeqCst)));
+    run.stop();
+    let stats = run.join(SETTLE).expect("clean stop");
+    let handled = seen.len() as u64;
+    assert!((1..50).contains(&handled), "{handled}");
+    assert_eq!(stats.acked, handled, "every settled entry's ack was confirmed");
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 50 - handled as i64, "the rest stays pending");
+}
+
+/// Stop while parked returns promptly (far below the beat).
+pub fn stop_while_parked<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let run = T::spawn(server.addr(), t.config("c1").beat(Duration::from_secs(5)), Seen::default().acking());
+    assert!(wait_until(SETTLE, || admin.info("clients").contains("blocked_clients:1")), "parked");
+    let asked = Instant::now();
+    run.stop();
+    run.join(Duration::from_secs(2)).expect("clean stop");
+    assert!(asked.elapsed() < Duration::from_millis(500), "stopped after {:?}", asked.elapsed());
+}
+
+/// `CLIENT KILL` of the consumer's connection: it reconnects, drains and carries on.
+pub fn client_kill<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let first = admin.xadd_n(STREAM, 10, 8);
+    assert!(wait_until(SETTLE, || seen.len() >= 10));
+    assert!(wait_until(SETTLE, || admin.client_kill_by_name("pelican-c1") >= 1));
+    let second = admin.xadd_n(STREAM, 10, 8);
+    assert!(wait_until(SETTLE, || seen.ids().is_superset(&set(&second))));
+    let stats = run.finish();
+    assert!(stats.reconnects >= 1, "{stats:?}");
+    assert_eq!(seen.ids(), set(&first).union(&set(&second)).cloned().collect());
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// kill -9 of the server and a restart with AOF on the same port: the consumer reconnects
+/// (through `LOADING`, if it sees it) and nothing is lost.
+pub fn server_restart_aof<T: Transport>(t: Target) {
+    let mut server = Server::start_with(t.flavor, Options::default().with_aof());
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let mut ids = admin.xadd_n(STREAM, 200, 8);
+    assert!(wait_until(SETTLE, || seen.len() >= 50));
+    server.kill9();
+    thread::sleep(Duration::from_millis(200));
+    server.restart();
+    let mut admin = server.admin();
+    ids.extend(admin.xadd_n(STREAM, 100, 8));
+    assert!(wait_until(Duration::from_secs(20), || seen.ids() == set(&ids)
+        && admin.xpending_count(STREAM, GROUP) == 0));
+    let stats = run.finish();
+    assert!(stats.reconnects >= 1, "{stats:?}");
+}
+
+/// AUTH with an ACL user.
+pub fn acl_user<T: Transport>(t: Target) {
+    let server = Server::start_with(t.flavor, Options::default().with_full_user("app", "s3cret-pass"));
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 10, 8);
+    let seen = Seen::default();
+    let run = T::spawn(server.addr(), t.config("c1").auth(Some("app"), "s3cret-pass"), seen.acking());
+    assert!(wait_until(SETTLE, || seen.ids() == set(&ids)));
+    run.finish();
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+    let bad = T::spawn(server.addr(), t.config("c2").auth(Some("app"), "wrong"), Seen::default().acking());
+    let err = bad.join(SETTLE).expect_err("wrong password is fatal");
+    assert!(err.contains("WRONGPASS"), "{err}");
+}
+
+/// A large backlog (100k entries) consumed in full, the PEL empty at the end.
+pub fn large_backlog<T: Transport>(t: Target) {
+    let server = Server::start(t.flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let n = 100_000;
+    admin.xadd_n(STREAM, n, 16);
+    let count = Arc::new(AtomicUsize::new(0));
+    let c = count.clone();
+    let run = T::spawn(
+        server.addr(),
+        t.config("c1").count(500),
+        Box::new(move |_: &Entry| {
+            c.fetch_add(1, Ordering::Relaxed);
+            Verdict::Ack
+        }),
+    );
+    assert!(
+        wait_until(Duration::from_secs(120), || count.load(Ordering::Relaxed) >= n),
+        "{}",
+        count.load(Ordering::Relaxed)
+    );
+    let stats = run.finish();
+    assert_eq!(stats.acked, n as u64);
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+    let reply = admin.call(&["XINFO", "GROUPS", STREAM]);
+    assert!(format!("{reply:?}").contains("pending"), "{reply:?}");
+}
+
+/// Runs `scenario` on every server flavor and protocol, a thread per target; panics with
+/// the list of targets that failed.
+pub fn on_every_target(name: &str, scenario: fn(Target)) {
+    let mut threads = Vec::new();
+    for flavor in Flavor::ALL {
+        for protocol in [Protocol::Resp2, Protocol::Resp3] {
+            let label = format!("{name} on {} {protocol:?}", flavor.name());
+            let t = Target { flavor, protocol };
+            threads.push((
+                label.clone(),
+                thread::Builder::new().name(label).spawn(move || scenario(t)).unwrap(),
+            ));
+        }
+    }
+    let failed: Vec<String> =
+        threads.into_iter().filter_map(|(label, th)| th.join().is_err().then_some(label)).collect();
+    assert!(failed.is_empty(), "{} of 6 targets failed: {failed:?}", failed.len());
+}
+
+/// Expands to one `#[test]` per scenario for the transport `$t`, each run on every target.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($t:ty) => {
+        $crate::conformance_suite!(@each $t;
+            cold_start, crash_restart, dead_peer, retry_after_min_idle, xdel_pending, xtrim_pending,
+            group_gone_recreated, group_gone_fails, delconsumer_while_parked, stop_mid_batch,
+            stop_while_parked, client_kill, server_restart_aof, acl_user, large_backlog);
+    };
+    (@each $t:ty; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::on_every_target(stringify!($name), $crate::conformance::$name::<$t>);
+            }
+        )*
+    };
+}

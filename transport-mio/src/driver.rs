@@ -1,0 +1,408 @@
+//! One consumer over one `mio` socket, registered on a caller's `Poll`.
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+use pelican::{Consumer, Entry, Error, Event, Verdict};
+
+/// Size of one socket read.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Reads one [`Driver::drive`] call makes before it yields to the caller's other work (the
+/// driver then asks to be driven again at once, see [`Driver::next_deadline`]).
+const READ_BUDGET: usize = 32;
+
+/// How long a TCP connect may take before it counts as failed, unless
+/// [`Driver::connect_timeout`] says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a [`Driver`] reports after [`Driver::drive`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Status {
+    /// Still working: drive it again on its token's next event or at
+    /// [`Driver::next_deadline`], whichever comes first.
+    Running,
+    /// The consumer stopped (after [`Driver::stop`]); its socket is closed and deregistered.
+    /// Further calls to `drive` do nothing and report `Stopped` again.
+    Stopped,
+}
+
+/// The socket's state.
+#[derive(Debug)]
+enum Link {
+    /// No socket.
+    Idle,
+    /// A non-blocking connect is under way; it fails if not done by `deadline`.
+    Connecting { stream: TcpStream, deadline: Instant },
+    /// Connected; the consumer was told so.
+    Up { stream: TcpStream },
+}
+
+/// Drives one [`Consumer`] over one `mio` TCP socket.
+///
+/// The socket is registered on the caller's [`Registry`] under the caller's [`Token`]
+/// (readable and writable, edge-triggered), so any number of drivers can share one thread
+/// inside someone else's event loop. The driver knows nothing of the protocol: it connects,
+/// moves bytes between the socket and the consumer until the socket would block, hands
+/// entries to the handler and settles them with its verdict, and reconnects when the
+/// consumer asks to.
+///
+/// # Driving it
+///
+/// The caller MUST call [`drive`](Self::drive):
+///
+/// - once after creating the driver (or simply when [`next_deadline`](Self::next_deadline)
+///   has passed, which it has at first: the driver wants to connect at once);
+/// - on every `mio` event for the driver's token, whatever its readiness;
+/// - whenever [`next_deadline`](Self::next_deadline) has passed.
+///
+/// Extra calls are harmless. Each call works until there is nothing left to do without
+/// waiting: bytes written until the socket would block, every entry handed out, every
+/// readable byte read (or a fairness budget is spent, in which case `next_deadline` is due
+/// at once). `drive` returns [`Status::Stopped`] once the consumer has stopped, and a fatal
+/// [`Error`] if the consumer gave up (wrong password, a missing group…); a non-fatal error
+/// only costs the connection, and the driver reconnects after the consumer's backoff.
+///
+/// ```no_run
+/// use std::time::Instant;
+/// use mio::{Events, Poll, Token};
+/// use pelican::{Config, Consumer, Verdict};
+/// use pelican_mio::{Driver, Status};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut poll = Poll::new()?;
+/// let consumer = Consumer::new(Config::new("orders", "billing", "worker-1"))?;
+/// let mut driver = Driver::new("127.0.0.1:6379".parse()?, consumer, Token(7));
+/// let mut events = Events::with_capacity(64);
+/// let mut handler = |entry: &pelican::Entry| {
+///     println!("{:?}", entry.id);
+///     Verdict::Ack
+/// };
+/// loop {
+///     if driver.drive(poll.registry(), &mut handler)? == Status::Stopped {
+///         break;
+///     }
+///     let timeout = driver.next_deadline().map(|d| d.saturating_duration_since(Instant::now()));
+///     poll.poll(&mut events, timeout)?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Driver {
+    consumer: Consumer,
+    token: Token,
+    /// Where to connect; a failed connect moves on to the next address.
+    addrs: Vec<SocketAddr>,
+    next_addr: usize,
+    connect_timeout: Duration,
+    link: Link,
+    buf: Box<[u8]>,
+    /// Drive again at once (a past instant, fixed so that callers comparing it with their
+    /// own `now` see it due): set at creation, and when a `drive` stopped short of its work
+    /// to let others run.
+    asap: Option<Instant>,
+    stopped: bool,
+}
+
+impl Driver {
+    /// A driver for `consumer`, connecting to `addr`, registering its socket under `token`.
+    /// Nothing happens until the first [`drive`](Self::drive).
+    pub fn new(addr: SocketAddr, consumer: Consumer, token: Token) -> Driver {
+        Driver {
+            consumer,
+            token,
+            addrs: vec![addr],
+            next_addr: 0,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            link: Link::Idle,
+            buf: vec![0; READ_CHUNK].into_boxed_slice(),
+            asap: Some(Instant::now()),
+            stopped: false,
+        }
+    }
+
+    /// Adds addresses to try, in turn, after a connect to the previous one failed (for a
+    /// name that resolves to several addresses, e.g. `localhost` to `::1` and `127.0.0.1`).
+    pub fn fallback_addrs(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Driver {
+        self.addrs.extend(addrs);
+        self
+    }
+
+    /// Sets how long a TCP connect may take before it counts as a failed attempt (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Driver {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The consumer: its [`stats`](Consumer::stats), [`config`](Consumer::config) and state.
+    pub fn consumer(&self) -> &Consumer {
+        &self.consumer
+    }
+
+    /// The token the socket is registered under.
+    pub fn token(&self) -> Token {
+        self.token
+    }
+
+    /// The address the driver is connected or connecting to, or will try next.
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[self.next_addr]
+    }
+
+    /// True once the consumer has stopped and the socket is closed.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Asks the consumer to stop, between entries, once earned acks are confirmed (see
+    /// [`Consumer::stop`]). The caller MUST go on driving until [`Status::Stopped`]; the
+    /// next [`drive`](Self::drive) may already report it.
+    pub fn stop(&mut self) {
+        self.consumer.stop();
+    }
+
+    /// When the driver next needs [`drive`](Self::drive) without an event: a reply's
+    /// deadline, a reconnect, a connect timing out. A deadline in the past means at once.
+    /// `None`: only an event can give it work (or it has stopped or failed).
+    #[must_use]
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if self.stopped || self.consumer.error().is_some() {
+            return None;
+        }
+        if self.asap.is_some() {
+            return self.asap;
+        }
+        match &self.link {
+            Link::Connecting { deadline, .. } => Some(*deadline),
+            Link::Up { .. } => self.consumer.poll_timeout(),
+            // Before the first connect the consumer has no deadline: it wants one at once.
+            Link::Idle if self.consumer.wants_connection() => {
+                Some(self.consumer.poll_timeout().unwrap_or_else(Instant::now))
+            }
+            Link::Idle => self.consumer.poll_timeout(),
+        }
+    }
+
+    /// Does everything that can be done now: connect or reconnect if due, finish a connect,
+    /// write, read, hand each entry to `handler` and settle it with the verdict, check the
+    /// consumer's deadlines. See the type's docs for when to call it.
+    ///
+    /// Returns [`Status::Stopped`] once the consumer stopped, and the consumer's fatal
+    /// [`Error`] once it failed (again on every later call); the socket is closed and
+    /// deregistered in both cases.
+    pub fn drive(
+        &mut self,
+        registry: &Registry,
+        handler: &mut impl FnMut(&Entry) -> Verdict,
+    ) -> Result<Status, Error> {
+        self.drive_until(registry, handler, None)
+    }
+
+    /// [`drive`](Self::drive), also asking the consumer to stop as soon as `stop` is set
+    /// (checked after each handler call, so a stop is not held up by a batch of entries).
+    pub(crate) fn drive_until(
+        &mut self,
+        registry: &Registry,
+        handler: &mut impl FnMut(&Entry) -> Verdict,
+        stop: Option<&AtomicBool>,
+    ) -> Result<Status, Error> {
+        self.asap = None;
+        if self.stopped {
+            return Ok(Status::Stopped);
+        }
+        if let Some(err) = self.consumer.error() {
+            let err = err.clone();
+            self.close(registry);
+            return Err(err);
+        }
+        self.advance_link(registry, Instant::now());
+        self.exchange(registry, handler, stop)
+    }
+
+    /// Connects if the consumer wants a connection and its backoff has passed; finishes a
+    /// connect under way.
+    fn advance_link(&mut self, registry: &Registry, now: Instant) {
+        match std::mem::replace(&mut self.link, Link::Idle) {
+            Link::Idle => {
+                let due = self.consumer.poll_timeout().map_or(true, |at| at <= now);
+                if self.consumer.wants_connection() && due {
+                    self.connect(registry, now);
+                }
+            }
+            Link::Connecting { stream, deadline } => match connect_outcome(&stream) {
+                Ok(true) => {
+                    self.link = Link::Up { stream };
+                    self.consumer.on_connected(now);
+                }
+                Ok(false) if now < deadline => self.link = Link::Connecting { stream, deadline },
+                Ok(false) | Err(_) => {
+                    self.link = Link::Connecting { stream, deadline };
+                    self.connect_failed(registry, now);
+                }
+            },
+            up @ Link::Up { .. } => self.link = up,
+        }
+    }
+
+    fn connect(&mut self, registry: &Registry, now: Instant) {
+        let attempt = TcpStream::connect(self.addr()).and_then(|mut stream| {
+            stream.set_nodelay(true)?;
+            registry.register(&mut stream, self.token, Interest::READABLE | Interest::WRITABLE)?;
+            Ok(stream)
+        });
+        match attempt {
+            Ok(stream) => self.link = Link::Connecting { stream, deadline: now + self.connect_timeout },
+            Err(_) => self.connect_failed(registry, now),
+        }
+    }
+
+    fn connect_failed(&mut self, registry: &Registry, now: Instant) {
+        self.close(registry);
+        self.next_addr = (self.next_addr + 1) % self.addrs.len();
+        self.consumer.on_disconnected(now);
+    }
+
+    /// The connection is lost: close it, tell the consumer (which schedules a reconnect).
+    fn disconnected(&mut self, registry: &Registry, now: Instant) {
+        self.close(registry);
+        self.consumer.on_disconnected(now);
+    }
+
+    /// The consumer returned an error: the connection is done. Fatal errors end the driver.
+    fn failed(&mut self, registry: &Registry, err: Error) -> Result<Status, Error> {
+        self.close(registry);
+        if err.is_fatal() {
+            Err(err)
+        } else {
+            Ok(Status::Running)
+        }
+    }
+
+    fn close(&mut self, registry: &Registry) {
+        match std::mem::replace(&mut self.link, Link::Idle) {
+            Link::Idle => {}
+            Link::Connecting { mut stream, .. } | Link::Up { mut stream } => {
+                // Dropping the socket closes it; the registration goes with it either way.
+                let _ = registry.deregister(&mut stream);
+            }
+        }
+    }
+
+    /// Writes, hands out entries and reads until the socket would block both ways (or the
+    /// read budget is spent).
+    fn exchange(
+        &mut self,
+        registry: &Registry,
+        handler: &mut impl FnMut(&Entry) -> Verdict,
+        stop: Option<&AtomicBool>,
+    ) -> Result<Status, Error> {
+        let mut reads = 0;
+        let mut deadlines_checked = false;
+        loop {
+            let now = Instant::now();
+            let write_blocked = match self.flush() {
+                Ok(blocked) => blocked,
+                Err(_) => {
+                    self.disconnected(registry, now);
+                    false
+                }
+            };
+            while let Some(event) = self.consumer.poll_event() {
+                match event {
+                    Event::Entry(entry) => {
+                        let verdict = handler(&entry);
+                        // Stop before settling: the settle then flushes the earned acks (a
+                        // stop after it would leave them unwritten behind the dropped batch).
+                        if stop.is_some_and(|s| s.load(Ordering::Acquire)) {
+                            self.consumer.stop();
+                        }
+                        self.consumer.settle(verdict, Instant::now());
+                    }
+                    Event::Stopped => {
+                        self.close(registry);
+                        self.stopped = true;
+                        return Ok(Status::Stopped);
+                    }
+                    // Events this driver does not know yet need nothing from it.
+                    _ => {}
+                }
+            }
+            let Link::Up { stream } = &mut self.link else {
+                return Ok(Status::Running);
+            };
+            if self.consumer.poll_transmit().is_some() && !write_blocked {
+                continue; // settling earned acks and the next read: write them first
+            }
+            if reads == READ_BUDGET {
+                self.asap = Some(now);
+                return Ok(Status::Running);
+            }
+            match stream.read(&mut self.buf) {
+                Ok(0) => {
+                    self.disconnected(registry, now);
+                    return Ok(Status::Running);
+                }
+                Ok(n) => {
+                    reads += 1;
+                    if let Err(err) = self.consumer.handle_input(&self.buf[..n], Instant::now()) {
+                        return self.failed(registry, err);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // Everything readable is in, so a reply still missing past its deadline
+                    // is late (checking earlier could blame a reply waiting in the socket
+                    // while a slow handler ran).
+                    let now = Instant::now();
+                    if deadlines_checked || !self.consumer.poll_timeout().is_some_and(|at| at <= now) {
+                        return Ok(Status::Running);
+                    }
+                    deadlines_checked = true;
+                    if let Err(err) = self.consumer.handle_timeout(now) {
+                        return self.failed(registry, err);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.disconnected(registry, now);
+                    return Ok(Status::Running);
+                }
+            }
+        }
+    }
+
+    /// Writes what the consumer has to send. `Ok(true)` if the socket would block with bytes
+    /// left (a writable event will follow).
+    fn flush(&mut self) -> io::Result<bool> {
+        let Link::Up { stream } = &mut self.link else { return Ok(false) };
+        while let Some(bytes) = self.consumer.poll_transmit() {
+            match stream.write(bytes) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.consumer.advance_transmit(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
+/// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
+fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
+    if let Some(err) = stream.take_error()? {
+        return Err(err);
+    }
+    match stream.peer_addr() {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
+    }
+}

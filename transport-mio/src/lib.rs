@@ -1,0 +1,35 @@
+//! # pelican-mio
+//!
+//! Drives [`pelican`] consumers over [`mio`] sockets. Thin: sockets, readiness, timers and
+//! reconnects; everything about the protocol is the core's.
+//!
+//! - [`run`]: the common case. Blocks the calling thread consuming one stream, reconnecting
+//!   with the consumer's backoff, until stopped or failed for good.
+//! - [`Runner`]: the same, with a [`StopHandle`] to stop it from another thread.
+//! - [`Driver`]: one consumer and its socket, registered on *your* `mio::Poll` under *your*
+//!   `Token`, so that many consumers share one thread inside your own event loop.
+//!
+//! Each consumer has its own connection, so one consumer's parked read never delays
+//! another's. Handlers run on the driving thread, one entry at a time; a slow handler delays
+//! the other drivers on the same thread.
+//!
+//! ```no_run
+//! use pelican::{Config, Verdict};
+//!
+//! let config = Config::new("orders", "billing", "worker-1").create_group("0");
+//! let stats = pelican_mio::run("127.0.0.1:6379", config, |entry| {
+//!     println!("{:?} {:?}", entry.id, entry.fields);
+//!     Verdict::Ack
+//! })?;
+//! println!("{stats:?}");
+//! # Ok::<(), pelican_mio::RunError>(())
+//! ```
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod driver;
+mod run;
+
+pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
+pub use run::{run, RunError, Runner, StopHandle};

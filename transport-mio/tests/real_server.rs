@@ -1,0 +1,610 @@
+//! `pelican-mio` against real servers started on loopback ports.
+//!
+//! The server binaries are expected in `<workspace>/.servers/` (see `scripts/`), or in the
+//! directory named by `PELICAN_SERVERS_DIR`. Every wait is bounded: a test fails, never hangs.
+
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+use pelican::{Config, Consumer, Entry, Stats, Verdict};
+use pelican_mio::{Driver, RunError, Runner, Status, StopHandle};
+use redis_protocol::resp2::decode::decode;
+use redis_protocol::resp2::types::OwnedFrame;
+
+/// The longest any test waits for anything.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+// ---- a minimal server harness ---------------------------------------------------------------
+
+fn servers_dir() -> PathBuf {
+    match std::env::var_os("PELICAN_SERVERS_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.servers"),
+    }
+}
+
+const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
+const DEFAULT_FLAVOR: &str = "valkey-8.1";
+
+/// A server process on a loopback port, killed (by its own pid) and its directory removed on
+/// drop.
+struct Server {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+    password: Option<String>,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Server {
+    fn start(flavor: &str) -> Server {
+        Server::start_with(flavor, None, None)
+    }
+
+    /// Starts `flavor` on `port` (else a free one), with `requirepass` if given. Retries
+    /// other ports if a chosen free port turned out to be taken.
+    fn start_with(flavor: &str, port: Option<u16>, password: Option<&str>) -> Server {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let binary = servers_dir().join(flavor);
+        assert!(binary.is_file(), "missing server binary {} (run scripts/ to install)", binary.display());
+        for _ in 0..5 {
+            let port = port.unwrap_or_else(free_port);
+            let dir = std::env::temp_dir().join(format!(
+                "pelican-mio-{}-{}-{port}",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut cmd = Command::new(&binary);
+            cmd.args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+            if let Some(pass) = password {
+                cmd.args(["--requirepass", pass]);
+            }
+            let child = cmd.spawn().expect("spawn server");
+            let mut server = Server { child, port, dir, password: password.map(str::to_string) };
+            if server.wait_ready() {
+                return server;
+            }
+            // Dropping kills it and removes the directory; try another port.
+        }
+        panic!("{flavor} did not start");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // exited: the port was taken
+            }
+            if let Ok(stream) = TcpStream::connect(self.addr()) {
+                let mut admin = Admin { stream };
+                if admin.try_cmd(&["PING"]).is_some() {
+                    return true;
+                }
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    fn admin(&self) -> Admin {
+        let stream = TcpStream::connect(self.addr()).expect("admin connect");
+        let mut admin = Admin { stream };
+        if let Some(pass) = &self.password {
+            admin.cmd(&["AUTH", pass]);
+        }
+        admin
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A blocking RESP2 client for setting up and checking server state.
+struct Admin {
+    stream: TcpStream,
+}
+
+impl Admin {
+    fn send(&mut self, args: &[&str]) {
+        let mut out = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+        self.stream.write_all(&out).expect("admin write");
+    }
+
+    fn try_cmd(&mut self, args: &[&str]) -> Option<OwnedFrame> {
+        self.stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        self.send(args);
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some((frame, _)) = decode(&buf).expect("admin decode") {
+                return Some(frame);
+            }
+            let n = self.stream.read(&mut chunk).ok()?;
+            if n == 0 {
+                return None;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn cmd(&mut self, args: &[&str]) -> OwnedFrame {
+        let reply = self.try_cmd(args).unwrap_or_else(|| panic!("no reply to {args:?}"));
+        if let OwnedFrame::Error(e) = &reply {
+            panic!("{args:?}: {e}");
+        }
+        reply
+    }
+
+    fn create_group(&mut self, stream: &str, group: &str) {
+        self.cmd(&["XGROUP", "CREATE", stream, group, "0", "MKSTREAM"]);
+    }
+
+    /// Adds `n` entries `n=<i>`; returns their ids.
+    fn xadd_n(&mut self, stream: &str, n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| match self.cmd(&["XADD", stream, "*", "n", &i.to_string()]) {
+                OwnedFrame::BulkString(id) => String::from_utf8(id).unwrap(),
+                other => panic!("XADD answered {other:?}"),
+            })
+            .collect()
+    }
+
+    /// `XPENDING stream group`: how many entries are pending.
+    fn pending_count(&mut self, stream: &str, group: &str) -> i64 {
+        match self.cmd(&["XPENDING", stream, group]) {
+            OwnedFrame::Array(items) => match items.first() {
+                Some(OwnedFrame::Integer(n)) => *n,
+                other => panic!("XPENDING answered {other:?}"),
+            },
+            other => panic!("XPENDING answered {other:?}"),
+        }
+    }
+
+    /// Ids pending in `group`.
+    fn pending_ids(&mut self, stream: &str, group: &str) -> Vec<String> {
+        match self.cmd(&["XPENDING", stream, group, "-", "+", "1000"]) {
+            OwnedFrame::Array(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    OwnedFrame::Array(parts) => match &parts[0] {
+                        OwnedFrame::BulkString(id) => String::from_utf8(id.clone()).unwrap(),
+                        other => panic!("XPENDING item {other:?}"),
+                    },
+                    other => panic!("XPENDING item {other:?}"),
+                })
+                .collect(),
+            other => panic!("XPENDING answered {other:?}"),
+        }
+    }
+
+    /// `CLIENT LIST` lines of the client called `name`.
+    fn clients_named(&mut self, name: &str) -> Vec<String> {
+        let text = match self.cmd(&["CLIENT", "LIST"]) {
+            OwnedFrame::BulkString(b) => String::from_utf8(b).unwrap(),
+            other => panic!("CLIENT LIST answered {other:?}"),
+        };
+        let needle = format!(" name={name} ");
+        text.lines().filter(|l| l.contains(&needle)).map(str::to_string).collect()
+    }
+}
+
+/// The value of `key=` in a `CLIENT LIST` line.
+fn client_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split(' ').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Polls `check` until it holds, failing the test after [`PATIENCE`].
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + PATIENCE;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `runner` on its own thread; the result comes through the receiver.
+fn spawn_run(
+    runner: Runner,
+    handler: impl FnMut(&Entry) -> Verdict + Send + 'static,
+) -> mpsc::Receiver<Result<Stats, RunError>> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(runner.run(handler));
+    });
+    rx
+}
+
+/// Waits (bounded) for a run's result.
+fn finish(
+    rx: &mpsc::Receiver<Result<Stats, RunError>>,
+    stop: Option<&StopHandle>,
+) -> Result<Stats, RunError> {
+    if let Some(stop) = stop {
+        stop.stop();
+    }
+    rx.recv_timeout(PATIENCE).expect("run did not return in time")
+}
+
+/// A config for tests: short beat and backoff, so that reconnects and stops are quick.
+fn config(stream: &'static str, group: &'static str, consumer: &'static str) -> Config {
+    Config::new(stream, group, consumer)
+        .beat(Duration::from_millis(200))
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .count(100)
+}
+
+// ---- run --------------------------------------------------------------------------------------
+
+#[test]
+fn run_consumes_a_backlog_and_acks_everything() {
+    for flavor in FLAVORS {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.create_group("s", "g");
+        let ids = admin.xadd_n("s", 1000);
+
+        let runner = Runner::new(server.addr(), config("s", "g", "c1")).unwrap();
+        let stop = runner.stop_handle();
+        let (seen_tx, seen_rx) = mpsc::channel();
+        let mut count = 0;
+        let rx = spawn_run(runner, move |entry| {
+            let _ = seen_tx.send(String::from_utf8(entry.id.to_vec()).unwrap());
+            count += 1;
+            if count == 1000 {
+                stop.stop(); // from the handler's own thread: honored right after this entry
+            }
+            Verdict::Ack
+        });
+        let stats = finish(&rx, None).unwrap();
+        let seen: Vec<String> = seen_rx.try_iter().collect();
+        assert_eq!(seen, ids, "{flavor}: every entry once, in order");
+        assert_eq!(stats.new, 1000, "{flavor}: {stats:?}");
+        assert_eq!(stats.acked, 1000, "{flavor}: acks confirmed before stopping: {stats:?}");
+        assert_eq!(admin.pending_count("s", "g"), 0, "{flavor}");
+    }
+}
+
+#[test]
+fn stop_while_parked_returns_promptly() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("s", "g");
+    let config = config("s", "g", "c1").beat(Duration::from_secs(5)).client_name("parked");
+    let runner = Runner::new(server.addr(), config).unwrap();
+    let stop = runner.stop_handle();
+    let rx = spawn_run(runner, |_| Verdict::Ack);
+    // Parked: the server lists the client as blocked in XREADGROUP.
+    wait_for("the consumer to park", || {
+        admin.clients_named("parked").iter().any(|l| {
+            client_field(l, "cmd") == Some("xreadgroup")
+                && client_field(l, "flags").is_some_and(|f| f.contains('b'))
+        })
+    });
+    let started = Instant::now();
+    let stats = finish(&rx, Some(&stop)).unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(500), "stop took {took:?}");
+    assert_eq!(stats.errors, 0, "{stats:?}");
+}
+
+#[test]
+fn stop_before_run_returns_at_once() {
+    // Nothing listens here: a stop before the first connect needs no server.
+    let runner = Runner::new(("127.0.0.1", free_port()), config("s", "g", "c1")).unwrap();
+    runner.stop_handle().stop();
+    let started = Instant::now();
+    let stats = runner.run(|_| Verdict::Ack).unwrap();
+    assert!(started.elapsed() < Duration::from_millis(500));
+    assert_eq!(stats, Stats::default());
+}
+
+#[test]
+fn retry_leaves_the_entry_pending() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("s", "g");
+    let ids = admin.xadd_n("s", 5);
+    let config = config("s", "g", "c1").min_idle(Duration::from_secs(600));
+    let runner = Runner::new(server.addr(), config).unwrap();
+    let stop = runner.stop_handle();
+    let mut handled = 0;
+    let rx = spawn_run(runner, move |entry| {
+        handled += 1;
+        if handled == 5 {
+            stop.stop();
+        }
+        if entry.field(b"n").map(|v| &v[..]) == Some(b"2") {
+            Verdict::Retry
+        } else {
+            Verdict::Ack
+        }
+    });
+    let stats = finish(&rx, None).unwrap();
+    assert_eq!((stats.new, stats.acked, stats.retried), (5, 4, 1), "{stats:?}");
+    assert_eq!(admin.pending_ids("s", "g"), vec![ids[2].clone()]);
+}
+
+#[test]
+fn client_kill_reconnects_and_continues() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("s", "g");
+    let first = admin.xadd_n("s", 10);
+    let config = config("s", "g", "c1").client_name("victim");
+    let runner = Runner::new(server.addr(), config).unwrap();
+    let stop = runner.stop_handle();
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let rx = spawn_run(runner, move |entry| {
+        let _ = seen_tx.send(String::from_utf8(entry.id.to_vec()).unwrap());
+        Verdict::Ack
+    });
+    let mut seen = HashSet::new();
+    let deadline = Instant::now() + PATIENCE;
+    while first.iter().any(|id| !seen.contains(id)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        seen.insert(seen_rx.recv_timeout(left).expect("first entries"));
+    }
+
+    let lines = admin.clients_named("victim");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let id = client_field(&lines[0], "id").unwrap().to_string();
+    admin.cmd(&["CLIENT", "KILL", "ID", &id]);
+    // A new connection under the same name, then new entries get through it.
+    wait_for("the consumer to reconnect", || {
+        admin.clients_named("victim").iter().any(|l| client_field(l, "id") != Some(&id))
+    });
+    let second = admin.xadd_n("s", 10);
+    while second.iter().any(|id| !seen.contains(id)) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        seen.insert(seen_rx.recv_timeout(left).expect("entries after the reconnect"));
+    }
+    let stats = finish(&rx, Some(&stop)).unwrap();
+    assert!(stats.reconnects >= 1, "{stats:?}");
+    assert_eq!(admin.pending_count("s", "g"), 0);
+}
+
+#[test]
+fn keeps_retrying_until_the_server_appears() {
+    let port = free_port();
+    let config = config("s", "g", "c1").create_group("0");
+    let runner = Runner::new(("127.0.0.1", port), config).unwrap();
+    let stop = runner.stop_handle();
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let rx = spawn_run(runner, move |entry| {
+        let _ = seen_tx.send(entry.id.clone());
+        Verdict::Ack
+    });
+    thread::sleep(Duration::from_millis(300));
+    let server = Server::start_with(DEFAULT_FLAVOR, Some(port), None);
+    let mut admin = server.admin();
+    // The consumer creates the group from `0` when it gets in, so entries added before or
+    // after that are all delivered.
+    let ids = admin.xadd_n("s", 5);
+    for _ in &ids {
+        seen_rx.recv_timeout(PATIENCE).expect("an entry once the server is up");
+    }
+    let stats = finish(&rx, Some(&stop)).unwrap();
+    assert_eq!(stats.acked, 5, "{stats:?}");
+    assert_eq!(admin.pending_count("s", "g"), 0);
+}
+
+#[test]
+fn a_fatal_error_is_returned() {
+    let server = Server::start_with(DEFAULT_FLAVOR, None, Some("sesame"));
+    let config = config("s", "g", "c1").auth(None::<&str>, "wrong").create_group("0");
+    let runner = Runner::new(server.addr(), config).unwrap();
+    let rx = spawn_run(runner, |_| Verdict::Ack);
+    match finish(&rx, None) {
+        Err(RunError::Consumer(e)) => {
+            assert!(e.is_fatal(), "{e}");
+            assert!(e.to_string().contains("WRONGPASS"), "{e}");
+        }
+        other => panic!("expected a fatal consumer error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_bad_config_or_address_is_refused_up_front() {
+    let addr = SocketAddr::from(([127, 0, 0, 1], 1));
+    assert!(matches!(Runner::new(addr, config("s", "g", "c1").count(0)), Err(RunError::Config(_))));
+    assert!(matches!(
+        Runner::new("no-such-host.invalid:6379", config("s", "g", "c1")),
+        Err(RunError::Resolve(_))
+    ));
+}
+
+// ---- Driver -----------------------------------------------------------------------------------
+
+#[test]
+fn two_drivers_share_one_poll() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("a", "g");
+    admin.create_group("b", "g");
+    admin.xadd_n("a", 50);
+    admin.xadd_n("b", 70);
+
+    let mut poll = Poll::new().unwrap();
+    let mut events = Events::with_capacity(16);
+    let consumer = |stream| Consumer::new(config(stream, "g", "c1")).unwrap();
+    let mut drivers = [
+        Driver::new(server.addr(), consumer("a"), Token(10)),
+        Driver::new(server.addr(), consumer("b"), Token(20)),
+    ];
+    let mut counts = [0usize; 2];
+    let deadline = Instant::now() + PATIENCE;
+    let mut stopping = false;
+    loop {
+        assert!(Instant::now() < deadline, "drivers did not finish: {counts:?}");
+        let now = Instant::now();
+        for (i, driver) in drivers.iter_mut().enumerate() {
+            let woken = events.iter().any(|e| e.token() == driver.token());
+            if woken || driver.next_deadline().is_some_and(|at| at <= now) {
+                let count = &mut counts[i];
+                let status = driver
+                    .drive(poll.registry(), &mut |_: &Entry| {
+                        *count += 1;
+                        Verdict::Ack
+                    })
+                    .unwrap();
+                assert!(status == Status::Running || stopping, "stopped unasked");
+            }
+        }
+        if !stopping && counts == [50, 70] {
+            stopping = true;
+            for driver in &mut drivers {
+                // Stopped comes once the acks in flight are confirmed: keep driving.
+                driver.stop();
+            }
+        }
+        if drivers.iter().all(Driver::is_stopped) {
+            break;
+        }
+        let next = drivers.iter().filter_map(Driver::next_deadline).min();
+        let timeout =
+            next.map_or(Duration::from_millis(100), |at| at.saturating_duration_since(Instant::now()));
+        poll.poll(&mut events, Some(timeout.min(Duration::from_millis(100)))).unwrap();
+    }
+    assert_eq!(counts, [50, 70]);
+    assert_eq!(drivers[0].consumer().stats().acked, 50);
+    assert_eq!(drivers[1].consumer().stats().acked, 70);
+    assert_eq!(admin.pending_count("a", "g"), 0);
+    assert_eq!(admin.pending_count("b", "g"), 0);
+}
+
+#[test]
+fn stop_mid_batch_confirms_acks_and_leaves_the_rest_pending() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("s", "g");
+    let ids = admin.xadd_n("s", 30);
+    let runner = Runner::new(server.addr(), config("s", "g", "c1")).unwrap();
+    let stop = runner.stop_handle();
+    let mut handled = 0;
+    let rx = spawn_run(runner, move |_| {
+        handled += 1;
+        if handled == 5 {
+            stop.stop(); // 25 more entries of the same read are still buffered
+        }
+        Verdict::Ack
+    });
+    let stats = finish(&rx, None).unwrap();
+    assert_eq!((stats.new, stats.acked), (5, 5), "{stats:?}");
+    assert_eq!(admin.pending_ids("s", "g"), ids[5..].to_vec());
+}
+
+/// Sends `signal` (e.g. `-STOP`) to the server process.
+fn signal(server: &Server, signal: &str) {
+    let status = Command::new("kill").args([signal, &server.child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+}
+
+#[test]
+fn a_silent_server_times_out_and_the_consumer_recovers() {
+    let server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    admin.create_group("s", "g");
+    let config = config("s", "g", "c1").read_grace(Duration::from_secs(1)).client_name("frozen");
+    let runner = Runner::new(server.addr(), config).unwrap();
+    let stop = runner.stop_handle();
+    let (seen_tx, seen_rx) = mpsc::channel();
+    let rx = spawn_run(runner, move |entry| {
+        let _ = seen_tx.send(entry.id.clone());
+        Verdict::Ack
+    });
+    wait_for("the consumer to connect", || !admin.clients_named("frozen").is_empty());
+    // Frozen: the parked read gets no answer within beat + read_grace.
+    signal(&server, "-STOP");
+    thread::sleep(Duration::from_millis(2500));
+    signal(&server, "-CONT");
+    let ids = admin.xadd_n("s", 5);
+    for _ in &ids {
+        seen_rx.recv_timeout(PATIENCE).expect("an entry after the server thawed");
+    }
+    let stats = finish(&rx, Some(&stop)).unwrap();
+    assert!(stats.errors >= 1 && stats.reconnects >= 1, "{stats:?}");
+    assert_eq!(stats.acked, 5, "{stats:?}");
+    assert_eq!(admin.pending_count("s", "g"), 0);
+}
+
+#[test]
+fn handles_are_thread_safe() {
+    fn check<T: Clone + Send + Sync + 'static>() {}
+    fn check_send<T: Send + 'static>() {}
+    check::<StopHandle>();
+    check_send::<Runner>();
+    check_send::<Driver>();
+    check_send::<RunError>();
+}
+
+#[test]
+fn a_driver_without_a_server_backs_off_instead_of_spinning() {
+    let mut poll = Poll::new().unwrap();
+    let mut events = Events::with_capacity(8);
+    let addr = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let consumer = Consumer::new(config("s", "g", "c1")).unwrap(); // backoff 20 ms … 200 ms
+    let mut driver = Driver::new(addr, consumer, Token(3));
+    let (mut drives, mut polls) = (0, 0);
+    let end = Instant::now() + Duration::from_millis(1000);
+    while Instant::now() < end {
+        let now = Instant::now();
+        if events.iter().next().is_some() || driver.next_deadline().is_some_and(|at| at <= now) {
+            drives += 1;
+            assert_eq!(
+                driver.drive(poll.registry(), &mut |_: &Entry| Verdict::Ack).unwrap(),
+                Status::Running
+            );
+        }
+        let next = driver.next_deadline().expect("a reconnect is always scheduled");
+        let timeout = next.saturating_duration_since(Instant::now()).min(end.saturating_duration_since(now));
+        poll.poll(&mut events, Some(timeout)).unwrap();
+        polls += 1;
+    }
+    // Attempts every 10–200 ms: a handful, not thousands.
+    assert!((3..=60).contains(&drives), "{drives} drives, {polls} polls");
+    assert!(polls <= 4 * drives + 4, "{drives} drives, {polls} polls");
+    assert_eq!(driver.consumer().stats().reconnects, 0);
+    assert!(!driver.consumer().is_connected());
+    // Stopping with nothing owed needs no server.
+    driver.stop();
+    assert_eq!(driver.drive(poll.registry(), &mut |_: &Entry| Verdict::Ack).unwrap(), Status::Stopped);
+    assert_eq!(driver.next_deadline(), None);
+}
