@@ -358,6 +358,7 @@ pub fn group_gone_fails<T: Transport>(t: Target) {
     admin.call(&["XGROUP", "DESTROY", STREAM, GROUP]);
     let err = run.join(SETTLE).expect_err("the consumer fails");
     assert!(err.contains("group is gone"), "{err}");
+    assert!(!admin.group_exists(STREAM, GROUP), "failing does not recreate the group");
 }
 
 /// `XGROUP DELCONSUMER` while parked: the server drops the consumer (and its pending list);
@@ -415,6 +416,8 @@ pub fn stop_while_parked<T: Transport>(t: Target) {
     run.stop();
     run.join(Duration::from_secs(2)).expect("clean stop");
     assert!(asked.elapsed() < Duration::from_millis(500), "stopped after {:?}", asked.elapsed());
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+    assert!(wait_until(SETTLE, || admin.client_id_by_name("pelican-c1").is_none()), "hung up");
 }
 
 /// `CLIENT KILL` of the consumer's connection: it reconnects, drains and carries on.
