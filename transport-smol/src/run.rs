@@ -1,0 +1,339 @@
+//! One consumer over one `smol::net::TcpStream`, until stopped or failed for good.
+
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pelican::{Config, ConfigError, Consumer, Entry, Event, Stats, Verdict};
+use smol::channel::{Receiver, Sender};
+use smol::future;
+use smol::io::{AsyncReadExt, AsyncWriteExt};
+use smol::net::TcpStream;
+use smol::Timer;
+
+/// Size of one socket read.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// How long a TCP connect may take before it counts as failed, unless
+/// [`Runner::connect_timeout`] says otherwise.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Consumes `config`'s stream from the server at `addr`, handing each entry to the async
+/// `handler` and settling it with the verdict it returns, reconnecting after the consumer's
+/// backoff whenever the connection is lost. Runs until the consumer fails for good (see
+/// [`Runner`] for a [`StopHandle`]).
+///
+/// `addr` is resolved with [`std::net::ToSocketAddrs`], which blocks for a host name; pass
+/// a [`SocketAddr`] (or resolve first) to keep the executor free.
+///
+/// ```no_run
+/// use pelican::{Config, Verdict};
+///
+/// let config = Config::new("orders", "billing", "worker-1").create_group("$");
+/// let stats = smol::block_on(pelican_smol::run("127.0.0.1:6379", config, |entry| async move {
+///     smol::Timer::after(std::time::Duration::from_millis(1)).await; // the handler's own I/O
+///     println!("{:?}", entry.id);
+///     Verdict::Ack
+/// }))?;
+/// # Ok::<(), pelican_smol::RunError>(())
+/// ```
+pub async fn run<H, F>(addr: impl ToSocketAddrs, config: Config, handler: H) -> Result<Stats, RunError>
+where
+    H: FnMut(Entry) -> F,
+    F: Future<Output = Verdict>,
+{
+    Runner::new(addr, config)?.run(handler).await
+}
+
+/// A consumer and its server's address, ready to [`run`](Runner::run) as a future on any
+/// executor; hand out [`StopHandle`]s before it starts.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use pelican::{Config, Verdict};
+/// use pelican_smol::Runner;
+///
+/// let runner = Runner::new("127.0.0.1:6379", Config::new("orders", "billing", "worker-1"))?;
+/// let stop = runner.stop_handle();
+/// std::thread::spawn(move || {
+///     std::thread::sleep(Duration::from_secs(60));
+///     stop.stop();
+/// });
+/// let stats = smol::block_on(runner.run(|_entry| async { Verdict::Ack }))?;
+/// println!("acked {}", stats.acked);
+/// # Ok::<(), pelican_smol::RunError>(())
+/// ```
+#[derive(Debug)]
+pub struct Runner {
+    consumer: Consumer,
+    /// Where to connect; a failed connect moves on to the next address.
+    addrs: Vec<SocketAddr>,
+    next_addr: usize,
+    connect_timeout: Duration,
+    stop: StopHandle,
+}
+
+/// What ended a wait on the socket, the consumer's deadline or a stop.
+enum Wake {
+    Io(io::Result<usize>),
+    Timer,
+    Stop,
+}
+
+impl Runner {
+    /// Resolves `addr` (blocking, for a host name; a failed connect moves on to the next
+    /// address it resolved to) and validates `config`. Connects only in [`run`](Self::run).
+    pub fn new(addr: impl ToSocketAddrs, config: Config) -> Result<Runner, RunError> {
+        let consumer = Consumer::new(config).map_err(RunError::Config)?;
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(RunError::Io)?.collect();
+        if addrs.is_empty() {
+            return Err(RunError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "no address to connect to",
+            )));
+        }
+        let (tx, rx) = smol::channel::bounded(1);
+        let stop = StopHandle { inner: Arc::new(StopInner { requested: AtomicBool::new(false), tx, rx }) };
+        Ok(Runner { consumer, addrs, next_addr: 0, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop })
+    }
+
+    /// Sets how long a TCP connect may take before it counts as a failed attempt (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Runner {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// A handle that stops [`run`](Self::run) from any task or thread.
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// The consumer, e.g. for its [`config`](Consumer::config).
+    pub fn consumer(&self) -> &Consumer {
+        &self.consumer
+    }
+
+    /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters) or
+    /// until the consumer fails for good ([`RunError::Consumer`]). Lost connections and
+    /// errors a reconnect can fix are handled inside, with the consumer's backoff.
+    ///
+    /// Each entry is passed to `handler` and the future it returns is awaited to completion
+    /// before the entry is settled and the next one handed out. A stop requested meanwhile
+    /// waits for it: the entry is settled, its ack confirmed, then `run` returns. Only the
+    /// waits on the socket and on timers are cut short by a stop.
+    pub async fn run<H, F>(mut self, mut handler: H) -> Result<Stats, RunError>
+    where
+        H: FnMut(Entry) -> F,
+        F: Future<Output = Verdict>,
+    {
+        let mut buf = vec![0u8; READ_CHUNK];
+        let mut link: Option<TcpStream> = None;
+        loop {
+            if self.stop.is_requested() {
+                self.consumer.stop();
+            }
+            while let Some(event) = self.consumer.poll_event() {
+                match event {
+                    Event::Entry(entry) => {
+                        let verdict = handler(entry).await;
+                        // Stop before settling: the settle then ends the batch and writes the
+                        // earned acks.
+                        if self.stop.is_requested() {
+                            self.consumer.stop();
+                        }
+                        self.consumer.settle(verdict, Instant::now());
+                    }
+                    Event::Stopped => return Ok(self.consumer.stats().clone()),
+                    // Events this transport does not know yet need nothing from it.
+                    _ => {}
+                }
+            }
+            if let Some(err) = self.consumer.error() {
+                return Err(RunError::Consumer(err.clone()));
+            }
+            let deadline = self.consumer.poll_timeout();
+            let timer = async {
+                deadline.map_or_else(Timer::never, Timer::at).await;
+            };
+            let Some(stream) = &mut link else {
+                let due = deadline.map_or(true, |at| at <= Instant::now());
+                if self.consumer.wants_connection() && due {
+                    link = self.connect().await;
+                } else {
+                    // Waiting for the reconnect time (or, with no deadline, only a stop).
+                    future::or(timer, self.stop.wait()).await;
+                }
+                continue;
+            };
+            let writing = self.consumer.poll_transmit().is_some();
+            let wake = if let Some(bytes) = self.consumer.poll_transmit() {
+                // One write at a time: a write cut short by the timer wrote nothing.
+                future::or(async { Wake::Io(stream.write(bytes).await) }, async {
+                    timer.await;
+                    Wake::Timer
+                })
+                .await
+            } else {
+                // The read comes first, so bytes already in the socket beat a passed deadline.
+                let read = async { Wake::Io(stream.read(&mut buf).await) };
+                let timer = async {
+                    timer.await;
+                    Wake::Timer
+                };
+                let stop = async {
+                    self.stop.wait().await;
+                    Wake::Stop
+                };
+                future::or(future::or(read, timer), stop).await
+            };
+            let now = Instant::now();
+            let result = match wake {
+                Wake::Stop => continue,
+                Wake::Io(Ok(0)) => Err(None),
+                Wake::Io(Ok(n)) if writing => {
+                    self.consumer.advance_transmit(n);
+                    continue;
+                }
+                Wake::Io(Ok(n)) => self.consumer.handle_input(&buf[..n], now).map_err(Some),
+                Wake::Io(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Wake::Io(Err(_)) => Err(None),
+                Wake::Timer => self.consumer.handle_timeout(now).map_err(Some),
+            };
+            match result {
+                Ok(()) => {}
+                // EOF or an I/O error: the connection is lost; reconnect after the backoff.
+                Err(None) => {
+                    link = None;
+                    self.consumer.on_disconnected(now);
+                }
+                // The consumer closed the connection; it scheduled a reconnect unless fatal.
+                Err(Some(err)) => {
+                    link = None;
+                    if err.is_fatal() {
+                        return Err(RunError::Consumer(err));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One connect attempt, cut short by its timeout or a stop. Tells the consumer of the
+    /// outcome (nothing, if stopped: the loop decides again).
+    async fn connect(&mut self) -> Option<TcpStream> {
+        let addr = self.addrs[self.next_addr];
+        let timeout = self.connect_timeout;
+        let attempt = future::or(async { Some(TcpStream::connect(addr).await) }, async {
+            future::or(
+                async {
+                    Timer::after(timeout).await;
+                },
+                self.stop.wait(),
+            )
+            .await;
+            None
+        });
+        match attempt.await {
+            Some(Ok(stream)) => {
+                // Small commands go out at once; a failure here costs only latency.
+                let _ = stream.set_nodelay(true);
+                self.consumer.on_connected(Instant::now());
+                Some(stream)
+            }
+            None if self.stop.is_requested() => None,
+            Some(Err(_)) | None => {
+                self.next_addr = (self.next_addr + 1) % self.addrs.len();
+                self.consumer.on_disconnected(Instant::now());
+                None
+            }
+        }
+    }
+}
+
+/// Stops a [`Runner`] from any task or thread: the consumer finishes the entry in hand,
+/// confirms its earned acks and [`Runner::run`] returns. Cheap to clone; stopping twice is
+/// harmless.
+#[derive(Clone, Debug)]
+pub struct StopHandle {
+    inner: Arc<StopInner>,
+}
+
+#[derive(Debug)]
+struct StopInner {
+    requested: AtomicBool,
+    /// Wakes the runner's wait; one message is enough, the flag says the rest.
+    tx: Sender<()>,
+    rx: Receiver<()>,
+}
+
+impl StopHandle {
+    /// Asks the runner to stop and wakes it. Returns at once; the runner's `run` returns
+    /// when the consumer has stopped. Before `run` starts, `run` stops at once.
+    pub fn stop(&self) {
+        self.inner.requested.store(true, Ordering::Release);
+        // A full channel already holds a wake-up.
+        let _ = self.inner.tx.try_send(());
+    }
+
+    /// True once [`stop`](Self::stop) has been called on any clone.
+    pub fn is_requested(&self) -> bool {
+        self.inner.requested.load(Ordering::Acquire)
+    }
+
+    /// Resolves once a stop is requested.
+    async fn wait(&self) {
+        while !self.is_requested() {
+            // The channel is never closed: this handle holds a sender.
+            let _ = self.inner.rx.recv().await;
+        }
+    }
+}
+
+/// Why [`run`] or [`Runner`] gave up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The configuration was refused.
+    Config(ConfigError),
+    /// The consumer failed for good ([`pelican::Error::is_fatal`]): wrong credentials, a
+    /// missing group, a reply it cannot read…
+    Consumer(pelican::Error),
+    /// The address did not resolve, or resolved to nothing.
+    Io(io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Config(e) => write!(f, "invalid configuration: {e}"),
+            RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
+            RunError::Io(e) => write!(f, "cannot resolve the server address: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Config(e) => Some(e),
+            RunError::Consumer(e) => Some(e),
+            RunError::Io(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
+impl From<pelican::Error> for RunError {
+    fn from(e: pelican::Error) -> Self {
+        RunError::Consumer(e)
+    }
+}

@@ -1,0 +1,168 @@
+//! Async handlers over `pelican-smol`: handlers that await, stops that wait for them, and
+//! several consumers on one executor.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pelican::{Config, Verdict};
+use pelican_smol::Runner;
+use pelican_tests::conformance::wait_until;
+use pelican_tests::server::{Flavor, Server};
+use smol::Timer;
+
+const SETTLE: Duration = Duration::from_secs(10);
+
+fn config(consumer: &str) -> Config {
+    Config::new("s", "g", consumer)
+        .count(10)
+        .beat(Duration::from_millis(200))
+        .min_idle(Duration::from_secs(3600))
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+        .client_name(format!("pelican-{consumer}"))
+}
+
+fn server_with_group() -> Server {
+    let server = Server::start(Flavor::Valkey81);
+    server.admin().call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    server
+}
+
+/// A handler awaiting a timer per entry consumes everything; all of it acked.
+#[test]
+fn awaiting_handler_consumes_all() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    admin.xadd_n("s", 50, 8);
+    let runner = Runner::new(server.addr(), config("c1")).unwrap();
+    let stop = runner.stop_handle();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    // Any executor will do: here futures-lite's plain `block_on`.
+    let thread = thread::spawn(move || {
+        smol::future::block_on(runner.run(move |entry| {
+            let record = record.clone();
+            async move {
+                Timer::after(Duration::from_millis(5)).await;
+                record.lock().unwrap().push(entry.id);
+                Verdict::Ack
+            }
+        }))
+    });
+    assert!(wait_until(SETTLE, || seen.lock().unwrap().len() >= 50));
+    stop.stop();
+    let stats = thread.join().unwrap().expect("clean stop");
+    assert_eq!(seen.lock().unwrap().len(), 50);
+    assert_eq!(stats.acked, 50);
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+}
+
+/// A stop while the handler awaits: the handler finishes, its ack is confirmed, the rest of
+/// the batch stays pending.
+#[test]
+fn stop_waits_for_awaiting_handler() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 5, 8);
+    let runner = Runner::new(server.addr(), config("c1")).unwrap();
+    let stop = runner.stop_handle();
+    let started = Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(Mutex::new(Vec::new()));
+    let (flag, record) = (started.clone(), finished.clone());
+    let thread = thread::spawn(move || {
+        smol::block_on(runner.run(move |entry| {
+            let (flag, record) = (flag.clone(), record.clone());
+            async move {
+                flag.store(true, Ordering::SeqCst);
+                Timer::after(Duration::from_millis(300)).await;
+                record.lock().unwrap().push(String::from_utf8(entry.id.to_vec()).unwrap());
+                Verdict::Ack
+            }
+        }))
+    });
+    assert!(wait_until(SETTLE, || started.load(Ordering::SeqCst)));
+    stop.stop();
+    let stats = thread.join().unwrap().expect("clean stop");
+    let finished = finished.lock().unwrap().clone();
+    assert_eq!(finished, vec![ids[0].clone()], "the entry in hand finished, no other started");
+    assert_eq!(stats.acked, 1, "its ack was confirmed");
+    let pending: Vec<String> = admin.xpending_all("s", "g").into_iter().map(|p| p.0).collect();
+    assert_eq!(pending, ids[1..].to_vec(), "the rest of the batch stays pending");
+}
+
+/// A stop while parked returns far below the beat.
+#[test]
+fn stop_while_parked_is_prompt() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    let runner = Runner::new(server.addr(), config("c1").beat(Duration::from_secs(5))).unwrap();
+    let stop = runner.stop_handle();
+    let thread = thread::spawn(move || smol::block_on(runner.run(|_| async { Verdict::Ack })));
+    assert!(wait_until(SETTLE, || admin.info("clients").contains("blocked_clients:1")), "parked");
+    let asked = Instant::now();
+    stop.stop();
+    thread.join().unwrap().expect("clean stop");
+    assert!(asked.elapsed() < Duration::from_millis(500), "stopped after {:?}", asked.elapsed());
+}
+
+/// Several consumers as tasks on one executor share the stream: every entry handled by
+/// exactly one of them, nothing lost.
+#[test]
+fn consumers_share_one_executor() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    let seen: Arc<Mutex<HashMap<String, Vec<usize>>>> = Arc::default();
+    let mut runners = Vec::new();
+    let mut stops = Vec::new();
+    for i in 0..3 {
+        let runner = Runner::new(server.addr(), config(&format!("c{i}"))).unwrap();
+        stops.push(runner.stop_handle());
+        runners.push(runner);
+    }
+    let record = seen.clone();
+    let thread = thread::spawn(move || {
+        let ex = smol::Executor::new();
+        let tasks: Vec<_> = runners
+            .into_iter()
+            .enumerate()
+            .map(|(i, runner)| {
+                let record = record.clone();
+                ex.spawn(runner.run(move |entry| {
+                    let record = record.clone();
+                    async move {
+                        Timer::after(Duration::from_millis(1)).await;
+                        let id = String::from_utf8(entry.id.to_vec()).unwrap();
+                        record.lock().unwrap().entry(id).or_default().push(i);
+                        Verdict::Ack
+                    }
+                }))
+            })
+            .collect();
+        smol::block_on(ex.run(async {
+            let mut all = Vec::new();
+            for task in tasks {
+                all.push(task.await);
+            }
+            all
+        }))
+    });
+    let mut ids = Vec::new();
+    for _ in 0..10 {
+        ids.extend(admin.xadd_n("s", 30, 8));
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(wait_until(SETTLE, || seen.lock().unwrap().len() >= ids.len()));
+    for stop in &stops {
+        stop.stop();
+    }
+    let results = thread.join().unwrap();
+    let acked: u64 = results.into_iter().map(|r| r.expect("clean stop").acked).sum();
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), ids.len(), "nothing lost");
+    assert!(seen.values().all(|by| by.len() == 1), "each entry handled once");
+    assert!(ids.iter().all(|id| seen.contains_key(id)));
+    assert_eq!(acked, ids.len() as u64);
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+}

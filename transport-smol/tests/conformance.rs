@@ -1,0 +1,27 @@
+//! The conformance suite (`pelican-tests`) over `pelican-smol`, on Redis 6.2, Redis 7.0 and
+//! Valkey 8.1, RESP2 and RESP3.
+
+use std::net::SocketAddr;
+use std::thread;
+
+use pelican::Config;
+use pelican_tests::conformance::{Handler, Running, Transport};
+
+struct Smol;
+
+impl Transport for Smol {
+    fn spawn(addr: SocketAddr, config: Config, mut handler: Handler) -> Running {
+        let runner = pelican_smol::Runner::new(addr, config).expect("a valid runner");
+        let stop = runner.stop_handle();
+        let thread = thread::spawn(move || {
+            smol::block_on(runner.run(move |e| {
+                let v = handler(&e);
+                async move { v }
+            }))
+            .map_err(|e| e.to_string())
+        });
+        Running::new(move || stop.stop(), thread)
+    }
+}
+
+pelican_tests::conformance_suite!(Smol);
