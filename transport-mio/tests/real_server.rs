@@ -4,11 +4,8 @@
 //! directory named by `PELICAN_SERVERS_DIR`. Every wait is bounded: a test fails, never hangs.
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::net::{SocketAddr, TcpListener};
+use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -16,219 +13,38 @@ use std::time::{Duration, Instant};
 use mio::{Events, Poll, Token};
 use pelican::{Config, Consumer, Entry, Stats, Verdict};
 use pelican_mio::{Driver, RunError, Runner, Status, StopHandle};
-use redis_protocol::resp2::decode::decode;
-use redis_protocol::resp2::types::OwnedFrame;
+use pelican_tests::admin::Admin;
+use pelican_tests::server::{Flavor, Options, Server};
 
 /// The longest any test waits for anything.
 const PATIENCE: Duration = Duration::from_secs(20);
 
-// ---- a minimal server harness ---------------------------------------------------------------
+const DEFAULT_FLAVOR: Flavor = Flavor::Valkey81;
 
-fn servers_dir() -> PathBuf {
-    match std::env::var_os("PELICAN_SERVERS_DIR") {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.servers"),
-    }
-}
-
-const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
-const DEFAULT_FLAVOR: &str = "valkey-8.1";
-
-/// A server process on a loopback port, killed (by its own pid) and its directory removed on
-/// drop.
-struct Server {
-    child: Child,
-    port: u16,
-    dir: PathBuf,
-    password: Option<String>,
-}
-
+/// A loopback port nothing listens on (for tests that need no server).
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-impl Server {
-    fn start(flavor: &str) -> Server {
-        Server::start_with(flavor, None, None)
-    }
-
-    /// Starts `flavor` on `port` (else a free one), with `requirepass` if given. Retries
-    /// other ports if a chosen free port turned out to be taken.
-    fn start_with(flavor: &str, port: Option<u16>, password: Option<&str>) -> Server {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let binary = servers_dir().join(flavor);
-        assert!(binary.is_file(), "missing server binary {} (run scripts/ to install)", binary.display());
-        for _ in 0..5 {
-            let port = port.unwrap_or_else(free_port);
-            let dir = std::env::temp_dir().join(format!(
-                "pelican-mio-{}-{}-{port}",
-                std::process::id(),
-                SEQ.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            let mut cmd = Command::new(&binary);
-            cmd.args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-            if let Some(pass) = password {
-                cmd.args(["--requirepass", pass]);
-            }
-            let child = cmd.spawn().expect("spawn server");
-            let mut server = Server { child, port, dir, password: password.map(str::to_string) };
-            if server.wait_ready() {
-                return server;
-            }
-            // Dropping kills it and removes the directory; try another port.
-        }
-        panic!("{flavor} did not start");
-    }
-
-    fn wait_ready(&mut self) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return false; // exited: the port was taken
-            }
-            if let Ok(stream) = TcpStream::connect(self.addr()) {
-                let mut admin = Admin { stream };
-                if admin.try_cmd(&["PING"]).is_some() {
-                    return true;
-                }
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        false
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn admin(&self) -> Admin {
-        let stream = TcpStream::connect(self.addr()).expect("admin connect");
-        let mut admin = Admin { stream };
-        if let Some(pass) = &self.password {
-            admin.cmd(&["AUTH", pass]);
-        }
-        admin
-    }
+fn create_group(admin: &mut Admin, stream: &str, group: &str) {
+    admin.call(&["XGROUP", "CREATE", stream, group, "0", "MKSTREAM"]);
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// Ids pending in `group`.
+fn pending_ids(admin: &mut Admin, stream: &str, group: &str) -> Vec<String> {
+    admin.xpending_all(stream, group).into_iter().map(|(id, ..)| id).collect()
 }
 
-/// A blocking RESP2 client for setting up and checking server state.
-struct Admin {
-    stream: TcpStream,
-}
-
-impl Admin {
-    fn send(&mut self, args: &[&str]) {
-        let mut out = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-        self.stream.write_all(&out).expect("admin write");
-    }
-
-    fn try_cmd(&mut self, args: &[&str]) -> Option<OwnedFrame> {
-        self.stream.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-        self.send(args);
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            if let Some((frame, _)) = decode(&buf).expect("admin decode") {
-                return Some(frame);
-            }
-            let n = self.stream.read(&mut chunk).ok()?;
-            if n == 0 {
-                return None;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    fn cmd(&mut self, args: &[&str]) -> OwnedFrame {
-        let reply = self.try_cmd(args).unwrap_or_else(|| panic!("no reply to {args:?}"));
-        if let OwnedFrame::Error(e) = &reply {
-            panic!("{args:?}: {e}");
-        }
-        reply
-    }
-
-    fn create_group(&mut self, stream: &str, group: &str) {
-        self.cmd(&["XGROUP", "CREATE", stream, group, "0", "MKSTREAM"]);
-    }
-
-    /// Adds `n` entries `n=<i>`; returns their ids.
-    fn xadd_n(&mut self, stream: &str, n: usize) -> Vec<String> {
-        (0..n)
-            .map(|i| match self.cmd(&["XADD", stream, "*", "n", &i.to_string()]) {
-                OwnedFrame::BulkString(id) => String::from_utf8(id).unwrap(),
-                other => panic!("XADD answered {other:?}"),
-            })
-            .collect()
-    }
-
-    /// `XPENDING stream group`: how many entries are pending.
-    fn pending_count(&mut self, stream: &str, group: &str) -> i64 {
-        match self.cmd(&["XPENDING", stream, group]) {
-            OwnedFrame::Array(items) => match items.first() {
-                Some(OwnedFrame::Integer(n)) => *n,
-                other => panic!("XPENDING answered {other:?}"),
-            },
-            other => panic!("XPENDING answered {other:?}"),
-        }
-    }
-
-    /// Ids pending in `group`.
-    fn pending_ids(&mut self, stream: &str, group: &str) -> Vec<String> {
-        match self.cmd(&["XPENDING", stream, group, "-", "+", "1000"]) {
-            OwnedFrame::Array(items) => items
-                .into_iter()
-                .map(|item| match item {
-                    OwnedFrame::Array(parts) => match &parts[0] {
-                        OwnedFrame::BulkString(id) => String::from_utf8(id.clone()).unwrap(),
-                        other => panic!("XPENDING item {other:?}"),
-                    },
-                    other => panic!("XPENDING item {other:?}"),
-                })
-                .collect(),
-            other => panic!("XPENDING answered {other:?}"),
-        }
-    }
-
-    /// `CLIENT LIST` lines of the client called `name`.
-    fn clients_named(&mut self, name: &str) -> Vec<String> {
-        let text = match self.cmd(&["CLIENT", "LIST"]) {
-            OwnedFrame::BulkString(b) => String::from_utf8(b).unwrap(),
-            other => panic!("CLIENT LIST answered {other:?}"),
-        };
-        let needle = format!(" name={name} ");
-        text.lines().filter(|l| l.contains(&needle)).map(str::to_string).collect()
-    }
-}
-
-/// The value of `key=` in a `CLIENT LIST` line.
-fn client_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
-    line.split(' ').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+/// Whether the client called `name` is parked: blocked (`b` flag) in `XREADGROUP`, per
+/// `CLIENT LIST` (the shared admin client only reports client ids).
+fn parked_in_xreadgroup(admin: &mut Admin, name: &str) -> bool {
+    let list = admin.call(&["CLIENT", "LIST"]).as_text().expect("CLIENT LIST text");
+    list.lines().any(|line| {
+        let field = |key: &str| line.split(' ').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='));
+        field("name") == Some(name)
+            && field("cmd") == Some("xreadgroup")
+            && field("flags").is_some_and(|f| f.contains('b'))
+    })
 }
 
 /// Polls `check` until it holds, failing the test after [`PATIENCE`].
@@ -275,11 +91,11 @@ fn config(stream: &'static str, group: &'static str, consumer: &'static str) -> 
 
 #[test]
 fn run_consumes_a_backlog_and_acks_everything() {
-    for flavor in FLAVORS {
+    for flavor in Flavor::ALL {
         let server = Server::start(flavor);
         let mut admin = server.admin();
-        admin.create_group("s", "g");
-        let ids = admin.xadd_n("s", 1000);
+        create_group(&mut admin, "s", "g");
+        let ids = admin.xadd_n("s", 1000, 1);
 
         let runner = Runner::new(server.addr(), config("s", "g", "c1")).unwrap();
         let stop = runner.stop_handle();
@@ -298,7 +114,7 @@ fn run_consumes_a_backlog_and_acks_everything() {
         assert_eq!(seen, ids, "{flavor}: every entry once, in order");
         assert_eq!(stats.new, 1000, "{flavor}: {stats:?}");
         assert_eq!(stats.acked, 1000, "{flavor}: acks confirmed before stopping: {stats:?}");
-        assert_eq!(admin.pending_count("s", "g"), 0, "{flavor}");
+        assert_eq!(admin.xpending_count("s", "g"), 0, "{flavor}");
     }
 }
 
@@ -306,18 +122,13 @@ fn run_consumes_a_backlog_and_acks_everything() {
 fn stop_while_parked_returns_promptly() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("s", "g");
+    create_group(&mut admin, "s", "g");
     let config = config("s", "g", "c1").beat(Duration::from_secs(5)).client_name("parked");
     let runner = Runner::new(server.addr(), config).unwrap();
     let stop = runner.stop_handle();
     let rx = spawn_run(runner, |_| Verdict::Ack);
     // Parked: the server lists the client as blocked in XREADGROUP.
-    wait_for("the consumer to park", || {
-        admin.clients_named("parked").iter().any(|l| {
-            client_field(l, "cmd") == Some("xreadgroup")
-                && client_field(l, "flags").is_some_and(|f| f.contains('b'))
-        })
-    });
+    wait_for("the consumer to park", || parked_in_xreadgroup(&mut admin, "parked"));
     let started = Instant::now();
     let stats = finish(&rx, Some(&stop)).unwrap();
     let took = started.elapsed();
@@ -340,8 +151,8 @@ fn stop_before_run_returns_at_once() {
 fn retry_leaves_the_entry_pending() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("s", "g");
-    let ids = admin.xadd_n("s", 5);
+    create_group(&mut admin, "s", "g");
+    let ids = admin.xadd_n("s", 5, 1);
     let config = config("s", "g", "c1").min_idle(Duration::from_secs(600));
     let runner = Runner::new(server.addr(), config).unwrap();
     let stop = runner.stop_handle();
@@ -351,7 +162,7 @@ fn retry_leaves_the_entry_pending() {
         if handled == 5 {
             stop.stop();
         }
-        if entry.field(b"n").map(|v| &v[..]) == Some(b"2") {
+        if entry.field(b"f").map(|v| &v[..]) == Some(b"2") {
             Verdict::Retry
         } else {
             Verdict::Ack
@@ -359,15 +170,15 @@ fn retry_leaves_the_entry_pending() {
     });
     let stats = finish(&rx, None).unwrap();
     assert_eq!((stats.new, stats.acked, stats.retried), (5, 4, 1), "{stats:?}");
-    assert_eq!(admin.pending_ids("s", "g"), vec![ids[2].clone()]);
+    assert_eq!(pending_ids(&mut admin, "s", "g"), vec![ids[2].clone()]);
 }
 
 #[test]
 fn client_kill_reconnects_and_continues() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("s", "g");
-    let first = admin.xadd_n("s", 10);
+    create_group(&mut admin, "s", "g");
+    let first = admin.xadd_n("s", 10, 1);
     let config = config("s", "g", "c1").client_name("victim");
     let runner = Runner::new(server.addr(), config).unwrap();
     let stop = runner.stop_handle();
@@ -383,29 +194,32 @@ fn client_kill_reconnects_and_continues() {
         seen.insert(seen_rx.recv_timeout(left).expect("first entries"));
     }
 
-    let lines = admin.clients_named("victim");
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    let id = client_field(&lines[0], "id").unwrap().to_string();
-    admin.cmd(&["CLIENT", "KILL", "ID", &id]);
+    let victims = admin.client_ids_by_name("victim");
+    assert_eq!(victims.len(), 1, "{victims:?}");
+    let id = victims[0];
+    admin.call(&["CLIENT", "KILL", "ID", &id.to_string()]);
     // A new connection under the same name, then new entries get through it.
     wait_for("the consumer to reconnect", || {
-        admin.clients_named("victim").iter().any(|l| client_field(l, "id") != Some(&id))
+        admin.client_ids_by_name("victim").iter().any(|&other| other != id)
     });
-    let second = admin.xadd_n("s", 10);
+    let second = admin.xadd_n("s", 10, 1);
     while second.iter().any(|id| !seen.contains(id)) {
         let left = deadline.saturating_duration_since(Instant::now());
         seen.insert(seen_rx.recv_timeout(left).expect("entries after the reconnect"));
     }
     let stats = finish(&rx, Some(&stop)).unwrap();
     assert!(stats.reconnects >= 1, "{stats:?}");
-    assert_eq!(admin.pending_count("s", "g"), 0);
+    assert_eq!(admin.xpending_count("s", "g"), 0);
 }
 
 #[test]
 fn keeps_retrying_until_the_server_appears() {
-    let port = free_port();
+    // Reserve a port for the server, then take the server down until the consumer has
+    // been retrying for a while.
+    let mut server = Server::start(DEFAULT_FLAVOR);
+    server.kill9();
     let config = config("s", "g", "c1").create_group("0");
-    let runner = Runner::new(("127.0.0.1", port), config).unwrap();
+    let runner = Runner::new(server.addr(), config).unwrap();
     let stop = runner.stop_handle();
     let (seen_tx, seen_rx) = mpsc::channel();
     let rx = spawn_run(runner, move |entry| {
@@ -413,22 +227,22 @@ fn keeps_retrying_until_the_server_appears() {
         Verdict::Ack
     });
     thread::sleep(Duration::from_millis(300));
-    let server = Server::start_with(DEFAULT_FLAVOR, Some(port), None);
+    server.restart();
     let mut admin = server.admin();
     // The consumer creates the group from `0` when it gets in, so entries added before or
     // after that are all delivered.
-    let ids = admin.xadd_n("s", 5);
+    let ids = admin.xadd_n("s", 5, 1);
     for _ in &ids {
         seen_rx.recv_timeout(PATIENCE).expect("an entry once the server is up");
     }
     let stats = finish(&rx, Some(&stop)).unwrap();
     assert_eq!(stats.acked, 5, "{stats:?}");
-    assert_eq!(admin.pending_count("s", "g"), 0);
+    assert_eq!(admin.xpending_count("s", "g"), 0);
 }
 
 #[test]
 fn a_fatal_error_is_returned() {
-    let server = Server::start_with(DEFAULT_FLAVOR, None, Some("sesame"));
+    let server = Server::start_with(DEFAULT_FLAVOR, Options::default().with_requirepass("sesame"));
     let config = config("s", "g", "c1").auth(None::<&str>, "wrong").create_group("0");
     let runner = Runner::new(server.addr(), config).unwrap();
     let rx = spawn_run(runner, |_| Verdict::Ack);
@@ -457,10 +271,10 @@ fn a_bad_config_or_address_is_refused_up_front() {
 fn two_drivers_share_one_poll() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("a", "g");
-    admin.create_group("b", "g");
-    admin.xadd_n("a", 50);
-    admin.xadd_n("b", 70);
+    create_group(&mut admin, "a", "g");
+    create_group(&mut admin, "b", "g");
+    admin.xadd_n("a", 50, 1);
+    admin.xadd_n("b", 70, 1);
 
     let mut poll = Poll::new().unwrap();
     let mut events = Events::with_capacity(16);
@@ -506,16 +320,16 @@ fn two_drivers_share_one_poll() {
     assert_eq!(counts, [50, 70]);
     assert_eq!(drivers[0].consumer().stats().acked, 50);
     assert_eq!(drivers[1].consumer().stats().acked, 70);
-    assert_eq!(admin.pending_count("a", "g"), 0);
-    assert_eq!(admin.pending_count("b", "g"), 0);
+    assert_eq!(admin.xpending_count("a", "g"), 0);
+    assert_eq!(admin.xpending_count("b", "g"), 0);
 }
 
 #[test]
 fn stop_mid_batch_confirms_acks_and_leaves_the_rest_pending() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("s", "g");
-    let ids = admin.xadd_n("s", 30);
+    create_group(&mut admin, "s", "g");
+    let ids = admin.xadd_n("s", 30, 1);
     let runner = Runner::new(server.addr(), config("s", "g", "c1")).unwrap();
     let stop = runner.stop_handle();
     let mut handled = 0;
@@ -528,12 +342,13 @@ fn stop_mid_batch_confirms_acks_and_leaves_the_rest_pending() {
     });
     let stats = finish(&rx, None).unwrap();
     assert_eq!((stats.new, stats.acked), (5, 5), "{stats:?}");
-    assert_eq!(admin.pending_ids("s", "g"), ids[5..].to_vec());
+    assert_eq!(pending_ids(&mut admin, "s", "g"), ids[5..].to_vec());
 }
 
 /// Sends `signal` (e.g. `-STOP`) to the server process.
 fn signal(server: &Server, signal: &str) {
-    let status = Command::new("kill").args([signal, &server.child.id().to_string()]).status().expect("kill");
+    let pid = server.pid().expect("the server is running");
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().expect("kill");
     assert!(status.success());
 }
 
@@ -541,7 +356,7 @@ fn signal(server: &Server, signal: &str) {
 fn a_silent_server_times_out_and_the_consumer_recovers() {
     let server = Server::start(DEFAULT_FLAVOR);
     let mut admin = server.admin();
-    admin.create_group("s", "g");
+    create_group(&mut admin, "s", "g");
     let config = config("s", "g", "c1").read_grace(Duration::from_secs(1)).client_name("frozen");
     let runner = Runner::new(server.addr(), config).unwrap();
     let stop = runner.stop_handle();
@@ -550,19 +365,19 @@ fn a_silent_server_times_out_and_the_consumer_recovers() {
         let _ = seen_tx.send(entry.id.clone());
         Verdict::Ack
     });
-    wait_for("the consumer to connect", || !admin.clients_named("frozen").is_empty());
+    wait_for("the consumer to connect", || admin.client_id_by_name("frozen").is_some());
     // Frozen: the parked read gets no answer within beat + read_grace.
     signal(&server, "-STOP");
     thread::sleep(Duration::from_millis(2500));
     signal(&server, "-CONT");
-    let ids = admin.xadd_n("s", 5);
+    let ids = admin.xadd_n("s", 5, 1);
     for _ in &ids {
         seen_rx.recv_timeout(PATIENCE).expect("an entry after the server thawed");
     }
     let stats = finish(&rx, Some(&stop)).unwrap();
     assert!(stats.errors >= 1 && stats.reconnects >= 1, "{stats:?}");
     assert_eq!(stats.acked, 5, "{stats:?}");
-    assert_eq!(admin.pending_count("s", "g"), 0);
+    assert_eq!(admin.xpending_count("s", "g"), 0);
 }
 
 #[test]
