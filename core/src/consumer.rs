@@ -194,6 +194,16 @@ impl Consumer {
         matches!(self.link, Link::Fresh | Link::Down { .. })
     }
 
+    /// True if the driver should connect now: [`wants_connection`](Self::wants_connection)
+    /// and the reconnect time (if any) has come.
+    pub fn connect_due(&self, now: Instant) -> bool {
+        match self.link {
+            Link::Fresh => self.is_live(),
+            Link::Down { retry_at } => self.is_live() && now >= retry_at,
+            Link::Up | Link::Closed => false,
+        }
+    }
+
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
     pub fn is_stopped(&self) -> bool {
         matches!(self.stop, Stop::Stopped { .. })

@@ -350,6 +350,8 @@ fn disconnect_mid_batch_keeps_the_entry_in_hand_and_resends_its_ack() {
         let delay = retry_at - rig.now;
         assert!(delay >= Duration::from_millis(50) && delay <= Duration::from_millis(100), "{delay:?}");
         assert!(rig.consumer.wants_connection());
+        assert!(!rig.consumer.connect_due(retry_at - Duration::from_millis(1)));
+        assert!(rig.consumer.connect_due(retry_at));
         rig.settle(Verdict::Ack);
         assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nothing is written while down");
         rig.advance(delay);

@@ -231,8 +231,7 @@ impl Driver {
     fn advance_link(&mut self, registry: &Registry, now: Instant) {
         match std::mem::replace(&mut self.link, Link::Idle) {
             Link::Idle => {
-                let due = self.consumer.poll_timeout().map_or(true, |at| at <= now);
-                if self.consumer.wants_connection() && due {
+                if self.consumer.connect_due(now) {
                     self.connect(registry, now);
                 }
             }

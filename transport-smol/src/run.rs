@@ -161,8 +161,7 @@ impl Runner {
                 deadline.map_or_else(Timer::never, Timer::at).await;
             };
             let Some(stream) = &mut link else {
-                let due = deadline.map_or(true, |at| at <= Instant::now());
-                if self.consumer.wants_connection() && due {
+                if self.consumer.connect_due(Instant::now()) {
                     link = self.connect().await;
                 } else {
                     // Waiting for the reconnect time (or, with no deadline, only a stop).

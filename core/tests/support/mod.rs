@@ -77,7 +77,7 @@ impl Rig {
     }
 
     pub fn connect(&mut self) {
-        assert!(self.consumer.wants_connection());
+        assert!(self.consumer.connect_due(self.now));
         self.consumer.on_connected(self.now);
     }
 
