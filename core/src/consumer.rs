@@ -340,10 +340,10 @@ impl Consumer {
             self.stop = Stop::Stopping;
             self.buffer.clear();
             // Acks settled mid-batch wait for the batch's end; the batch ends here.
-            if let Some(now) = self.last_now {
-                self.pump(now);
+            match self.last_now {
+                Some(now) => self.pump(now),
+                None => self.finish_stop_if_clear(),
             }
-            self.finish_stop_if_clear();
         }
     }
 
@@ -404,12 +404,15 @@ impl Consumer {
 
     /// Decides what to send next; called after anything that may change the answer.
     fn pump(&mut self, now: Instant) {
-        if self.link != Link::Up || !self.is_live() || self.in_hand.is_some() {
+        if self.stop == Stop::Stopping && self.in_hand.is_none() {
+            // Owed acks go out if the link is up; with nothing owed the stop ends, link or not.
+            if self.link == Link::Up {
+                self.flush_acks(now);
+            }
+            self.finish_stop_if_clear();
             return;
         }
-        if self.stop == Stop::Stopping {
-            self.flush_acks(now);
-            self.finish_stop_if_clear();
+        if self.link != Link::Up || !self.is_live() || self.in_hand.is_some() {
             return;
         }
         if !self.buffer.is_empty() || self.in_flight.iter().any(|c| c.sent.is_read()) {

@@ -78,6 +78,9 @@ mod decode;
 mod encode;
 mod entry;
 mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 mod reply;
 mod stats;
 

@@ -296,6 +296,19 @@ fn stop_while_disconnected_with_nothing_owed_stops_at_once() {
 }
 
 #[test]
+fn stop_then_retry_while_disconnected_stops_without_reconnecting() {
+    let mut rig = parked("redis-7.0", Protocol::Resp2);
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None, "the entry in hand finishes first");
+    rig.settle(Verdict::Retry);
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    assert!(!rig.consumer.wants_connection());
+}
+
+#[test]
 fn stop_while_disconnected_with_acks_owed_reconnects_to_confirm_them() {
     let mut rig = parked("redis-7.0", Protocol::Resp2);
     rig.reply("read_new").unwrap();

@@ -89,9 +89,9 @@ impl Runner {
     /// address it resolved to) and validates `config`. Connects only in [`run`](Self::run).
     pub fn new(addr: impl ToSocketAddrs, config: Config) -> Result<Runner, RunError> {
         let consumer = Consumer::new(config).map_err(RunError::Config)?;
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(RunError::Io)?.collect();
+        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
         if addrs.is_empty() {
-            return Err(RunError::Io(io::Error::new(
+            return Err(RunError::Resolve(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "no address to connect to",
             )));
@@ -302,7 +302,7 @@ pub enum RunError {
     /// missing group, a reply it cannot read…
     Consumer(pelican::Error),
     /// The address did not resolve, or resolved to nothing.
-    Io(io::Error),
+    Resolve(io::Error),
 }
 
 impl fmt::Display for RunError {
@@ -310,7 +310,7 @@ impl fmt::Display for RunError {
         match self {
             RunError::Config(e) => write!(f, "invalid configuration: {e}"),
             RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
-            RunError::Io(e) => write!(f, "cannot resolve the server address: {e}"),
+            RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
         }
     }
 }
@@ -320,7 +320,7 @@ impl std::error::Error for RunError {
         match self {
             RunError::Config(e) => Some(e),
             RunError::Consumer(e) => Some(e),
-            RunError::Io(e) => Some(e),
+            RunError::Resolve(e) => Some(e),
         }
     }
 }

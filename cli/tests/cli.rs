@@ -1,0 +1,353 @@
+//! The `pelican` binary against real servers, as a user runs it: spawned, signalled, its
+//! output read, and the server's own view checked (`XPENDING`).
+
+mod support;
+
+use std::collections::BTreeSet;
+
+use pelican_tests::server::{Flavor, Server};
+use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
+
+fn url(server: &Server) -> String {
+    format!("redis://{}", server.addr())
+}
+
+/// `consume` arguments for stream `s`, group `g`, consumer `c`, creating the group at 0.
+fn consume<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "consume",
+        "--url",
+        url,
+        "--stream",
+        "s",
+        "--group",
+        "g",
+        "--consumer",
+        "c",
+        "--create-group",
+        "0",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn exec_success_acks_every_entry() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 5, 4);
+    let dir = Scratch::new("ack");
+    let (input, env, stats) = (dir.file("input"), dir.file("env"), dir.file("stats.json"));
+    let command = format!(
+        "cat >> {input}; echo \"$PELICAN_ID $PELICAN_SOURCE $PELICAN_STREAM $PELICAN_GROUP \
+         $PELICAN_CONSUMER ${{PELICAN_DELIVERIES-unset}}\" >> {env}"
+    );
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--stats-json", &stats]));
+    wait_until("5 commands run", || lines_of(&env).len() == 5);
+    wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
+    p.stop();
+
+    let want: Vec<String> = (0..5).map(|i| format!("{{\"f\":\"{i:04}\"}}")).collect();
+    assert_eq!(lines_of(&input), want, "each command got the entry's fields as JSON on stdin");
+    let want: Vec<String> = ids.iter().map(|id| format!("{id} new s g c unset")).collect();
+    assert_eq!(lines_of(&env), want, "environment per entry");
+    let stats = Json::parse(&std::fs::read_to_string(&stats).expect("stats file"));
+    assert_eq!(stats.get("acked").num(), 5.0);
+    assert_eq!(stats.get("new").num(), 5.0);
+    assert_eq!(stats.get("handled").num(), 5.0);
+    assert_eq!(stats.get("retried").num(), 0.0);
+    for field in
+        ["drained", "claimed", "deleted_seen", "lost_to_peer", "reconnects", "errors", "group_recreated"]
+    {
+        assert_eq!(stats.get(field).num(), 0.0, "{field}");
+    }
+}
+
+#[test]
+fn exec_failure_leaves_entries_pending() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 5, 4);
+    let dir = Scratch::new("fail");
+    let (ran, stats) = (dir.file("ran"), dir.file("stats.json"));
+    let command = format!("cat >/dev/null; echo \"$PELICAN_ID\" >> {ran}; exit 3");
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--stats-json", &stats]));
+    wait_until("5 commands run", || lines_of(&ran).len() == 5);
+    p.stop();
+
+    let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+    assert_eq!(pending, ids, "every failed entry stays pending");
+    let stats = Json::parse(&std::fs::read_to_string(&stats).expect("stats file"));
+    assert_eq!((stats.get("acked").num(), stats.get("retried").num()), (0.0, 5.0));
+    assert_eq!(stats.get("failed").num(), 5.0);
+}
+
+#[test]
+fn sigterm_mid_batch_finishes_the_entry_in_hand() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 10, 4);
+    let dir = Scratch::new("midbatch");
+    let (started, finished) = (dir.file("started"), dir.file("finished"));
+    let command = format!(
+        "echo \"$PELICAN_ID\" >> {started}; sleep 0.3; cat >/dev/null; echo \"$PELICAN_ID\" >> {finished}"
+    );
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command]));
+    wait_until("the 2nd entry's command to start", || lines_of(&started).len() == 2);
+    p.term();
+    let status = p.wait();
+    assert_eq!(status.code(), Some(0), "stderr:\n{}", p.stderr());
+
+    assert_eq!(lines_of(&started), ids[..2], "nothing started after the stop");
+    assert_eq!(lines_of(&finished), ids[..2], "the entry in hand finished");
+    // The acks were confirmed before exit: the server's view, read after the exit, is exact.
+    let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+    assert_eq!(pending, ids[2..], "exactly the entries not handled stay pending");
+}
+
+#[test]
+fn kill9_then_restart_loses_nothing() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 20, 4);
+    let dir = Scratch::new("kill9");
+    let (first, second) = (dir.file("first"), dir.file("second"));
+    let url = url(&server);
+    let run_with = |file: &str| {
+        let command = format!("echo \"$PELICAN_ID $PELICAN_SOURCE\" >> {file}; sleep 0.05");
+        Pelican::spawn(&consume(&url, &["--exec", &command]))
+    };
+    let mut p = run_with(&first);
+    wait_until("5 entries handled", || lines_of(&first).len() >= 5);
+    p.kill9();
+    assert!(admin.xpending_count("s", "g") > 0, "the killed run left entries pending");
+
+    let mut p = run_with(&second);
+    wait_until("every entry handled and acked", || {
+        let seen: BTreeSet<String> = lines_of(&first)
+            .iter()
+            .chain(&lines_of(&second))
+            .filter_map(|l| l.split(' ').next().map(String::from))
+            .collect();
+        seen.len() == ids.len() && admin.xpending_count("s", "g") == 0
+    });
+    p.stop();
+    let second = lines_of(&second);
+    assert!(second[0].ends_with(" pending"), "the restart drains its own backlog first: {second:?}");
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+}
+
+#[test]
+fn bad_urls_and_flags_exit_2_with_a_clear_message() {
+    let base = ["consume", "--stream", "s", "--group", "g", "--consumer", "c"];
+    let with = |extra: &[&str]| -> Vec<String> { base.iter().chain(extra).map(|s| s.to_string()).collect() };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (with(&["--url", "http://127.0.0.1"]), "bad URL: it must start with redis://"),
+        (with(&["--url", "redis://127.0.0.1:99999"]), "bad URL: the port is not 1-65535"),
+        (with(&["--url", "redis://user@127.0.0.1"]), "a user needs a password"),
+        (with(&["--url", "redis://127.0.0.1/x"]), "the database must be a number"),
+        (with(&["--count", "abc"]), "--count: `abc` is not a whole number"),
+        (with(&["--count", "0"]), "--count: 0 is below the minimum, 1"),
+        (with(&["--beat-ms"]), "--beat-ms needs a value"),
+        (with(&["--bogus"]), "unknown option --bogus"),
+        (with(&["--transport", "tokio"]), "--transport: `tokio` is not mio or smol"),
+        (with(&["--recreate-group"]), "--recreate-group needs --create-group"),
+        (vec!["consume".into(), "--stream".into(), "s".into()], "--group is required"),
+        (vec!["frobnicate".into()], "unknown command `frobnicate`"),
+        (vec![], "a command is required"),
+        (
+            vec![
+                "pending".into(),
+                "--stream".into(),
+                "s".into(),
+                "--group".into(),
+                "g".into(),
+                "--url".into(),
+                "x".into(),
+            ],
+            "bad URL",
+        ),
+        (vec!["produce".into(), "--stream".into(), "s".into()], "--count is required"),
+        (vec!["demo".into()], "not yet available"),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, stdout, stderr) = run(&args);
+        assert_eq!(status.code(), Some(2), "{args:?}: stderr:\n{stderr}");
+        assert!(stderr.contains(&format!("pelican: {want}")) || stderr.contains(want), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: nothing on stdout: {stdout}");
+        if !want.contains("URL")
+            && !want.contains("password")
+            && !want.contains("database")
+            && args != ["demo"]
+        {
+            assert!(stderr.contains("Usage:"), "{args:?}: usage follows the message: {stderr}");
+        }
+    }
+    for (args, want) in [
+        (&["--help"][..], "pelican consume --stream KEY"),
+        (&["consume", "--help"][..], "PELICAN_DELIVERIES is not set"),
+        (&["pending", "-h"][..], "Usage: pelican pending"),
+        (&["produce", "--help"][..], "Usage: pelican produce"),
+    ] {
+        let (status, stdout, _) = run(args);
+        assert_eq!(status.code(), Some(0), "{args:?}");
+        assert!(stdout.contains(want), "{args:?}: {stdout}");
+    }
+}
+
+#[test]
+fn pending_reports_the_pel_as_json() {
+    for (flavor, lag) in [(Flavor::Valkey81, Json::Num(1.0)), (Flavor::Redis62, Json::Null)] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let ids = admin.xadd_n("s", 5, 4);
+        admin.call(&["XGROUP", "CREATE", "s", "g", "0"]);
+        admin.call(&["XREADGROUP", "GROUP", "g", "alice", "COUNT", "3", "STREAMS", "s", ">"]);
+        admin.call(&["XREADGROUP", "GROUP", "g", "bob", "COUNT", "1", "STREAMS", "s", ">"]);
+        admin.call(&["XREADGROUP", "GROUP", "g", "bob", "STREAMS", "s", "0"]); // a 2nd delivery
+        admin.call(&["XREADGROUP", "GROUP", "g", "carol", "COUNT", "1", "STREAMS", "s", "0"]); // none
+
+        let url = url(&server);
+        let (status, stdout, stderr) =
+            run(&["pending", "--url", &url, "--stream", "s", "--group", "g", "--json"]);
+        assert_eq!(status.code(), Some(0), "{flavor}: {stderr}");
+        let report = Json::parse(&stdout);
+        assert_eq!(report.get("stream").str(), "s");
+        assert_eq!(report.get("group").str(), "g");
+        assert_eq!(report.get("pending").num(), 4.0, "{flavor}");
+        assert_eq!(report.get("min_id").str(), ids[0]);
+        assert_eq!(report.get("max_id").str(), ids[3]);
+        assert_eq!(report.get("lag"), &lag, "{flavor}: lag where the server has it");
+        let consumers = report.get("consumers").arr();
+        let summary: Vec<(&str, f64, &Json)> = consumers
+            .iter()
+            .map(|c| (c.get("name").str(), c.get("pending").num(), c.get("oldest_id")))
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("alice", 3.0, &Json::Str(ids[0].clone())),
+                ("bob", 1.0, &Json::Str(ids[3].clone())),
+                ("carol", 0.0, &Json::Null)
+            ],
+            "{flavor}"
+        );
+        for c in consumers {
+            assert!(c.get("seen_ms").num() >= 0.0);
+        }
+        let oldest: Vec<(&str, &str, f64)> = report
+            .get("oldest")
+            .arr()
+            .iter()
+            .map(|e| (e.get("id").str(), e.get("consumer").str(), e.get("deliveries").num()))
+            .collect();
+        assert_eq!(
+            oldest,
+            vec![
+                (ids[0].as_str(), "alice", 1.0),
+                (ids[1].as_str(), "alice", 1.0),
+                (ids[2].as_str(), "alice", 1.0),
+                (ids[3].as_str(), "bob", 2.0)
+            ],
+            "{flavor}"
+        );
+
+        let (status, text, _) = run(&["pending", "--url", &url, "--stream", "s", "--group", "g"]);
+        assert_eq!(status.code(), Some(0));
+        assert!(text.starts_with("stream s, group g: 4 pending"), "{text}");
+        let (status, _, stderr) = run(&["pending", "--url", &url, "--stream", "s", "--group", "nope"]);
+        assert_eq!(status.code(), Some(1));
+        assert!(stderr.contains("NOGROUP"), "{stderr}");
+    }
+}
+
+#[test]
+fn prints_entries_as_json_lines_non_utf8_as_base64() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let mut xadd = |fields: &[&[u8]]| -> String {
+        let mut args: Vec<&[u8]> = vec![b"XADD", b"s", b"*"];
+        args.extend_from_slice(fields);
+        admin.call(&args).as_text().expect("an id")
+    };
+    let plain = xadd(&[b"name", b"alice", b"note", b"say \"hi\"\n"]);
+    let binary = xadd(&[b"k", b"\xff\xfe\x00a"]);
+    let repeated = xadd(&[b"a", b"1", b"a", b"2"]);
+    let binary_name = xadd(&[b"\xc3\x28", b"v", b"ok", b"\x80"]);
+
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &[]));
+    let lines: Vec<String> = (0..4).map(|_| p.line()).collect();
+    wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
+    p.stop();
+    assert_eq!(
+        lines,
+        vec![
+            format!(r#"{{"id":"{plain}","fields":{{"name":"alice","note":"say \"hi\"\n"}}}}"#),
+            format!(r#"{{"id":"{binary}","fields":{{"k":{{"base64":"//4AYQ=="}}}}}}"#),
+            format!(r#"{{"id":"{repeated}","fields":{{"a":"1","a":"2"}}}}"#),
+            format!(
+                r#"{{"id":"{binary_name}","fields":[[{{"base64":"wyg="}},"v"],["ok",{{"base64":"gA=="}}]]}}"#
+            ),
+        ]
+    );
+    // And they are JSON: repeated names kept in order.
+    let repeated = Json::parse(&lines[2]);
+    assert_eq!(
+        repeated.get("fields"),
+        &Json::Obj(vec![("a".into(), Json::Str("1".into())), ("a".into(), Json::Str("2".into()))])
+    );
+    assert_eq!(Json::parse(&lines[0]).get("fields").get("note").str(), "say \"hi\"\n");
+}
+
+#[test]
+fn produce_then_consume_over_smol_and_resp3() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let url = url(&server);
+    let (status, stdout, stderr) =
+        run(&["produce", "--url", &url, "--stream", "s", "--count", "2500", "--size", "32"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stdout.starts_with("produced 2500 entries to s (32-byte values) in "), "{stdout}");
+    assert!(stdout.contains("entries/s"), "{stdout}");
+    assert_eq!(admin.xlen("s"), 2500);
+
+    let mut p = Pelican::spawn(&consume(&url, &["--transport", "smol", "--resp3", "--count", "300"]));
+    let mut ids = BTreeSet::new();
+    for _ in 0..2500 {
+        let line = Json::parse(&p.line());
+        assert_eq!(line.get("fields").get("p").str(), "x".repeat(32));
+        ids.insert(line.get("id").str().to_string());
+    }
+    assert_eq!(ids.len(), 2500, "each entry once");
+    wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
+    p.stop();
+}
+
+#[test]
+fn a_second_signal_exits_at_once_without_acking() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 3, 4);
+    let dir = Scratch::new("second");
+    let log = dir.file("log");
+    // The command leaves happily (exit 0) when signalled: its entry must still not be acked.
+    let command =
+        format!("echo started >> {log}; trap 'echo terminated >> {log}; exit 0' TERM; sleep 10 & wait");
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command]));
+    wait_until("the first command to start", || lines_of(&log).len() == 1);
+    p.term();
+    wait_until("the first signal to be seen", || p.stderr().contains("stopping after the entry in hand"));
+    p.term();
+    let status = p.wait();
+    assert_eq!(status.code(), Some(130), "stderr:\n{}", p.stderr());
+    wait_until("the command to get SIGTERM", || lines_of(&log).len() == 2);
+    assert_eq!(lines_of(&log), ["started", "terminated"]);
+    let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+    assert_eq!(pending, ids, "nothing acked, the entry in hand included");
+}

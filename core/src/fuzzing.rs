@@ -1,0 +1,603 @@
+//! Entry points for the fuzz targets in `fuzz/` and for the corpus tests
+//! (`tests/fuzz_corpora.rs`). Each takes arbitrary bytes, must never panic, and asserts
+//! invariants of the decoder, the reply parsers or the consumer: an assertion that fires is a
+//! bug found. Built only with the `fuzzing` feature; not part of the public API.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use redis_protocol::{resp2, resp3};
+
+use crate::config::{Config, GroupGone, Limits, Protocol};
+use crate::consumer::{Consumer, Event};
+use crate::decode::{DecodeError, Decoder, Frame, Value};
+use crate::entry::Verdict;
+use crate::error::Error;
+use crate::reply;
+
+/// The tight limits of the third decoder in [`decode`] and of the consumer in [`consumer`].
+const SMALL: Limits = Limits { max_frame: 4096, max_depth: 8 };
+
+fn protocol(byte: u8) -> Protocol {
+    if byte & 1 == 0 {
+        Protocol::Resp2
+    } else {
+        Protocol::Resp3
+    }
+}
+
+/// The origin of the virtual clock: the core only ever sees offsets from it.
+// The core is sans-IO and its clippy config disallows reading the clock; a harness needs one
+// `Instant` to start from, taken once so that every run of a target sees the same origin.
+#[allow(clippy::disallowed_methods)]
+fn origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+// ---- decode ---------------------------------------------------------------------------------
+
+type Step = Result<Frame, DecodeError>;
+
+/// Value equality with doubles compared bit for bit (a decoded NaN equals itself), arrays also
+/// equal as multisets, and maps by their keys: RESP3 sets and maps come out of
+/// `redis-protocol`'s `HashSet`/`HashMap` in an order that changes from one decode to the next,
+/// and which value a repeated map key keeps changes too. (Frame boundaries, which are what
+/// the scanner decides, are checked exactly all the same.)
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Double(x), Value::Double(y)) => x.to_bits() == y.to_bits(),
+        (Value::Array(xs), Value::Array(ys)) => {
+            xs.len() == ys.len()
+                && (xs.iter().zip(ys).all(|(x, y)| same_value(x, y)) || same_multiset(xs, ys))
+        }
+        // Keys only: a map with a repeated key keeps one of its values, not always the same.
+        (Value::Map(xs), Value::Map(ys)) => {
+            let keys = |m: &[(Value, Value)]| m.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+            xs.len() == ys.len() && same_multiset(&keys(xs), &keys(ys))
+        }
+        _ => a == b,
+    }
+}
+
+fn same_multiset(xs: &[Value], ys: &[Value]) -> bool {
+    let mut unmatched: Vec<&Value> = ys.iter().collect();
+    xs.iter().all(|x| match unmatched.iter().position(|y| same_value(x, y)) {
+        Some(i) => {
+            unmatched.swap_remove(i);
+            true
+        }
+        None => false,
+    })
+}
+
+fn same_step(a: &Step, b: &Step) -> bool {
+    match (a, b) {
+        (Ok(Frame::Reply(x)), Ok(Frame::Reply(y))) => same_value(x, y),
+        (Ok(Frame::Push), Ok(Frame::Push)) => true,
+        // Only the kind: `redis-protocol`'s text for the same bad frame can differ (a UTF-8
+        // error's offset inside a map depends on the order it visits the map in).
+        (Err(x), Err(y)) => std::mem::discriminant(x) == std::mem::discriminant(y),
+        _ => false,
+    }
+}
+
+/// Pulls frames until the decoder wants more bytes; false once it has failed.
+fn pull(decoder: &mut Decoder, protocol: Protocol, steps: &mut Vec<Step>) -> bool {
+    loop {
+        match decoder.next(protocol) {
+            Ok(None) => return true,
+            Ok(Some(frame)) => steps.push(Ok(frame)),
+            Err(e) => {
+                steps.push(Err(e));
+                return false;
+            }
+        }
+    }
+}
+
+fn is_limit(e: &DecodeError) -> bool {
+    matches!(e, DecodeError::TooLarge | DecodeError::TooDeep)
+}
+
+/// `redis-protocol` must take exactly the bytes the scanner delimited as one frame, else the
+/// core would silently drop (or misread) part of the input.
+fn check_frame_length(frame: &[u8], protocol: Protocol) {
+    let bytes = Bytes::copy_from_slice(frame);
+    let consumed = match protocol {
+        Protocol::Resp2 => resp2::decode::decode_bytes(&bytes).ok().flatten().map(|(_, n)| n),
+        Protocol::Resp3 => resp3::decode::complete::decode_bytes(&bytes).ok().flatten().map(|(_, n)| n),
+    };
+    // The scanner handed out a frame, so the parser accepted it: it must have used all of it.
+    assert_eq!(consumed, Some(frame.len()), "scanner and parser disagree on a frame's end: {frame:?}");
+}
+
+/// Decoder target. `data[0]` picks the protocol (bit 0) and a chunk size (the rest); the other
+/// bytes are server input. Asserts: decoding them whole and in chunks gives the same frames
+/// and first error; a decoder with tight limits fed byte by byte gives a prefix of the same
+/// sequence (ending early only on a limit error), never holds more than `max_frame` bytes
+/// while waiting, and delimits frames exactly as `redis-protocol` parses them.
+pub fn decode(data: &[u8]) {
+    let Some((&head, input)) = data.split_first() else { return };
+    let protocol = protocol(head);
+    let chunk = usize::from(head >> 1) % 64 + 1;
+
+    let mut whole = Vec::new();
+    let mut d = Decoder::new(Limits::default());
+    d.extend(input);
+    pull(&mut d, protocol, &mut whole);
+
+    let mut split = Vec::new();
+    let mut d = Decoder::new(Limits::default());
+    for part in input.chunks(chunk) {
+        d.extend(part);
+        if !pull(&mut d, protocol, &mut split) {
+            break;
+        }
+    }
+    assert_eq!(whole.len(), split.len(), "whole: {whole:?}\nsplit: {split:?}");
+    for (w, s) in whole.iter().zip(&split) {
+        assert!(same_step(w, s), "whole: {w:?}\nsplit by {chunk}: {s:?}");
+    }
+    for step in &whole {
+        if protocol == Protocol::Resp2 {
+            assert!(!matches!(step, Ok(Frame::Push)), "a push in RESP2");
+        }
+    }
+
+    // Byte by byte, a frame comes out exactly when its last byte arrives: that gives its bounds.
+    let mut small = Vec::new();
+    let mut d = Decoder::new(SMALL);
+    let mut frame_start = 0;
+    'bytes: for (i, b) in input.iter().enumerate() {
+        d.extend(std::slice::from_ref(b));
+        loop {
+            match d.next(protocol) {
+                Ok(None) => {
+                    let held = i + 1 - frame_start;
+                    assert!(held <= SMALL.max_frame, "{held} bytes buffered past max_frame without an error");
+                    break;
+                }
+                Ok(Some(frame)) => {
+                    check_frame_length(&input[frame_start..=i], protocol);
+                    frame_start = i + 1;
+                    small.push(Ok(frame));
+                }
+                Err(e) => {
+                    small.push(Err(e));
+                    break 'bytes;
+                }
+            }
+        }
+    }
+    let ended_on_limit = matches!(small.last(), Some(Err(e)) if is_limit(e));
+    for (i, s) in small.iter().enumerate() {
+        if ended_on_limit && i == small.len() - 1 {
+            break;
+        }
+        let w = whole.get(i).unwrap_or_else(|| panic!("tight limits gave more: {s:?}"));
+        assert!(same_step(w, s), "default limits: {w:?}\ntight limits: {s:?}");
+    }
+    if !ended_on_limit {
+        assert_eq!(small.len(), whole.len(), "tight limits stopped early without a limit error");
+    }
+}
+
+// ---- replies --------------------------------------------------------------------------------
+
+/// The reply values in `data[1..]`, decoded with the protocol `data[0]` picks (up to the first
+/// decoding error).
+fn values(data: &[u8]) -> Vec<Value> {
+    let Some((&head, input)) = data.split_first() else { return Vec::new() };
+    let mut d = Decoder::new(Limits::default());
+    d.extend(input);
+    let mut out = Vec::new();
+    while let Ok(Some(frame)) = d.next(protocol(head)) {
+        if let Frame::Reply(v) = frame {
+            out.push(v);
+        }
+    }
+    out
+}
+
+/// The entry list `reply::read` must have parsed, if it succeeded on `value`.
+fn read_entries(value: &Value) -> &[Value] {
+    let entries = match value {
+        Value::Array(streams) => match streams.first() {
+            Some(Value::Array(pair)) => match pair.get(1) {
+                Some(entries) => entries,
+                None => return &[],
+            },
+            _ => return &[],
+        },
+        Value::Map(streams) => match streams.first() {
+            Some((_, entries)) => entries,
+            None => return &[],
+        },
+        _ => return &[],
+    };
+    match entries {
+        Value::Array(items) => items,
+        _ => &[],
+    }
+}
+
+/// A parsed entry must be exactly its raw `[id, fields]`.
+fn check_entry(raw: &Value, parsed: &reply::RawEntry) {
+    let Value::Array(pair) = raw else { panic!("parsed an entry from {raw:?}") };
+    assert_eq!(pair.len(), 2, "parsed an entry from {raw:?}");
+    assert_eq!(pair[0], Value::Str(parsed.id.clone()), "entry id");
+    match (&pair[1], &parsed.fields) {
+        (Value::Nil, None) => {}
+        (Value::Array(flat), Some(fields)) => {
+            assert_eq!(flat.len(), fields.len() * 2, "field count");
+            for (i, (f, v)) in fields.iter().enumerate() {
+                assert_eq!(flat[2 * i], Value::Str(f.clone()));
+                assert_eq!(flat[2 * i + 1], Value::Str(v.clone()));
+            }
+        }
+        (Value::Map(map), Some(fields)) => {
+            assert_eq!(map.len(), fields.len(), "field count");
+            for ((k, v), (f, x)) in map.iter().zip(fields) {
+                assert_eq!((k, v), (&Value::Str(f.clone()), &Value::Str(x.clone())));
+            }
+        }
+        (raw, parsed) => panic!("fields {raw:?} parsed as {parsed:?}"),
+    }
+}
+
+/// `XREADGROUP` reply target: `data[0]` picks the protocol; every decoded reply goes through
+/// `reply::read` (and `count`/`ok`). Asserts that what parses is exactly the raw entries (same
+/// count, ids, fields, `nil` fields as `None`) and that error replies never parse.
+pub fn read_reply(data: &[u8]) {
+    for value in values(data) {
+        let is_error = matches!(value, Value::Error(_));
+        match reply::count(value.clone()) {
+            Ok(n) => assert_eq!(value, Value::Int(n as i64)),
+            Err(_) => assert!(!matches!(value, Value::Int(n) if n >= 0)),
+        }
+        if reply::ok(value.clone()).is_ok() {
+            assert!(matches!(value, Value::Str(_) | Value::Map(_) | Value::Array(_)));
+        }
+        let parsed = reply::read(value.clone());
+        if is_error {
+            assert!(parsed.is_err(), "an error reply parsed as entries");
+        }
+        if let Ok(entries) = parsed {
+            let raw = read_entries(&value);
+            assert_eq!(raw.len(), entries.len(), "entry count of {value:?}");
+            for (r, e) in raw.iter().zip(&entries) {
+                check_entry(r, e);
+            }
+        }
+    }
+}
+
+/// `XAUTOCLAIM` reply target: `data[0]` picks the protocol; every decoded reply goes through
+/// `reply::autoclaim`. Asserts that what parses has the raw reply's cursor, one claimed entry
+/// or bare nil per element, and its deleted ids (none for the 2-element shape).
+pub fn autoclaim_reply(data: &[u8]) {
+    for value in values(data) {
+        let Ok(claim) = reply::autoclaim(value.clone()) else { continue };
+        let Value::Array(parts) = &value else { panic!("parsed a claim from {value:?}") };
+        assert!(parts.len() == 2 || parts.len() == 3, "{value:?}");
+        assert_eq!(parts[0], Value::Str(claim.cursor.clone()), "cursor");
+        let Value::Array(items) = &parts[1] else { panic!("claimed list of {value:?}") };
+        let nils = items.iter().filter(|v| **v == Value::Nil).count();
+        assert_eq!(nils as u64, claim.bare_nils);
+        let raw: Vec<&Value> = items.iter().filter(|v| **v != Value::Nil).collect();
+        assert_eq!(raw.len(), claim.claimed.len(), "claimed count");
+        for (r, e) in raw.into_iter().zip(&claim.claimed) {
+            check_entry(r, e);
+        }
+        match parts.get(2) {
+            None => assert!(claim.deleted.is_empty()),
+            Some(Value::Array(ids)) => {
+                let want: Vec<Value> = claim.deleted.iter().cloned().map(Value::Str).collect();
+                assert_eq!(ids, &want, "deleted ids");
+            }
+            Some(other) => panic!("deleted ids parsed from {other:?}"),
+        }
+    }
+}
+
+// ---- consumer -------------------------------------------------------------------------------
+
+/// Reads script bytes; past the end every byte is 0.
+struct Script<'a>(&'a [u8]);
+
+impl Script<'_> {
+    fn byte(&mut self) -> u8 {
+        let Some((&b, rest)) = self.0.split_first() else { return 0 };
+        self.0 = rest;
+        b
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let (a, b) = self.0.split_at(n.min(self.0.len()));
+        self.0 = b;
+        a
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// One complete command at the start of `bytes` (an array of bulk strings) and its length;
+/// `None` if `bytes` is a strict prefix of one. Panics if the bytes are not such a command.
+fn parse_command(bytes: &[u8]) -> Option<(Vec<&[u8]>, usize)> {
+    fn line(bytes: &[u8], at: usize, kind: u8) -> Option<(usize, usize)> {
+        let rest = bytes.get(at..)?;
+        let &first = rest.first()?;
+        assert_eq!(first, kind, "expected {:?} in {bytes:?}", kind as char);
+        let end = rest.windows(2).position(|w| w == b"\r\n");
+        let Some(end) = end else {
+            let head = rest[1..].strip_suffix(b"\r").unwrap_or(&rest[1..]);
+            assert!(head.iter().all(u8::is_ascii_digit), "bad header in {bytes:?}");
+            return None;
+        };
+        let digits = &rest[1..end];
+        assert!(!digits.is_empty() && digits.len() < 20, "bad length in {bytes:?}");
+        assert!(digits.iter().all(u8::is_ascii_digit), "bad length in {bytes:?}");
+        let n = digits.iter().fold(0usize, |n, d| n * 10 + usize::from(d - b'0'));
+        Some((n, at + end + 2))
+    }
+    let (n, mut at) = line(bytes, 0, b'*')?;
+    assert!(n > 0, "an empty command");
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (len, from) = line(bytes, at, b'$')?;
+        let end = from + len;
+        if bytes.len() < end + 2 {
+            let tail = &bytes[end.min(bytes.len())..];
+            assert!(b"\r\n".starts_with(tail), "bulk string not ended by CRLF in {bytes:?}");
+            return None;
+        }
+        assert_eq!(&bytes[end..end + 2], b"\r\n", "bulk string not ended by CRLF in {bytes:?}");
+        args.push(&bytes[from..end]);
+        at = end + 2;
+    }
+    Some((args, at))
+}
+
+struct Harness {
+    c: Consumer,
+    now: Instant,
+    /// Every byte fed as server input.
+    input: Vec<u8>,
+    /// Bytes written on the current connection and not yet parsed into whole commands.
+    wire: Vec<u8>,
+    /// Offset of `wire[0]` in the current connection's output.
+    wire_at: usize,
+    /// Output offset on this connection from which no read may be written (the stop point).
+    stop_mark: Option<usize>,
+    in_hand: Option<Bytes>,
+    acked: HashSet<Bytes>,
+    stop_asked: bool,
+    stopped_seen: bool,
+    fatal: Option<Error>,
+}
+
+impl Harness {
+    fn new_connection(&mut self) {
+        self.wire.clear();
+        self.wire_at = 0;
+        self.stop_mark = self.stop_asked.then_some(0);
+    }
+
+    fn check_result(&mut self, result: Result<(), Error>) {
+        if let Some(fatal) = &self.fatal {
+            assert_eq!(result.as_ref(), Err(fatal), "a fatal error is not sticky");
+        }
+        if let Err(e) = result {
+            assert!(!self.c.is_connected(), "still connected after {e:?}");
+            if e.is_fatal() {
+                assert_eq!(self.c.error(), Some(&e));
+                self.fatal = Some(e);
+            } else {
+                assert_eq!(self.c.error(), None, "a non-fatal {e:?} recorded as fatal");
+                assert!(self.c.wants_connection() || self.c.is_stopped(), "no reconnect after {e:?}");
+            }
+        }
+    }
+
+    fn check_state(&mut self) {
+        assert_eq!(self.c.in_hand(), self.in_hand.as_ref(), "in hand");
+        if !self.c.is_connected() {
+            assert!(self.c.poll_transmit().is_none(), "bytes to write without a connection");
+            // Whatever part of a command was written went down with the connection.
+            self.new_connection();
+        }
+        if self.c.is_stopped() {
+            assert!(self.stop_asked, "stopped without being asked");
+            assert!(!self.c.wants_connection());
+            assert!(self.c.poll_transmit().is_none(), "bytes to write after Stopped");
+        }
+        if let Some(fatal) = &self.fatal {
+            assert_eq!(self.c.error(), Some(fatal));
+            assert!(!self.c.wants_connection() && !self.c.is_connected());
+            assert_eq!(self.c.poll_timeout(), None);
+        }
+    }
+
+    fn transmit(&mut self, limit: usize) {
+        let Some(bytes) = self.c.poll_transmit() else { return };
+        let n = bytes.len().min(limit);
+        self.wire.extend_from_slice(&bytes[..n]);
+        self.c.advance_transmit(n);
+        while let Some((args, len)) = parse_command(&self.wire) {
+            self.check_command(&args);
+            self.wire.drain(..len);
+            self.wire_at += len;
+        }
+    }
+
+    fn check_command(&self, args: &[&[u8]]) {
+        let name = args[0];
+        let known: [&[u8]; 8] =
+            [b"HELLO", b"AUTH", b"CLIENT", b"SELECT", b"XGROUP", b"XACK", b"XREADGROUP", b"XAUTOCLAIM"];
+        assert!(known.contains(&name), "unknown command {args:?}");
+        if name == b"XREADGROUP" || name == b"XAUTOCLAIM" {
+            let after_stop = self.stop_mark.is_some_and(|mark| self.wire_at >= mark);
+            assert!(!after_stop, "a read written after stop(): {args:?}");
+        }
+        if name == b"XACK" {
+            assert!(args.len() >= 4 && args[1] == b"s" && args[2] == b"g", "{args:?}");
+            for id in &args[3..] {
+                assert!(
+                    self.acked.contains(*id) || contains(&self.input, id),
+                    "XACK of {id:?}, neither acked nor ever received"
+                );
+            }
+        }
+    }
+
+    fn poll_event(&mut self) -> bool {
+        let Some(event) = self.c.poll_event() else { return false };
+        assert!(!self.stopped_seen, "an event after Stopped: {event:?}");
+        assert!(self.fatal.is_none(), "an event after a fatal error: {event:?}");
+        match event {
+            Event::Entry(entry) => {
+                assert!(!self.stop_asked, "an entry handed out after stop()");
+                assert!(self.in_hand.is_none(), "a second entry while one is in hand");
+                assert!(contains(&self.input, &entry.id), "an entry id never received");
+                assert_eq!(self.c.poll_event(), None, "an event right after an entry");
+                self.in_hand = Some(entry.id);
+            }
+            Event::Stopped => {
+                assert!(self.stop_asked, "Stopped without stop()");
+                assert!(self.in_hand.is_none(), "Stopped with an entry in hand");
+                assert!(self.c.is_stopped());
+                self.stopped_seen = true;
+            }
+        }
+        true
+    }
+
+    fn settle(&mut self, verdict: Verdict) {
+        if let Some(id) = self.in_hand.take() {
+            if verdict == Verdict::Ack {
+                self.acked.insert(id);
+            }
+        }
+        self.c.settle(verdict, self.now);
+        assert_eq!(self.c.in_hand(), None, "still in hand after settle");
+    }
+
+    /// What a well-behaved driver does after each call: write everything, handle every event.
+    fn drive(&mut self, verdict: Verdict) {
+        for _ in 0..64 {
+            self.transmit(usize::MAX);
+            if !self.poll_event() {
+                break;
+            }
+            self.settle(verdict);
+        }
+        self.transmit(usize::MAX);
+    }
+}
+
+/// Consumer target: `data` is a script. `data[0]` sets up the config (bit 0 protocol, bits 1-2
+/// count, bit 3 `create_group`, bit 4 recreate on group gone, bit 5 auth, bit 6 client name,
+/// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
+/// next N bytes (N from the next byte), settle Ack/Retry, stop, disconnect, connect, advance
+/// the clock and handle the timeout, write all or part of the output, poll one event, or drive
+/// like a well-behaved driver. Asserts: at most one entry in hand; nothing after Stopped, no
+/// entry and no read written after `stop()`; nothing to write while disconnected or stopped;
+/// fatal errors are sticky; every command written is an array of bulk strings naming a known
+/// command; every `XACK`ed id was acked by the application or at least received.
+pub fn consumer(data: &[u8]) {
+    let mut script = Script(data);
+    let head = script.byte();
+    let mut config = Config::new("s", "g", "c")
+        .protocol(protocol(head))
+        .count([1, 2, 3, 100][usize::from(head >> 1 & 3)])
+        .beat(Duration::from_millis(1000))
+        .read_grace(Duration::from_millis(1000))
+        .min_idle(Duration::from_millis(5000))
+        .seed(u64::from(head))
+        .limits(SMALL);
+    if head & 8 != 0 {
+        config = config.create_group("0");
+        if head & 16 != 0 {
+            config = config.on_group_gone(GroupGone::Recreate);
+        }
+    }
+    if head & 32 != 0 {
+        config = config.auth(Some("u"), "p w");
+    }
+    if head & 64 != 0 {
+        config = config.client_name("fuzz");
+    }
+    if head & 128 != 0 {
+        config = config.db(1);
+    }
+    let c = Consumer::new(config).expect("a valid config");
+    let mut h = Harness {
+        c,
+        now: origin(),
+        input: Vec::new(),
+        wire: Vec::new(),
+        wire_at: 0,
+        stop_mark: None,
+        in_hand: None,
+        acked: HashSet::new(),
+        stop_asked: false,
+        stopped_seen: false,
+        fatal: None,
+    };
+    h.c.on_connected(h.now);
+    h.new_connection();
+    assert!(h.c.is_connected());
+    while !script.0.is_empty() {
+        match script.byte() & 0x0f {
+            1 => h.settle(Verdict::Ack),
+            2 => h.settle(Verdict::Retry),
+            3 => {
+                h.stop_asked = true;
+                h.c.stop();
+                if h.stop_mark.is_none() {
+                    // What was queued before the stop may still hold a read.
+                    let queued = h.c.poll_transmit().map_or(0, <[u8]>::len);
+                    h.stop_mark = Some(h.wire_at + h.wire.len() + queued);
+                }
+            }
+            4 => h.c.on_disconnected(h.now),
+            5 => {
+                if h.c.wants_connection() {
+                    h.c.on_connected(h.now);
+                    h.new_connection();
+                    assert!(h.c.is_connected(), "on_connected while wanting a connection");
+                }
+            }
+            6 => {
+                h.now += Duration::from_millis(100) * u32::from(script.byte());
+                let result = h.c.handle_timeout(h.now);
+                h.check_result(result);
+            }
+            7 => h.transmit(usize::MAX),
+            8 => {
+                let n = usize::from(script.byte());
+                h.transmit(n);
+            }
+            9 => {
+                h.poll_event();
+            }
+            10 => h.drive(Verdict::Ack),
+            11 => h.drive(Verdict::Retry),
+            _ => {
+                let n = usize::from(script.byte());
+                let bytes = script.take(n);
+                h.input.extend_from_slice(bytes);
+                let result = h.c.handle_input(bytes, h.now);
+                h.check_result(result);
+            }
+        }
+        h.check_state();
+    }
+    // End as a well-behaved driver would: write what is owed, handle what is ready.
+    h.drive(Verdict::Ack);
+    h.check_state();
+}

@@ -1,0 +1,765 @@
+//! Argument parsing and dispatch: one function per command, each answering a [`Reply`] (or
+//! asking to park, for `XREADGROUP … BLOCK`) with the real servers' shapes and error texts.
+
+use bytes::Bytes;
+
+use crate::conn::{Blocked, Conn, ConnId};
+use crate::id::{parse_i64, EntryId};
+use crate::model::{Claimed, Db, Fields, Group, NewId, Trim};
+use crate::options::{ClaimShape, SimOptions};
+use crate::reply::{Protocol, Reply};
+
+/// What executing a command produced.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Answer now.
+    Reply(Reply),
+    /// Park the connection (`XREADGROUP … BLOCK … >` with nothing new).
+    Block(Blocked),
+    /// Answer, then close the connection (`QUIT`).
+    Close(Reply),
+}
+
+/// A change that parked readers of a key must look at.
+#[derive(Clone, Debug)]
+pub(crate) enum Signal {
+    /// Entries were added to the key.
+    Added(Vec<u8>),
+    /// The key was deleted.
+    Deleted(Vec<u8>),
+    /// The group was destroyed: (key, group).
+    GroupDestroyed(Vec<u8>, Vec<u8>),
+}
+
+/// Everything a command may look at or change.
+pub(crate) struct Ctx<'a> {
+    pub(crate) db: &'a mut Db,
+    pub(crate) options: &'a SimOptions,
+    pub(crate) now: u64,
+    pub(crate) conn: &'a mut Conn,
+    pub(crate) conn_id: ConnId,
+    pub(crate) signals: &'a mut Vec<Signal>,
+}
+
+const SYNTAX: &str = "ERR syntax error";
+const NOT_INT: &str = "ERR value is not an integer or out of range";
+const BAD_ID: &str = "ERR Invalid stream ID specified as stream command argument";
+
+type CmdResult = Result<Outcome, String>;
+
+fn reply(r: Reply) -> CmdResult {
+    Ok(Outcome::Reply(r))
+}
+
+fn int(n: usize) -> CmdResult {
+    reply(Reply::Int(n as i64))
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn eq(arg: &[u8], word: &str) -> bool {
+    arg.eq_ignore_ascii_case(word.as_bytes())
+}
+
+fn strict_id(arg: &[u8]) -> Result<EntryId, String> {
+    EntryId::parse_strict(arg, 0).ok_or_else(|| BAD_ID.to_string())
+}
+
+fn int_arg(arg: &[u8]) -> Result<i64, String> {
+    parse_i64(arg).ok_or_else(|| NOT_INT.to_string())
+}
+
+/// `-NOGROUP …` as `XREADGROUP` words it.
+pub(crate) fn nogroup_read(key: &[u8], group: &[u8]) -> String {
+    format!(
+        "NOGROUP No such key '{}' or consumer group '{}' in XREADGROUP with GROUP option",
+        lossy(key),
+        lossy(group)
+    )
+}
+
+/// The arity of a known command (counting its name): positive is exact, negative a minimum.
+fn arity(name: &str) -> Option<i64> {
+    Some(match name {
+        "ping" | "hello" | "flushall" | "flushdb" | "quit" => -1,
+        "auth" | "client" | "del" | "xgroup" | "xinfo" => -2,
+        "select" | "xlen" => 2,
+        "xadd" => -5,
+        "xreadgroup" => -7,
+        "xautoclaim" => -6,
+        "xack" => -4,
+        "xpending" | "xdel" => -3,
+        "xtrim" => -4,
+        _ => return None,
+    })
+}
+
+/// Runs one command.
+pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
+    let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
+    let Some(arity) = arity(&name) else {
+        let mut text = format!("ERR unknown command '{}', with args beginning with: ", lossy(&args[0]));
+        for a in args.iter().skip(1).take(16) {
+            text.push_str(&format!("'{}' ", lossy(a)));
+        }
+        return Outcome::Reply(Reply::err(text));
+    };
+    let argc = args.len() as i64;
+    if (arity > 0 && argc != arity) || (arity < 0 && argc < -arity) {
+        return Outcome::Reply(Reply::err(format!("ERR wrong number of arguments for '{name}' command")));
+    }
+    if !ctx.conn.authed && !matches!(name.as_str(), "auth" | "hello" | "quit") {
+        return Outcome::Reply(Reply::err("NOAUTH Authentication required."));
+    }
+    let result = match name.as_str() {
+        "ping" => ping(args),
+        "quit" => Ok(Outcome::Close(Reply::ok())),
+        "hello" => hello(ctx, args),
+        "auth" => auth(ctx, args),
+        "client" => client(ctx, args),
+        "select" => match parse_i64(&args[1]) {
+            Some(0) => reply(Reply::ok()),
+            Some(_) => Err("ERR DB index is out of range".into()),
+            None => Err(NOT_INT.into()),
+        },
+        "flushall" | "flushdb" => {
+            let keys: Vec<Vec<u8>> = ctx.db.streams.keys().cloned().collect();
+            ctx.db.streams.clear();
+            ctx.signals.extend(keys.into_iter().map(Signal::Deleted));
+            reply(Reply::ok())
+        }
+        "del" => {
+            let mut n = 0;
+            for key in &args[1..] {
+                if ctx.db.streams.remove(key).is_some() {
+                    ctx.signals.push(Signal::Deleted(key.clone()));
+                    n += 1;
+                }
+            }
+            int(n)
+        }
+        "xlen" => int(ctx.db.streams.get(&args[1]).map_or(0, |s| s.entries.len())),
+        "xadd" => xadd(ctx, args),
+        "xgroup" => xgroup(ctx, args),
+        "xreadgroup" => xreadgroup(ctx, args),
+        "xautoclaim" => xautoclaim(ctx, args),
+        "xack" => xack(ctx, args),
+        "xpending" => xpending(ctx, args),
+        "xdel" => xdel(ctx, args),
+        "xtrim" => xtrim(ctx, args),
+        "xinfo" => xinfo(ctx, args),
+        _ => Err(format!("ERR unknown command '{name}'")),
+    };
+    result.unwrap_or_else(|e| Outcome::Reply(Reply::err(e)))
+}
+
+fn ping(args: &[Vec<u8>]) -> CmdResult {
+    match args.len() {
+        1 => reply(Reply::Simple("PONG")),
+        2 => reply(Reply::Bulk(args[1].clone())),
+        _ => Err("ERR wrong number of arguments for 'ping' command".into()),
+    }
+}
+
+/// Checks `user`/`pass` against the `default` user.
+fn check_auth(options: &SimOptions, user: &[u8], pass: &[u8]) -> Result<(), String> {
+    let ok = user == b"default" && options.requirepass.as_ref().map_or(true, |p| p.as_bytes() == pass);
+    if ok {
+        Ok(())
+    } else {
+        Err("WRONGPASS invalid username-password pair or user is disabled.".into())
+    }
+}
+
+fn auth(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    match args.len() {
+        2 => {
+            if ctx.options.requirepass.is_none() {
+                return Err("ERR AUTH <password> called without any password configured for the default \
+                            user. Are you sure your configuration is correct?"
+                    .into());
+            }
+            check_auth(ctx.options, b"default", &args[1])?;
+        }
+        3 => check_auth(ctx.options, &args[1], &args[2])?,
+        _ => return Err(SYNTAX.into()),
+    }
+    ctx.conn.authed = true;
+    reply(Reply::ok())
+}
+
+fn valid_name(name: &[u8]) -> bool {
+    name.iter().all(|&b| (b'!'..=b'~').contains(&b))
+}
+
+fn hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let mut proto = None;
+    let mut i = 1;
+    if args.len() >= 2 {
+        match parse_i64(&args[1]) {
+            Some(2) => proto = Some(Protocol::Resp2),
+            Some(3) => proto = Some(Protocol::Resp3),
+            Some(_) => return Err("NOPROTO unsupported protocol version".into()),
+            None => return Err("ERR Protocol version is not an integer or out of range".into()),
+        }
+        i = 2;
+    }
+    let mut creds = None;
+    let mut name = None;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if eq(&args[i], "AUTH") && more >= 2 {
+            creds = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if eq(&args[i], "SETNAME") && more >= 1 {
+            name = Some(&args[i + 1]);
+            i += 2;
+        } else {
+            return Err(format!("ERR Syntax error in HELLO option '{}'", lossy(&args[i])));
+        }
+    }
+    if let Some((user, pass)) = creds {
+        check_auth(ctx.options, user, pass)?;
+        ctx.conn.authed = true;
+    }
+    if !ctx.conn.authed {
+        return Err("NOAUTH HELLO must be called with the client already authenticated, otherwise the \
+                    HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and \
+                    select the RESP protocol version at the same time"
+            .into());
+    }
+    if let Some(name) = name {
+        if !valid_name(name) {
+            return Err("ERR Client names cannot contain spaces, newlines or special characters.".into());
+        }
+        ctx.conn.name = Some(name.clone()).filter(|n| !n.is_empty());
+    }
+    if let Some(p) = proto {
+        ctx.conn.proto = p;
+    }
+    let proto_num = if ctx.conn.proto == Protocol::Resp3 { 3 } else { 2 };
+    reply(Reply::Map(vec![
+        (Reply::text("server"), Reply::text(&ctx.options.server_name)),
+        (Reply::text("version"), Reply::text(&ctx.options.server_version)),
+        (Reply::text("proto"), Reply::Int(proto_num)),
+        (Reply::text("id"), Reply::Int(ctx.conn_id.client_id() as i64)),
+        (Reply::text("mode"), Reply::text("standalone")),
+        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("modules"), Reply::Array(Vec::new())),
+    ]))
+}
+
+fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let sub = &args[1];
+    if eq(sub, "ID") && args.len() == 2 {
+        reply(Reply::Int(ctx.conn_id.client_id() as i64))
+    } else if eq(sub, "SETNAME") && args.len() == 3 {
+        if !valid_name(&args[2]) {
+            return Err("ERR Client names cannot contain spaces, newlines or special characters.".into());
+        }
+        ctx.conn.name = Some(args[2].clone()).filter(|n| !n.is_empty());
+        reply(Reply::ok())
+    } else if eq(sub, "GETNAME") && args.len() == 2 {
+        reply(ctx.conn.name.clone().map_or(Reply::NilBulk, Reply::Bulk))
+    } else {
+        Err(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",
+            lossy(sub)
+        ))
+    }
+}
+
+/// Parsed `MAXLEN`/`MINID` options of `XADD`/`XTRIM`; returns the trim and the index of
+/// the first argument after the options.
+fn trim_options(args: &[Vec<u8>], mut i: usize, xadd: bool) -> Result<(Option<Trim>, bool, usize), String> {
+    let mut trim = None;
+    let mut nomkstream = false;
+    let mut approx = false;
+    let mut limit = false;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let opt = &args[i];
+        if xadd && opt.as_slice() == b"*" {
+            break;
+        } else if (eq(opt, "MAXLEN") || eq(opt, "MINID")) && more > 0 {
+            if trim.is_some() {
+                return Err(
+                    "ERR syntax error, MAXLEN and MINID options at the same time are not compatible".into()
+                );
+            }
+            approx = false;
+            if more >= 2 && (args[i + 1] == b"~" || args[i + 1] == b"=") {
+                approx = args[i + 1] == b"~";
+                i += 1;
+            }
+            let value = &args[i + 1];
+            trim = Some(if eq(opt, "MAXLEN") {
+                let n = int_arg(value)?;
+                if n < 0 {
+                    return Err("ERR The MAXLEN argument must be >= 0.".into());
+                }
+                Trim::MaxLen(n as u64)
+            } else {
+                Trim::MinId(strict_id(value)?)
+            });
+            i += 2;
+        } else if eq(opt, "LIMIT") && more > 0 {
+            if int_arg(&args[i + 1])? < 0 {
+                return Err("ERR The LIMIT argument must be >= 0.".into());
+            }
+            limit = true;
+            i += 2;
+        } else if xadd && eq(opt, "NOMKSTREAM") {
+            nomkstream = true;
+            i += 1;
+        } else if xadd {
+            break;
+        } else {
+            return Err(SYNTAX.into());
+        }
+    }
+    if limit && trim.is_none() {
+        return Err("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy".into());
+    }
+    if !xadd && trim.is_none() {
+        return Err("ERR syntax error, XTRIM must be called with a trimming strategy".into());
+    }
+    if limit && !approx {
+        return Err("ERR syntax error, LIMIT cannot be used without the special ~ option".into());
+    }
+    Ok((trim, nomkstream, i))
+}
+
+fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let (trim, nomkstream, pos) = trim_options(args, 2, true)?;
+    let id = match args.get(pos).map(Vec::as_slice) {
+        None => return Err("ERR wrong number of arguments for 'xadd' command".into()),
+        Some(b"*") => NewId::Auto,
+        Some(text) => match text.strip_suffix(b"-*") {
+            Some(ms) => NewId::AutoSeq(crate::id::parse_u64(ms).ok_or(BAD_ID)?),
+            None => NewId::Exact(strict_id(text)?),
+        },
+    };
+    let rest = &args[pos + 1..];
+    if rest.is_empty() || rest.len() % 2 == 1 {
+        return Err("ERR wrong number of arguments for 'xadd' command".into());
+    }
+    if let NewId::Exact(EntryId::MIN) = id {
+        return Err("ERR The ID specified in XADD must be greater than 0-0".into());
+    }
+    let key = &args[1];
+    if nomkstream && !ctx.db.streams.contains_key(key) {
+        return reply(Reply::NilBulk);
+    }
+    let fields: Fields =
+        rest.chunks(2).map(|p| (Bytes::copy_from_slice(&p[0]), Bytes::copy_from_slice(&p[1]))).collect();
+    let created = !ctx.db.streams.contains_key(key);
+    let stream = ctx.db.streams.entry(key.clone()).or_default();
+    let id = match stream.add(id, fields, ctx.now) {
+        Ok(id) => id,
+        Err(_) => {
+            if created {
+                ctx.db.streams.remove(key);
+            }
+            return Err(
+                "ERR The ID specified in XADD is equal or smaller than the target stream top item".into()
+            );
+        }
+    };
+    if let Some(trim) = trim {
+        stream.trim(trim);
+    }
+    ctx.signals.push(Signal::Added(key.clone()));
+    reply(Reply::id(id))
+}
+
+fn xtrim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let (trim, _, _) = trim_options(args, 2, false)?;
+    let (Some(trim), Some(stream)) = (trim, ctx.db.streams.get_mut(&args[1])) else { return int(0) };
+    int(stream.trim(trim) as usize)
+}
+
+fn xdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let Some(stream) = ctx.db.streams.get_mut(&args[1]) else { return int(0) };
+    let ids = args[2..].iter().map(|a| strict_id(a)).collect::<Result<Vec<_>, _>>()?;
+    int(ids.into_iter().filter(|&id| stream.delete(id)).count())
+}
+
+fn xgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let sub = &args[1];
+    let argc = args.len();
+    let wrong = || {
+        Err(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try XGROUP HELP.",
+            lossy(sub)
+        ))
+    };
+    let known = (eq(sub, "CREATE") && argc >= 5)
+        || (eq(sub, "DESTROY") && argc == 4)
+        || (eq(sub, "DELCONSUMER") && argc == 5)
+        || (eq(sub, "CREATECONSUMER") && argc == 5);
+    if !known {
+        return wrong();
+    }
+    let key = &args[2];
+    let group = &args[3];
+    let mut mkstream = false;
+    let mut entries_read = None;
+    if eq(sub, "CREATE") {
+        let mut i = 5;
+        while i < argc {
+            if eq(&args[i], "MKSTREAM") {
+                mkstream = true;
+                i += 1;
+            } else if eq(&args[i], "ENTRIESREAD") && i + 1 < argc {
+                let n = int_arg(&args[i + 1])?;
+                if n < 0 && n != -1 {
+                    return Err("ERR value for ENTRIESREAD must be positive or -1".into());
+                }
+                entries_read = u64::try_from(n).ok();
+                i += 2;
+            } else {
+                return Err(format!(
+                    "ERR unknown subcommand or wrong number of arguments for '{}'. Try XGROUP HELP.",
+                    lossy(sub)
+                ));
+            }
+        }
+    }
+    if !mkstream {
+        let Some(stream) = ctx.db.streams.get(key) else {
+            return Err("ERR The XGROUP subcommand requires the key to exist. Note that for CREATE you may \
+                        want to use the MKSTREAM option to create an empty stream automatically."
+                .into());
+        };
+        if !stream.groups.contains_key(group) && (eq(sub, "DELCONSUMER") || eq(sub, "CREATECONSUMER")) {
+            return Err(format!(
+                "NOGROUP No such consumer group '{}' for key name '{}'",
+                lossy(group),
+                lossy(key)
+            ));
+        }
+    }
+    if eq(sub, "CREATE") {
+        let id = if args[4] == b"$" {
+            ctx.db.streams.get(key).map_or(EntryId::MIN, |s| s.last_id)
+        } else {
+            strict_id(&args[4])?
+        };
+        let stream = ctx.db.streams.entry(key.clone()).or_default();
+        if stream.groups.contains_key(group) {
+            return Err("BUSYGROUP Consumer Group name already exists".into());
+        }
+        stream.groups.insert(group.clone(), Group::new(id, entries_read));
+        reply(Reply::ok())
+    } else if eq(sub, "DESTROY") {
+        let Some(stream) = ctx.db.streams.get_mut(key) else { return int(0) };
+        if stream.groups.remove(group).is_some() {
+            ctx.signals.push(Signal::GroupDestroyed(key.clone(), group.clone()));
+            int(1)
+        } else {
+            int(0)
+        }
+    } else {
+        let Some(g) = ctx.db.streams.get_mut(key).and_then(|s| s.groups.get_mut(group)) else {
+            return int(0);
+        };
+        if eq(sub, "CREATECONSUMER") {
+            let created = !g.consumers.contains_key(&args[4]);
+            g.consumer(&args[4]);
+            return int(created as usize);
+        }
+        let Some(consumer) = g.consumers.remove(&args[4]) else { return int(0) };
+        for id in &consumer.pel {
+            g.pel.remove(id);
+        }
+        int(consumer.pel.len())
+    }
+}
+
+/// Builds one entry of a read or claim reply.
+fn entry_reply(id: EntryId, fields: Option<&Fields>) -> Reply {
+    let body = match fields {
+        Some(f) => Reply::Array(
+            f.iter().flat_map(|(k, v)| [Reply::Bulk(k.to_vec()), Reply::Bulk(v.to_vec())]).collect(),
+        ),
+        None => Reply::NilArray,
+    };
+    Reply::Array(vec![Reply::id(id), body])
+}
+
+/// The reply to a `>` read that found entries.
+pub(crate) fn new_entries_reply(key: &[u8], entries: Vec<(EntryId, Fields)>) -> Reply {
+    let items = entries.iter().map(|(id, f)| entry_reply(*id, Some(f))).collect();
+    Reply::Streams(vec![(Reply::Bulk(key.to_vec()), Reply::Array(items))])
+}
+
+fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let mut count = 0usize;
+    let mut block = None;
+    let mut noack = false;
+    let mut names = None;
+    let mut streams_at = None;
+    let mut i = 1;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let opt = &args[i];
+        if eq(opt, "BLOCK") && more > 0 {
+            let ms = parse_i64(&args[i + 1]).ok_or("ERR timeout is not an integer or out of range")?;
+            if ms < 0 {
+                return Err("ERR timeout is negative".into());
+            }
+            block = Some(ms as u64);
+            i += 2;
+        } else if eq(opt, "COUNT") && more > 0 {
+            count = int_arg(&args[i + 1])?.max(0) as usize;
+            i += 2;
+        } else if eq(opt, "STREAMS") && more > 0 {
+            if (args.len() - i - 1) % 2 != 0 {
+                return Err("ERR Unbalanced 'xreadgroup' list of streams: for each stream key an ID or '$' \
+                            must be specified."
+                    .into());
+            }
+            streams_at = Some(i + 1);
+            break;
+        } else if eq(opt, "GROUP") && more >= 2 {
+            names = Some((&args[i + 1], &args[i + 2]));
+            i += 3;
+        } else if eq(opt, "NOACK") {
+            noack = true;
+            i += 1;
+        } else {
+            return Err(SYNTAX.into());
+        }
+    }
+    let Some(at) = streams_at else { return Err(SYNTAX.into()) };
+    let Some((group, consumer)) = names else { return Err("ERR Missing GROUP option for XREADGROUP".into()) };
+    if args.len() - at != 2 {
+        return Err("ERR the simulator supports XREADGROUP on one stream only".into());
+    }
+    let (key, id_arg) = (&args[at], &args[at + 1]);
+    let Some(stream) = ctx.db.streams.get_mut(key.as_slice()) else {
+        return Err(nogroup_read(key, group));
+    };
+    if !stream.groups.contains_key(group.as_slice()) {
+        return Err(nogroup_read(key, group));
+    }
+    let after = match id_arg.as_slice() {
+        b"$" => {
+            return Err("ERR The $ ID is meaningless in the context of XREADGROUP: you want to read the \
+                        history of this consumer by specifying a proper ID, or use the > ID to get new \
+                        messages. The $ ID would just return an empty result set."
+                .into())
+        }
+        b">" => None,
+        other => Some(strict_id(other)?),
+    };
+    let g = stream.groups.get_mut(group.as_slice()).ok_or("ERR internal")?;
+    if after.is_some() || ctx.options.eager_consumer_creation {
+        g.consumer(consumer);
+    }
+    match after {
+        Some(after) => {
+            let items = stream.read_pending(group, consumer, after, count, ctx.now);
+            let items = items.iter().map(|(id, f)| entry_reply(*id, f.as_ref())).collect();
+            reply(Reply::Streams(vec![(Reply::Bulk(key.clone()), Reply::Array(items))]))
+        }
+        None => {
+            let last = g.last_id;
+            if stream.has_after(last) {
+                let entries = stream.read_new(group, consumer, count, noack, ctx.now);
+                return reply(new_entries_reply(key, entries));
+            }
+            match block {
+                None => reply(Reply::NilArray),
+                Some(ms) => Ok(Outcome::Block(Blocked {
+                    key: key.clone(),
+                    group: group.clone(),
+                    consumer: consumer.clone(),
+                    count,
+                    noack,
+                    deadline: (ms > 0).then(|| ctx.now.saturating_add(ms)),
+                    order: 0,
+                })),
+            }
+        }
+    }
+}
+
+fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let min_idle =
+        parse_i64(&args[4]).ok_or("ERR Invalid min-idle-time argument for XAUTOCLAIM")?.max(0) as u64;
+    let (mut start, exclusive) = EntryId::parse_bound(&args[5], 0).ok_or(BAD_ID)?;
+    if exclusive {
+        start = start.next().ok_or("ERR invalid start ID for the interval")?;
+    }
+    let mut count = 100usize;
+    let mut justid = false;
+    let mut i = 6;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        if eq(&args[i], "COUNT") && more > 0 {
+            count = match parse_i64(&args[i + 1]) {
+                Some(n) if (1..=i64::MAX / 16).contains(&n) => n as usize,
+                _ => return Err("ERR COUNT must be > 0".into()),
+            };
+            i += 2;
+        } else if eq(&args[i], "JUSTID") {
+            justid = true;
+            i += 1;
+        } else {
+            return Err(SYNTAX.into());
+        }
+    }
+    let (key, group) = (&args[1], &args[2]);
+    let Some(stream) = ctx.db.streams.get_mut(key).filter(|s| s.groups.contains_key(group)) else {
+        return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
+    };
+    let shape = ctx.options.claim_shape;
+    if ctx.options.eager_consumer_creation {
+        if let Some(g) = stream.groups.get_mut(group) {
+            g.consumer(&args[3]);
+        }
+    }
+    let counted = ctx.options.autoclaim_deleted_use_count;
+    let result = stream.autoclaim(group, &args[3], min_idle, start, count, justid, shape, counted, ctx.now);
+    let claimed = result
+        .claimed
+        .into_iter()
+        .map(|c| match c {
+            Claimed::Entry(id, f) => entry_reply(id, Some(&f)),
+            Claimed::Id(id) => Reply::id(id),
+            Claimed::Gone => Reply::NilBulk,
+        })
+        .collect();
+    let mut parts = vec![Reply::id(result.cursor), Reply::Array(claimed)];
+    if shape == ClaimShape::Redis7 {
+        parts.push(Reply::Array(result.deleted.into_iter().map(Reply::id).collect()));
+    }
+    reply(Reply::Array(parts))
+}
+
+fn xack(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let Some(g) = ctx.db.streams.get_mut(&args[1]).and_then(|s| s.groups.get_mut(&args[2])) else {
+        return int(0);
+    };
+    let ids = args[3..].iter().map(|a| strict_id(a)).collect::<Result<Vec<_>, _>>()?;
+    int(ids.into_iter().filter(|&id| g.ack(id)).count())
+}
+
+fn xpending(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let argc = args.len();
+    if argc != 3 && !(6..=9).contains(&argc) {
+        return Err(SYNTAX.into());
+    }
+    let mut range = None;
+    if argc >= 6 {
+        let mut at = 3;
+        let mut min_idle = 0i64;
+        if eq(&args[3], "IDLE") {
+            min_idle = int_arg(&args[4])?;
+            if argc < 8 {
+                return Err(SYNTAX.into());
+            }
+            at = 5;
+        }
+        let count = int_arg(&args[at + 2])?.max(0) as usize;
+        let (mut start, start_ex) = EntryId::parse_bound(&args[at], 0).ok_or(BAD_ID)?;
+        if start_ex {
+            start = start.next().ok_or("ERR invalid start ID for the interval")?;
+        }
+        let (mut end, end_ex) = EntryId::parse_bound(&args[at + 1], u64::MAX).ok_or(BAD_ID)?;
+        if end_ex {
+            end = end.prev().ok_or("ERR invalid end ID for the interval")?;
+        }
+        if at + 4 < argc {
+            return Err(SYNTAX.into());
+        }
+        range = Some((min_idle, start, end, count, args.get(at + 3)));
+    }
+    let (key, group) = (&args[1], &args[2]);
+    let Some(g) = ctx.db.streams.get(key).and_then(|s| s.groups.get(group)) else {
+        return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
+    };
+    let Some((min_idle, start, end, count, consumer)) = range else {
+        if g.pel.is_empty() {
+            return reply(Reply::Array(vec![Reply::Int(0), Reply::NilBulk, Reply::NilBulk, Reply::NilArray]));
+        }
+        let first = g.pel.keys().next().copied().unwrap_or_default();
+        let last = g.pel.keys().next_back().copied().unwrap_or_default();
+        let per = g
+            .consumers
+            .iter()
+            .filter(|(_, c)| !c.pel.is_empty())
+            .map(|(name, c)| {
+                Reply::Array(vec![Reply::Bulk(name.clone()), Reply::text(&c.pel.len().to_string())])
+            })
+            .collect();
+        return reply(Reply::Array(vec![
+            Reply::Int(g.pel.len() as i64),
+            Reply::id(first),
+            Reply::id(last),
+            Reply::Array(per),
+        ]));
+    };
+    if start > end {
+        return reply(Reply::Array(Vec::new()));
+    }
+    let ids: Vec<EntryId> = match consumer {
+        Some(name) => match g.consumers.get(name) {
+            Some(c) => c.pel.range(start..=end).copied().collect(),
+            None => Vec::new(),
+        },
+        None => g.pel.range(start..=end).map(|(&id, _)| id).collect(),
+    };
+    let mut out = Vec::new();
+    for id in ids {
+        if out.len() >= count {
+            break;
+        }
+        let Some(nack) = g.pel.get(&id) else { continue };
+        let idle = ctx.now.saturating_sub(nack.delivered_at);
+        if min_idle > 0 && (idle as i64) < min_idle {
+            continue;
+        }
+        out.push(Reply::Array(vec![
+            Reply::id(id),
+            Reply::Bulk(nack.owner.clone()),
+            Reply::Int(idle as i64),
+            Reply::Int(nack.count as i64),
+        ]));
+    }
+    reply(Reply::Array(out))
+}
+
+fn xinfo(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    if !eq(&args[1], "GROUPS") || args.len() != 3 {
+        return Err(format!(
+            "ERR unknown subcommand or wrong number of arguments for '{}'. Try XINFO HELP.",
+            lossy(&args[1])
+        ));
+    }
+    let Some(stream) = ctx.db.streams.get(&args[2]) else { return Err("ERR no such key".into()) };
+    let lag = ctx.options.xinfo_lag;
+    let groups = stream
+        .group_infos()
+        .into_iter()
+        .map(|g| {
+            let mut fields = vec![
+                (Reply::text("name"), Reply::Bulk(g.name)),
+                (Reply::text("consumers"), Reply::Int(g.consumers as i64)),
+                (Reply::text("pending"), Reply::Int(g.pending as i64)),
+                (Reply::text("last-delivered-id"), Reply::id(g.last_id)),
+            ];
+            if lag {
+                let opt = |v: Option<u64>| v.map_or(Reply::NilBulk, |n| Reply::Int(n as i64));
+                fields.push((Reply::text("entries-read"), opt(g.entries_read)));
+                fields.push((Reply::text("lag"), opt(g.lag)));
+            }
+            Reply::Map(fields)
+        })
+        .collect();
+    reply(Reply::Array(groups))
+}

@@ -1,0 +1,70 @@
+//! # pelican-sim
+//!
+//! An in-memory model of Redis/Valkey streams with consumer groups that speaks RESP bytes in
+//! and out on a **virtual clock**, for deterministic tests of stream consumers (pelican's
+//! own simulation tests, fuzzing, users' handler tests, the demo). It is kept honest by a
+//! differential test against Redis 6.2, Redis 7.0 and Valkey 8.1 (`tests/differential.rs`).
+//! It is not a server for production use.
+//!
+//! ```
+//! use pelican_sim::{Sim, SimOptions};
+//!
+//! let mut sim = Sim::new(SimOptions::redis70());
+//! let c = sim.connect();
+//! sim.input(c, b"XGROUP CREATE s g 0 MKSTREAM\r\nXADD s 1-0 f v\r\n");
+//! sim.input(c, b"*7\r\n$10\r\nXREADGROUP\r\n$5\r\nGROUP\r\n$1\r\ng\r\n$1\r\nA\r\n$7\r\nSTREAMS\r\n$1\r\ns\r\n$1\r\n>\r\n");
+//! assert_eq!(
+//!     sim.output(c),
+//!     b"+OK\r\n$3\r\n1-0\r\n*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n"
+//! );
+//! assert_eq!(sim.pending(b"s", b"g").unwrap()[0].delivery_count, 1);
+//! ```
+//!
+//! ## Commands
+//!
+//! `PING`, `QUIT`, `HELLO [2|3] [AUTH user pass] [SETNAME name]`, `AUTH [user] pass`,
+//! `CLIENT ID|SETNAME|GETNAME`, `SELECT 0`, `FLUSHALL`, `FLUSHDB`, `DEL`, `XLEN`, `XADD`
+//! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
+//! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
+//! `XACK`, `XPENDING` (both forms), `XINFO GROUPS`. Requests are RESP arrays of bulk strings
+//! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
+//!
+//! Where the servers differ, [`SimOptions`] picks a behaviour ([`SimOptions::redis62`],
+//! [`SimOptions::redis70`], [`SimOptions::valkey81`]).
+//!
+//! ## Known differences from the real servers
+//!
+//! - Only streams exist: no other data types, no `WRONGTYPE`; one database (`SELECT n` with
+//!   n ≠ 0 answers `-ERR DB index is out of range`).
+//! - Trimming (`MAXLEN ~`, `MINID ~`) is always exact; real servers trim whole nodes only.
+//! - `XREADGROUP` reads one stream per call; several answer an error.
+//! - `XADD 0-0` answers the 7.0 text (`must be greater than 0-0`) on every flavor.
+//! - `XINFO GROUPS` `entries-read`/`lag` follow Redis 7's algorithm (a logical read counter
+//!   that `XGROUP CREATE` leaves unknown unless `ENTRIESREAD` is given, re-estimated from
+//!   the first entry when `XDEL` holes lie ahead of the group) but are approximate: they
+//!   drift from the servers' values after some delete/trim/re-create sequences, so the
+//!   differential test does not compare them.
+//! - Timeouts are exact on the virtual clock (real servers add up to ~100 ms).
+//! - Error texts for argument errors are the 7.x wording where versions differ, and a few
+//!   rare ones (arity of subcommands, unknown commands) are only approximately worded.
+//! - The parser re-scans a partial request from its start on every input (quadratic for a
+//!   huge request fed in tiny pieces); it waits for a declared bulk length up to 512 MiB.
+//! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
+//! - Not modelled: `XCLAIM`, `XRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`,
+//!   `CLIENT UNBLOCK`, `MULTI`, persistence, replication, ACL users other than `default`.
+
+mod command;
+mod conn;
+mod id;
+mod model;
+mod net;
+mod options;
+mod reply;
+mod sim;
+
+pub use conn::ConnId;
+pub use id::EntryId;
+pub use model::PendingEntry;
+pub use net::{serve, ServerHandle};
+pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
+pub use sim::Sim;

@@ -1,0 +1,128 @@
+//! Which server the simulator imitates where the real servers differ.
+
+/// The shape of `XAUTOCLAIM` replies, and what it does with deleted pending entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClaimShape {
+    /// Redis 6.2: `[cursor, claimed]`; a deleted pending entry is claimed like any other
+    /// (count +1, moved to the claimer's PEL) and answered as a bare nil (`$-1`), or as its
+    /// id under `JUSTID`.
+    Redis62,
+    /// Redis 7.0+ and Valkey: `[cursor, claimed, deleted_ids]`; deleted pending entries met
+    /// by the scan are dropped from the PEL (whatever their idle time) and listed last.
+    Redis7,
+}
+
+/// What a client parked on `XREADGROUP … BLOCK … >` gets when its stream key is deleted
+/// (`DEL`, `FLUSHALL`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyDeletedWhileParked {
+    /// Redis 6.2: nothing; it stays parked until its timeout (then nil), unless the key is
+    /// recreated and written to first.
+    StayBlocked,
+    /// Redis 7.0: `-UNBLOCKED the stream key no longer exists`.
+    Unblocked,
+    /// Valkey 8.1 (and Redis 7.2): `-NOGROUP No such key 'k' or consumer group 'g' in
+    /// XREADGROUP with GROUP option`.
+    NoGroup,
+}
+
+/// What a parked client gets when its group is destroyed (`XGROUP DESTROY`), or when its key
+/// is recreated without the group and written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupGoneWhileParked {
+    /// Redis 6.2 and 7.0: `-NOGROUP the consumer group this client was blocked on no longer
+    /// exists`.
+    BlockedOnGroup,
+    /// Valkey 8.1: `-NOGROUP No such key 'k' or consumer group 'g' in XREADGROUP with GROUP
+    /// option`.
+    NoSuchKey,
+}
+
+/// Options of a [`Sim`](crate::Sim). Start from [`SimOptions::redis62`],
+/// [`SimOptions::redis70`] or [`SimOptions::valkey81`] (the [`Default`]) and adjust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SimOptions {
+    /// `XAUTOCLAIM` reply shape and deleted-entry handling.
+    pub claim_shape: ClaimShape,
+    /// What a parked reader gets when its key is deleted.
+    pub key_deleted_while_parked: KeyDeletedWhileParked,
+    /// What a parked reader gets when its group is destroyed.
+    pub group_gone_while_parked: GroupGoneWhileParked,
+    /// Whether `XINFO GROUPS` reports `entries-read` and `lag` (7.0+).
+    pub xinfo_lag: bool,
+    /// Whether commands that deliver nothing still create their consumer: an
+    /// `XREADGROUP … >` that finds nothing new (answers nil or parks) and an `XAUTOCLAIM`
+    /// that claims nothing. Valkey 8.1 creates it; Redis 6.2 and 7.0 create it only when they deliver
+    /// or claim something (an explicit-id read always creates it).
+    pub eager_consumer_creation: bool,
+    /// Whether deleted entries dropped by `XAUTOCLAIM` (the [`ClaimShape::Redis7`] shape)
+    /// use up its `COUNT`: Valkey 8.1 (Redis 7.2+) counts them, Redis 7.0 does not.
+    pub autoclaim_deleted_use_count: bool,
+    /// The password of the `default` user. When set, connections must `AUTH` (or `HELLO …
+    /// AUTH`) before other commands (`-NOAUTH Authentication required.`).
+    pub requirepass: Option<String>,
+    /// The `server` field of the `HELLO` reply (`redis` or `valkey`).
+    pub server_name: String,
+    /// The `version` field of the `HELLO` reply.
+    pub server_version: String,
+}
+
+impl SimOptions {
+    /// Behaves like Redis 6.2.
+    pub fn redis62() -> SimOptions {
+        SimOptions {
+            claim_shape: ClaimShape::Redis62,
+            key_deleted_while_parked: KeyDeletedWhileParked::StayBlocked,
+            group_gone_while_parked: GroupGoneWhileParked::BlockedOnGroup,
+            xinfo_lag: false,
+            eager_consumer_creation: false,
+            autoclaim_deleted_use_count: false,
+            requirepass: None,
+            server_name: "redis".into(),
+            server_version: "6.2.14".into(),
+        }
+    }
+
+    /// Behaves like Redis 7.0.
+    pub fn redis70() -> SimOptions {
+        SimOptions {
+            claim_shape: ClaimShape::Redis7,
+            key_deleted_while_parked: KeyDeletedWhileParked::Unblocked,
+            group_gone_while_parked: GroupGoneWhileParked::BlockedOnGroup,
+            xinfo_lag: true,
+            eager_consumer_creation: false,
+            autoclaim_deleted_use_count: true,
+            requirepass: None,
+            server_name: "redis".into(),
+            server_version: "7.0.15".into(),
+        }
+    }
+
+    /// Behaves like Valkey 8.1.
+    pub fn valkey81() -> SimOptions {
+        SimOptions {
+            claim_shape: ClaimShape::Redis7,
+            key_deleted_while_parked: KeyDeletedWhileParked::NoGroup,
+            group_gone_while_parked: GroupGoneWhileParked::NoSuchKey,
+            xinfo_lag: true,
+            eager_consumer_creation: true,
+            autoclaim_deleted_use_count: true,
+            requirepass: None,
+            server_name: "valkey".into(),
+            server_version: "8.1.8".into(),
+        }
+    }
+
+    /// Sets [`SimOptions::requirepass`].
+    pub fn with_requirepass(mut self, pass: &str) -> SimOptions {
+        self.requirepass = Some(pass.to_string());
+        self
+    }
+}
+
+impl Default for SimOptions {
+    /// [`SimOptions::valkey81`].
+    fn default() -> SimOptions {
+        SimOptions::valkey81()
+    }
+}

@@ -1,0 +1,259 @@
+//! [`Sim`]: the keyspace, the connections and the virtual clock, tied together.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::command::{execute, new_entries_reply, nogroup_read, Ctx, Outcome, Signal};
+use crate::conn::{Blocked, Conn, ConnId};
+use crate::id::EntryId;
+use crate::model::{Db, PendingEntry};
+use crate::options::{GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
+use crate::reply::Reply;
+
+/// An in-memory server holding streams with consumer groups, driven entirely by its caller:
+/// bytes in through [`input`](Sim::input), bytes out through [`output`](Sim::output), time
+/// through [`advance_to`](Sim::advance_to). Nothing in it blocks, sleeps or reads a clock.
+///
+/// Methods by group:
+/// - connections: [`connect`](Sim::connect), [`disconnect`](Sim::disconnect),
+///   [`input`](Sim::input), [`output`](Sim::output), [`is_blocked`](Sim::is_blocked),
+///   [`is_closed`](Sim::is_closed);
+/// - time: [`now`](Sim::now), [`advance_to`](Sim::advance_to),
+///   [`next_wakeup`](Sim::next_wakeup);
+/// - inspection for test checks (no RESP): [`pending`](Sim::pending),
+///   [`stream_ids`](Sim::stream_ids), [`group_exists`](Sim::group_exists).
+#[derive(Debug)]
+pub struct Sim {
+    options: SimOptions,
+    now: u64,
+    db: Db,
+    conns: BTreeMap<ConnId, Conn>,
+    next_conn: u64,
+    next_order: u64,
+    /// Connections just unparked, whose pipelined input must now run.
+    ready: VecDeque<ConnId>,
+}
+
+impl Sim {
+    /// An empty server at virtual time 0.
+    pub fn new(options: SimOptions) -> Sim {
+        Sim {
+            options,
+            now: 0,
+            db: Db::default(),
+            conns: BTreeMap::new(),
+            next_conn: 0,
+            next_order: 0,
+            ready: VecDeque::new(),
+        }
+    }
+
+    /// The options it was built with.
+    pub fn options(&self) -> &SimOptions {
+        &self.options
+    }
+
+    /// The virtual clock, in milliseconds. `XADD … *` ids, delivery times and idle times use it.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Moves the clock to `ms` (never backwards: an earlier `ms` is ignored). Parked reads
+    /// whose `BLOCK` deadline is reached time out in deadline order, each at its own
+    /// deadline: they answer nil and the commands pipelined behind them run then.
+    pub fn advance_to(&mut self, ms: u64) {
+        loop {
+            let due = self
+                .conns
+                .iter()
+                .filter_map(|(&c, conn)| {
+                    let b = conn.blocked.as_ref()?;
+                    b.deadline.filter(|&d| d <= ms).map(|d| (d, b.order, c))
+                })
+                .min();
+            let Some((deadline, _, c)) = due else { break };
+            self.now = self.now.max(deadline);
+            if let Some(conn) = self.conns.get_mut(&c) {
+                conn.blocked = None;
+                conn.reply(&Reply::NilArray);
+            }
+            self.ready.push_back(c);
+            self.run_ready();
+        }
+        self.now = self.now.max(ms);
+    }
+
+    /// The earliest `BLOCK` deadline of a parked read, if any: call
+    /// [`advance_to`](Sim::advance_to) with it to time that read out.
+    pub fn next_wakeup(&self) -> Option<u64> {
+        self.conns.values().filter_map(|c| c.blocked.as_ref()?.deadline).min()
+    }
+
+    /// Opens a client connection. It speaks RESP2 until `HELLO 3`; with
+    /// [`SimOptions::requirepass`] it must authenticate first.
+    pub fn connect(&mut self) -> ConnId {
+        self.next_conn += 1;
+        let id = ConnId(self.next_conn);
+        self.conns.insert(id, Conn::new(self.options.requirepass.is_none()));
+        id
+    }
+
+    /// Drops a connection: a parked read is forgotten (nothing is delivered to it), unread
+    /// output is discarded. Unknown ids are ignored.
+    pub fn disconnect(&mut self, c: ConnId) {
+        self.conns.remove(&c);
+    }
+
+    /// Appends bytes received from the client `c` and runs every complete command in order.
+    /// A parked `XREADGROUP` holds back the commands behind it until it answers (as the real
+    /// servers do). Malformed input answers `-ERR Protocol error: …` and closes the
+    /// connection ([`is_closed`](Sim::is_closed)); later input is ignored. Unknown ids are
+    /// ignored.
+    pub fn input(&mut self, c: ConnId, bytes: &[u8]) {
+        let Some(conn) = self.conns.get_mut(&c) else { return };
+        conn.push_input(bytes);
+        self.pump(c);
+        self.run_ready();
+    }
+
+    /// Takes the reply bytes produced for `c` so far (empty for an unknown id).
+    #[must_use]
+    pub fn output(&mut self, c: ConnId) -> Vec<u8> {
+        self.conns.get_mut(&c).map(|conn| std::mem::take(&mut conn.output)).unwrap_or_default()
+    }
+
+    /// Whether `c` is parked on an `XREADGROUP … BLOCK`.
+    pub fn is_blocked(&self, c: ConnId) -> bool {
+        self.conns.get(&c).is_some_and(|conn| conn.blocked.is_some())
+    }
+
+    /// Whether the server has closed `c` (after a protocol error or `QUIT`): once its
+    /// [`output`](Sim::output) is taken, the connection should be dropped. Unknown ids count
+    /// as closed.
+    pub fn is_closed(&self, c: ConnId) -> bool {
+        self.conns.get(&c).map_or(true, |conn| conn.closed)
+    }
+
+    /// The pending entries of `group` on `key` in id order, or `None` when the key or group
+    /// does not exist.
+    pub fn pending(&self, key: &[u8], group: &[u8]) -> Option<Vec<PendingEntry>> {
+        self.db.streams.get(key)?.pending(group)
+    }
+
+    /// The ids of the entries of stream `key` (empty when missing).
+    pub fn stream_ids(&self, key: &[u8]) -> Vec<EntryId> {
+        self.db.streams.get(key).map(|s| s.entries.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// Whether `group` exists on stream `key`.
+    pub fn group_exists(&self, key: &[u8], group: &[u8]) -> bool {
+        self.db.streams.get(key).is_some_and(|s| s.groups.contains_key(group))
+    }
+
+    /// The consumers of `group` on `key` in name order (empty when missing).
+    pub fn consumers(&self, key: &[u8], group: &[u8]) -> Vec<Vec<u8>> {
+        self.db
+            .streams
+            .get(key)
+            .and_then(|s| s.groups.get(group))
+            .map(|g| g.consumers.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Runs `c`'s buffered commands until it parks, closes or runs out of input.
+    fn pump(&mut self, c: ConnId) {
+        loop {
+            let Some(conn) = self.conns.get_mut(&c) else { return };
+            if conn.blocked.is_some() {
+                return;
+            }
+            let Some(args) = conn.next_command() else { return };
+            let mut signals = Vec::new();
+            let mut ctx = Ctx {
+                db: &mut self.db,
+                options: &self.options,
+                now: self.now,
+                conn,
+                conn_id: c,
+                signals: &mut signals,
+            };
+            match execute(&mut ctx, &args) {
+                Outcome::Reply(r) => conn.reply(&r),
+                Outcome::Close(r) => {
+                    conn.reply(&r);
+                    conn.closed = true;
+                }
+                Outcome::Block(mut b) => {
+                    self.next_order += 1;
+                    b.order = self.next_order;
+                    conn.blocked = Some(b);
+                }
+            }
+            for signal in signals {
+                self.signal(&signal);
+            }
+        }
+    }
+
+    /// Lets parked readers react to a change, first parked first.
+    fn signal(&mut self, signal: &Signal) {
+        let key = match signal {
+            Signal::Added(k) | Signal::Deleted(k) | Signal::GroupDestroyed(k, _) => k,
+        };
+        let mut waiting: Vec<(u64, ConnId)> = self
+            .conns
+            .iter()
+            .filter_map(|(&c, conn)| conn.blocked.as_ref().filter(|b| &b.key == key).map(|b| (b.order, c)))
+            .collect();
+        waiting.sort();
+        for (_, c) in waiting {
+            let Some(b) = self.conns.get(&c).and_then(|conn| conn.blocked.clone()) else { continue };
+            let answer = match signal {
+                Signal::Added(_) => self.serve_parked(&b),
+                Signal::Deleted(_) => match self.options.key_deleted_while_parked {
+                    KeyDeletedWhileParked::StayBlocked => None,
+                    KeyDeletedWhileParked::Unblocked => {
+                        Some(Reply::err("UNBLOCKED the stream key no longer exists"))
+                    }
+                    KeyDeletedWhileParked::NoGroup => Some(Reply::err(nogroup_read(&b.key, &b.group))),
+                },
+                Signal::GroupDestroyed(_, g) if *g == b.group => Some(self.group_gone(&b)),
+                Signal::GroupDestroyed(..) => None,
+            };
+            if let Some(answer) = answer {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.blocked = None;
+                    conn.reply(&answer);
+                }
+                self.ready.push_back(c);
+            }
+        }
+    }
+
+    /// The error a parked reader gets when its group is gone.
+    fn group_gone(&self, b: &Blocked) -> Reply {
+        match self.options.group_gone_while_parked {
+            GroupGoneWhileParked::BlockedOnGroup => {
+                Reply::err("NOGROUP the consumer group this client was blocked on no longer exists")
+            }
+            GroupGoneWhileParked::NoSuchKey => Reply::err(nogroup_read(&b.key, &b.group)),
+        }
+    }
+
+    /// Serves a parked read after entries were added, if there is something new for it.
+    fn serve_parked(&mut self, b: &Blocked) -> Option<Reply> {
+        let stream = self.db.streams.get_mut(&b.key)?;
+        let Some(group) = stream.groups.get(&b.group) else { return Some(self.group_gone(b)) };
+        if !stream.has_after(group.last_id) {
+            return None;
+        }
+        let entries = stream.read_new(&b.group, &b.consumer, b.count, b.noack, self.now);
+        Some(new_entries_reply(&b.key, entries))
+    }
+
+    /// Runs the pipelined input of connections that just unparked.
+    fn run_ready(&mut self) {
+        while let Some(c) = self.ready.pop_front() {
+            self.pump(c);
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use pelican_sim::{ConnId, Sim};
+
+/// Encodes a command as a RESP array of bulk strings.
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Splits a space-separated command line into arguments.
+pub fn words(line: &str) -> Vec<&[u8]> {
+    line.split_whitespace().map(str::as_bytes).collect()
+}
+
+/// Sends one command (space-separated words) and returns everything it produced.
+pub fn cmd(sim: &mut Sim, c: ConnId, line: &str) -> Vec<u8> {
+    sim.input(c, &encode(&words(line)));
+    sim.output(c)
+}
+
+/// `cmd`, as text (lossy), for readable assertions.
+pub fn cmd_s(sim: &mut Sim, c: ConnId, line: &str) -> String {
+    String::from_utf8_lossy(&cmd(sim, c, line)).into_owned()
+}
+
+/// The byte length of the first complete RESP2/RESP3 frame in `buf`, or `None` if it is
+/// incomplete. Panics on a type byte it does not know.
+pub fn frame_len(buf: &[u8]) -> Option<usize> {
+    fn line_end(buf: &[u8], from: usize) -> Option<usize> {
+        buf.get(from..)?.windows(2).position(|w| w == b"\r\n").map(|p| p + from)
+    }
+    fn go(buf: &[u8], pos: usize, depth: usize) -> Option<usize> {
+        assert!(depth < 64, "frame nested too deep");
+        let kind = *buf.get(pos)?;
+        let end = line_end(buf, pos)?;
+        let head = std::str::from_utf8(&buf[pos + 1..end]).expect("ascii header");
+        let mut next = end + 2;
+        match kind {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Some(next),
+            b'$' | b'=' | b'!' => {
+                let n: i64 = head.parse().expect("bulk length");
+                if n < 0 {
+                    return Some(next);
+                }
+                let total = next + n as usize + 2;
+                (buf.len() >= total).then_some(total)
+            }
+            b'*' | b'~' | b'>' | b'%' | b'|' => {
+                let n: i64 = head.parse().expect("aggregate length");
+                let items = if kind == b'%' || kind == b'|' { n * 2 } else { n };
+                for _ in 0..items.max(0) {
+                    next = go(buf, next, depth + 1)?;
+                }
+                Some(next)
+            }
+            other => {
+                panic!("unknown RESP type byte {:?} in {:?}", other as char, String::from_utf8_lossy(buf))
+            }
+        }
+    }
+    go(buf, 0, 0)
+}
+
+/// Splits a buffer of complete frames into frames.
+pub fn frames(mut buf: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let n = frame_len(buf).expect("complete frame");
+        out.push(buf[..n].to_vec());
+        buf = &buf[n..];
+    }
+    out
+}
+
+/// Replaces the idle field of extended `XPENDING` rows (`*4 $id $owner :idle :count`) by
+/// `:0`. `reply` must be one complete extended-XPENDING reply.
+pub fn zero_pending_idle(reply: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let mut parts: Vec<String> = text.split("\r\n").map(str::to_string).collect();
+    // Rows are: *4, $len, id, $len, owner, :idle, :count.
+    let mut i = 0;
+    while i + 6 < parts.len() {
+        if parts[i] == "*4" && parts[i + 1].starts_with('$') && parts[i + 5].starts_with(':') {
+            parts[i + 5] = ":0".into();
+            i += 7;
+        } else {
+            i += 1;
+        }
+    }
+    parts.join("\r\n").into_bytes()
+}

@@ -1,0 +1,336 @@
+//! Differential test: seeded random command sequences run against the simulator and against
+//! each real server (Redis 6.2, Redis 7.0, Valkey 8.1), in RESP2 and RESP3; every reply must
+//! match byte for byte after normalisation.
+//!
+//! Normalisations (applied to both sides):
+//! - the idle field of extended `XPENDING` rows is replaced by 0 (wall-clock timing);
+//! - in `XINFO GROUPS` replies (Redis 7.0 and Valkey), the values of `entries-read` and
+//!   `lag` are replaced by a placeholder: the simulator's are approximations (see the crate
+//!   docs). Names, consumers, pending and last-delivered-id are compared exactly.
+//!
+//! Timing is kept out of the comparison by construction: `XAUTOCLAIM` uses
+//!   min-idle 0 or 3600000 only, `XPENDING … IDLE` 0 or 3600000 only, and the only `BLOCK`
+//!   is `BLOCK 10` (a parked simulator is advanced to its deadline, the server answers after
+//!   its own timeout). The `HELLO 3` reply is not compared (it names the server).
+//!
+//! Ids are explicit and increasing (`<n>-<seq>`), so both sides assign the same ones.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{encode, frame_len, zero_pending_idle};
+use pelican_sim::{Sim, SimOptions};
+use pelican_tests::server::{Flavor, Server};
+
+/// Seeds per server and protocol; `PELICAN_SIM_DIFF_SEEDS` overrides it.
+const SEEDS: u64 = 40;
+
+fn seeds() -> u64 {
+    std::env::var("PELICAN_SIM_DIFF_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(SEEDS)
+}
+const COMMANDS: usize = 150;
+
+/// A small deterministic generator (SplitMix64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.below(items.len() as u64) as usize]
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+const KEYS: [&str; 2] = ["s1", "s2"];
+const GROUPS: [&str; 2] = ["g1", "g2"];
+const CONSUMERS: [&str; 3] = ["A", "B", "C"];
+
+/// Generator state: the next entry number per key, the last XAUTOCLAIM cursors seen.
+struct Gen {
+    rng: Rng,
+    top: [u64; 2],
+    cursors: Vec<String>,
+}
+
+impl Gen {
+    fn key(&mut self) -> (usize, &'static str) {
+        let k = self.rng.below(2) as usize;
+        (k, KEYS[k])
+    }
+
+    /// An id near the stream's range: existing, deleted or never-used.
+    fn some_id(&mut self, k: usize) -> String {
+        let n = 1 + self.rng.below(self.top[k] + 2);
+        format!("{n}-{}", self.rng.below(2))
+    }
+
+    fn command(&mut self) -> Vec<String> {
+        let (k, key) = self.key();
+        let group = self.rng.pick(&GROUPS);
+        let consumer = self.rng.pick(&CONSUMERS);
+        let w = |s: &str| s.to_string();
+        let mut cmd: Vec<String>;
+        match self.rng.below(100) {
+            0..=19 => {
+                cmd = vec![w("XADD"), w(key)];
+                if self.rng.chance(10) {
+                    cmd.extend([w("MAXLEN"), w("="), (3 + self.rng.below(8)).to_string()]);
+                }
+                if self.rng.chance(4) && self.top[k] > 1 {
+                    cmd.push(format!("{}-0", self.top[k] - 1)); // too small (or a new key)
+                } else {
+                    self.top[k] += 1 + self.rng.below(2);
+                    cmd.push(format!("{}-{}", self.top[k], self.rng.below(2)));
+                }
+                for i in 0..1 + self.rng.below(2) {
+                    cmd.extend([format!("f{i}"), format!("v{}", self.rng.below(100))]);
+                }
+            }
+            20..=24 => {
+                cmd = vec![w("XGROUP"), w("CREATE"), w(key), w(group), w(self.rng.pick(&["0", "$", "0-0"]))];
+                if self.rng.chance(70) {
+                    cmd.push(w("MKSTREAM"));
+                }
+            }
+            25..=38 => {
+                cmd = vec![w("XREADGROUP"), w("GROUP"), w(group), w(consumer)];
+                if self.rng.chance(70) {
+                    cmd.extend([w("COUNT"), self.rng.below(5).to_string()]);
+                }
+                if self.rng.chance(12) {
+                    cmd.extend([w("BLOCK"), w("10")]);
+                }
+                if self.rng.chance(5) {
+                    cmd.push(w("NOACK"));
+                }
+                cmd.extend([w("STREAMS"), w(key), w(">")]);
+            }
+            39..=50 => {
+                cmd = vec![w("XREADGROUP"), w("GROUP"), w(group), w(consumer)];
+                if self.rng.chance(70) {
+                    cmd.extend([w("COUNT"), self.rng.below(4).to_string()]);
+                }
+                let id = if self.rng.chance(50) { w("0") } else { self.some_id(k) };
+                cmd.extend([w("STREAMS"), w(key), id]);
+            }
+            51..=61 => {
+                let idle = self.rng.pick(&["0", "3600000"]);
+                let start = match self.rng.below(3) {
+                    0 => w("0-0"),
+                    1 if !self.cursors.is_empty() => {
+                        self.cursors[self.rng.below(self.cursors.len() as u64) as usize].clone()
+                    }
+                    _ => self.some_id(k),
+                };
+                cmd = vec![w("XAUTOCLAIM"), w(key), w(group), w(consumer), w(idle), start];
+                if self.rng.chance(60) {
+                    cmd.extend([w("COUNT"), self.rng.pick(&["0", "1", "2", "3", "100"]).to_string()]);
+                }
+                if self.rng.chance(20) {
+                    cmd.push(w("JUSTID"));
+                }
+            }
+            62..=69 => {
+                cmd = vec![w("XACK"), w(key), w(group)];
+                for _ in 0..1 + self.rng.below(3) {
+                    let id = self.some_id(k);
+                    cmd.push(id);
+                }
+            }
+            70..=74 => {
+                cmd = vec![w("XDEL"), w(key)];
+                for _ in 0..1 + self.rng.below(2) {
+                    let id = self.some_id(k);
+                    cmd.push(id);
+                }
+            }
+            75..=77 => {
+                cmd = vec![w("XTRIM"), w(key), w("MAXLEN")];
+                if self.rng.chance(50) {
+                    cmd.push(w("="));
+                }
+                cmd.push(self.rng.below(8).to_string());
+            }
+            78..=82 => cmd = vec![w("XPENDING"), w(key), w(group)],
+            83..=88 => {
+                cmd = vec![w("XPENDING"), w(key), w(group)];
+                if self.rng.chance(40) {
+                    cmd.extend([w("IDLE"), w(self.rng.pick(&["0", "3600000"]))]);
+                }
+                let start = if self.rng.chance(60) { w("-") } else { self.some_id(k) };
+                cmd.extend([start, w("+"), self.rng.below(6).to_string()]);
+                if self.rng.chance(40) {
+                    cmd.push(w(consumer));
+                }
+            }
+            89..=91 => cmd = vec![w("XGROUP"), w("DELCONSUMER"), w(key), w(group), w(consumer)],
+            92 => cmd = vec![w("XGROUP"), w("DESTROY"), w(key), w(group)],
+            93 => cmd = vec![w("DEL"), w(key)],
+            94..=95 => cmd = vec![w("XLEN"), w(key)],
+            _ => cmd = vec![w("XINFO"), w("GROUPS"), w(key)],
+        }
+        cmd
+    }
+
+    /// Remembers the cursor of an XAUTOCLAIM reply.
+    fn saw_reply(&mut self, cmd: &[String], reply: &[u8]) {
+        if cmd[0] != "XAUTOCLAIM" || reply.first() != Some(&b'*') {
+            return;
+        }
+        let text = String::from_utf8_lossy(reply);
+        if let Some(cursor) = text.split("\r\n").nth(2) {
+            if cursor != "0-0" && !self.cursors.iter().any(|c| c == cursor) {
+                self.cursors.push(cursor.to_string());
+            }
+        }
+    }
+}
+
+/// A plain connection to the real server, reading one frame per command.
+struct Remote {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Remote {
+    fn connect(server: &Server) -> Remote {
+        let stream = TcpStream::connect(server.addr()).expect("connect to the server");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Remote { stream, buf: Vec::new() }
+    }
+
+    fn call(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.stream.write_all(bytes).expect("write to the server");
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some(n) = frame_len(&self.buf) {
+                return self.buf.drain(..n).collect();
+            }
+            let n = self.stream.read(&mut chunk).expect("read from the server");
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+fn sim_options(flavor: Flavor) -> SimOptions {
+    match flavor {
+        Flavor::Redis62 => SimOptions::redis62(),
+        Flavor::Redis70 => SimOptions::redis70(),
+        Flavor::Valkey81 => SimOptions::valkey81(),
+    }
+}
+
+fn normalise(cmd: &[String], reply: &[u8]) -> Vec<u8> {
+    if cmd[0] == "XPENDING" && cmd.len() > 3 {
+        zero_pending_idle(reply)
+    } else if cmd[0] == "XINFO" {
+        let text = String::from_utf8_lossy(reply).into_owned();
+        let mut parts: Vec<&str> = text.split("\r\n").collect();
+        for i in 1..parts.len() {
+            if parts[i - 1] == "entries-read" || parts[i - 1] == "lag" {
+                parts[i] = "<approximate>";
+            }
+        }
+        parts.join("\r\n").into_bytes()
+    } else {
+        reply.to_vec()
+    }
+}
+
+fn show(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).replace("\r\n", " ")
+}
+
+/// Runs one seeded sequence; returns how many commands it compared.
+fn run_seed(server: &Server, flavor: Flavor, resp3: bool, seed: u64) -> usize {
+    let mut remote = Remote::connect(server);
+    let mut sim = Sim::new(sim_options(flavor));
+    let c = sim.connect();
+    let mut gen = Gen { rng: Rng(seed * 7919 + resp3 as u64), top: [0, 0], cursors: Vec::new() };
+    let mut history: Vec<String> = Vec::new();
+    let mut script: Vec<Vec<String>> = Vec::new();
+    if resp3 {
+        script.push(vec!["HELLO".into(), "3".into()]);
+    }
+    script.push(vec!["FLUSHALL".into()]);
+    let mut compared = 0;
+    for i in 0..COMMANDS + script.len() {
+        let cmd = if i < script.len() { script[i].clone() } else { gen.command() };
+        let args: Vec<&[u8]> = cmd.iter().map(|s| s.as_bytes()).collect();
+        let bytes = encode(&args);
+        let want = remote.call(&bytes);
+        sim.input(c, &bytes);
+        if let Some(at) = sim.next_wakeup() {
+            sim.advance_to(at);
+        }
+        let got = sim.output(c);
+        history.push(cmd.join(" "));
+        if cmd[0] == "HELLO" {
+            continue;
+        }
+        gen.saw_reply(&cmd, &got);
+        let (want_n, got_n) = (normalise(&cmd, &want), normalise(&cmd, &got));
+        if want_n != got_n {
+            let start = 0;
+            panic!(
+                "{flavor} {} seed {seed}: command #{i} `{}` differs\n  server: {}\n  sim:    {}\n\
+                 previous commands:\n    {}",
+                if resp3 { "RESP3" } else { "RESP2" },
+                cmd.join(" "),
+                show(&want),
+                show(&got),
+                history[start..history.len() - 1].join("\n    ")
+            );
+        }
+        compared += 1;
+    }
+    compared
+}
+
+fn run_flavor(flavor: Flavor) -> usize {
+    let server = Server::start(flavor);
+    let mut total = 0;
+    for resp3 in [false, true] {
+        for seed in 0..seeds() {
+            total += run_seed(&server, flavor, resp3, seed);
+        }
+    }
+    eprintln!("differential: {flavor}: {total} commands compared (RESP2 + RESP3, {} seeds each)", seeds());
+    total
+}
+
+#[test]
+fn sim_matches_real_servers() {
+    let handles: Vec<_> = Flavor::ALL
+        .into_iter()
+        .map(|flavor| {
+            std::thread::Builder::new()
+                .name(flavor.name().to_string())
+                .spawn(move || run_flavor(flavor))
+                .expect("spawn")
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (flavor, h) in Flavor::ALL.into_iter().zip(handles) {
+        if h.join().is_err() {
+            failed.push(flavor.name());
+        }
+    }
+    assert!(failed.is_empty(), "the simulator differs from: {failed:?}");
+}
