@@ -1,0 +1,570 @@
+//! Deterministic simulation: several pelican consumers (the real sans-IO core) against one
+//! simulated server on a virtual clock, with seeded random faults — crashes, restarts under
+//! the same name, deaths, disconnects, deleted and trimmed pending entries, failing and slow
+//! handlers, stops, a destroyed group. After every run: every added entry was handled with
+//! `Ack` at least once (or was deleted), no `XACK` went out without an `Ack` verdict, the
+//! pending list is empty at quiescence, no consumer ever held two entries, and a stop never
+//! cut an entry short.
+//!
+//! `PELICAN_SIM_SEEDS=n` sets how many seeds run (default 400); `PELICAN_SIM_SEED=s` replays
+//! one seed, printed on failure.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use pelican::{Config, Consumer, Event, GroupGone, Protocol, Verdict};
+use pelican_sim::{ConnId, Sim, SimOptions};
+
+const STREAM: &[u8] = b"s";
+const GROUP: &[u8] = b"g";
+/// Faults and new entries happen before this (virtual ms); then the system must settle.
+const FAULT_PHASE: u64 = 8_000;
+/// Quiescence must come before this.
+const DEADLINE: u64 = 120_000;
+const MIN_IDLE: u64 = 1_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    Crash,
+    Death,
+    Disconnect,
+    DeletePending,
+    TrimPending,
+    HandlerFails,
+    SlowHandler,
+    Stop,
+    DestroyGroup,
+}
+
+const ALL_FAULTS: [Fault; 9] = [
+    Fault::Crash,
+    Fault::Death,
+    Fault::Disconnect,
+    Fault::DeletePending,
+    Fault::TrimPending,
+    Fault::HandlerFails,
+    Fault::SlowHandler,
+    Fault::Stop,
+    Fault::DestroyGroup,
+];
+
+/// splitmix64: the run's only randomness.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// One consumer process: its core while alive, its connection, the entry it works on.
+struct Node {
+    name: String,
+    config: Config,
+    consumer: Option<Consumer>,
+    conn: Option<ConnId>,
+    /// The entry in hand, when its handler finishes, and the verdict it will give.
+    work: Option<(String, u64, Verdict)>,
+    restart_at: Option<u64>,
+    dead: bool,
+    stop_asked: bool,
+    /// Ids this node's handler answered `Ack` for (over all its lives).
+    acked: BTreeSet<String>,
+    fail_next: bool,
+    slow_next: bool,
+}
+
+struct World {
+    seed: u64,
+    rng: Rng,
+    sim: Sim,
+    admin: ConnId,
+    base: Instant,
+    nodes: Vec<Node>,
+    added: BTreeSet<String>,
+    deleted: BTreeSet<String>,
+    /// Handlings with an `Ack` verdict, per id.
+    acks: BTreeMap<String, u32>,
+    faults: BTreeMap<Fault, u32>,
+    next_id: u64,
+}
+
+impl World {
+    fn new(seed: u64, enabled: &[Fault]) -> (World, Vec<Fault>) {
+        let mut rng = Rng(seed);
+        let options = match rng.below(3) {
+            0 => SimOptions::redis62(),
+            1 => SimOptions::redis70(),
+            _ => SimOptions::valkey81(),
+        };
+        let mut sim = Sim::new(options);
+        let admin = sim.connect();
+        let nodes = (0..2 + rng.below(3))
+            .map(|i| {
+                let protocol = if rng.chance(50) { Protocol::Resp3 } else { Protocol::Resp2 };
+                let name = format!("c{i}");
+                let config = Config::new("s", "g", &name)
+                    .protocol(protocol)
+                    .count(1 + rng.below(10) as u32)
+                    .beat(Duration::from_millis(100))
+                    .min_idle(Duration::from_millis(MIN_IDLE))
+                    .read_grace(Duration::from_secs(1))
+                    .create_group("0")
+                    .on_group_gone(GroupGone::Recreate)
+                    .backoff(Duration::from_millis(20), Duration::from_millis(500))
+                    .seed(rng.next());
+                Node {
+                    name,
+                    consumer: Some(Consumer::new(config.clone()).unwrap()),
+                    config,
+                    conn: None,
+                    work: None,
+                    restart_at: None,
+                    dead: false,
+                    stop_asked: false,
+                    acked: BTreeSet::new(),
+                    fail_next: false,
+                    slow_next: false,
+                }
+            })
+            .collect();
+        let world = World {
+            seed,
+            rng,
+            sim,
+            admin,
+            base: origin(),
+            nodes,
+            added: BTreeSet::new(),
+            deleted: BTreeSet::new(),
+            acks: BTreeMap::new(),
+            faults: BTreeMap::new(),
+            next_id: 0,
+        };
+        (world, enabled.to_vec())
+    }
+
+    fn now(&self) -> u64 {
+        self.sim.now()
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + Duration::from_millis(self.now())
+    }
+
+    fn admin(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        let mut cmd = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            cmd.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            cmd.extend_from_slice(a);
+            cmd.extend_from_slice(b"\r\n");
+        }
+        self.sim.input(self.admin, &cmd);
+        self.sim.output(self.admin)
+    }
+
+    fn produce(&mut self, n: u64) {
+        for _ in 0..n {
+            self.next_id += 1;
+            let id = format!("{}-0", self.next_id);
+            let reply = self.admin(&[b"XADD", STREAM, id.as_bytes(), b"f", b"v"]);
+            assert!(
+                reply.starts_with(b"$"),
+                "seed {}: XADD answered {:?}",
+                self.seed,
+                String::from_utf8_lossy(&reply)
+            );
+            self.added.insert(id);
+        }
+    }
+
+    /// Drives node `i` until it has nothing more to do at this instant.
+    fn drive(&mut self, i: usize) {
+        let now = self.now();
+        let at = self.instant();
+        let seed = self.seed;
+        for _ in 0..10_000 {
+            let node = &mut self.nodes[i];
+            let Some(consumer) = node.consumer.as_mut() else { return };
+            let mut progress = false;
+            if consumer.connect_due(at) {
+                node.conn = Some(self.sim.connect());
+                consumer.on_connected(at);
+                progress = true;
+            }
+            if let (Some(conn), Some(bytes)) = (node.conn, consumer.poll_transmit()) {
+                let bytes = bytes.to_vec();
+                consumer.advance_transmit(bytes.len());
+                for cmd in parse_commands(&bytes) {
+                    if cmd[0] == b"XACK" {
+                        for id in &cmd[3..] {
+                            let id = String::from_utf8_lossy(id).into_owned();
+                            assert!(
+                                node.acked.contains(&id) || self.deleted.contains(&id),
+                                "seed {seed}: {} sent XACK {id} without an Ack verdict",
+                                node.name
+                            );
+                        }
+                    }
+                }
+                self.sim.input(conn, &bytes);
+                progress = true;
+            }
+            if let Some(conn) = node.conn {
+                let input = self.sim.output(conn);
+                let closed = self.sim.is_closed(conn);
+                let mut result = Ok(());
+                if !input.is_empty() {
+                    result = consumer.handle_input(&input, at);
+                    progress = true;
+                }
+                if result.is_ok()
+                    && consumer.poll_timeout().is_some_and(|t| t <= at)
+                    && consumer.is_connected()
+                {
+                    result = consumer.handle_timeout(at);
+                }
+                match result {
+                    Err(e) if e.is_fatal() => panic!("seed {seed}: {} failed for good: {e}", node.name),
+                    Err(_) => {
+                        self.sim.disconnect(conn);
+                        node.conn = None;
+                        progress = true;
+                    }
+                    Ok(()) if closed => {
+                        self.sim.disconnect(conn);
+                        node.conn = None;
+                        consumer.on_disconnected(at);
+                        progress = true;
+                    }
+                    Ok(()) => {}
+                }
+            }
+            if let Some((id, done_at, verdict)) = node.work.clone() {
+                if done_at <= now {
+                    if verdict == Verdict::Ack {
+                        node.acked.insert(id.clone());
+                        *self.acks.entry(id.clone()).or_default() += 1;
+                    }
+                    node.work = None;
+                    consumer.settle(verdict, at);
+                    progress = true;
+                }
+            }
+            match consumer.poll_event() {
+                Some(Event::Entry(entry)) => {
+                    assert!(node.work.is_none(), "seed {seed}: {} got two entries in hand", node.name);
+                    assert!(!node.stop_asked, "seed {seed}: {} got an entry after its stop", node.name);
+                    let id = String::from_utf8_lossy(&entry.id).into_owned();
+                    let in_faults = now < FAULT_PHASE;
+                    let verdict = if std::mem::take(&mut node.fail_next) || (in_faults && self.rng.chance(5))
+                    {
+                        Verdict::Retry
+                    } else {
+                        Verdict::Ack
+                    };
+                    let took = if std::mem::take(&mut node.slow_next) {
+                        MIN_IDLE + 500 + self.rng.below(1_000)
+                    } else {
+                        self.rng.below(30)
+                    };
+                    node.work = Some((id, now + took, verdict));
+                    progress = true;
+                }
+                Some(Event::Stopped) => {
+                    assert!(node.stop_asked, "seed {seed}: {} stopped unasked", node.name);
+                    assert!(node.work.is_none(), "seed {seed}: {} stopped with an entry in hand", node.name);
+                    if let Some(conn) = node.conn.take() {
+                        self.sim.disconnect(conn);
+                    }
+                    node.consumer = None;
+                    node.stop_asked = false;
+                    node.restart_at = Some(now + 50 + self.rng.below(500));
+                    return;
+                }
+                Some(_) => unreachable!("no other events today"),
+                None => {}
+            }
+            if !progress {
+                return;
+            }
+        }
+        panic!("seed {seed}: node {i} livelocked at {now} ms");
+    }
+
+    fn alive(&self) -> usize {
+        self.nodes.iter().filter(|n| !n.dead).count()
+    }
+
+    fn inject(&mut self, fault: Fault) {
+        let i = self.rng.below(self.nodes.len() as u64) as usize;
+        let at = self.instant();
+        let now = self.now();
+        let up = self.nodes[i].consumer.is_some() && !self.nodes[i].dead;
+        let applied = match fault {
+            Fault::Crash | Fault::Death if up && (fault == Fault::Crash || self.alive() > 1) => {
+                let delay = 100 + self.rng.below(2_000);
+                let node = &mut self.nodes[i];
+                if let Some(conn) = node.conn.take() {
+                    self.sim.disconnect(conn);
+                }
+                // The process is gone: its state, its entry in hand, its unsent acks.
+                node.consumer = None;
+                node.work = None;
+                node.stop_asked = false;
+                if fault == Fault::Death {
+                    node.dead = true;
+                } else {
+                    node.restart_at = Some(now + delay);
+                }
+                true
+            }
+            Fault::Disconnect if up => {
+                let node = &mut self.nodes[i];
+                match (node.conn.take(), node.consumer.as_mut()) {
+                    (Some(conn), Some(c)) => {
+                        self.sim.disconnect(conn);
+                        c.on_disconnected(at);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Fault::DeletePending | Fault::TrimPending => {
+                let pending = self.sim.pending(STREAM, GROUP).unwrap_or_default();
+                if pending.is_empty() {
+                    false
+                } else if fault == Fault::DeletePending {
+                    let victim = pending[self.rng.below(pending.len() as u64) as usize].id.to_string();
+                    self.admin(&[b"XDEL", STREAM, victim.as_bytes()]);
+                    self.deleted.insert(victim);
+                    true
+                } else {
+                    let ids: Vec<String> =
+                        self.sim.stream_ids(STREAM).iter().map(|id| id.to_string()).collect();
+                    let keep = ids.len() - 1 - self.rng.below(ids.len().min(5) as u64) as usize;
+                    self.admin(&[b"XTRIM", STREAM, b"MAXLEN", keep.to_string().as_bytes()]);
+                    self.deleted.extend(ids[..ids.len() - keep].iter().cloned());
+                    true
+                }
+            }
+            Fault::HandlerFails if up => {
+                self.nodes[i].fail_next = true;
+                true
+            }
+            Fault::SlowHandler if up => {
+                self.nodes[i].slow_next = true;
+                true
+            }
+            Fault::Stop if up && !self.nodes[i].stop_asked => {
+                let node = &mut self.nodes[i];
+                node.stop_asked = true;
+                node.consumer.as_mut().unwrap().stop();
+                true
+            }
+            Fault::DestroyGroup => {
+                self.admin(&[b"XGROUP", b"DESTROY", STREAM, GROUP]);
+                true
+            }
+            _ => false,
+        };
+        if applied {
+            *self.faults.entry(fault).or_default() += 1;
+        }
+    }
+
+    fn restart_due(&mut self) {
+        let now = self.now();
+        for node in &mut self.nodes {
+            if node.restart_at.is_some_and(|t| t <= now) && !node.dead {
+                node.restart_at = None;
+                // A new process under the same name: its own pending list comes back to it.
+                node.consumer = Some(Consumer::new(node.config.clone()).unwrap());
+            }
+        }
+    }
+
+    fn quiescent(&self) -> bool {
+        let all_acked = self.added.iter().all(|id| self.acks.contains_key(id) || self.deleted.contains(id));
+        let pel_empty = self.sim.pending(STREAM, GROUP).map_or(true, |p| p.is_empty());
+        let idle = self.nodes.iter().all(|n| n.work.is_none() && n.restart_at.is_none());
+        all_acked && pel_empty && idle
+    }
+
+    /// The next moment anything can happen.
+    fn next_time(&self, fault_at: u64, produce_at: u64) -> u64 {
+        let mut t = u64::MAX;
+        if self.now() < FAULT_PHASE {
+            t = t.min(fault_at).min(produce_at).min(FAULT_PHASE);
+        }
+        if let Some(w) = self.sim.next_wakeup() {
+            t = t.min(w);
+        }
+        for node in &self.nodes {
+            if let Some((_, done, _)) = &node.work {
+                t = t.min(*done);
+            }
+            if let Some(r) = node.restart_at {
+                t = t.min(r);
+            }
+            if let Some(at) = node.consumer.as_ref().and_then(Consumer::poll_timeout) {
+                let ms = at.saturating_duration_since(self.base).as_millis() as u64;
+                // Deadlines round up so that the instant passed in is at or after them.
+                t = t.min(ms + u64::from(at > self.base + Duration::from_millis(ms)));
+            }
+        }
+        t.max(self.now())
+    }
+}
+
+struct Outcome {
+    duplicates: u64,
+    faults: BTreeMap<Fault, u32>,
+}
+
+fn run(seed: u64, enabled: &[Fault]) -> Outcome {
+    let (mut w, enabled) = World::new(seed, enabled);
+    let mut fault_at = 200 + w.rng.below(400);
+    let mut produce_at = 0;
+    loop {
+        let now = w.now();
+        if now < FAULT_PHASE {
+            if now >= produce_at {
+                let n = 1 + w.rng.below(8);
+                w.produce(n);
+                produce_at = now + 50 + w.rng.below(400);
+            }
+            if now >= fault_at && !enabled.is_empty() {
+                let fault = enabled[w.rng.below(enabled.len() as u64) as usize];
+                w.inject(fault);
+                fault_at = now + 100 + w.rng.below(800);
+            }
+        }
+        w.restart_due();
+        for i in 0..w.nodes.len() {
+            w.drive(i);
+        }
+        if now >= FAULT_PHASE && w.quiescent() {
+            break;
+        }
+        assert!(now < DEADLINE, "seed {seed}: no quiescence by {DEADLINE} ms: {}", w.report());
+        let next = w.next_time(fault_at, produce_at);
+        // Always move forward: everything due at `now` was driven above.
+        w.sim.advance_to(if next <= now { now + 1 } else { next });
+    }
+    for id in &w.added {
+        assert!(w.acks.contains_key(id) || w.deleted.contains(id), "seed {seed}: {id} was lost");
+    }
+    let handled: u64 = w.acks.values().map(|n| u64::from(*n)).sum();
+    Outcome { duplicates: handled - w.acks.len() as u64, faults: w.faults }
+}
+
+impl World {
+    fn report(&self) -> String {
+        let pending = self.sim.pending(STREAM, GROUP).unwrap_or_default();
+        let unacked: Vec<&String> = self
+            .added
+            .iter()
+            .filter(|id| !self.acks.contains_key(*id) && !self.deleted.contains(*id))
+            .take(10)
+            .collect();
+        format!(
+            "{} pending ({:?}…), unacked {:?}, nodes {:?}",
+            pending.len(),
+            pending.first().map(|p| (p.id.to_string(), String::from_utf8_lossy(&p.consumer).into_owned())),
+            unacked,
+            self.nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.consumer.is_some(), n.dead, n.work.clone(), n.restart_at))
+                .collect::<Vec<_>>()
+        )
+    }
+}
+
+/// The origin of the virtual clock's `Instant`s; only offsets from it matter.
+fn origin() -> Instant {
+    Instant::now()
+}
+
+/// Splits bytes a consumer wrote into commands (arrays of bulk strings).
+fn parse_commands(mut b: &[u8]) -> Vec<Vec<Vec<u8>>> {
+    fn line<'a>(b: &mut &'a [u8]) -> &'a [u8] {
+        let i = b.windows(2).position(|w| w == b"\r\n").expect("CRLF");
+        let l = &b[1..i];
+        *b = &b[i + 2..];
+        l
+    }
+    let num = |l: &[u8]| std::str::from_utf8(l).unwrap().parse::<usize>().unwrap();
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let n = num(line(&mut b));
+        let mut args = Vec::with_capacity(n);
+        for _ in 0..n {
+            let len = num(line(&mut b));
+            args.push(b[..len].to_vec());
+            b = &b[len + 2..];
+        }
+        out.push(args);
+    }
+    out
+}
+
+fn seeds() -> Vec<u64> {
+    if let Ok(s) = std::env::var("PELICAN_SIM_SEED") {
+        return vec![s.parse().expect("PELICAN_SIM_SEED is a number")];
+    }
+    let n = std::env::var("PELICAN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
+    (1..=n).collect()
+}
+
+#[test]
+fn nothing_is_lost_under_every_fault() {
+    let seeds = seeds();
+    let mut faults: BTreeMap<Fault, u32> = BTreeMap::new();
+    let mut duplicates = 0;
+    for &seed in &seeds {
+        let out = run(seed, &ALL_FAULTS);
+        duplicates += out.duplicates;
+        for (f, n) in out.faults {
+            *faults.entry(f).or_default() += n;
+        }
+    }
+    eprintln!(
+        "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings",
+        seeds.len()
+    );
+    assert!(faults.len() == ALL_FAULTS.len() || seeds.len() < 50, "every fault was exercised: {faults:?}");
+}
+
+/// Without faults nothing is handled twice; with one kind of fault at a time, the duplicate
+/// handlings each fault costs is the figure reported.
+#[test]
+fn duplicates_per_fault() {
+    let seeds: Vec<u64> = seeds().into_iter().take(200).collect();
+    let clean: u64 = seeds.iter().map(|&s| run(s, &[]).duplicates).sum();
+    assert_eq!(clean, 0, "no faults, no duplicates");
+    let mut lines = Vec::new();
+    for fault in ALL_FAULTS {
+        let (mut dups, mut count) = (0u64, 0u64);
+        for &seed in &seeds {
+            let out = run(seed ^ 0xfa17, &[fault]);
+            dups += out.duplicates;
+            count += u64::from(out.faults.get(&fault).copied().unwrap_or(0));
+        }
+        lines.push(format!(
+            "{fault:?}: {count} faults, {dups} duplicates, {:.2} per fault",
+            dups as f64 / count.max(1) as f64
+        ));
+    }
+    eprintln!("duplicates per fault over {} seeds each:\n  {}", seeds.len(), lines.join("\n  "));
+}
