@@ -4,6 +4,7 @@
 mod args;
 mod client;
 mod consume;
+mod demo;
 mod json;
 mod pending;
 mod produce;
@@ -24,18 +25,13 @@ Usage:
   pelican produce --stream KEY --count N [--size BYTES] [--url URL]
                       append test entries, pipelined
   pelican demo [--url URL]
-                      (not yet available)
+                      the recovery tour, on the embedded simulator or a server
   pelican <command> --help
 
 The server is given as --url redis://[user[:password]@]host[:port][/db], or by
 $PELICAN_URL; the default is redis://127.0.0.1:6379.
 
 Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted twice.";
-
-const DEMO_USAGE: &str = "\
-Usage: pelican demo [--url URL]
-
-Not yet available: the demo arrives with the simulator crate.";
 
 fn main() -> ExitCode {
     let mut argv = Vec::new();
@@ -60,20 +56,10 @@ fn dispatch(mut argv: Vec<String>) -> Result<(), Failure> {
         "consume" => consume::main(Args::new(argv, consume::USAGE)),
         "pending" => pending::main(Args::new(argv, pending::USAGE)),
         "produce" => produce::main(Args::new(argv, produce::USAGE)),
-        "demo" => demo(Args::new(argv, DEMO_USAGE)),
+        "demo" => demo::main(Args::new(argv, demo::USAGE)),
         "-h" | "--help" | "help" => Err(Failure::Help(USAGE)),
         other => Err(Failure::Usage(format!("unknown command `{other}`"), USAGE)),
     }
-}
-
-fn demo(mut args: Args) -> Result<(), Failure> {
-    while let Some(flag) = args.next_flag()? {
-        match flag.as_str() {
-            "--url" => drop(args.value()?),
-            _ => return Err(args.unknown(&flag)),
-        }
-    }
-    Err(Failure::Bad("demo: not yet available (it needs the simulator crate)".into()))
 }
 
 fn report(failure: Failure) -> ExitCode {

@@ -171,7 +171,8 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
             "bad URL",
         ),
         (vec!["produce".into(), "--stream".into(), "s".into()], "--count is required"),
-        (vec!["demo".into()], "not yet available"),
+        (vec!["demo".into(), "--bogus".into()], "--bogus"),
+        (vec!["demo".into(), "--url".into(), "http://x".into()], "bad URL"),
     ];
     for (args, want) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -182,7 +183,6 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
         if !want.contains("URL")
             && !want.contains("password")
             && !want.contains("database")
-            && args != ["demo"]
         {
             assert!(stderr.contains("Usage:"), "{args:?}: usage follows the message: {stderr}");
         }
@@ -192,6 +192,7 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
         (&["consume", "--help"][..], "PELICAN_DELIVERIES is not set"),
         (&["pending", "-h"][..], "Usage: pelican pending"),
         (&["produce", "--help"][..], "Usage: pelican produce"),
+        (&["demo", "--help"][..], "Usage: pelican demo"),
     ] {
         let (status, stdout, _) = run(args);
         assert_eq!(status.code(), Some(0), "{args:?}");
@@ -350,4 +351,33 @@ fn a_second_signal_exits_at_once_without_acking() {
     assert_eq!(lines_of(&log), ["started", "terminated"]);
     let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
     assert_eq!(pending, ids, "nothing acked, the entry in hand included");
+}
+
+#[test]
+fn demo_on_the_embedded_simulator_loses_nothing() {
+    let (status, stdout, stderr) = run(&["demo"]);
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    for step in [
+        "cold start",
+        "alice crashes mid-batch",
+        "no idle wait",
+        "reclaims bob's",
+        "XDEL",
+        "stops while parked",
+    ] {
+        assert!(stdout.contains(step), "missing {step:?} in\n{stdout}");
+    }
+    assert!(stdout.contains("nothing lost"), "{stdout}");
+}
+
+#[test]
+fn demo_against_each_real_server_loses_nothing_and_cleans_up() {
+    for flavor in Flavor::ALL {
+        let server = Server::start(flavor);
+        let (status, stdout, stderr) = run(&["demo", "--url", &url(&server)]);
+        assert!(status.success(), "{flavor}: {status:?}\n{stdout}\n{stderr}");
+        assert!(stdout.contains("nothing lost"), "{flavor}: {stdout}");
+        let keys = server.admin().call(&["DBSIZE"]);
+        assert_eq!(keys.as_int(), Some(0), "{flavor}: the demo deletes its keys");
+    }
 }

@@ -204,6 +204,17 @@ impl Consumer {
         }
     }
 
+    /// True while parked: connected, caught up (nothing in hand, buffered or owed), waiting
+    /// on the blocking read for new entries. A stop now ends at once.
+    pub fn is_parked(&self) -> bool {
+        self.link == Link::Up
+            && self.in_hand.is_none()
+            && self.buffer.is_empty()
+            && self.acks.is_empty()
+            && self.in_flight.len() == 1
+            && matches!(self.in_flight[0].sent, Sent::ReadNew)
+    }
+
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
     pub fn is_stopped(&self) -> bool {
         matches!(self.stop, Stop::Stopped { .. })

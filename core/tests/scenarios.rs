@@ -38,8 +38,10 @@ fn parked(flavor: &'static str, protocol: Protocol) -> Rig {
     assert_eq!(rig.start(), [drain_from("A", "0")]);
     rig.reply("read_pending_empty").unwrap();
     assert_eq!(rig.sent(), [claim("A", "0-0")]);
+    assert!(!rig.consumer.is_parked());
     rig.reply("autoclaim_done").unwrap();
     assert_eq!(rig.sent(), [park("A")]);
+    assert!(rig.consumer.is_parked());
     rig
 }
 
@@ -70,8 +72,10 @@ fn cold_start_handshake_door_drain_claim_park_settle() {
         rig.reply("autoclaim_done").unwrap();
         assert_eq!(rig.sent(), [park("A")]);
         rig.reply("read_new").unwrap();
+        assert!(!rig.consumer.is_parked(), "entries to hand out");
         let seen = rig.handle_all(Verdict::Ack);
         assert_eq!(ids(&seen), ["1-0", "2-0", "3-0"]);
+        assert!(!rig.consumer.is_parked(), "acks in flight ahead of the read");
         assert!(seen.iter().all(|e| e.source == Source::New));
         assert_eq!(seen[0].field(b"f").map(|v| &v[..]), Some(&b"v1"[..]));
         // Acks are batched and written before the next read, in the same write.

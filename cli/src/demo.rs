@@ -1,0 +1,405 @@
+//! `pelican demo`: the recovery tour, as a timeline. Without `--url` it runs against the
+//! embedded simulator (`pelican-sim`, on a loopback port), so it works on a fresh machine;
+//! with `--url` it runs the same tour against a real server, on keys of its own.
+//!
+//! Workers are real `pelican-mio` drivers. A crash is a handler that panics mid-batch: the
+//! worker's connection drops with its entry in hand and its earned acks unsent, as when a
+//! process dies.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, TcpListener};
+use std::panic::{self, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use mio::{Events, Poll, Token};
+use pelican::{Config, Consumer, Entry, GroupGone, Source, Stats, Verdict};
+use pelican_mio::{Driver, Status};
+
+use crate::args::{Args, Failure};
+use crate::client::{self, Client};
+use crate::url::{self, Target};
+
+pub const USAGE: &str = "\
+Usage: pelican demo [--url URL]
+
+The recovery tour, as a timeline: a cold start; a worker crashing mid-batch and restarting
+under its name (its backlog back at once, no idle wait); a worker dying for good and a peer
+reclaiming its entries after min_idle; a pending entry deleted under a worker; a clean stop.
+It ends by checking that nothing was lost.
+
+Without --url it starts the embedded simulator on a loopback port (nothing to install).
+With --url it runs against that server, on keys of its own (pelican-demo:<pid>), which it
+deletes at the end.";
+
+const GROUP: &str = "demo";
+/// No step of the tour may take longer than this.
+const STEP_LIMIT: Duration = Duration::from_secs(15);
+
+pub fn main(mut args: Args) -> Result<(), Failure> {
+    let mut url = None;
+    while let Some(flag) = args.next_flag()? {
+        match flag.as_str() {
+            "--url" => url = Some(args.value()?),
+            _ => return Err(args.unknown(&flag)),
+        }
+    }
+    let (target, stream, _sim) = match url {
+        Some(url) => {
+            let target = url::parse(&url).map_err(Failure::Bad)?;
+            (target, format!("pelican-demo:{}", std::process::id()), None)
+        }
+        None => {
+            let listener =
+                TcpListener::bind("127.0.0.1:0").map_err(|e| Failure::Failed(format!("bind: {e}")))?;
+            let sim = pelican_sim::serve(listener, pelican_sim::SimOptions::valkey81());
+            let addr = sim.addr();
+            let target =
+                Target { host: addr.ip().to_string(), port: addr.port(), user: None, password: None, db: 0 };
+            (target, "orders".to_string(), Some(sim))
+        }
+    };
+    let addr = target.resolve().map_err(Failure::Bad)?[0];
+    let admin = Client::connect(&target).map_err(Failure::Failed)?;
+    let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{addr}") };
+    let mut tour = Tour {
+        target,
+        addr,
+        stream,
+        admin,
+        start: Instant::now(),
+        added: Vec::new(),
+        handled: BTreeSet::new(),
+        deleted: Vec::new(),
+    };
+    println!("pelican demo on {where_}: stream {}, group {GROUP}\n", tour.stream);
+    let result = tour.run();
+    if _sim.is_none() {
+        let _ = tour.admin.call(&[b"DEL", tour.stream.as_bytes()]);
+    }
+    result
+}
+
+struct Tour {
+    target: Target,
+    addr: SocketAddr,
+    stream: String,
+    admin: Client,
+    start: Instant,
+    added: Vec<String>,
+    handled: BTreeSet<String>,
+    deleted: Vec<String>,
+}
+
+impl Tour {
+    fn say(&self, what: &str) {
+        println!("{:>7.3}s  {what}", self.start.elapsed().as_secs_f64());
+    }
+
+    fn run(&mut self) -> Result<(), Failure> {
+        // 1. Cold start.
+        let mut alice = self.worker("alice", Duration::from_secs(30));
+        alice.until(Worker::caught_up, |_| Verdict::Ack)?;
+        self.say("cold start: alice joins (XGROUP CREATE … MKSTREAM), drains its empty pending list, parks");
+        self.add(5)?;
+        alice.until(|w| w.seen.len() >= 5, |_| Verdict::Ack)?;
+        self.note(&alice);
+        self.say(&format!("5 new entries → alice handled {} ({})", alice.seen.len(), alice.sources()));
+
+        // 2. A crash mid-batch, and a restart under the same name.
+        self.add(10)?;
+        let before = alice.seen.len();
+        let crashed = alice.crash_after(before + 3)?;
+        self.note(&alice);
+        let held = self.admin_pending_ids("alice")?.len();
+        self.say(&format!(
+            "alice crashes mid-batch after 3 more (handling {crashed}): {held} entries stay pending on alice, unacked"
+        ));
+        let t = Instant::now();
+        let mut alice = self.worker("alice", Duration::from_secs(30));
+        alice.until(|w| w.seen.len() >= held, |_| Verdict::Ack)?;
+        self.note(&alice);
+        self.say(&format!(
+            "alice restarts under its name: its {held} pending entries are back in {} ms ({}), no idle wait",
+            t.elapsed().as_millis(),
+            alice.sources()
+        ));
+        alice.until(Worker::caught_up, |_| Verdict::Ack)?;
+        self.note(&alice);
+        alice.stop()?;
+        settle_close();
+
+        // 3. A worker dies for good; a peer reclaims its entries after min_idle.
+        let min_idle = Duration::from_millis(1500);
+        self.add(4)?;
+        let mut bob = self.worker("bob", min_idle);
+        bob.crash_after(0)?;
+        let held = self.admin_pending_ids("bob")?.len();
+        self.say(&format!("bob reads {held} entries and dies for good, holding them"));
+        let t = Instant::now();
+        let mut carol = self.worker("carol", min_idle);
+        carol.until(
+            |w| w.seen.iter().filter(|(_, s)| *s == Source::Claimed).count() >= held,
+            |_| Verdict::Ack,
+        )?;
+        self.note(&carol);
+        self.say(&format!(
+            "carol reclaims bob's {held} entries once idle past min_idle {} ms (XAUTOCLAIM), {} ms after bob died",
+            min_idle.as_millis(),
+            t.elapsed().as_millis()
+        ));
+        carol.until(Worker::caught_up, |_| Verdict::Ack)?;
+        self.note(&carol);
+        carol.stop()?;
+        settle_close();
+
+        // 4. A pending entry deleted under a worker.
+        self.add(3)?;
+        let mut dave = self.worker("dave", Duration::from_secs(30));
+        dave.crash_after(0)?;
+        let held = self.admin_pending_ids("dave")?;
+        let victim = held.first().cloned().ok_or_else(|| fail("dave holds nothing"))?;
+        self.admin.call(&[b"XDEL", self.stream.as_bytes(), victim.as_bytes()]).map_err(Failure::Failed)?;
+        self.deleted.push(victim.clone());
+        self.say(&format!(
+            "dave crashes holding {} entries; {victim} is deleted (XDEL) while pending",
+            held.len()
+        ));
+        let mut dave = self.worker("dave", Duration::from_secs(30));
+        let live = held.len() - 1;
+        dave.until(|w| w.seen.len() >= live && w.consumer().stats().deleted_seen >= 1, |_| Verdict::Ack)?;
+        self.note(&dave);
+        self.say(&format!(
+            "dave restarts: {live} entries back; the deleted one comes back as [id, nil] and is acked away, never handed out"
+        ));
+
+        // 5. A clean stop while parked.
+        dave.until(Worker::caught_up, |_| Verdict::Ack)?;
+        self.note(&dave);
+        let t = Instant::now();
+        let stats = dave.stop()?;
+        self.say(&format!(
+            "dave stops while parked: {} µs, its acks confirmed ({} acked in all)",
+            t.elapsed().as_micros(),
+            stats.acked
+        ));
+
+        // The check.
+        let stream = self.stream.clone();
+        let summary = self.call(&["XPENDING", &stream, GROUP])?;
+        let pending = client::array(&summary).and_then(|s| s.first()).and_then(client::int).unwrap_or(-1);
+        let lost: Vec<String> = self
+            .added
+            .iter()
+            .filter(|id| !self.handled.contains(*id) && !self.deleted.contains(id))
+            .cloned()
+            .collect();
+        println!();
+        if lost.is_empty() && pending == 0 {
+            self.say(&format!(
+                "nothing lost: {} entries added, {} handled and acked, {} deleted while pending, {pending} pending",
+                self.added.len(),
+                self.handled.len(),
+                self.deleted.len()
+            ));
+            Ok(())
+        } else {
+            Err(fail(&format!("lost {lost:?}, {pending} still pending")))
+        }
+    }
+
+    fn worker(&self, name: &str, min_idle: Duration) -> Worker {
+        let config = self.target.apply(
+            Config::new(&self.stream, GROUP, name)
+                .count(5)
+                .beat(Duration::from_millis(200))
+                .min_idle(min_idle)
+                .create_group("0")
+                .on_group_gone(GroupGone::Recreate),
+        );
+        Worker::new(self.addr, Consumer::new(config).expect("the demo's settings are valid"))
+    }
+
+    fn note(&mut self, w: &Worker) {
+        self.handled.extend(w.acked.iter().cloned());
+    }
+
+    /// Adds `n` entries in one pipelined write, so that they arrive together.
+    fn add(&mut self, n: usize) -> Result<(), Failure> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            let order = format!("order-{}", self.added.len() + i + 1);
+            client::encode(&mut out, &[b"XADD", self.stream.as_bytes(), b"*", b"order", order.as_bytes()]);
+        }
+        self.admin.write(&out).map_err(Failure::Failed)?;
+        for _ in 0..n {
+            let reply = self.admin.read().map_err(Failure::Failed)?;
+            let id = client::bytes(&reply).ok_or_else(|| fail(&format!("XADD answered {reply:?}")))?;
+            self.added.push(String::from_utf8_lossy(id).into_owned());
+        }
+        Ok(())
+    }
+
+    fn call(&mut self, args: &[&str]) -> Result<client::Reply, Failure> {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.admin.call(&args).map_err(Failure::Failed)
+    }
+
+    fn admin_pending_ids(&mut self, consumer: &str) -> Result<Vec<String>, Failure> {
+        let stream = self.stream.clone();
+        let reply = self.call(&["XPENDING", &stream, GROUP, "-", "+", "100", consumer])?;
+        Ok(client::array(&reply)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|row| client::array(row)?.first().and_then(client::bytes))
+            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .collect())
+    }
+}
+
+/// Gives the server a moment to see a stopped worker's connection close: until it does, the
+/// parked read it still thinks alive could be handed the tour's next entries.
+fn settle_close() {
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+fn fail(what: &str) -> Failure {
+    Failure::Failed(format!("demo: {what}"))
+}
+
+/// One worker: a `pelican-mio` driver on a poll of its own, stepped by the tour.
+struct Worker {
+    poll: Poll,
+    events: Events,
+    driver: Option<Driver>,
+    seen: Vec<(String, Source)>,
+    acked: Vec<String>,
+    parked_since: Option<Instant>,
+}
+
+impl Worker {
+    fn new(addr: SocketAddr, consumer: Consumer) -> Worker {
+        Worker {
+            poll: Poll::new().expect("a mio Poll"),
+            events: Events::with_capacity(16),
+            driver: Some(Driver::new(addr, consumer, Token(0))),
+            seen: Vec::new(),
+            acked: Vec::new(),
+            parked_since: None,
+        }
+    }
+
+    fn consumer(&self) -> &Consumer {
+        self.driver.as_ref().expect("a live worker").consumer()
+    }
+
+    /// Caught up: parked on the blocking read for a while, so the read is blocked on the
+    /// server, not about to bring back entries that were already there.
+    fn caught_up(&self) -> bool {
+        self.parked_since.is_some_and(|t| t.elapsed() >= Duration::from_millis(100))
+    }
+
+    /// Drives until `done` holds, handling entries with `verdict`.
+    fn until(
+        &mut self,
+        done: impl Fn(&Worker) -> bool,
+        mut verdict: impl FnMut(&Entry) -> Verdict,
+    ) -> Result<(), Failure> {
+        let end = Instant::now() + STEP_LIMIT;
+        while !done(self) {
+            if Instant::now() > end {
+                return Err(fail(&format!("a step took too long ({:?})", self.consumer().stats())));
+            }
+            let (seen, acked) = (&mut self.seen, &mut self.acked);
+            let driver = self.driver.as_mut().expect("a live worker");
+            let status = driver
+                .drive(self.poll.registry(), &mut |e: &Entry| {
+                    let id = String::from_utf8_lossy(&e.id).into_owned();
+                    seen.push((id.clone(), e.source));
+                    let v = verdict(e);
+                    if v == Verdict::Ack {
+                        acked.push(id);
+                    }
+                    v
+                })
+                .map_err(|e| fail(&e.to_string()))?;
+            if status == Status::Stopped {
+                return Err(fail("a worker stopped unasked"));
+            }
+            let parked = driver.consumer().is_parked();
+            self.parked_since =
+                if parked { self.parked_since.or_else(|| Some(Instant::now())) } else { None };
+            let timeout = driver.next_deadline().map(|t| t.saturating_duration_since(Instant::now()));
+            let timeout = timeout.unwrap_or(Duration::from_millis(50)).min(Duration::from_millis(50));
+            self.poll.poll(&mut self.events, Some(timeout)).map_err(|e| fail(&e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Handles entries until `n` have been seen, then crashes on the next one: the handler
+    /// panics, the worker is dropped with its connection, nothing more is acked. Returns the
+    /// id it was handling.
+    fn crash_after(&mut self, n: usize) -> Result<String, Failure> {
+        let quiet = panic::take_hook();
+        panic::set_hook(Box::new(|_| {}));
+        let mut count = self.seen.len();
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+            self.until(
+                |_| false,
+                |_| {
+                    count += 1;
+                    if count > n {
+                        panic!("crash");
+                    }
+                    Verdict::Ack
+                },
+            )
+        }));
+        panic::set_hook(quiet);
+        match outcome {
+            Err(_) => {
+                // The crash: the process is gone, its socket with it.
+                self.driver = None;
+                let (id, _) = self.seen.last().cloned().ok_or_else(|| fail("crashed before any entry"))?;
+                self.acked.retain(|a| *a != id);
+                Ok(id)
+            }
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(())) => unreachable!("`until` with a never-true condition only ends by error"),
+        }
+    }
+
+    /// Stops the worker (its connection closes at once when parked).
+    fn stop(&mut self) -> Result<Stats, Failure> {
+        let driver = self.driver.as_mut().expect("a live worker");
+        driver.stop();
+        let end = Instant::now() + STEP_LIMIT;
+        loop {
+            let status = driver
+                .drive(self.poll.registry(), &mut |_: &Entry| Verdict::Retry)
+                .map_err(|e| fail(&e.to_string()))?;
+            if status == Status::Stopped {
+                return Ok(driver.consumer().stats().clone());
+            }
+            if Instant::now() > end {
+                return Err(fail("a stop took too long"));
+            }
+            self.poll
+                .poll(&mut self.events, Some(Duration::from_millis(20)))
+                .map_err(|e| fail(&e.to_string()))?;
+        }
+    }
+
+    fn sources(&self) -> String {
+        let count = |s| self.seen.iter().filter(|(_, x)| *x == s).count();
+        let parts: Vec<String> = [
+            (Source::Pending, "from its pending list"),
+            (Source::Claimed, "reclaimed"),
+            (Source::New, "new"),
+        ]
+        .iter()
+        .filter(|(s, _)| count(*s) > 0)
+        .map(|(s, what)| format!("{} {what}", count(*s)))
+        .collect();
+        parts.join(", ")
+    }
+}
