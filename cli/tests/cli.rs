@@ -180,10 +180,7 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
         assert_eq!(status.code(), Some(2), "{args:?}: stderr:\n{stderr}");
         assert!(stderr.contains(&format!("pelican: {want}")) || stderr.contains(want), "{args:?}: {stderr}");
         assert!(stdout.is_empty(), "{args:?}: nothing on stdout: {stdout}");
-        if !want.contains("URL")
-            && !want.contains("password")
-            && !want.contains("database")
-        {
+        if !want.contains("URL") && !want.contains("password") && !want.contains("database") {
             assert!(stderr.contains("Usage:"), "{args:?}: usage follows the message: {stderr}");
         }
     }

@@ -6,7 +6,7 @@
 //! pending list is empty at quiescence, no consumer ever held two entries, and a stop never
 //! cut an entry short.
 //!
-//! `PELICAN_SIM_SEEDS=n` sets how many seeds run (default 400); `PELICAN_SIM_SEED=s` replays
+//! `PELICAN_SIM_SEEDS=n` sets how many seeds run (default 1000); `PELICAN_SIM_SEED=s` replays
 //! one seed, printed on failure.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -523,7 +523,7 @@ fn seeds() -> Vec<u64> {
     if let Ok(s) = std::env::var("PELICAN_SIM_SEED") {
         return vec![s.parse().expect("PELICAN_SIM_SEED is a number")];
     }
-    let n = std::env::var("PELICAN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(400);
+    let n = std::env::var("PELICAN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(1000);
     (1..=n).collect()
 }
 
