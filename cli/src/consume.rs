@@ -423,6 +423,7 @@ fn stats_json(stats: &Stats, counters: &Counters, elapsed: Duration) -> String {
         .num("reconnects", stats.reconnects)
         .num("errors", stats.errors)
         .num("group_recreated", stats.group_recreated)
+        .num("abandoned_acks", stats.abandoned_acks)
         .num("handled", counters.handled.load(Relaxed))
         .num("failed", counters.failed.load(Relaxed))
         .num("seconds", format_args!("{:.3}", elapsed.as_secs_f64()))

@@ -57,9 +57,16 @@ fn exec_success_acks_every_entry() {
     assert_eq!(stats.get("new").num(), 5.0);
     assert_eq!(stats.get("handled").num(), 5.0);
     assert_eq!(stats.get("retried").num(), 0.0);
-    for field in
-        ["drained", "claimed", "deleted_seen", "lost_to_peer", "reconnects", "errors", "group_recreated"]
-    {
+    for field in [
+        "drained",
+        "claimed",
+        "deleted_seen",
+        "lost_to_peer",
+        "reconnects",
+        "errors",
+        "group_recreated",
+        "abandoned_acks",
+    ] {
         assert_eq!(stats.get(field).num(), 0.0, "{field}");
     }
 }

@@ -23,7 +23,8 @@ pub enum Event {
     /// no other entry is handed out meanwhile.
     Entry(Entry),
     /// [`Consumer::stop`] has been honored: no entry is in hand and every earned ack is
-    /// confirmed. Close the connection; the consumer does nothing more.
+    /// confirmed (or [`Consumer::abandon`] gave them up). Close the connection; the consumer
+    /// does nothing more.
     Stopped,
 }
 
@@ -38,7 +39,8 @@ pub enum Event {
 /// - **Input**: [`handle_input`](Self::handle_input) with bytes read from the socket,
 ///   [`handle_timeout`](Self::handle_timeout) when [`poll_timeout`](Self::poll_timeout) passes.
 /// - **Application**: [`settle`](Self::settle) with the verdict on the entry in hand,
-///   [`stop`](Self::stop) to finish.
+///   [`stop`](Self::stop) to finish, [`abandon`](Self::abandon) to finish without waiting on
+///   the server.
 /// - **Output**: [`poll_transmit`](Self::poll_transmit) / [`advance_transmit`](Self::advance_transmit)
 ///   for bytes to write, [`poll_event`](Self::poll_event) for entries and `Stopped`,
 ///   [`poll_timeout`](Self::poll_timeout) for the next deadline.
@@ -356,6 +358,26 @@ impl Consumer {
                 None => self.finish_stop_if_clear(),
             }
         }
+    }
+
+    /// Stops at once, without waiting on the server: for a stop that cannot wait, e.g. while
+    /// the server is unreachable and [`stop`](Self::stop) would wait to confirm owed acks.
+    /// The entry in hand, if any, is left unsettled (a later [`settle`](Self::settle) does
+    /// nothing) and acks not yet confirmed are given up, counted in
+    /// [`Stats::abandoned_acks`]: their entries stay pending on the server and come again, to
+    /// this consumer's drain when it restarts or to a peer's reclaim. Nothing is lost; some
+    /// entries may be handled twice. [`Event::Stopped`] comes out next; close the connection.
+    pub fn abandon(&mut self) {
+        if !self.is_live() {
+            return;
+        }
+        self.reset_link(); // acks in flight join the owed ones
+        self.stats.abandoned_acks += self.acks.len() as u64;
+        self.acks.clear();
+        self.buffer.clear();
+        self.in_hand = None;
+        self.link = Link::Closed;
+        self.stop = Stop::Stopped { reported: false };
     }
 
     // ---- output -------------------------------------------------------------------------

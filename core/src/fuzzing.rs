@@ -503,8 +503,8 @@ impl Harness {
 /// count, bit 3 `create_group`, bit 4 recreate on group gone, bit 5 auth, bit 6 client name,
 /// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
 /// next N bytes (N from the next byte), settle Ack/Retry, stop, disconnect, connect, advance
-/// the clock and handle the timeout, write all or part of the output, poll one event, or drive
-/// like a well-behaved driver. Asserts: at most one entry in hand; nothing after Stopped, no
+/// the clock and handle the timeout, write all or part of the output, poll one event, drive
+/// like a well-behaved driver, or abandon. Asserts: at most one entry in hand; nothing after Stopped, no
 /// entry and no read written after `stop()`; nothing to write while disconnected or stopped;
 /// fatal errors are sticky; every command written is an array of bulk strings naming a known
 /// command; every `XACK`ed id was acked by the application or at least received.
@@ -587,6 +587,15 @@ pub fn consumer(data: &[u8]) {
             }
             10 => h.drive(Verdict::Ack),
             11 => h.drive(Verdict::Retry),
+            12 => {
+                h.stop_asked = true;
+                h.c.abandon();
+                // The entry in hand is dropped unsettled; nothing more is written.
+                h.in_hand = None;
+                assert!(h.c.is_stopped() || h.fatal.is_some(), "abandon() did not stop");
+                assert!(h.c.poll_transmit().is_none(), "bytes to write after abandon()");
+                h.stop_mark.get_or_insert(h.wire_at + h.wire.len());
+            }
             _ => {
                 let n = usize::from(script.byte());
                 let bytes = script.take(n);

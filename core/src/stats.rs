@@ -25,4 +25,7 @@ pub struct Stats {
     pub errors: u64,
     /// Times the group was created again after the server said it was gone.
     pub group_recreated: u64,
+    /// Acks given up unconfirmed by [`Consumer::abandon`](crate::Consumer::abandon): their
+    /// entries stay pending and are delivered again.
+    pub abandoned_acks: u64,
 }

@@ -357,6 +357,55 @@ fn stop_waits_for_acks_in_flight() {
 }
 
 #[test]
+fn abandon_while_disconnected_gives_up_owed_acks_at_once() {
+    let mut rig = parked("redis-7.0", Protocol::Resp2);
+    rig.reply("read_new").unwrap();
+    rig.handle_all(Verdict::Ack);
+    assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
+    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None, "a stop waits to confirm the acks");
+    rig.consumer.abandon();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    assert!(!rig.consumer.wants_connection());
+    assert_eq!(rig.consumer.poll_timeout(), None);
+    let stats = rig.consumer.stats();
+    assert_eq!((stats.acked, stats.abandoned_acks), (0, 3));
+}
+
+#[test]
+fn abandon_leaves_the_entry_in_hand_and_acks_in_flight_unconfirmed() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        rig.entry();
+        rig.settle(Verdict::Ack);
+        rig.entry();
+        rig.consumer.abandon();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+        assert_eq!(rig.consumer.in_hand(), None);
+        // Nothing is written: not the earned ack, not the verdict of the entry in hand.
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
+        assert_eq!(rig.consumer.poll_event(), None, "Stopped comes once; the third entry is not handed out");
+        // A late reply is ignored.
+        rig.raw(b":1\r\n").unwrap();
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.new, stats.acked, stats.abandoned_acks), (2, 0, 1));
+    });
+}
+
+#[test]
+fn abandon_after_stopped_changes_nothing() {
+    let mut rig = parked("valkey-8.1", Protocol::Resp3);
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    rig.consumer.abandon();
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert_eq!(rig.consumer.stats().abandoned_acks, 0);
+}
+
+#[test]
 fn disconnect_mid_batch_keeps_the_entry_in_hand_and_resends_its_ack() {
     each(|flavor, protocol| {
         let mut rig = parked(flavor, protocol);

@@ -1,10 +1,10 @@
 //! Deterministic simulation: several pelican consumers (the real sans-IO core) against one
 //! simulated server on a virtual clock, with seeded random faults — crashes, restarts under
 //! the same name, deaths, disconnects, deleted and trimmed pending entries, failing and slow
-//! handlers, stops, a destroyed group. After every run: every added entry was handled with
-//! `Ack` at least once (or was deleted), no `XACK` went out without an `Ack` verdict, the
-//! pending list is empty at quiescence, no consumer ever held two entries, and a stop never
-//! cut an entry short.
+//! handlers, stops, abandons (stops that drop the entry in hand and give up owed acks), a
+//! destroyed group. After every run: every added entry was handled with `Ack` at least once
+//! (or was deleted), no `XACK` went out without an `Ack` verdict, the pending list is empty
+//! at quiescence, no consumer ever held two entries, and a stop never cut an entry short.
 //!
 //! `PELICAN_SIM_SEEDS=n` sets how many seeds run (default 1000); `PELICAN_SIM_SEED=s` replays
 //! one seed, printed on failure.
@@ -33,10 +33,11 @@ enum Fault {
     HandlerFails,
     SlowHandler,
     Stop,
+    Abandon,
     DestroyGroup,
 }
 
-const ALL_FAULTS: [Fault; 9] = [
+const ALL_FAULTS: [Fault; 10] = [
     Fault::Crash,
     Fault::Death,
     Fault::Disconnect,
@@ -45,6 +46,7 @@ const ALL_FAULTS: [Fault; 9] = [
     Fault::HandlerFails,
     Fault::SlowHandler,
     Fault::Stop,
+    Fault::Abandon,
     Fault::DestroyGroup,
 ];
 
@@ -370,6 +372,14 @@ impl World {
                 let node = &mut self.nodes[i];
                 node.stop_asked = true;
                 node.consumer.as_mut().unwrap().stop();
+                true
+            }
+            Fault::Abandon if up => {
+                let node = &mut self.nodes[i];
+                node.stop_asked = true;
+                // The handler under way is dropped: it never gives its verdict.
+                node.work = None;
+                node.consumer.as_mut().unwrap().abandon();
                 true
             }
             Fault::DestroyGroup => {

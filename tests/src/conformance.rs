@@ -30,22 +30,29 @@ pub trait Transport {
 /// A consumer running on its own thread.
 pub struct Running {
     stop: Box<dyn Fn() + Send + Sync>,
+    abandon: Box<dyn Fn() + Send + Sync>,
     thread: JoinHandle<Result<Stats, String>>,
 }
 
 impl Running {
-    /// Wraps a transport's stop function and the thread that returns the final stats (or
-    /// the fatal error, as text).
+    /// Wraps a transport's stop and abandon functions and the thread that returns the final
+    /// stats (or the fatal error, as text).
     pub fn new(
         stop: impl Fn() + Send + Sync + 'static,
+        abandon: impl Fn() + Send + Sync + 'static,
         thread: JoinHandle<Result<Stats, String>>,
     ) -> Running {
-        Running { stop: Box::new(stop), thread }
+        Running { stop: Box::new(stop), abandon: Box::new(abandon), thread }
     }
 
     /// Asks the consumer to stop (between entries).
     pub fn stop(&self) {
         (self.stop)();
+    }
+
+    /// Asks the consumer to stop without waiting on the server.
+    pub fn abandon(&self) {
+        (self.abandon)();
     }
 
     /// True once the consumer's thread has returned.
@@ -459,6 +466,63 @@ pub fn server_restart_aof<T: Transport>(t: Target) {
     assert!(stats.reconnects >= 1, "{stats:?}");
 }
 
+/// A consumer whose first entry's ack becomes owed while the server is down: the handler
+/// holds the entry while the server is killed and a stop is asked, then acks it. One entry
+/// per read, so nothing else is read before the outage.
+fn ack_owed_in_outage<T: Transport>(t: Target) -> (Server, Running, Vec<String>) {
+    let mut server = Server::start_with(t.flavor, Options::default().with_aof());
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 3, 8);
+    let (entered, released) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (enter, release) = (entered.clone(), released.clone());
+    let handler = Box::new(move |_: &Entry| {
+        enter.store(true, Ordering::SeqCst);
+        assert!(wait_until(SETTLE, || release.load(Ordering::SeqCst)));
+        Verdict::Ack
+    });
+    let run = T::spawn(server.addr(), t.config("c1").count(1), handler);
+    assert!(wait_until(SETTLE, || entered.load(Ordering::SeqCst)));
+    server.kill9();
+    run.stop();
+    released.store(true, Ordering::SeqCst);
+    // The stop waits to confirm the ack: not while the server is down.
+    assert!(!wait_until(Duration::from_millis(500), || run.is_finished()), "stopped with an ack unconfirmed");
+    (server, run, ids)
+}
+
+/// A stop during an outage with an ack owed: the consumer reconnects when the server is
+/// back, confirms the ack (and reads nothing more), then stops.
+pub fn stop_during_outage<T: Transport>(t: Target) {
+    let (mut server, run, ids) = ack_owed_in_outage::<T>(t);
+    server.restart();
+    let stats = run.join(SETTLE).expect("clean stop");
+    assert_eq!((stats.new, stats.acked, stats.abandoned_acks), (1, 1, 0), "{stats:?}");
+    let mut admin = server.admin();
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0, "the ack landed");
+    let unread = admin.call(&["XREADGROUP", "GROUP", GROUP, "c2", "COUNT", "10", "STREAMS", STREAM, ">"]);
+    let unread: Vec<String> = unread
+        .as_array()
+        .and_then(|streams| streams[0].as_array()?[1].as_array())
+        .map(|entries| entries.iter().filter_map(|e| e.as_array()?[0].as_text()).collect())
+        .unwrap_or_default();
+    assert_eq!(unread, ids[1..], "the rest was never read");
+}
+
+/// An abandon during an outage with an ack owed returns at once; the entry stays pending,
+/// to come again: nothing is lost.
+pub fn abandon_during_outage<T: Transport>(t: Target) {
+    let (mut server, run, ids) = ack_owed_in_outage::<T>(t);
+    run.abandon();
+    let stats = run.join(Duration::from_secs(2)).expect("clean stop");
+    assert_eq!((stats.new, stats.acked, stats.abandoned_acks), (1, 0, 1), "{stats:?}");
+    server.restart();
+    let mut admin = server.admin();
+    let pending: Vec<(String, String)> =
+        admin.xpending_all(STREAM, GROUP).into_iter().map(|p| (p.0, p.1)).collect();
+    assert_eq!(pending, [(ids[0].clone(), "c1".to_string())], "still c1's, for its drain");
+}
+
 /// AUTH with an ACL user.
 pub fn acl_user<T: Transport>(t: Target) {
     let server = Server::start_with(t.flavor, Options::default().with_full_user("app", "s3cret-pass"));
@@ -530,7 +594,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@each $t;
             cold_start, crash_restart, dead_peer, retry_after_min_idle, xdel_pending, xtrim_pending,
             group_gone_recreated, group_gone_fails, delconsumer_while_parked, stop_mid_batch,
-            stop_while_parked, client_kill, server_restart_aof, acl_user, large_backlog);
+            stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
+            server_restart_aof, acl_user, large_backlog);
     };
     (@each $t:ty; $($name:ident),*) => {
         $(

@@ -20,6 +20,24 @@ const READ_BUDGET: usize = 32;
 /// [`Driver::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Stop requests made from other threads, passed on to a consumer by its driver's thread.
+#[derive(Debug, Default)]
+pub(crate) struct StopFlags {
+    pub(crate) requested: AtomicBool,
+    pub(crate) abandoned: AtomicBool,
+}
+
+impl StopFlags {
+    /// Tells `consumer` what has been asked: an abandon outranks a stop.
+    pub(crate) fn apply(&self, consumer: &mut Consumer) {
+        if self.abandoned.load(Ordering::Acquire) {
+            consumer.abandon();
+        } else if self.requested.load(Ordering::Acquire) {
+            consumer.stop();
+        }
+    }
+}
+
 /// What a [`Driver`] reports after [`Driver::drive`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
@@ -168,6 +186,13 @@ impl Driver {
         self.consumer.stop();
     }
 
+    /// Stops without waiting on the server (see [`Consumer::abandon`]): acks not yet
+    /// confirmed are given up, their entries stay pending and come again. The next
+    /// [`drive`](Self::drive) reports [`Status::Stopped`].
+    pub fn abandon(&mut self) {
+        self.consumer.abandon();
+    }
+
     /// When the driver next needs [`drive`](Self::drive) without an event: a reply's
     /// deadline, a reconnect, a connect timing out. A deadline in the past means at once.
     /// `None`: only an event can give it work (or it has stopped or failed).
@@ -205,17 +230,20 @@ impl Driver {
         self.drive_until(registry, handler, None)
     }
 
-    /// [`drive`](Self::drive), also asking the consumer to stop as soon as `stop` is set
-    /// (checked after each handler call, so a stop is not held up by a batch of entries).
+    /// [`drive`](Self::drive), also passing on `stop`'s requests: first, then after each
+    /// handler call (so a stop is not held up by a batch of entries).
     pub(crate) fn drive_until(
         &mut self,
         registry: &Registry,
         handler: &mut impl FnMut(&Entry) -> Verdict,
-        stop: Option<&AtomicBool>,
+        stop: Option<&StopFlags>,
     ) -> Result<Status, Error> {
         self.asap = None;
         if self.stopped {
             return Ok(Status::Stopped);
+        }
+        if let Some(stop) = stop {
+            stop.apply(&mut self.consumer);
         }
         if let Some(err) = self.consumer.error() {
             let err = err.clone();
@@ -300,7 +328,7 @@ impl Driver {
         &mut self,
         registry: &Registry,
         handler: &mut impl FnMut(&Entry) -> Verdict,
-        stop: Option<&AtomicBool>,
+        stop: Option<&StopFlags>,
     ) -> Result<Status, Error> {
         let mut reads = 0;
         let mut deadlines_checked = false;
@@ -319,8 +347,8 @@ impl Driver {
                         let verdict = handler(&entry);
                         // Stop before settling: the settle then flushes the earned acks (a
                         // stop after it would leave them unwritten behind the dropped batch).
-                        if stop.is_some_and(|s| s.load(Ordering::Acquire)) {
-                            self.consumer.stop();
+                        if let Some(stop) = stop {
+                            stop.apply(&mut self.consumer);
                         }
                         self.consumer.settle(verdict, Instant::now());
                     }

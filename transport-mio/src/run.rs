@@ -3,14 +3,14 @@
 use std::fmt;
 use std::io;
 use std::net::ToSocketAddrs;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
 use pelican::{Config, ConfigError, Consumer, Entry, Stats, Verdict};
 
-use crate::driver::{Driver, Status};
+use crate::driver::{Driver, Status, StopFlags};
 
 const CONSUMER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -85,7 +85,7 @@ impl Runner {
     fn with_driver(driver: Driver) -> Result<Runner, RunError> {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
-        let stop = StopHandle { inner: Arc::new(StopInner { requested: AtomicBool::new(false), waker }) };
+        let stop = StopHandle { inner: Arc::new(StopInner { flags: StopFlags::default(), waker }) };
         Ok(Runner { poll, driver, stop })
     }
 
@@ -104,14 +104,11 @@ impl Runner {
     /// errors a reconnect can fix are handled inside, with the consumer's backoff.
     pub fn run(mut self, mut handler: impl FnMut(&Entry) -> Verdict) -> Result<Stats, RunError> {
         let mut events = Events::with_capacity(8);
-        let requested = &self.stop.inner.requested;
+        let flags = &self.stop.inner.flags;
         loop {
-            if requested.load(Ordering::Acquire) {
-                self.driver.stop();
-            }
             let status = self
                 .driver
-                .drive_until(self.poll.registry(), &mut handler, Some(requested))
+                .drive_until(self.poll.registry(), &mut handler, Some(flags))
                 .map_err(RunError::Consumer)?;
             if status == Status::Stopped {
                 return Ok(self.driver.consumer().stats().clone());
@@ -137,7 +134,7 @@ pub struct StopHandle {
 
 #[derive(Debug)]
 struct StopInner {
-    requested: AtomicBool,
+    flags: StopFlags,
     waker: Waker,
 }
 
@@ -145,14 +142,25 @@ impl StopHandle {
     /// Asks the runner to stop and wakes its poll. Returns at once; the runner's `run`
     /// returns when the consumer has stopped. Before `run` starts, `run` stops at once.
     pub fn stop(&self) {
-        self.inner.requested.store(true, Ordering::Release);
+        self.inner.flags.requested.store(true, Ordering::Release);
         // A failed wake leaves the flag set: the runner sees it at its next wake-up.
         let _ = self.inner.waker.wake();
     }
 
-    /// True once [`stop`](Self::stop) has been called on any clone.
+    /// Asks the runner to stop without waiting on the server (see
+    /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
+    /// waits on an unreachable server to confirm acks. A handler already running finishes
+    /// (it cannot be interrupted) but its verdict is not sent; acks not yet confirmed are
+    /// given up, and their entries stay pending, to be delivered again.
+    pub fn abandon(&self) {
+        self.inner.flags.abandoned.store(true, Ordering::Release);
+        self.stop();
+    }
+
+    /// True once [`stop`](Self::stop) or [`abandon`](Self::abandon) has been called on any
+    /// clone.
     pub fn is_requested(&self) -> bool {
-        self.inner.requested.load(Ordering::Acquire)
+        self.inner.flags.requested.load(Ordering::Acquire)
     }
 }
 

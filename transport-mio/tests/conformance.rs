@@ -14,7 +14,8 @@ impl Transport for Mio {
         let runner = pelican_mio::Runner::new(addr, config).expect("a valid runner");
         let stop = runner.stop_handle();
         let thread = thread::spawn(move || runner.run(|e| handler(e)).map_err(|e| e.to_string()));
-        Running::new(move || stop.stop(), thread)
+        let abandon = stop.clone();
+        Running::new(move || stop.stop(), move || abandon.abandon(), thread)
     }
 }
 

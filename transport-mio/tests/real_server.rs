@@ -423,3 +423,42 @@ fn a_driver_without_a_server_backs_off_instead_of_spinning() {
     assert_eq!(driver.drive(poll.registry(), &mut |_: &Entry| Verdict::Ack).unwrap(), Status::Stopped);
     assert_eq!(driver.next_deadline(), None);
 }
+
+/// A driver whose ack is owed while the server is down cannot stop (the stop waits for the
+/// server); `abandon` ends it at the next drive, giving the ack up.
+#[test]
+fn abandon_ends_a_driver_stuck_on_an_owed_ack() {
+    let mut server = Server::start(DEFAULT_FLAVOR);
+    let mut admin = server.admin();
+    create_group(&mut admin, "s", "g");
+    admin.xadd_n("s", 1, 1);
+    drop(admin);
+    let mut poll = Poll::new().unwrap();
+    let mut events = Events::with_capacity(8);
+    let mut driver = Driver::new(server.addr(), Consumer::new(config("s", "g", "c1")).unwrap(), Token(1));
+    let mut handler = |_: &Entry| {
+        server.kill9(); // the ack this earns has no server to go to
+        Verdict::Ack
+    };
+    let mut drive_for = |driver: &mut Driver, limit: Duration| {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if driver.drive(poll.registry(), &mut handler).unwrap() == Status::Stopped {
+                return true;
+            }
+            let timeout =
+                driver.next_deadline().map_or(limit, |at| at.saturating_duration_since(Instant::now()));
+            poll.poll(&mut events, Some(timeout.min(Duration::from_millis(50)))).unwrap();
+        }
+        false
+    };
+    assert!(!drive_for(&mut driver, Duration::from_millis(300)));
+    assert_eq!(driver.consumer().stats().new, 1, "the entry was handled");
+    driver.stop();
+    assert!(!drive_for(&mut driver, Duration::from_millis(300)), "stopped with its ack unconfirmed");
+    driver.abandon();
+    assert!(drive_for(&mut driver, Duration::from_millis(100)), "abandon did not end the driver");
+    let stats = driver.consumer().stats();
+    assert_eq!((stats.acked, stats.abandoned_acks), (0, 1));
+    assert_eq!(driver.next_deadline(), None);
+}

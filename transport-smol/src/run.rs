@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use pelican::{Config, ConfigError, Consumer, Entry, Event, Stats, Verdict};
 use smol::channel::{Receiver, Sender};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
-use smol::net::TcpStream;
+use smol::net::{AsyncToSocketAddrs, TcpStream};
 use smol::Timer;
 
 /// Size of one socket read.
@@ -27,8 +27,8 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// backoff whenever the connection is lost. Runs until the consumer fails for good (see
 /// [`Runner`] for a [`StopHandle`]).
 ///
-/// `addr` is resolved with [`std::net::ToSocketAddrs`], which blocks for a host name; pass
-/// a [`SocketAddr`] (or resolve first) to keep the executor free.
+/// A host name in `addr` is resolved on smol's blocking-thread pool ([`smol::net::resolve`]),
+/// so the executor stays free while DNS answers.
 ///
 /// ```no_run
 /// use pelican::{Config, Verdict};
@@ -41,12 +41,12 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// }))?;
 /// # Ok::<(), pelican_smol::RunError>(())
 /// ```
-pub async fn run<H, F>(addr: impl ToSocketAddrs, config: Config, handler: H) -> Result<Stats, RunError>
+pub async fn run<H, F>(addr: impl AsyncToSocketAddrs, config: Config, handler: H) -> Result<Stats, RunError>
 where
     H: FnMut(Entry) -> F,
     F: Future<Output = Verdict>,
 {
-    Runner::new(addr, config)?.run(handler).await
+    Runner::resolve(addr, config).await?.run(handler).await
 }
 
 /// A consumer and its server's address, ready to [`run`](Runner::run) as a future on any
@@ -75,6 +75,9 @@ pub struct Runner {
     next_addr: usize,
     connect_timeout: Duration,
     stop: StopHandle,
+    /// What the consumer has been told of the stop handle's requests: waits on the handle
+    /// wake only for more, so a stop under way does not spin them.
+    told: Request,
 }
 
 /// What ended a wait on the socket, the consumer's deadline or a stop.
@@ -87,9 +90,22 @@ enum Wake {
 impl Runner {
     /// Resolves `addr` (blocking, for a host name; a failed connect moves on to the next
     /// address it resolved to) and validates `config`. Connects only in [`run`](Self::run).
+    /// Inside a task, prefer [`resolve`](Self::resolve), which does not block the executor.
     pub fn new(addr: impl ToSocketAddrs, config: Config) -> Result<Runner, RunError> {
         let consumer = Consumer::new(config).map_err(RunError::Config)?;
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
+        let addrs = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
+        Runner::with_addrs(consumer, addrs)
+    }
+
+    /// Like [`new`](Self::new), but resolves a host name on smol's blocking-thread pool
+    /// ([`smol::net::resolve`]) so that the executor stays free meanwhile.
+    pub async fn resolve(addr: impl AsyncToSocketAddrs, config: Config) -> Result<Runner, RunError> {
+        let consumer = Consumer::new(config).map_err(RunError::Config)?;
+        let addrs = smol::net::resolve(addr).await.map_err(RunError::Resolve)?;
+        Runner::with_addrs(consumer, addrs)
+    }
+
+    fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
         if addrs.is_empty() {
             return Err(RunError::Resolve(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -97,8 +113,9 @@ impl Runner {
             )));
         }
         let (tx, rx) = smol::channel::bounded(1);
-        let stop = StopHandle { inner: Arc::new(StopInner { requested: AtomicBool::new(false), tx, rx }) };
-        Ok(Runner { consumer, addrs, next_addr: 0, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop })
+        let stop = StopHandle { inner: Arc::new(StopInner { request: AtomicU8::new(0), tx, rx }) };
+        let told = Request::Run;
+        Ok(Runner { consumer, addrs, next_addr: 0, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop, told })
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
@@ -125,7 +142,8 @@ impl Runner {
     /// Each entry is passed to `handler` and the future it returns is awaited to completion
     /// before the entry is settled and the next one handed out. A stop requested meanwhile
     /// waits for it: the entry is settled, its ack confirmed, then `run` returns. Only the
-    /// waits on the socket and on timers are cut short by a stop.
+    /// waits on the socket and on timers are cut short by a stop; an
+    /// [`abandon`](StopHandle::abandon) also drops the handler's future.
     pub async fn run<H, F>(mut self, mut handler: H) -> Result<Stats, RunError>
     where
         H: FnMut(Entry) -> F,
@@ -134,19 +152,23 @@ impl Runner {
         let mut buf = vec![0u8; READ_CHUNK];
         let mut link: Option<TcpStream> = None;
         loop {
-            if self.stop.is_requested() {
-                self.consumer.stop();
-            }
+            self.tell();
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        let verdict = handler(entry).await;
+                        // An abandon drops the handler's future: the entry stays pending.
+                        let handled = async { Some(handler(entry).await) };
+                        let verdict = future::or(handled, async {
+                            self.stop.beyond(Request::Stop).await;
+                            None
+                        })
+                        .await;
                         // Stop before settling: the settle then ends the batch and writes the
                         // earned acks.
-                        if self.stop.is_requested() {
-                            self.consumer.stop();
+                        self.tell();
+                        if let Some(verdict) = verdict {
+                            self.consumer.settle(verdict, Instant::now());
                         }
-                        self.consumer.settle(verdict, Instant::now());
                     }
                     Event::Stopped => return Ok(self.consumer.stats().clone()),
                     // Events this transport does not know yet need nothing from it.
@@ -165,7 +187,7 @@ impl Runner {
                     link = self.connect().await;
                 } else {
                     // Waiting for the reconnect time (or, with no deadline, only a stop).
-                    future::or(timer, self.stop.wait()).await;
+                    future::or(timer, self.stop.beyond(self.told)).await;
                 }
                 continue;
             };
@@ -185,7 +207,7 @@ impl Runner {
                     Wake::Timer
                 };
                 let stop = async {
-                    self.stop.wait().await;
+                    self.stop.beyond(self.told).await;
                     Wake::Stop
                 };
                 future::or(future::or(read, timer), stop).await
@@ -221,8 +243,8 @@ impl Runner {
         }
     }
 
-    /// One connect attempt, cut short by its timeout or a stop. Tells the consumer of the
-    /// outcome (nothing, if stopped: the loop decides again).
+    /// One connect attempt, cut short by its timeout or a new stop request. Tells the
+    /// consumer of the outcome (nothing, if cut short by a request: the loop decides again).
     async fn connect(&mut self) -> Option<TcpStream> {
         let addr = self.addrs[self.next_addr];
         let timeout = self.connect_timeout;
@@ -231,7 +253,7 @@ impl Runner {
                 async {
                     Timer::after(timeout).await;
                 },
-                self.stop.wait(),
+                self.stop.beyond(self.told),
             )
             .await;
             None
@@ -243,7 +265,7 @@ impl Runner {
                 self.consumer.on_connected(Instant::now());
                 Some(stream)
             }
-            None if self.stop.is_requested() => None,
+            None if self.stop.request() > self.told => None,
             Some(Err(_)) | None => {
                 self.next_addr = (self.next_addr + 1) % self.addrs.len();
                 self.consumer.on_disconnected(Instant::now());
@@ -251,6 +273,27 @@ impl Runner {
             }
         }
     }
+
+    /// Passes on to the consumer what the stop handle was asked since it was last told.
+    fn tell(&mut self) {
+        let asked = self.stop.request();
+        if asked > self.told {
+            match asked {
+                Request::Abandon => self.consumer.abandon(),
+                Request::Stop => self.consumer.stop(),
+                Request::Run => {}
+            }
+            self.told = asked;
+        }
+    }
+}
+
+/// What a [`StopHandle`] has been asked, in rising order: each outranks the one before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Request {
+    Run,
+    Stop,
+    Abandon,
 }
 
 /// Stops a [`Runner`] from any task or thread: the consumer finishes the entry in hand,
@@ -263,8 +306,9 @@ pub struct StopHandle {
 
 #[derive(Debug)]
 struct StopInner {
-    requested: AtomicBool,
-    /// Wakes the runner's wait; one message is enough, the flag says the rest.
+    /// The highest [`Request`] made, as its discriminant.
+    request: AtomicU8,
+    /// Wakes the runner's wait; one message is enough, `request` says the rest.
     tx: Sender<()>,
     rx: Receiver<()>,
 }
@@ -273,19 +317,41 @@ impl StopHandle {
     /// Asks the runner to stop and wakes it. Returns at once; the runner's `run` returns
     /// when the consumer has stopped. Before `run` starts, `run` stops at once.
     pub fn stop(&self) {
-        self.inner.requested.store(true, Ordering::Release);
+        self.ask(Request::Stop);
+    }
+
+    /// Asks the runner to stop without waiting on the server (see
+    /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
+    /// waits on an unreachable server to confirm acks. A handler's future still running is
+    /// dropped; acks not yet confirmed are given up. Their entries stay pending, to be
+    /// delivered again.
+    pub fn abandon(&self) {
+        self.ask(Request::Abandon);
+    }
+
+    /// True once [`stop`](Self::stop) or [`abandon`](Self::abandon) has been called on any
+    /// clone.
+    pub fn is_requested(&self) -> bool {
+        self.request() >= Request::Stop
+    }
+
+    fn ask(&self, request: Request) {
+        self.inner.request.fetch_max(request as u8, Ordering::AcqRel);
         // A full channel already holds a wake-up.
         let _ = self.inner.tx.try_send(());
     }
 
-    /// True once [`stop`](Self::stop) has been called on any clone.
-    pub fn is_requested(&self) -> bool {
-        self.inner.requested.load(Ordering::Acquire)
+    fn request(&self) -> Request {
+        match self.inner.request.load(Ordering::Acquire) {
+            0 => Request::Run,
+            1 => Request::Stop,
+            _ => Request::Abandon,
+        }
     }
 
-    /// Resolves once a stop is requested.
-    async fn wait(&self) {
-        while !self.is_requested() {
+    /// Resolves once more than `told` has been asked.
+    async fn beyond(&self, told: Request) {
+        while self.request() <= told {
             // The channel is never closed: this handle holds a sender.
             let _ = self.inner.rx.recv().await;
         }

@@ -166,3 +166,76 @@ fn consumers_share_one_executor() {
     assert_eq!(acked, ids.len() as u64);
     assert_eq!(admin.xpending_count("s", "g"), 0);
 }
+
+/// `run` resolves a host name without blocking the executor and consumes from it; a name that
+/// does not resolve is a `Resolve` error, not a panic or a retry loop.
+#[test]
+fn run_resolves_host_names() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    admin.xadd_n("s", 3, 8);
+    let seen = Arc::new(Mutex::new(0));
+    let record = seen.clone();
+    let host = format!("localhost:{}", server.port());
+    let stats = smol::block_on(async move {
+        let runner = Runner::resolve(host.as_str(), config("c1")).await.expect("localhost resolves");
+        let stop = runner.stop_handle();
+        runner
+            .run(move |_| {
+                let (record, stop) = (record.clone(), stop.clone());
+                async move {
+                    let mut seen = record.lock().unwrap();
+                    *seen += 1;
+                    if *seen == 3 {
+                        stop.stop();
+                    }
+                    Verdict::Ack
+                }
+            })
+            .await
+    })
+    .expect("clean stop");
+    assert_eq!((*seen.lock().unwrap(), stats.acked), (3, 3));
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+
+    let failed = smol::block_on(pelican_smol::run("no-such-host.invalid:6379", config("c1"), |_| async {
+        Verdict::Ack
+    }));
+    assert!(matches!(failed, Err(pelican_smol::RunError::Resolve(_))), "{failed:?}");
+}
+
+/// An abandon while the handler awaits drops the handler's future: `run` returns at once and
+/// the entry stays pending, unacked, to come again.
+#[test]
+fn abandon_drops_an_awaiting_handler() {
+    let server = server_with_group();
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 1, 8);
+    let runner = Runner::new(server.addr(), config("c1")).unwrap();
+    let stop = runner.stop_handle();
+    let (started, finished) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (start, finish) = (started.clone(), finished.clone());
+    let thread = thread::spawn(move || {
+        smol::block_on(runner.run(move |_| {
+            let (start, finish) = (start.clone(), finish.clone());
+            async move {
+                start.store(true, Ordering::SeqCst);
+                Timer::after(Duration::from_secs(30)).await;
+                finish.store(true, Ordering::SeqCst);
+                Verdict::Ack
+            }
+        }))
+    });
+    assert!(wait_until(SETTLE, || started.load(Ordering::SeqCst)));
+    stop.stop();
+    thread::sleep(Duration::from_millis(100));
+    assert!(!thread.is_finished(), "a stop waits for the handler");
+    let asked = Instant::now();
+    stop.abandon();
+    let stats = thread.join().unwrap().expect("clean stop");
+    assert!(asked.elapsed() < Duration::from_secs(2), "returned after {:?}", asked.elapsed());
+    assert!(!finished.load(Ordering::SeqCst), "the handler's future was dropped");
+    assert_eq!((stats.new, stats.acked), (1, 0));
+    let pending: Vec<String> = admin.xpending_all("s", "g").into_iter().map(|p| p.0).collect();
+    assert_eq!(pending, ids);
+}

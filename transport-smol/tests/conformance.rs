@@ -20,7 +20,8 @@ impl Transport for Smol {
             }))
             .map_err(|e| e.to_string())
         });
-        Running::new(move || stop.stop(), thread)
+        let abandon = stop.clone();
+        Running::new(move || stop.stop(), move || abandon.abandon(), thread)
     }
 }
 
