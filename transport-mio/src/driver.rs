@@ -2,12 +2,13 @@
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use pelican::{Consumer, Entry, Error, Event, Verdict};
+
+use crate::stop::StopFlags;
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -19,24 +20,6 @@ const READ_BUDGET: usize = 32;
 /// How long a TCP connect may take before it counts as failed, unless
 /// [`Driver::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Stop requests made from other threads, passed on to a consumer by its driver's thread.
-#[derive(Debug, Default)]
-pub(crate) struct StopFlags {
-    pub(crate) requested: AtomicBool,
-    pub(crate) abandoned: AtomicBool,
-}
-
-impl StopFlags {
-    /// Tells `consumer` what has been asked: an abandon outranks a stop.
-    pub(crate) fn apply(&self, consumer: &mut Consumer) {
-        if self.abandoned.load(Ordering::Acquire) {
-            consumer.abandon();
-        } else if self.requested.load(Ordering::Acquire) {
-            consumer.stop();
-        }
-    }
-}
 
 /// What a [`Driver`] reports after [`Driver::drive`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -29,7 +29,11 @@
 #![warn(missing_docs)]
 
 mod driver;
+mod error;
 mod run;
+mod stop;
 
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
-pub use run::{run, RunError, Runner, StopHandle};
+pub use error::RunError;
+pub use run::{run, Runner};
+pub use stop::StopHandle;

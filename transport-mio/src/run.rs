@@ -1,16 +1,15 @@
 //! The blocking common case: one consumer on its own `Poll`, until stopped or failed.
 
-use std::fmt;
 use std::io;
 use std::net::ToSocketAddrs;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
-use pelican::{Config, ConfigError, Consumer, Entry, Stats, Verdict};
+use pelican::{Config, Consumer, Entry, Stats, Verdict};
 
-use crate::driver::{Driver, Status, StopFlags};
+use crate::driver::{Driver, Status};
+use crate::error::RunError;
+use crate::stop::StopHandle;
 
 const CONSUMER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -85,8 +84,7 @@ impl Runner {
     fn with_driver(driver: Driver) -> Result<Runner, RunError> {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
-        let stop = StopHandle { inner: Arc::new(StopInner { flags: StopFlags::default(), waker }) };
-        Ok(Runner { poll, driver, stop })
+        Ok(Runner { poll, driver, stop: StopHandle::new(waker) })
     }
 
     /// A handle that stops [`run`](Self::run) from any thread.
@@ -104,7 +102,7 @@ impl Runner {
     /// errors a reconnect can fix are handled inside, with the consumer's backoff.
     pub fn run(mut self, mut handler: impl FnMut(&Entry) -> Verdict) -> Result<Stats, RunError> {
         let mut events = Events::with_capacity(8);
-        let flags = &self.stop.inner.flags;
+        let flags = self.stop.flags();
         loop {
             let status = self
                 .driver
@@ -122,92 +120,5 @@ impl Runner {
             // Whatever woke the poll (the socket, the waker, the deadline), driving again
             // does what is due.
         }
-    }
-}
-
-/// Stops a [`Runner`] from any thread: the consumer finishes the entry in hand, confirms
-/// its earned acks and returns. Cheap to clone; stopping twice is harmless.
-#[derive(Clone, Debug)]
-pub struct StopHandle {
-    inner: Arc<StopInner>,
-}
-
-#[derive(Debug)]
-struct StopInner {
-    flags: StopFlags,
-    waker: Waker,
-}
-
-impl StopHandle {
-    /// Asks the runner to stop and wakes its poll. Returns at once; the runner's `run`
-    /// returns when the consumer has stopped. Before `run` starts, `run` stops at once.
-    pub fn stop(&self) {
-        self.inner.flags.requested.store(true, Ordering::Release);
-        // A failed wake leaves the flag set: the runner sees it at its next wake-up.
-        let _ = self.inner.waker.wake();
-    }
-
-    /// Asks the runner to stop without waiting on the server (see
-    /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
-    /// waits on an unreachable server to confirm acks. A handler already running finishes
-    /// (it cannot be interrupted) but its verdict is not sent; acks not yet confirmed are
-    /// given up, and their entries stay pending, to be delivered again.
-    pub fn abandon(&self) {
-        self.inner.flags.abandoned.store(true, Ordering::Release);
-        self.stop();
-    }
-
-    /// True once [`stop`](Self::stop) or [`abandon`](Self::abandon) has been called on any
-    /// clone.
-    pub fn is_requested(&self) -> bool {
-        self.inner.flags.requested.load(Ordering::Acquire)
-    }
-}
-
-/// Why [`run`] or [`Runner`] gave up.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum RunError {
-    /// The configuration was refused.
-    Config(ConfigError),
-    /// The address did not resolve, or resolved to nothing.
-    Resolve(io::Error),
-    /// The consumer failed for good ([`pelican::Error::is_fatal`]): wrong credentials, a
-    /// missing group, a reply it cannot read…
-    Consumer(pelican::Error),
-    /// The `Poll` could not be created or polled.
-    Io(io::Error),
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RunError::Config(e) => write!(f, "invalid configuration: {e}"),
-            RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
-            RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
-            RunError::Io(e) => write!(f, "event loop failed: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for RunError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RunError::Config(e) => Some(e),
-            RunError::Resolve(e) | RunError::Io(e) => Some(e),
-            RunError::Consumer(e) => Some(e),
-        }
-    }
-}
-
-impl From<ConfigError> for RunError {
-    fn from(e: ConfigError) -> Self {
-        RunError::Config(e)
-    }
-}
-
-impl From<pelican::Error> for RunError {
-    fn from(e: pelican::Error) -> Self {
-        RunError::Consumer(e)
     }
 }

@@ -31,6 +31,10 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod error;
 mod run;
+mod stop;
 
-pub use run::{run, RunError, Runner, StopHandle, DEFAULT_CONNECT_TIMEOUT};
+pub use error::RunError;
+pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};
+pub use stop::StopHandle;

@@ -1,19 +1,18 @@
 //! One consumer over one `smol::net::TcpStream`, until stopped or failed for good.
 
-use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, ConfigError, Consumer, Entry, Event, Stats, Verdict};
-use smol::channel::{Receiver, Sender};
+use pelican::{Config, Consumer, Entry, Event, Stats, Verdict};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::{AsyncToSocketAddrs, TcpStream};
 use smol::Timer;
+
+use crate::error::RunError;
+use crate::stop::{Request, StopHandle};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -112,9 +111,7 @@ impl Runner {
                 "no address to connect to",
             )));
         }
-        let (tx, rx) = smol::channel::bounded(1);
-        let stop = StopHandle { inner: Arc::new(StopInner { request: AtomicU8::new(0), tx, rx }) };
-        let told = Request::Run;
+        let (stop, told) = (StopHandle::new(), Request::Run);
         Ok(Runner { consumer, addrs, next_addr: 0, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop, told })
     }
 
@@ -285,120 +282,5 @@ impl Runner {
             }
             self.told = asked;
         }
-    }
-}
-
-/// What a [`StopHandle`] has been asked, in rising order: each outranks the one before.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Request {
-    Run,
-    Stop,
-    Abandon,
-}
-
-/// Stops a [`Runner`] from any task or thread: the consumer finishes the entry in hand,
-/// confirms its earned acks and [`Runner::run`] returns. Cheap to clone; stopping twice is
-/// harmless.
-#[derive(Clone, Debug)]
-pub struct StopHandle {
-    inner: Arc<StopInner>,
-}
-
-#[derive(Debug)]
-struct StopInner {
-    /// The highest [`Request`] made, as its discriminant.
-    request: AtomicU8,
-    /// Wakes the runner's wait; one message is enough, `request` says the rest.
-    tx: Sender<()>,
-    rx: Receiver<()>,
-}
-
-impl StopHandle {
-    /// Asks the runner to stop and wakes it. Returns at once; the runner's `run` returns
-    /// when the consumer has stopped. Before `run` starts, `run` stops at once.
-    pub fn stop(&self) {
-        self.ask(Request::Stop);
-    }
-
-    /// Asks the runner to stop without waiting on the server (see
-    /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
-    /// waits on an unreachable server to confirm acks. A handler's future still running is
-    /// dropped; acks not yet confirmed are given up. Their entries stay pending, to be
-    /// delivered again.
-    pub fn abandon(&self) {
-        self.ask(Request::Abandon);
-    }
-
-    /// True once [`stop`](Self::stop) or [`abandon`](Self::abandon) has been called on any
-    /// clone.
-    pub fn is_requested(&self) -> bool {
-        self.request() >= Request::Stop
-    }
-
-    fn ask(&self, request: Request) {
-        self.inner.request.fetch_max(request as u8, Ordering::AcqRel);
-        // A full channel already holds a wake-up.
-        let _ = self.inner.tx.try_send(());
-    }
-
-    fn request(&self) -> Request {
-        match self.inner.request.load(Ordering::Acquire) {
-            0 => Request::Run,
-            1 => Request::Stop,
-            _ => Request::Abandon,
-        }
-    }
-
-    /// Resolves once more than `told` has been asked.
-    async fn beyond(&self, told: Request) {
-        while self.request() <= told {
-            // The channel is never closed: this handle holds a sender.
-            let _ = self.inner.rx.recv().await;
-        }
-    }
-}
-
-/// Why [`run`] or [`Runner`] gave up.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum RunError {
-    /// The configuration was refused.
-    Config(ConfigError),
-    /// The consumer failed for good ([`pelican::Error::is_fatal`]): wrong credentials, a
-    /// missing group, a reply it cannot read…
-    Consumer(pelican::Error),
-    /// The address did not resolve, or resolved to nothing.
-    Resolve(io::Error),
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RunError::Config(e) => write!(f, "invalid configuration: {e}"),
-            RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
-            RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for RunError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RunError::Config(e) => Some(e),
-            RunError::Consumer(e) => Some(e),
-            RunError::Resolve(e) => Some(e),
-        }
-    }
-}
-
-impl From<ConfigError> for RunError {
-    fn from(e: ConfigError) -> Self {
-        RunError::Config(e)
-    }
-}
-
-impl From<pelican::Error> for RunError {
-    fn from(e: pelican::Error) -> Self {
-        RunError::Consumer(e)
     }
 }

@@ -1,0 +1,51 @@
+//! Why a runner gave up.
+
+use std::fmt;
+use std::io;
+
+use pelican::ConfigError;
+
+/// Why [`run`](crate::run) or [`Runner`](crate::Runner) gave up.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The configuration was refused.
+    Config(ConfigError),
+    /// The consumer failed for good ([`pelican::Error::is_fatal`]): wrong credentials, a
+    /// missing group, a reply it cannot read…
+    Consumer(pelican::Error),
+    /// The address did not resolve, or resolved to nothing.
+    Resolve(io::Error),
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Config(e) => write!(f, "invalid configuration: {e}"),
+            RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
+            RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Config(e) => Some(e),
+            RunError::Consumer(e) => Some(e),
+            RunError::Resolve(e) => Some(e),
+        }
+    }
+}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
+impl From<pelican::Error> for RunError {
+    fn from(e: pelican::Error) -> Self {
+        RunError::Consumer(e)
+    }
+}
