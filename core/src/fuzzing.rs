@@ -4,7 +4,6 @@
 //! bug found. Built only with the `fuzzing` feature; not part of the public API.
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,15 +25,6 @@ fn protocol(byte: u8) -> Protocol {
     } else {
         Protocol::Resp3
     }
-}
-
-/// The origin of the virtual clock: the core only ever sees offsets from it.
-// The core is sans-IO and its clippy config disallows reading the clock; a harness needs one
-// `Instant` to start from, taken once so that every run of a target sees the same origin.
-#[allow(clippy::disallowed_methods)]
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
 }
 
 // ---- decode ---------------------------------------------------------------------------------
@@ -504,11 +494,15 @@ impl Harness {
 /// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
 /// next N bytes (N from the next byte), settle Ack/Retry, stop, disconnect, connect, advance
 /// the clock and handle the timeout, write all or part of the output, poll one event, drive
-/// like a well-behaved driver, or abandon. Asserts: at most one entry in hand; nothing after Stopped, no
-/// entry and no read written after `stop()`; nothing to write while disconnected or stopped;
-/// fatal errors are sticky; every command written is an array of bulk strings naming a known
-/// command; every `XACK`ed id was acked by the application or at least received.
-pub fn consumer(data: &[u8]) {
+/// like a well-behaved driver, or abandon. Asserts: at most one entry in hand; nothing after
+/// Stopped, no entry and no read written after `stop()`; nothing to write while disconnected
+/// or stopped; fatal errors are sticky; every command written is an array of bulk strings
+/// naming a known command; every `XACK`ed id was acked by the application or at least
+/// received.
+///
+/// `origin` is where the script's virtual clock starts; any instant will do (the core never
+/// reads the clock, so the caller brings one).
+pub fn consumer(data: &[u8], origin: Instant) {
     let mut script = Script(data);
     let head = script.byte();
     let mut config = Config::new("s", "g", "c")
@@ -537,7 +531,7 @@ pub fn consumer(data: &[u8]) {
     let c = Consumer::new(config).expect("a valid config");
     let mut h = Harness {
         c,
-        now: origin(),
+        now: origin,
         input: Vec::new(),
         wire: Vec::new(),
         wire_at: 0,
