@@ -104,6 +104,29 @@ pub struct Config {
     pub seed: u64,
     /// Decoder bounds.
     pub limits: Limits,
+    /// How long an earned ack may wait to share its `XACK` with the next ones (default 5 ms).
+    /// Fast handlers thus get one `XACK` per batch or per `ack_delay`; after a handler that
+    /// took `ack_delay` or longer, the ack goes out at once, before the next entry is handed
+    /// out. Zero sends every ack at its settle.
+    pub ack_delay: Duration,
+    /// How long after the read that delivered it (or the last renewal) an entry's ownership
+    /// is renewed, so that no peer's `XAUTOCLAIM` takes it while it waits in the buffer or is
+    /// being handled. `None` (the default) is `min_idle / 2`; a value must lie between
+    /// `min_idle / 5` and `3/4 × min_idle`. See [`Consumer`](crate::Consumer), *Leases*.
+    pub lease: Option<Duration>,
+    /// The most deliveries an entry may have and still be handed out; one delivered more
+    /// often is moved to [`dead_letter`](Self::dead_letter) instead (which this requires).
+    /// `None` (the default): no cap.
+    pub max_deliveries: Option<u64>,
+    /// The dead-letter stream: where entries past [`max_deliveries`](Self::max_deliveries),
+    /// and those given [`Verdict::DeadLetter`](crate::Verdict::DeadLetter), are moved. In a
+    /// cluster it must share the stream's hash slot (e.g. `{orders}` and `{orders}:dead`).
+    pub dead_letter: Option<Bytes>,
+    /// Roughly how many bytes one read may bring (default 16 MiB; [`Limits::max_frame`] if
+    /// that is lower): reads ask for fewer entries when entries are big, and a reply
+    /// that outgrows this with more than one entry is skipped and asked again, smaller.
+    /// A single entry may still be as large as `max_frame`.
+    pub read_bytes: usize,
 }
 
 fn bytes(b: impl AsRef<[u8]>) -> Bytes {
@@ -112,6 +135,10 @@ fn bytes(b: impl AsRef<[u8]>) -> Bytes {
 
 /// The shortest accepted [`Config::read_grace`].
 pub const MIN_READ_GRACE: Duration = Duration::from_secs(1);
+
+/// The shortest accepted [`Config::min_idle`]: below it, a peer could reclaim an entry during
+/// the round trip that delivers or renews it.
+pub const MIN_MIN_IDLE: Duration = Duration::from_millis(100);
 
 impl Config {
     /// A configuration with the defaults for everything but the names.
@@ -134,6 +161,11 @@ impl Config {
             backoff_max: Duration::from_secs(5),
             seed: 0x5eed,
             limits: Limits::default(),
+            ack_delay: Duration::from_millis(5),
+            lease: None,
+            max_deliveries: None,
+            dead_letter: None,
+            read_bytes: 16 << 20,
         }
     }
 
@@ -205,6 +237,40 @@ impl Config {
         self
     }
 
+    /// Sets [`Config::ack_delay`].
+    pub fn ack_delay(mut self, delay: Duration) -> Self {
+        self.ack_delay = delay;
+        self
+    }
+    /// Sets [`Config::lease`].
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+    /// Sets [`Config::max_deliveries`] and [`Config::dead_letter`]: an entry delivered more
+    /// than `max` times is moved to the stream `key`.
+    pub fn dead_letter_after(mut self, max: u64, key: impl AsRef<[u8]>) -> Self {
+        self.max_deliveries = Some(max);
+        self.dead_letter = Some(bytes(key));
+        self
+    }
+    /// Sets [`Config::dead_letter`] (for [`Verdict::DeadLetter`](crate::Verdict::DeadLetter)
+    /// alone, without a cap on deliveries).
+    pub fn dead_letter(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.dead_letter = Some(bytes(key));
+        self
+    }
+    /// Sets [`Config::read_bytes`].
+    pub fn read_bytes(mut self, bytes: usize) -> Self {
+        self.read_bytes = bytes;
+        self
+    }
+
+    /// The lease in force: [`Config::lease`], or `min_idle / 2`.
+    pub fn lease_threshold(&self) -> Duration {
+        self.lease.unwrap_or(self.min_idle / 2)
+    }
+
     /// Checks the configuration; [`Consumer::new`](crate::Consumer::new) calls this.
     pub fn validate(&self) -> Result<(), ConfigError> {
         use ConfigError::*;
@@ -222,8 +288,23 @@ impl Config {
         if self.beat > Duration::from_secs(24 * 3600) {
             return Err(BeatTooLong);
         }
-        if self.min_idle.is_zero() {
-            return Err(ZeroMinIdle);
+        if self.min_idle < MIN_MIN_IDLE {
+            return Err(MinIdleTooShort { given: self.min_idle, min: MIN_MIN_IDLE });
+        }
+        if let Some(lease) = self.lease {
+            if lease < self.min_idle / 5 || lease > self.min_idle * 3 / 4 {
+                return Err(BadLease { given: lease, min_idle: self.min_idle });
+            }
+        }
+        match (&self.max_deliveries, &self.dead_letter) {
+            (Some(0), _) => return Err(ZeroMaxDeliveries),
+            (Some(_), None) => return Err(MaxDeliveriesWithoutDeadLetter),
+            (_, Some(key)) if key.is_empty() => return Err(EmptyName("dead-letter stream")),
+            (_, Some(key)) if *key == self.stream => return Err(DeadLetterIsTheStream),
+            _ => {}
+        }
+        if self.read_bytes < 1024 {
+            return Err(BadReadBytes);
         }
         if self.read_grace < MIN_READ_GRACE {
             return Err(ReadGraceTooShort { given: self.read_grace, min: MIN_READ_GRACE });
@@ -264,8 +345,28 @@ pub enum ConfigError {
     BeatTooShort,
     /// The beat is over a day.
     BeatTooLong,
-    /// `min_idle` is zero: every pending entry would be reclaimed at every beat.
-    ZeroMinIdle,
+    /// `min_idle` is below [`MIN_MIN_IDLE`].
+    MinIdleTooShort {
+        /// The value given.
+        given: Duration,
+        /// The minimum.
+        min: Duration,
+    },
+    /// The lease is outside `min_idle / 5 ..= 3/4 × min_idle`.
+    BadLease {
+        /// The lease given.
+        given: Duration,
+        /// The `min_idle` it must fit.
+        min_idle: Duration,
+    },
+    /// `max_deliveries` is zero: nothing could ever be handed out.
+    ZeroMaxDeliveries,
+    /// `max_deliveries` is set without a dead-letter stream to move entries to.
+    MaxDeliveriesWithoutDeadLetter,
+    /// The dead-letter stream is the consumed stream itself.
+    DeadLetterIsTheStream,
+    /// `read_bytes` is under 1 KiB.
+    BadReadBytes,
     /// `read_grace` is below the minimum a parked read needs.
     ReadGraceTooShort {
         /// The value given.
@@ -290,7 +391,21 @@ impl fmt::Display for ConfigError {
             ConfigError::ZeroCount => f.write_str("count must be at least 1"),
             ConfigError::BeatTooShort => f.write_str("the beat must be at least 1 ms"),
             ConfigError::BeatTooLong => f.write_str("the beat must be at most 24 h"),
-            ConfigError::ZeroMinIdle => f.write_str("min_idle must be more than zero"),
+            ConfigError::MinIdleTooShort { given, min } => {
+                write!(f, "min_idle {given:?} is shorter than the {min:?} a reclaim needs")
+            }
+            ConfigError::BadLease { given, min_idle } => write!(
+                f,
+                "the lease {given:?} must lie between a fifth and three quarters of min_idle {min_idle:?}"
+            ),
+            ConfigError::ZeroMaxDeliveries => f.write_str("max_deliveries must be at least 1"),
+            ConfigError::MaxDeliveriesWithoutDeadLetter => {
+                f.write_str("max_deliveries needs a dead-letter stream to move entries to")
+            }
+            ConfigError::DeadLetterIsTheStream => {
+                f.write_str("the dead-letter stream must not be the consumed stream")
+            }
+            ConfigError::BadReadBytes => f.write_str("read_bytes must be at least 1024"),
             ConfigError::ReadGraceTooShort { given, min } => {
                 write!(f, "read_grace {given:?} is shorter than the {min:?} a parked read needs")
             }
@@ -331,7 +446,23 @@ mod tests {
             (base().beat(Duration::ZERO), ConfigError::BeatTooShort),
             (base().beat(Duration::from_micros(999)), ConfigError::BeatTooShort),
             (base().beat(Duration::from_secs(90_000)), ConfigError::BeatTooLong),
-            (base().min_idle(Duration::ZERO), ConfigError::ZeroMinIdle),
+            (
+                base().min_idle(Duration::from_millis(99)),
+                ConfigError::MinIdleTooShort { given: Duration::from_millis(99), min: MIN_MIN_IDLE },
+            ),
+            (
+                base().lease(Duration::from_secs(23)),
+                ConfigError::BadLease { given: Duration::from_secs(23), min_idle: Duration::from_secs(30) },
+            ),
+            (
+                base().lease(Duration::from_secs(5)),
+                ConfigError::BadLease { given: Duration::from_secs(5), min_idle: Duration::from_secs(30) },
+            ),
+            (base().dead_letter_after(0, "dl"), ConfigError::ZeroMaxDeliveries),
+            (Config { max_deliveries: Some(3), ..base() }, ConfigError::MaxDeliveriesWithoutDeadLetter),
+            (base().dead_letter(""), ConfigError::EmptyName("dead-letter stream")),
+            (base().dead_letter("s"), ConfigError::DeadLetterIsTheStream),
+            (base().read_bytes(100), ConfigError::BadReadBytes),
             (
                 base().read_grace(Duration::from_millis(999)),
                 ConfigError::ReadGraceTooShort { given: Duration::from_millis(999), min: MIN_READ_GRACE },
@@ -350,6 +481,14 @@ mod tests {
             assert_eq!(config.validate(), Err(want.clone()), "{config:?}");
             assert!(!want.to_string().is_empty());
         }
+    }
+
+    #[test]
+    fn lease_defaults_to_half_min_idle() {
+        assert_eq!(base().lease_threshold(), Duration::from_secs(15));
+        assert_eq!(base().lease(Duration::from_secs(20)).lease_threshold(), Duration::from_secs(20));
+        assert_eq!(base().dead_letter_after(5, "dl").validate(), Ok(()));
+        assert_eq!(base().dead_letter("dl").validate(), Ok(()));
     }
 
     #[test]

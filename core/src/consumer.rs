@@ -2,16 +2,20 @@
 //! park for new ones, settle each by the application's verdict.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
 use crate::backoff::Backoff;
+use crate::commands;
 use crate::config::{Config, ConfigError, GroupGone, Protocol};
-use crate::decode::{DecodeError, Decoder, Frame, Value};
-use crate::encode::{command, Decimal};
+use crate::dead_letter::{self, Job};
+use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
+use crate::lease;
+use crate::notice::{DeadLetterReason, Notice};
+use crate::pace::Pace;
 use crate::reply::{self, RawEntry};
 use crate::stats::Stats;
 
@@ -22,6 +26,9 @@ pub enum Event {
     /// An entry for the application. It is *in hand* until [`Consumer::settle`] is called;
     /// no other entry is handed out meanwhile.
     Entry(Entry),
+    /// Something happened that needs no answer (a lease lost, a dead letter, a smaller
+    /// read): for logs and metrics.
+    Notice(Notice),
     /// [`Consumer::stop`] has been honored: no entry is in hand and every earned ack is
     /// confirmed (or [`Consumer::abandon`] gave them up). Close the connection; the consumer
     /// does nothing more.
@@ -42,15 +49,39 @@ pub enum Event {
 ///   [`stop`](Self::stop) to finish, [`abandon`](Self::abandon) to finish without waiting on
 ///   the server.
 /// - **Output**: [`poll_transmit`](Self::poll_transmit) / [`advance_transmit`](Self::advance_transmit)
-///   for bytes to write, [`poll_event`](Self::poll_event) for entries and `Stopped`,
+///   for bytes to write, [`poll_event`](Self::poll_event) for entries, notices and `Stopped`,
 ///   [`poll_timeout`](Self::poll_timeout) for the next deadline.
 ///
 /// After every call of the first three groups the driver MUST drain the outputs: write what
 /// `poll_transmit` gives, handle every `poll_event`, and re-arm its timer from `poll_timeout`.
+/// A driver SHOULD keep doing so while the application works on an entry (reading, writing,
+/// and calling `handle_timeout` at `poll_timeout`): that is what sends earned acks within
+/// [`Config::ack_delay`] and keeps the entry in hand leased. A driver that cannot (a handler
+/// that blocks its thread) still gets each ack out at the next settle, but a handler running
+/// longer than `min_idle` can then lose its entry to a peer, which handles it too.
 ///
 /// An `Err` from `handle_input` or `handle_timeout` means the connection is done: the driver
 /// MUST close it. If [`Error::is_fatal`] is false the consumer has already scheduled a
 /// reconnect for `poll_timeout`; a fatal error is sticky and returned again by later calls.
+///
+/// # Leases, delivery counts, dead letters, big entries
+///
+/// - Entries read but not yet settled stay idle on the server, where a peer's `XAUTOCLAIM`
+///   takes them after `min_idle`. So each is leased: before an entry read (or renewed) more
+///   than [`Config::lease_threshold`] ago is handed out — and, while a driver keeps driving,
+///   as the lease of buffered entries and the entry in hand runs out — the consumer renews
+///   them all with one `XCLAIM … JUSTID` that skips any a peer took meanwhile. Those are
+///   dropped unhandled ([`Notice::LeaseLost`]). Reads also ask for fewer entries when
+///   handlers are slow, so that a read is handed out well within the lease.
+/// - Every entry carries its delivery count ([`Entry::deliveries`]): 1 for a new entry; for
+///   drained and reclaimed ones, from an `XPENDING` sent with (drain) or right after (claim)
+///   the read. Past [`Config::max_deliveries`] an entry is not handed out but moved to
+///   [`Config::dead_letter`] ([`Notice::DeadLettered`]), as is one given
+///   [`Verdict::DeadLetter`].
+/// - A read reply that outgrows [`Config::read_bytes`] with more than one entry is skipped as
+///   it arrives (nothing of it is kept) and read again with fewer entries; later reads ask
+///   for as many as fit ([`Notice::ReadShrunk`]). Only a single entry larger than
+///   [`Limits::max_frame`](crate::Limits::max_frame) is an error ([`Error::EntryTooLarge`]).
 #[derive(Debug)]
 pub struct Consumer {
     config: Config,
@@ -59,21 +90,29 @@ pub struct Consumer {
     decoder: Decoder,
     in_flight: VecDeque<InFlight>,
     next: Next,
-    /// Entries read and not yet handed out; dropped (they stay pending) on stop or link loss.
-    buffer: VecDeque<Entry>,
-    /// Id of the entry the application holds.
-    in_hand: Option<Bytes>,
-    /// Acks earned and not yet written; written before the next read.
+    /// Entries read, their delivery counts known, not yet handed out; dropped (they stay
+    /// pending) on stop or link loss.
+    buffer: VecDeque<Buffered>,
+    /// Entries read whose delivery counts are still being asked for.
+    staged: Option<Staged>,
+    in_hand: Option<InHand>,
+    /// Acks earned and not yet written.
     acks: Vec<Bytes>,
+    /// When the oldest of `acks` must be written.
+    ack_due: Option<Instant>,
+    /// Dead-letter moves owed and not yet written.
+    dead_letters: Vec<Job>,
     /// Where the next `XAUTOCLAIM` continues.
     cursor: Bytes,
     /// When the next reclaim is due; `None` is now.
     claim_at: Option<Instant>,
+    pace: Pace,
+    notices: VecDeque<Notice>,
     stop: Stop,
     failed: Option<Error>,
     backoff: Backoff,
     connected_before: bool,
-    /// The latest time passed in, for `stop`, which takes none.
+    /// The latest time passed in, for the calls that take none.
     last_now: Option<Instant>,
     stats: Stats,
 }
@@ -108,6 +147,32 @@ enum Stop {
 }
 
 #[derive(Debug)]
+struct Buffered {
+    entry: Entry,
+    /// When the reply that delivered or last renewed it arrived.
+    read_at: Instant,
+}
+
+#[derive(Debug)]
+struct InHand {
+    id: Bytes,
+    deliveries: u64,
+    /// When its lease was last renewed; `None` once a peer has taken it (nothing to renew).
+    read_at: Option<Instant>,
+    handed_at: Instant,
+}
+
+/// Entries of a drain page or a reclaim, waiting for their delivery counts.
+#[derive(Debug)]
+struct Staged {
+    /// `deliveries` is 0 until `XPENDING` names the entry.
+    entries: Vec<Entry>,
+    read_at: Instant,
+    /// A reclaim's range may hold other entries of ours: it is paged; a drain page is exact.
+    paged: bool,
+}
+
+#[derive(Debug)]
 struct InFlight {
     sent: Sent,
     deadline: Instant,
@@ -119,29 +184,69 @@ enum Sent {
     Handshake(Command),
     CreateGroup,
     Ack(Vec<Bytes>),
-    ReadPending,
-    Claim,
-    ReadNew,
+    ReadPending {
+        count: u32,
+    },
+    Claim {
+        count: u32,
+    },
+    ReadNew {
+        count: u32,
+    },
+    /// Delivery counts for the staged entries; `count` asked.
+    Counts {
+        count: u32,
+    },
+    Lease(Vec<Bytes>),
+    DeadLetter(Job),
+    /// The id of the next pending entry, which alone outgrew the frame limit.
+    FindTooLarge,
+    /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
+    Discard(Command),
 }
 
 impl Sent {
     fn command(&self) -> Command {
         match self {
-            Sent::Handshake(c) => *c,
+            Sent::Handshake(c) | Sent::Discard(c) => *c,
             Sent::CreateGroup => Command::CreateGroup,
             Sent::Ack(_) => Command::Ack,
-            Sent::ReadPending => Command::ReadPending,
-            Sent::Claim => Command::Claim,
-            Sent::ReadNew => Command::ReadNew,
+            Sent::ReadPending { .. } => Command::ReadPending,
+            Sent::Claim { .. } => Command::Claim,
+            Sent::ReadNew { .. } => Command::ReadNew,
+            Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
+            Sent::Lease(_) => Command::Lease,
+            Sent::DeadLetter(_) => Command::DeadLetter,
         }
     }
 
-    fn is_read(&self) -> bool {
-        matches!(self, Sent::ReadPending | Sent::Claim | Sent::ReadNew)
+    /// Commands whose answer decides what is handed out next: none is handed out meanwhile,
+    /// nor another read sent.
+    fn holds_handout(&self) -> bool {
+        matches!(
+            self,
+            Sent::ReadPending { .. }
+                | Sent::Claim { .. }
+                | Sent::ReadNew { .. }
+                | Sent::Counts { .. }
+                | Sent::Lease(_)
+                | Sent::FindTooLarge
+        )
+    }
+
+    /// Commands about the group's entries: a missing group is "gone" for them.
+    fn reads_group(&self) -> bool {
+        self.holds_handout()
+    }
+
+    /// Commands that must be confirmed before a stop ends.
+    fn is_owed(&self) -> bool {
+        matches!(self, Sent::Ack(_) | Sent::DeadLetter(_))
     }
 }
 
 const CURSOR_START: &[u8] = b"0-0";
+const DRAIN_START: &[u8] = b"0";
 
 impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
@@ -150,16 +255,25 @@ impl Consumer {
         Ok(Consumer {
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(config.backoff_min, config.backoff_max, config.seed),
+            pace: Pace::new(
+                config.count,
+                config.lease_threshold(),
+                config.read_bytes.min(config.limits.max_frame),
+            ),
             config,
             link: Link::Fresh,
             out: BytesMut::with_capacity(4096),
             in_flight: VecDeque::new(),
-            next: Next::Drain { after: Bytes::from_static(b"0") },
+            next: Next::Drain { after: Bytes::from_static(DRAIN_START) },
             buffer: VecDeque::new(),
+            staged: None,
             in_hand: None,
             acks: Vec::new(),
+            ack_due: None,
+            dead_letters: Vec::new(),
             cursor: Bytes::from_static(CURSOR_START),
             claim_at: None,
+            notices: VecDeque::new(),
             stop: Stop::Running,
             failed: None,
             connected_before: false,
@@ -182,7 +296,7 @@ impl Consumer {
 
     /// Id of the entry the application holds, if any.
     pub fn in_hand(&self) -> Option<&Bytes> {
-        self.in_hand.as_ref()
+        self.in_hand.as_ref().map(|h| &h.id)
     }
 
     /// True while a connection is up (between `on_connected` and its loss).
@@ -212,9 +326,11 @@ impl Consumer {
         self.link == Link::Up
             && self.in_hand.is_none()
             && self.buffer.is_empty()
+            && self.staged.is_none()
             && self.acks.is_empty()
+            && self.dead_letters.is_empty()
             && self.in_flight.len() == 1
-            && matches!(self.in_flight[0].sent, Sent::ReadNew)
+            && matches!(self.in_flight[0].sent, Sent::ReadNew { .. })
     }
 
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
@@ -233,9 +349,9 @@ impl Consumer {
 
     // ---- connection ---------------------------------------------------------------------
 
-    /// A fresh connection is up. Queues the handshake, the group door, acks still owed and
-    /// the drain of the own pending list from the start: whatever this consumer held before
-    /// (a crash, a lost connection) is handed out again at once.
+    /// A fresh connection is up. Queues the handshake, the group door, acks and dead-letter
+    /// moves still owed, and the drain of the own pending list from the start: whatever this
+    /// consumer held before (a crash, a lost connection) is handed out again at once.
     pub fn on_connected(&mut self, now: Instant) {
         self.last_now = Some(now);
         if !self.is_live() {
@@ -247,7 +363,9 @@ impl Consumer {
         }
         self.connected_before = true;
         self.link = Link::Up;
-        self.handshake(now);
+        for command in commands::handshake(&mut self.out, &self.config) {
+            self.track(Sent::Handshake(command), now);
+        }
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             self.send(Sent::CreateGroup, now);
         }
@@ -256,8 +374,9 @@ impl Consumer {
     }
 
     /// The connection was lost, or an attempt to connect failed. Commands in flight are
-    /// forgotten (acks among them are kept and sent again: `XACK` is idempotent); entries
-    /// read but not handed out stay pending on the server. A reconnect is scheduled.
+    /// forgotten (acks and dead-letter moves among them are kept and sent again: both are
+    /// idempotent); entries read but not handed out stay pending on the server. A reconnect
+    /// is scheduled.
     ///
     /// After an `Err` from `handle_input`/`handle_timeout` the consumer has already done
     /// this; calling it again before the scheduled reconnect time changes nothing.
@@ -282,10 +401,17 @@ impl Consumer {
         }
         self.decoder.extend(bytes);
         while self.link == Link::Up && !self.is_stopped() {
-            let value = match self.decoder.next(self.config.protocol) {
-                Ok(None) => break,
-                Ok(Some(Frame::Push)) => continue,
-                Ok(Some(Frame::Reply(value))) => value,
+            let (frame, len) = match self.decoder.next_within(self.config.protocol, self.budget()) {
+                Ok(None) => {
+                    // A read being skipped: shrink now, so that even a reconnect (the skip
+                    // outlasting the reply's deadline) reads less.
+                    if let Some(completed) = self.decoder.skipping() {
+                        self.pace.record_oversized(completed);
+                    }
+                    break;
+                }
+                Ok(Some((Frame::Push, _))) => continue,
+                Ok(Some(frame)) => frame,
                 Err(e) => {
                     let limits = self.config.limits;
                     return Err(self.fail(
@@ -302,7 +428,12 @@ impl Consumer {
                 let detail = "a reply arrived for no command".to_string();
                 return Err(self.fail(now, Error::Protocol { detail }));
             };
-            if let Err(e) = self.on_reply(cmd.sent, value, now) {
+            let outcome = match frame {
+                Frame::Reply(value) => self.on_reply(cmd.sent, value, len, now),
+                Frame::Skipped { completed } => self.on_oversized(cmd.sent, completed, now),
+                Frame::Push => Ok(()),
+            };
+            if let Err(e) = outcome {
                 return Err(self.fail(now, e));
             }
             // Stop as soon as the last owed ack is confirmed, whatever else is buffered,
@@ -314,7 +445,8 @@ impl Consumer {
     }
 
     /// Call when `poll_timeout` has passed. A reply overdue past its deadline is an
-    /// [`Error::Timeout`]: the connection must be closed.
+    /// [`Error::Timeout`]: the connection must be closed. Otherwise sends what has come due:
+    /// acks past [`Config::ack_delay`], lease renewals.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
         self.last_now = Some(now);
         if let Some(e) = &self.failed {
@@ -325,6 +457,11 @@ impl Consumer {
                 let command = late.sent.command();
                 return Err(self.fail(now, Error::Timeout { command }));
             }
+            if self.ack_due.is_some_and(|due| due <= now) {
+                self.flush_acks(now);
+            }
+            self.renew_leases(now);
+            self.pump(now);
         }
         Ok(())
     }
@@ -332,27 +469,47 @@ impl Consumer {
     // ---- application --------------------------------------------------------------------
 
     /// The application's verdict on the entry in hand (from the last [`Event::Entry`]).
-    /// `Ack` earns an `XACK`, written before the next read; `Retry` leaves it pending.
+    /// `Ack` earns an `XACK` (written within [`Config::ack_delay`], at once after a slow
+    /// handler); `Retry` leaves it pending; `DeadLetter` moves it to the dead-letter stream.
     /// Without an entry in hand this does nothing. `now` is the time of the settle (after
-    /// the handler ran), which dates the commands it sends.
+    /// the handler ran): it measures the handler and dates the commands it sends.
     pub fn settle(&mut self, verdict: Verdict, now: Instant) {
         self.last_now = Some(now);
-        let Some(id) = self.in_hand.take() else { return };
+        let Some(hand) = self.in_hand.take() else { return };
+        let took = now.saturating_duration_since(hand.handed_at);
+        self.pace.record_handler(took);
         match verdict {
-            Verdict::Ack => self.acks.push(id),
+            Verdict::Ack => {
+                self.acks.push(hand.id);
+                self.ack_due.get_or_insert(now + self.config.ack_delay);
+            }
             Verdict::Retry => self.stats.retried += 1,
+            Verdict::DeadLetter => {
+                if self.config.dead_letter.is_none() {
+                    let id = String::from_utf8_lossy(&hand.id).into_owned();
+                    self.fail(now, Error::NoDeadLetter { id });
+                    return;
+                }
+                let reason = DeadLetterReason::Verdict;
+                self.dead_letters.push(Job { id: hand.id, deliveries: hand.deliveries, reason });
+            }
+        }
+        // After a slow handler the next one is likely slow too: its ack would wait as long.
+        if self.ack_due.is_some_and(|due| due <= now) || took >= self.config.ack_delay {
+            self.flush_acks(now);
         }
         self.pump(now);
     }
 
     /// Asks the consumer to stop. Honored between entries: the entry in hand is settled
-    /// first, earned acks are sent and confirmed, then [`Event::Stopped`] comes out. Entries
-    /// read but not handed out stay pending. Parked with nothing owed, it stops at once.
+    /// first, earned acks (and dead-letter moves) are sent and confirmed, then
+    /// [`Event::Stopped`] comes out. Entries read but not handed out stay pending. Parked with
+    /// nothing owed, it stops at once.
     pub fn stop(&mut self) {
         if self.stop == Stop::Running && self.is_live() {
             self.stop = Stop::Stopping;
             self.buffer.clear();
-            // Acks settled mid-batch wait for the batch's end; the batch ends here.
+            self.staged = None;
             match self.last_now {
                 Some(now) => self.pump(now),
                 None => self.finish_stop_if_clear(),
@@ -363,7 +520,7 @@ impl Consumer {
     /// Stops at once, without waiting on the server: for a stop that cannot wait, e.g. while
     /// the server is unreachable and [`stop`](Self::stop) would wait to confirm owed acks.
     /// The entry in hand, if any, is left unsettled (a later [`settle`](Self::settle) does
-    /// nothing) and acks not yet confirmed are given up, counted in
+    /// nothing) and acks (and dead-letter moves) not yet confirmed are given up, counted in
     /// [`Stats::abandoned_acks`]: their entries stay pending on the server and come again, to
     /// this consumer's drain when it restarts or to a peer's reclaim. Nothing is lost; some
     /// entries may be handled twice. [`Event::Stopped`] comes out next; close the connection.
@@ -372,8 +529,10 @@ impl Consumer {
             return;
         }
         self.reset_link(); // acks in flight join the owed ones
-        self.stats.abandoned_acks += self.acks.len() as u64;
+        self.stats.abandoned_acks += (self.acks.len() + self.dead_letters.len()) as u64;
         self.acks.clear();
+        self.ack_due = None;
+        self.dead_letters.clear();
         self.buffer.clear();
         self.in_hand = None;
         self.link = Link::Closed;
@@ -395,9 +554,13 @@ impl Consumer {
         let _ = self.out.split_to(n);
     }
 
-    /// The next event: an entry to handle (only when none is in hand) or `Stopped`.
+    /// The next event: a notice, an entry to handle (only when none is in hand and its lease
+    /// is fresh), or `Stopped`.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
+        if let Some(notice) = self.notices.pop_front() {
+            return Some(Event::Notice(notice));
+        }
         if self.failed.is_some() {
             return None;
         }
@@ -408,26 +571,43 @@ impl Consumer {
         if self.stop != Stop::Running || self.in_hand.is_some() {
             return None;
         }
-        let entry = self.buffer.pop_front()?;
+        if self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+            return None; // whether they are still ours is being asked
+        }
+        let now = self.last_now?;
+        let lease = self.config.lease_threshold();
+        if now.saturating_duration_since(self.buffer.front()?.read_at) >= lease {
+            return None; // renewed first (the next pump or timeout)
+        }
+        let Buffered { entry, read_at } = self.buffer.pop_front()?;
         match entry.source {
             Source::Pending => self.stats.drained += 1,
             Source::Claimed => self.stats.claimed += 1,
             Source::New => self.stats.new += 1,
         }
-        self.in_hand = Some(entry.id.clone());
+        self.in_hand = Some(InHand {
+            id: entry.id.clone(),
+            deliveries: entry.deliveries,
+            read_at: Some(read_at),
+            handed_at: now,
+        });
         Some(Event::Entry(entry))
     }
 
-    /// The next deadline: while connected, the earliest a reply is overdue; while
-    /// disconnected, when to connect again. `None`: no deadline (finished, or waiting on the
-    /// application only).
+    /// The next deadline: while connected, the earliest of a reply overdue, an ack to write
+    /// and a lease to renew; while disconnected, when to connect again. `None`: no deadline
+    /// (finished, or waiting on the application only).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if !self.is_live() {
             return None;
         }
         match self.link {
-            Link::Up => self.in_flight.iter().map(|c| c.deadline).min(),
+            Link::Up => {
+                let replies = self.in_flight.iter().map(|c| c.deadline).min();
+                let acks = self.ack_due.filter(|_| !self.parked_read_in_flight());
+                [replies, acks, self.lease_due()].into_iter().flatten().min()
+            }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,
         }
@@ -440,28 +620,92 @@ impl Consumer {
         if self.stop == Stop::Stopping && self.in_hand.is_none() {
             // Owed acks go out if the link is up; with nothing owed the stop ends, link or not.
             if self.link == Link::Up {
+                self.flush_dead_letters(now);
                 self.flush_acks(now);
             }
             self.finish_stop_if_clear();
             return;
         }
-        if self.link != Link::Up || !self.is_live() || self.in_hand.is_some() {
+        if self.link != Link::Up || !self.is_live() {
             return;
         }
-        if !self.buffer.is_empty() || self.in_flight.iter().any(|c| c.sent.is_read()) {
+        self.flush_dead_letters(now);
+        if self.in_hand.is_some()
+            || self.staged.is_some()
+            || self.in_flight.iter().any(|c| c.sent.holds_handout())
+        {
+            return;
+        }
+        if let Some(front) = self.buffer.front() {
+            if now.saturating_duration_since(front.read_at) >= self.config.lease_threshold() {
+                self.renew_leases(now);
+            }
             return;
         }
         self.flush_acks(now);
         let read = match &self.next {
-            Next::Drain { .. } => Sent::ReadPending,
-            Next::Beat if self.claim_at.map_or(true, |at| now >= at) => Sent::Claim,
-            Next::Beat => Sent::ReadNew,
+            Next::Drain { .. } => Sent::ReadPending { count: self.read_count() },
+            Next::Beat if self.claim_at.map_or(true, |at| now >= at) => {
+                Sent::Claim { count: self.read_count() }
+            }
+            Next::Beat => Sent::ReadNew { count: self.read_count() },
         };
         self.send(read, now);
     }
 
+    /// The count for the next read; a smaller count than before is a notice.
+    fn read_count(&mut self) -> u32 {
+        let (count, notice) = self.pace.next_count();
+        if let Some(notice) = notice {
+            self.stats.reads_shrunk += 1;
+            self.notices.push_back(notice);
+        }
+        count
+    }
+
+    /// When the first lease comes due, unless renewals are already in flight.
+    fn lease_due(&self) -> Option<Instant> {
+        if self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+            return None;
+        }
+        let oldest =
+            self.buffer.iter().map(|b| b.read_at).chain(self.in_hand.as_ref().and_then(|h| h.read_at)).min();
+        oldest.map(|at| at + self.config.lease_threshold())
+    }
+
+    /// Renews every buffered or in-hand entry whose lease has run out, unless renewals are
+    /// already in flight.
+    fn renew_leases(&mut self, now: Instant) {
+        if self.link != Link::Up || self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+            return;
+        }
+        let lease = self.config.lease_threshold();
+        let elapsed = |at: Instant| now.saturating_duration_since(at);
+        let due: Vec<(Duration, Bytes)> = self
+            .buffer
+            .iter()
+            .map(|b| (elapsed(b.read_at), &b.entry.id))
+            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), &h.id))))
+            .filter(|(e, _)| *e >= lease)
+            .map(|(e, id)| (e, id.clone()))
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        for renewal in lease::renewals(due, self.config.min_idle) {
+            commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
+            self.track(Sent::Lease(renewal.ids), now);
+        }
+    }
+
+    fn parked_read_in_flight(&self) -> bool {
+        self.in_flight.iter().any(|c| matches!(c.sent, Sent::ReadNew { .. }))
+    }
+
     fn finish_stop_if_clear(&mut self) {
-        let owed = !self.acks.is_empty() || self.in_flight.iter().any(|c| matches!(c.sent, Sent::Ack(_)));
+        let owed = !self.acks.is_empty()
+            || !self.dead_letters.is_empty()
+            || self.in_flight.iter().any(|c| c.sent.is_owed());
         if self.stop == Stop::Stopping && self.in_hand.is_none() && !owed {
             self.stop = Stop::Stopped { reported: false };
             self.reset_link();
@@ -469,25 +713,38 @@ impl Consumer {
         }
     }
 
+    /// Writes the earned acks in one `XACK` — never behind a parked read, which would hold
+    /// it for up to a beat.
     fn flush_acks(&mut self, now: Instant) {
-        if !self.acks.is_empty() {
-            let ids = std::mem::take(&mut self.acks);
-            self.send(Sent::Ack(ids), now);
+        if self.acks.is_empty() || self.link != Link::Up || self.parked_read_in_flight() {
+            return;
+        }
+        let ids = std::mem::take(&mut self.acks);
+        self.ack_due = None;
+        self.send(Sent::Ack(ids), now);
+    }
+
+    fn flush_dead_letters(&mut self, now: Instant) {
+        for job in std::mem::take(&mut self.dead_letters) {
+            self.send(Sent::DeadLetter(job), now);
         }
     }
 
     fn restart_drain(&mut self) {
-        self.next = Next::Drain { after: Bytes::from_static(b"0") };
+        self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
         self.claim_at = None;
     }
 
-    /// Forgets the connection's state, keeping acks owed.
+    /// Forgets the connection's state, keeping acks and dead-letter moves owed.
     fn reset_link(&mut self) {
         for c in self.in_flight.drain(..) {
-            if let Sent::Ack(ids) = c.sent {
-                self.acks.extend(ids);
+            match c.sent {
+                Sent::Ack(ids) => self.acks.extend(ids),
+                Sent::DeadLetter(job) => self.dead_letters.push(job),
+                _ => {}
             }
         }
+        self.staged = None;
         self.out.clear();
         self.decoder.reset();
     }
@@ -513,66 +770,176 @@ impl Consumer {
         error
     }
 
-    fn on_reply(&mut self, sent: Sent, value: Value, now: Instant) -> Result<(), Error> {
+    /// How large the reply at the front may grow: reads asking for several entries are held
+    /// to `read_bytes` (and skipped past it), a single entry to `max_frame`.
+    fn budget(&self) -> Budget {
+        let max_frame = self.config.limits.max_frame;
+        // Depth of the entry list: `[[key, entries]]` in RESP2, `{key: entries}` in RESP3;
+        // `[cursor, entries, …]` for XAUTOCLAIM.
+        let (count, depth) = match self.in_flight.front().map(|c| &c.sent) {
+            Some(Sent::ReadPending { count } | Sent::ReadNew { count }) => match self.config.protocol {
+                Protocol::Resp2 => (*count, 2),
+                Protocol::Resp3 => (*count, 1),
+            },
+            Some(Sent::Claim { count }) => (*count, 1),
+            _ => return Budget { bytes: max_frame, skip: None },
+        };
+        let bytes = if count > 1 { self.config.read_bytes } else { max_frame };
+        Budget { bytes, skip: Some(depth) }
+    }
+
+    fn on_reply(&mut self, sent: Sent, value: Value, len: usize, now: Instant) -> Result<(), Error> {
         let command = sent.command();
-        if let Value::Error(message) = &value {
-            return self.on_error_reply(command, message, now);
+        if let Sent::Discard(_) = sent {
+            return Ok(());
         }
-        if self.stop != Stop::Running && sent.is_read() {
+        if let Value::Error(message) = &value {
+            return self.on_error_reply(sent, message, now);
+        }
+        if self.stop != Stop::Running && sent.holds_handout() && !matches!(sent, Sent::Lease(_)) {
             // Entries read after a stop was asked stay pending, untouched.
             return Ok(());
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         match sent {
             Sent::Handshake(_) | Sent::CreateGroup => reply::ok(value).map_err(shape)?,
+            Sent::Discard(_) => {}
             Sent::Ack(ids) => {
                 let n = reply::count(value).map_err(shape)?;
                 self.stats.acked += n;
                 // 0 for an id means a peer reclaimed and acked it first: a signal, not an error.
                 self.stats.lost_to_peer += (ids.len() as u64).saturating_sub(n);
             }
-            Sent::ReadPending => {
+            Sent::ReadPending { .. } => {
                 let entries = reply::read(value).map_err(shape)?;
                 self.backoff.reset();
+                self.pace.record_read(len, entries.len());
                 // The drain pages forward by the last id, so an entry left pending by a
                 // failing handler cannot spin it; an empty page ends it.
                 self.next = match entries.last() {
                     Some(last) => Next::Drain { after: last.id.clone() },
                     None => Next::Beat,
                 };
-                self.take(entries, Source::Pending);
+                // Their counts come with the `XPENDING` pipelined behind the read.
+                let live = self.take(entries, Source::Pending, now);
+                self.stage(live, now, false);
             }
-            Sent::Claim => {
+            Sent::Claim { .. } => {
                 let claim = reply::autoclaim(value).map_err(shape)?;
                 self.backoff.reset();
+                self.pace.record_read(len, claim.claimed.len());
                 self.stats.deleted_seen += claim.deleted.len() as u64;
                 let sweeping = !claim.claimed.is_empty() && claim.cursor != CURSOR_START;
                 // Carry the cursor across beats; `0-0` starts the next sweep from the top.
                 self.cursor = claim.cursor;
                 self.claim_at = if sweeping { None } else { Some(now + self.config.beat) };
-                self.take(claim.claimed, Source::Claimed);
+                let live = self.take(claim.claimed, Source::Claimed, now);
+                if let (Some(first), Some(last)) = (live.first(), live.last()) {
+                    let (first, last, n) = (first.id.clone(), last.id.clone(), live.len() as u32);
+                    self.stage(live, now, true);
+                    self.send_counts(&first, &last, n, now);
+                }
                 if claim.bare_nils > 0 {
                     // Redis 6.2 moved deleted entries' ids into our pending list without
                     // naming them: drain it to see them as `[id, nil]` and ack them away.
-                    self.next = Next::Drain { after: Bytes::from_static(b"0") };
+                    self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
                 }
             }
-            Sent::ReadNew => {
+            Sent::ReadNew { .. } => {
                 let entries = reply::read(value).map_err(shape)?;
                 self.backoff.reset();
-                self.take(entries, Source::New);
+                self.pace.record_read(len, entries.len());
+                for mut entry in self.take(entries, Source::New, now) {
+                    entry.deliveries = 1;
+                    self.buffer.push_back(Buffered { entry, read_at: now });
+                }
+            }
+            Sent::Counts { count } => {
+                let counts = reply::pending_counts(value).map_err(shape)?;
+                self.join_counts(counts, count, now);
+            }
+            Sent::Lease(ids) => {
+                let kept = reply::ids(value).map_err(shape)?;
+                self.on_lease(ids, kept, now);
+            }
+            Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
+                1 => {
+                    self.stats.dead_lettered += 1;
+                    let Job { id, deliveries, reason } = job;
+                    self.notices.push_back(Notice::DeadLettered { id, deliveries, reason });
+                }
+                -1 => self.stats.deleted_seen += 1,
+                _ => self.lost(job.id, false),
+            },
+            Sent::FindTooLarge => {
+                let pending = reply::pending_counts(value).map_err(shape)?;
+                if let Some((id, _)) = pending.into_iter().next() {
+                    let id = String::from_utf8_lossy(&id).into_owned();
+                    return Err(Error::EntryTooLarge { id, limit: self.config.limits.max_frame });
+                }
+                // Gone meanwhile: the drain goes on.
             }
         }
         Ok(())
     }
 
-    fn on_error_reply(&mut self, command: Command, message: &Bytes, now: Instant) -> Result<(), Error> {
+    /// A read reply outgrew its budget and was skipped; the server delivered (or claimed) it
+    /// all the same, so those entries are now in this consumer's pending list.
+    fn on_oversized(&mut self, sent: Sent, completed: u64, now: Instant) -> Result<(), Error> {
+        if self.stop != Stop::Running {
+            return Ok(());
+        }
+        let count = match sent {
+            Sent::ReadPending { count } | Sent::Claim { count } | Sent::ReadNew { count } => count,
+            other => {
+                let detail = "a reply other than a read was skipped";
+                return Err(Error::Shape { command: other.command(), detail });
+            }
+        };
+        self.pace.record_oversized(completed);
+        match sent {
+            Sent::ReadPending { .. } => {
+                if let Some(c) = self.in_flight.iter_mut().find(|c| matches!(c.sent, Sent::Counts { .. })) {
+                    c.sent = Sent::Discard(Command::Counts);
+                }
+                if count == 1 {
+                    // This one entry alone is too large: find its id for the error.
+                    let start = match &self.next {
+                        Next::Drain { after } if &after[..] != DRAIN_START => commands::after(after),
+                        _ => b"-".to_vec(),
+                    };
+                    commands::counts(&mut self.out, &self.config, &start, b"+", 1);
+                    self.track(Sent::FindTooLarge, now);
+                }
+                // Otherwise the same page is asked again, smaller.
+            }
+            // Delivered or claimed to us: the drain reads them again, smaller.
+            _ => self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) },
+        }
+        Ok(())
+    }
+
+    fn on_error_reply(&mut self, sent: Sent, message: &Bytes, now: Instant) -> Result<(), Error> {
+        let command = sent.command();
         let text = || String::from_utf8_lossy(message).into_owned();
         if command == Command::CreateGroup && message.starts_with(b"BUSYGROUP") {
             return Ok(());
         }
-        let is_read = matches!(command, Command::ReadPending | Command::Claim | Command::ReadNew);
-        if is_read && is_group_gone(message) {
+        if let Sent::DeadLetter(_) = sent {
+            // The script's own errors name the failing call after the code (6.2: `ERR Error
+            // running script … NOGROUP …`): a missing group leaves nothing to move.
+            if message.windows(7).any(|w| w == b"NOGROUP") {
+                return Ok(());
+            }
+        }
+        if sent.reads_group() && is_group_gone(message) {
+            if let Sent::ReadPending { .. } = sent {
+                if let Some(c) = self.in_flight.iter_mut().find(|c| matches!(c.sent, Sent::Counts { .. })) {
+                    c.sent = Sent::Discard(Command::Counts);
+                }
+            }
+            self.buffer.clear();
+            self.staged = None;
             return match self.config.on_group_gone {
                 GroupGone::Fail => Err(Error::GroupGone { command, message: text() }),
                 GroupGone::Recreate => {
@@ -590,126 +957,134 @@ impl Consumer {
         Err(Error::Server { command, message: text() })
     }
 
-    /// Buffers entries for the application; deleted ones (`[id, nil]`) cannot be processed,
-    /// so they are acked away and counted, never handed out.
-    fn take(&mut self, entries: Vec<RawEntry>, source: Source) {
+    /// Splits read entries: deleted ones (`[id, nil]`) cannot be processed, so they are acked
+    /// away and counted, never handed out; the one in hand (read again by a drain after a
+    /// reconnect) is left to its handler. Returns the rest, delivery counts unknown (0).
+    fn take(&mut self, entries: Vec<RawEntry>, source: Source, now: Instant) -> Vec<Entry> {
+        let mut live = Vec::with_capacity(entries.len());
         for RawEntry { id, fields } in entries {
             match fields {
-                Some(fields) => self.buffer.push_back(Entry { id, fields, source }),
+                _ if self.in_hand.as_ref().is_some_and(|h| h.id == id) => {}
+                Some(fields) => live.push(Entry { id, fields, source, deliveries: 0 }),
                 None => {
                     self.stats.deleted_seen += 1;
                     self.acks.push(id);
+                    self.ack_due.get_or_insert(now + self.config.ack_delay);
                 }
+            }
+        }
+        live
+    }
+
+    fn stage(&mut self, entries: Vec<Entry>, read_at: Instant, paged: bool) {
+        self.staged = (!entries.is_empty()).then_some(Staged { entries, read_at, paged });
+    }
+
+    /// `XPENDING key group <start> <end> n consumer` for staged entries.
+    fn send_counts(&mut self, start: &[u8], end: &[u8], n: u32, now: Instant) {
+        commands::counts(&mut self.out, &self.config, start, end, n);
+        self.track(Sent::Counts { count: n }, now);
+    }
+
+    /// Gives staged entries their delivery counts; once all are known (or known not to be
+    /// ours), buffers them, or moves those past the cap to the dead-letter stream.
+    fn join_counts(&mut self, counts: Vec<(Bytes, u64)>, asked: u32, now: Instant) {
+        let Some(staged) = self.staged.as_mut() else { return };
+        // Both lists are in id order: walk them together.
+        let mut from = 0;
+        for (id, n) in &counts {
+            if let Some(i) = staged.entries[from..].iter().position(|e| e.id == *id) {
+                staged.entries[from + i].deliveries = (*n).max(1);
+                from += i + 1;
+            }
+        }
+        let missing = staged.entries.iter().any(|e| e.deliveries == 0);
+        if staged.paged && missing && counts.len() as u64 >= u64::from(asked) {
+            // A full page that did not reach them all: our other pending entries share the
+            // range. Ask for the next page.
+            if let (Some((last, _)), Some(end)) = (counts.last(), staged.entries.last()) {
+                let (start, end) = (commands::after(last), end.id.clone());
+                let n = staged.entries.iter().filter(|e| e.deliveries == 0).count() as u32;
+                self.send_counts(&start, &end, n, now);
+                return;
+            }
+        }
+        let Some(Staged { entries, read_at, .. }) = self.staged.take() else { return };
+        for entry in entries {
+            if entry.deliveries == 0 {
+                // No longer ours (acked or taken since the read): not handed out.
+                self.lost(entry.id, false);
+            } else if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
+                let reason = DeadLetterReason::MaxDeliveries;
+                self.dead_letters.push(Job { id: entry.id, deliveries: entry.deliveries, reason });
+            } else {
+                self.buffer.push_back(Buffered { entry, read_at });
             }
         }
     }
 
-    fn handshake(&mut self, now: Instant) {
-        let c = &self.config;
-        let mut sent = Vec::with_capacity(3);
-        let user = |a: &crate::config::Auth| a.user.clone().unwrap_or_else(|| Bytes::from_static(b"default"));
-        match c.protocol {
-            Protocol::Resp3 => {
-                let mut args: Vec<Bytes> = vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")];
-                if let Some(auth) = &c.auth {
-                    args.extend([Bytes::from_static(b"AUTH"), user(auth), auth.password.clone()]);
+    /// A lease renewal answered: `kept` are still ours (their idle time now reset); the rest
+    /// of `asked` were taken by a peer (or deleted).
+    fn on_lease(&mut self, asked: Vec<Bytes>, kept: Vec<Bytes>, now: Instant) {
+        let mut kept = kept.into_iter().peekable();
+        for id in asked {
+            if kept.next_if_eq(&id).is_some() {
+                self.stats.leases_renewed += 1;
+                if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id == id) {
+                    b.read_at = now;
+                } else if let Some(h) = self.in_hand.as_mut().filter(|h| h.id == id) {
+                    h.read_at = Some(now);
                 }
-                if let Some(name) = &c.client_name {
-                    args.extend([Bytes::from_static(b"SETNAME"), name.clone()]);
-                }
-                let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                command(&mut self.out, &refs);
-                sent.push(Command::Hello);
+                continue;
             }
-            Protocol::Resp2 => {
-                if let Some(auth) = &c.auth {
-                    match &auth.user {
-                        Some(u) => command(&mut self.out, &[b"AUTH", u, &auth.password]),
-                        None => command(&mut self.out, &[b"AUTH", &auth.password]),
-                    }
-                    sent.push(Command::Auth);
-                }
-                if let Some(name) = &c.client_name {
-                    command(&mut self.out, &[b"CLIENT", b"SETNAME", name]);
-                    sent.push(Command::SetName);
-                }
+            if let Some(i) = self.buffer.iter().position(|b| b.entry.id == id) {
+                self.buffer.remove(i);
+                self.lost(id, false);
+            } else if let Some(h) = self.in_hand.as_mut().filter(|h| h.id == id) {
+                h.read_at = None;
+                self.lost(id, true);
             }
-        }
-        if c.db != 0 {
-            command(&mut self.out, &[b"SELECT", Decimal::new(c.db.into()).as_bytes()]);
-            sent.push(Command::Select);
-        }
-        for command in sent {
-            self.track(Sent::Handshake(command), now);
         }
     }
 
-    /// Encodes a command (handshake aside) and tracks it.
+    fn lost(&mut self, id: Bytes, in_hand: bool) {
+        self.stats.leases_lost += 1;
+        self.notices.push_back(Notice::LeaseLost { id, in_hand });
+    }
+
+    /// Encodes a command and tracks it. A drain page goes out with the `XPENDING` that
+    /// gives its delivery counts, pipelined behind it.
     fn send(&mut self, sent: Sent, now: Instant) {
         let c = &self.config;
-        let count = Decimal::new(c.count.into());
         let out = &mut self.out;
         match &sent {
-            // Encoded by `handshake`: its arguments depend on the protocol and credentials.
-            Sent::Handshake(_) => {}
-            Sent::CreateGroup => {
-                let start = c.create_group.as_deref().unwrap_or(b"$");
-                command(out, &[b"XGROUP", b"CREATE", &c.stream, &c.group, start, b"MKSTREAM"]);
-            }
-            Sent::Ack(ids) => {
-                let mut args: Vec<&[u8]> = Vec::with_capacity(3 + ids.len());
-                args.extend([&b"XACK"[..], &c.stream, &c.group]);
-                args.extend(ids.iter().map(|id| &id[..]));
-                command(out, &args);
-            }
-            Sent::ReadPending => {
+            // Encoded where they are decided, with what they need.
+            Sent::Handshake(_)
+            | Sent::Counts { .. }
+            | Sent::Lease(_)
+            | Sent::FindTooLarge
+            | Sent::Discard(_) => {}
+            Sent::CreateGroup => commands::create_group(out, c),
+            Sent::Ack(ids) => commands::ack(out, c, ids),
+            Sent::ReadPending { count } => {
                 let after = match &self.next {
-                    Next::Drain { after } => &after[..],
-                    Next::Beat => b"0",
+                    Next::Drain { after } => after.clone(),
+                    Next::Beat => Bytes::from_static(DRAIN_START),
                 };
-                let args: [&[u8]; 9] = [
-                    b"XREADGROUP",
-                    b"GROUP",
-                    &c.group,
-                    &c.consumer,
-                    b"COUNT",
-                    count.as_bytes(),
-                    b"STREAMS",
-                    &c.stream,
-                    after,
-                ];
-                command(out, &args);
+                commands::read_pending(out, c, *count, &after);
+                let start = if &after[..] == DRAIN_START { b"-".to_vec() } else { commands::after(&after) };
+                let count = *count;
+                self.track(sent, now);
+                commands::counts(&mut self.out, &self.config, &start, b"+", count);
+                self.track(Sent::Counts { count }, now);
+                return;
             }
-            Sent::Claim => {
-                let idle = Decimal::new(c.min_idle.as_millis() as u64);
-                let args: [&[u8]; 8] = [
-                    b"XAUTOCLAIM",
-                    &c.stream,
-                    &c.group,
-                    &c.consumer,
-                    idle.as_bytes(),
-                    &self.cursor,
-                    b"COUNT",
-                    count.as_bytes(),
-                ];
-                command(out, &args);
-            }
-            Sent::ReadNew => {
-                let block = Decimal::new(c.beat.as_millis() as u64);
-                let args: [&[u8]; 11] = [
-                    b"XREADGROUP",
-                    b"GROUP",
-                    &c.group,
-                    &c.consumer,
-                    b"COUNT",
-                    count.as_bytes(),
-                    b"BLOCK",
-                    block.as_bytes(),
-                    b"STREAMS",
-                    &c.stream,
-                    b">",
-                ];
-                command(out, &args);
+            Sent::Claim { count } => commands::claim(out, c, *count, &self.cursor),
+            Sent::ReadNew { count } => commands::read_new(out, c, *count),
+            Sent::DeadLetter(job) => {
+                if let Some(key) = &c.dead_letter {
+                    dead_letter::encode(out, c, key, job);
+                }
             }
         }
         self.track(sent, now);
@@ -718,7 +1093,7 @@ impl Consumer {
     fn track(&mut self, sent: Sent, now: Instant) {
         // A parked read answers after up to `beat`; anything else at once.
         let wait = match sent {
-            Sent::ReadNew => self.config.beat + self.config.read_grace,
+            Sent::ReadNew { .. } => self.config.beat + self.config.read_grace,
             _ => self.config.read_grace,
         };
         self.in_flight.push_back(InFlight { sent, deadline: now + wait });

@@ -46,7 +46,34 @@ pub(crate) enum Frame {
     Reply(Value),
     /// A RESP3 push (out of band: it answers no command).
     Push,
+    /// A reply that outgrew its [`Budget`] and was discarded as it arrived: `completed`
+    /// elements of the aggregate at the budget's watched depth had arrived whole before.
+    Skipped { completed: u64 },
 }
+
+/// How large the next frame may grow, and what happens past that.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Budget {
+    /// Bytes the frame may take (at most [`Limits::max_frame`]).
+    pub bytes: usize,
+    /// `None`: a larger frame is [`DecodeError::TooLarge`]. `Some(depth)`: it is skipped,
+    /// and [`Frame::Skipped`] reports how many elements of the aggregate open at `depth`
+    /// (0 is the frame itself) were complete when it passed the budget.
+    pub skip: Option<usize>,
+}
+
+/// A frame being discarded.
+#[derive(Debug)]
+struct Skip {
+    completed: u64,
+    /// Bytes of a bulk payload (and its CRLF) still to discard before scanning resumes.
+    payload: usize,
+    /// The frame's last value has been scanned: it ends once `payload` is discarded.
+    done: bool,
+}
+
+/// The longest header line accepted while skipping (a length, at most 20 digits and a type).
+const MAX_SKIP_LINE: usize = 64;
 
 /// Resumable splitter of the input into frames, then frames into [`Value`]s.
 #[derive(Debug)]
@@ -59,19 +86,41 @@ pub(crate) struct Decoder {
     line_from: usize,
     /// Elements still owed by each open aggregate, innermost last.
     open: Vec<u64>,
+    /// Elements each open aggregate declared, parallel to `open`.
+    declared: Vec<u64>,
+    /// Set while the current frame is being discarded.
+    skip: Option<Skip>,
+    /// Bytes of the current frame discarded so far while skipping.
+    skipped: usize,
 }
 
 impl Decoder {
     pub(crate) fn new(limits: Limits) -> Decoder {
-        Decoder { buf: BytesMut::with_capacity(64 << 10), limits, pos: 0, line_from: 0, open: Vec::new() }
+        Decoder {
+            buf: BytesMut::with_capacity(64 << 10),
+            limits,
+            pos: 0,
+            line_from: 0,
+            open: Vec::new(),
+            declared: Vec::new(),
+            skip: None,
+            skipped: 0,
+        }
     }
 
     /// Forgets everything buffered (a new connection starts clean).
     pub(crate) fn reset(&mut self) {
         self.buf.clear();
+        self.restart();
+    }
+
+    fn restart(&mut self) {
         self.pos = 0;
         self.line_from = 0;
         self.open.clear();
+        self.declared.clear();
+        self.skip = None;
+        self.skipped = 0;
     }
 
     pub(crate) fn extend(&mut self, bytes: &[u8]) {
@@ -84,24 +133,68 @@ impl Decoder {
         self.buf.len()
     }
 
-    /// The next complete frame, or `None` until more bytes arrive.
+    /// While a frame is being skipped: how many elements were complete when it passed its
+    /// budget (so a caller can act before the rest of it has arrived).
+    pub(crate) fn skipping(&self) -> Option<u64> {
+        self.skip.as_ref().map(|s| s.completed)
+    }
+
+    /// The next complete frame, or `None` until more bytes arrive. Frames larger than
+    /// [`Limits::max_frame`] are errors.
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn next(&mut self, protocol: Protocol) -> Result<Option<Frame>, DecodeError> {
-        let Some(len) = self.scan()? else { return Ok(None) };
+        let budget = Budget { bytes: self.limits.max_frame, skip: None };
+        Ok(self.next_within(protocol, budget)?.map(|(frame, _)| frame))
+    }
+
+    /// The next complete frame and its length in bytes, or `None` until more bytes arrive,
+    /// holding the frame to `budget`. The budget must stay the same until the frame is out.
+    pub(crate) fn next_within(
+        &mut self,
+        protocol: Protocol,
+        budget: Budget,
+    ) -> Result<Option<(Frame, usize)>, DecodeError> {
+        let budget = Budget { bytes: budget.bytes.min(self.limits.max_frame), ..budget };
+        let Some(len) = self.scan(budget)? else { return Ok(None) };
+        if let Some(skip) = self.skip.take() {
+            let _ = self.buf.split_to(len);
+            let total = self.skipped + len;
+            self.restart();
+            return Ok(Some((Frame::Skipped { completed: skip.completed }, total)));
+        }
         let bytes = self.buf.split_to(len).freeze();
-        self.pos = 0;
-        self.line_from = 0;
-        to_frame(&bytes, protocol).map(Some)
+        self.restart();
+        to_frame(&bytes, protocol).map(|frame| Some((frame, len)))
     }
 
     /// Advances the scan; returns the length of the first frame once it is complete.
-    fn scan(&mut self) -> Result<Option<usize>, DecodeError> {
+    fn scan(&mut self, budget: Budget) -> Result<Option<usize>, DecodeError> {
         loop {
+            if let Some(skip) = &mut self.skip {
+                // Discard what is already scanned (or owed by a payload) so that a skipped
+                // frame holds no memory.
+                let drop = (self.pos + skip.payload).min(self.buf.len());
+                skip.payload -= drop.saturating_sub(self.pos);
+                let _ = self.buf.split_to(drop);
+                self.skipped += drop;
+                self.line_from = self.line_from.saturating_sub(drop).max(1);
+                self.pos = 0;
+                if skip.payload > 0 {
+                    return Ok(None);
+                }
+                if skip.done {
+                    return Ok(Some(0));
+                }
+            }
             let Some(&kind) = self.buf.get(self.pos) else { return Ok(None) };
             let from = self.line_from.max(self.pos + 1);
             let Some(cr) = find_crlf(&self.buf, from) else {
                 // Resume the search where it stopped (less one byte: a CR may be the last byte).
                 self.line_from = self.buf.len().saturating_sub(1).max(self.pos + 1);
-                return self.check_size(self.buf.len()).map(|()| None);
+                if self.skip.is_some() && self.buf.len() - self.pos > MAX_SKIP_LINE {
+                    return Err(DecodeError::Invalid("a header line without CRLF".into()));
+                }
+                return self.check_size(self.buf.len(), budget).map(|()| None);
             };
             let line = &self.buf[self.pos + 1..cr];
             let mut end = cr + 2;
@@ -112,7 +205,18 @@ impl Decoder {
                         0
                     } else {
                         let len = parse_len(line)?;
-                        self.check_size(end.saturating_add(len).saturating_add(2))?;
+                        self.check_size(end.saturating_add(len).saturating_add(2), budget)?;
+                        if self.skip.is_some() {
+                            // The payload is discarded unread, CRLF included.
+                            self.pos = end;
+                            self.line_from = end;
+                            let done = self.complete_one();
+                            if let Some(skip) = &mut self.skip {
+                                skip.payload = len + 2;
+                                skip.done = done;
+                            }
+                            continue;
+                        }
                         if self.buf.len() < end + len + 2 {
                             return Ok(None);
                         }
@@ -138,6 +242,7 @@ impl Decoder {
                         // Every element takes at least 3 bytes: refuse absurd counts early.
                         self.check_size(
                             (end as u64).saturating_add(n.saturating_mul(3)).try_into().unwrap_or(usize::MAX),
+                            budget,
                         )?;
                         n
                     }
@@ -146,7 +251,7 @@ impl Decoder {
                     return Err(DecodeError::Invalid(format!("unexpected type byte 0x{other:02x}")));
                 }
             };
-            self.check_size(end)?;
+            self.check_size(end, budget)?;
             self.pos = end;
             self.line_from = end;
             if children > 0 {
@@ -154,29 +259,49 @@ impl Decoder {
                     return Err(DecodeError::TooDeep);
                 }
                 self.open.push(children);
+                self.declared.push(children);
                 continue;
             }
-            // A whole value ended: it completes one element of each aggregate it closes.
-            loop {
-                match self.open.last_mut() {
-                    None => return Ok(Some(self.pos)),
-                    Some(owed) => {
-                        *owed -= 1;
-                        if *owed > 0 {
-                            break;
-                        }
-                        self.open.pop();
+            if self.complete_one() {
+                return Ok(Some(self.pos));
+            }
+        }
+    }
+
+    /// A whole value ended: it completes one element of each aggregate it closes. True if
+    /// that completes the frame.
+    fn complete_one(&mut self) -> bool {
+        loop {
+            match self.open.last_mut() {
+                None => return true,
+                Some(owed) => {
+                    *owed -= 1;
+                    if *owed > 0 {
+                        return false;
                     }
+                    self.open.pop();
+                    self.declared.pop();
                 }
             }
         }
     }
 
-    fn check_size(&self, len: usize) -> Result<(), DecodeError> {
-        if len > self.limits.max_frame {
-            Err(DecodeError::TooLarge)
-        } else {
-            Ok(())
+    /// Checks that the frame, `len` bytes long so far, fits; past a skipping budget it starts
+    /// skipping instead. Frames past `max_frame` are errors unless skipping.
+    fn check_size(&mut self, len: usize, budget: Budget) -> Result<(), DecodeError> {
+        if self.skip.is_some() || len <= budget.bytes {
+            return Ok(());
+        }
+        match budget.skip {
+            Some(depth) => {
+                let completed = match (self.declared.get(depth), self.open.get(depth)) {
+                    (Some(declared), Some(owed)) => declared - owed,
+                    _ => 0,
+                };
+                self.skip = Some(Skip { completed, payload: 0, done: false });
+                Ok(())
+            }
+            None => Err(DecodeError::TooLarge),
         }
     }
 }
@@ -397,5 +522,94 @@ mod tests {
         assert_eq!(d.next(Protocol::Resp2), Ok(None));
         d.extend(b"56789\r\n");
         assert_eq!(d.next(Protocol::Resp2), Ok(Some(Frame::Reply(s("0123456789")))));
+    }
+
+    /// A RESP2 read reply with `n` entries of one field each, the value `size` bytes long.
+    fn read_reply(n: usize, size: usize) -> Vec<u8> {
+        let mut out = format!("*1\r\n*2\r\n$1\r\ns\r\n*{n}\r\n").into_bytes();
+        for i in 0..n {
+            let id = format!("{i}-0");
+            out.extend(format!("*2\r\n${}\r\n{id}\r\n*2\r\n$1\r\nf\r\n${size}\r\n", id.len()).bytes());
+            out.extend(std::iter::repeat(b'x').take(size));
+            out.extend(b"\r\n");
+        }
+        out
+    }
+
+    fn pull_within(d: &mut Decoder, budget: Budget, frames: &mut Vec<(Frame, usize)>) {
+        while let Some(f) = d.next_within(Protocol::Resp2, budget).unwrap() {
+            frames.push(f);
+        }
+    }
+
+    #[test]
+    fn a_reply_past_its_budget_is_skipped_in_any_split() {
+        let big = read_reply(5, 1000);
+        let mut input = big.clone();
+        input.extend_from_slice(b"+OK\r\n");
+        // Past 2,500 bytes the third entry is under way: two were complete.
+        let budget = Budget { bytes: 2500, skip: Some(2) };
+        let want = vec![(Frame::Skipped { completed: 2 }, big.len()), (Frame::Reply(s("OK")), 5)];
+        for chunk in [1, 3, 7, 64, 999, 1000, 1001, input.len()] {
+            let mut d = decoder();
+            let mut frames = Vec::new();
+            let mut held = 0;
+            for part in input.chunks(chunk) {
+                d.extend(part);
+                pull_within(&mut d, budget, &mut frames);
+                held = held.max(d.buffered());
+            }
+            assert_eq!(frames, want, "chunks of {chunk}");
+            assert_eq!(d.buffered(), 0);
+            // Skipping holds at most the budget plus a chunk.
+            assert!(held <= 2500 + chunk.max(64) + 64, "held {held} in chunks of {chunk}");
+        }
+    }
+
+    #[test]
+    fn skipping_reports_early_and_within_budget_replies_pass() {
+        let mut d = decoder();
+        let budget = Budget { bytes: 2500, skip: Some(2) };
+        let big = read_reply(5, 1000);
+        d.extend(&big[..3000]);
+        assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(None));
+        assert_eq!(d.skipping(), Some(2));
+        d.extend(&big[3000..]);
+        assert!(matches!(
+            d.next_within(Protocol::Resp2, budget),
+            Ok(Some((Frame::Skipped { completed: 2 }, _)))
+        ));
+        assert_eq!(d.skipping(), None);
+        // A reply under the budget decodes as usual, with its length.
+        let small = read_reply(2, 10);
+        d.extend(&small);
+        let (frame, len) = d.next_within(Protocol::Resp2, budget).unwrap().unwrap();
+        assert!(matches!(frame, Frame::Reply(Value::Array(_))));
+        assert_eq!(len, small.len());
+        // Without a skip depth, past the budget is an error.
+        d.extend(&big);
+        assert_eq!(
+            d.next_within(Protocol::Resp2, Budget { bytes: 2500, skip: None }),
+            Err(DecodeError::TooLarge)
+        );
+    }
+
+    #[test]
+    fn a_single_huge_value_is_skipped_without_being_held() {
+        let mut d = decoder();
+        let budget = Budget { bytes: 1024, skip: Some(0) };
+        d.extend(b"$1000000\r\n");
+        assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(None));
+        for _ in 0..1000 {
+            d.extend(&[b'y'; 1000]);
+            assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(None));
+            assert_eq!(d.buffered(), 0);
+        }
+        d.extend(b"\r\n:7\r\n");
+        assert_eq!(
+            d.next_within(Protocol::Resp2, budget),
+            Ok(Some((Frame::Skipped { completed: 0 }, 1_000_012)))
+        );
+        assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(Some((Frame::Reply(Value::Int(7)), 4))));
     }
 }

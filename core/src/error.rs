@@ -24,6 +24,13 @@ pub enum Command {
     Claim,
     /// `XREADGROUP … BLOCK beat … >`: parked for new entries.
     ReadNew,
+    /// `XPENDING key group start end count consumer`: delivery counts of drained or
+    /// reclaimed entries.
+    Counts,
+    /// `XCLAIM key group consumer ms id… JUSTID`: renewing the lease on entries read.
+    Lease,
+    /// `EVAL …`: moving an entry to the dead-letter stream.
+    DeadLetter,
 }
 
 impl fmt::Display for Command {
@@ -38,6 +45,9 @@ impl fmt::Display for Command {
             Command::ReadPending => "XREADGROUP (pending)",
             Command::Claim => "XAUTOCLAIM",
             Command::ReadNew => "XREADGROUP (new)",
+            Command::Counts => "XPENDING",
+            Command::Lease => "XCLAIM (lease)",
+            Command::DeadLetter => "EVAL (dead letter)",
         })
     }
 }
@@ -95,6 +105,21 @@ pub enum Error {
         /// The limit in force.
         limit: usize,
     },
+    /// One entry alone is larger than [`Limits::max_frame`](crate::Limits::max_frame): it
+    /// cannot be read. Fatal; the entry stays pending. Raise the limit (or remove the entry).
+    EntryTooLarge {
+        /// The entry's id.
+        id: String,
+        /// The limit in force.
+        limit: usize,
+    },
+    /// The handler said [`Verdict::DeadLetter`](crate::Verdict::DeadLetter) but no
+    /// [`Config::dead_letter`](crate::Config::dead_letter) is set. Fatal; the entry stays
+    /// pending.
+    NoDeadLetter {
+        /// The entry's id.
+        id: String,
+    },
     /// A reply nested deeper than [`Limits::max_depth`](crate::Limits::max_depth). Fatal.
     TooDeep {
         /// The limit in force.
@@ -127,6 +152,13 @@ impl fmt::Display for Error {
             Error::Protocol { detail } => write!(f, "protocol error: {detail}"),
             Error::Shape { command, detail } => write!(f, "unexpected reply to {command}: {detail}"),
             Error::FrameTooLarge { limit } => write!(f, "a reply exceeded the frame limit of {limit} bytes"),
+            Error::EntryTooLarge { id, limit } => write!(
+                f,
+                "entry {id} alone is larger than the frame limit of {limit} bytes; raise Limits::max_frame"
+            ),
+            Error::NoDeadLetter { id } => {
+                write!(f, "entry {id} was given Verdict::DeadLetter, but no dead-letter stream is configured")
+            }
             Error::TooDeep { limit } => write!(f, "a reply nested deeper than the limit of {limit}"),
             Error::Timeout { command } => write!(f, "no reply to {command} in time"),
         }

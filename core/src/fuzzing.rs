@@ -239,11 +239,28 @@ fn check_entry(raw: &Value, parsed: &reply::RawEntry) {
 }
 
 /// `XREADGROUP` reply target: `data[0]` picks the protocol; every decoded reply goes through
-/// `reply::read` (and `count`/`ok`). Asserts that what parses is exactly the raw entries (same
-/// count, ids, fields, `nil` fields as `None`) and that error replies never parse.
+/// `reply::read` (and `count`/`ok`/`int`, `pending_counts` and `ids`). Asserts that what
+/// parses is exactly the raw entries (same count, ids, fields, `nil` fields as `None`), that
+/// `XPENDING` rows and `XCLAIM` ids are exactly the raw ones, and that error replies never
+/// parse.
 pub fn read_reply(data: &[u8]) {
     for value in values(data) {
         let is_error = matches!(value, Value::Error(_));
+        if let Ok(n) = reply::int(value.clone()) {
+            assert_eq!(value, Value::Int(n));
+        }
+        if let Ok(rows) = reply::pending_counts(value.clone()) {
+            let Value::Array(raw) = &value else { panic!("XPENDING rows from {value:?}") };
+            assert_eq!(raw.len(), rows.len());
+            for (r, (id, n)) in raw.iter().zip(&rows) {
+                let Value::Array(f) = r else { panic!("row {r:?}") };
+                assert_eq!((f.len(), &f[0], &f[3]), (4, &Value::Str(id.clone()), &Value::Int(*n as i64)));
+            }
+        }
+        if let Ok(ids) = reply::ids(value.clone()) {
+            let want: Vec<Value> = ids.into_iter().map(Value::Str).collect();
+            assert_eq!(value, Value::Array(want), "XCLAIM ids");
+        }
         match reply::count(value.clone()) {
             Ok(n) => assert_eq!(value, Value::Int(n as i64)),
             Err(_) => assert!(!matches!(value, Value::Int(n) if n >= 0)),
@@ -426,12 +443,35 @@ impl Harness {
 
     fn check_command(&self, args: &[&[u8]]) {
         let name = args[0];
-        let known: [&[u8]; 8] =
-            [b"HELLO", b"AUTH", b"CLIENT", b"SELECT", b"XGROUP", b"XACK", b"XREADGROUP", b"XAUTOCLAIM"];
+        let known: [&[u8]; 11] = [
+            b"HELLO",
+            b"AUTH",
+            b"CLIENT",
+            b"SELECT",
+            b"XGROUP",
+            b"XACK",
+            b"XREADGROUP",
+            b"XAUTOCLAIM",
+            b"XPENDING",
+            b"XCLAIM",
+            b"EVAL",
+        ];
         assert!(known.contains(&name), "unknown command {args:?}");
         if name == b"XREADGROUP" || name == b"XAUTOCLAIM" {
             let after_stop = self.stop_mark.is_some_and(|mark| self.wire_at >= mark);
             assert!(!after_stop, "a read written after stop(): {args:?}");
+        }
+        if name == b"XCLAIM" {
+            // A lease renewal: JUSTID, never a zero idle time (that would take a peer's entry).
+            assert_eq!(args.last().copied(), Some(&b"JUSTID"[..]), "{args:?}");
+            assert!(args.len() >= 7 && args[4] != b"0", "{args:?}");
+            for id in &args[5..args.len() - 1] {
+                assert!(contains(&self.input, id), "XCLAIM of {id:?}, never received");
+            }
+        }
+        if name == b"EVAL" {
+            assert!(args.len() > 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
+            assert!(contains(&self.input, args[7]), "dead-lettered {:?}, never received", args[7]);
         }
         if name == b"XACK" {
             assert!(args.len() >= 4 && args[1] == b"s" && args[2] == b"g", "{args:?}");
@@ -447,7 +487,9 @@ impl Harness {
     fn poll_event(&mut self) -> bool {
         let Some(event) = self.c.poll_event() else { return false };
         assert!(!self.stopped_seen, "an event after Stopped: {event:?}");
-        assert!(self.fatal.is_none(), "an event after a fatal error: {event:?}");
+        // Notices of what happened before a fatal error are still told.
+        let notice = matches!(event, Event::Notice(_));
+        assert!(self.fatal.is_none() || notice, "an event after a fatal error: {event:?}");
         match event {
             Event::Entry(entry) => {
                 assert!(!self.stop_asked, "an entry handed out after stop()");
@@ -456,6 +498,7 @@ impl Harness {
                 assert_eq!(self.c.poll_event(), None, "an event right after an entry");
                 self.in_hand = Some(entry.id);
             }
+            Event::Notice(_) => {}
             Event::Stopped => {
                 assert!(self.stop_asked, "Stopped without stop()");
                 assert!(self.in_hand.is_none(), "Stopped with an entry in hand");
@@ -492,13 +535,14 @@ impl Harness {
 /// Consumer target: `data` is a script. `data[0]` sets up the config (bit 0 protocol, bits 1-2
 /// count, bit 3 `create_group`, bit 4 recreate on group gone, bit 5 auth, bit 6 client name,
 /// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
-/// next N bytes (N from the next byte), settle Ack/Retry, stop, disconnect, connect, advance
-/// the clock and handle the timeout, write all or part of the output, poll one event, drive
-/// like a well-behaved driver, or abandon. Asserts: at most one entry in hand; nothing after
+/// next N bytes (N from the next byte), settle Ack/Retry/DeadLetter, stop, disconnect,
+/// connect, advance the clock and handle the timeout, write all or part of the output, poll
+/// one event, drive like a well-behaved driver, or abandon. Entries past 3 deliveries go to
+/// the dead-letter stream `dl`; reads are held to 2 KiB. Asserts: at most one entry in hand; nothing after
 /// Stopped, no entry and no read written after `stop()`; nothing to write while disconnected
 /// or stopped; fatal errors are sticky; every command written is an array of bulk strings
 /// naming a known command; every `XACK`ed id was acked by the application or at least
-/// received.
+/// received; lease renewals and dead-letter moves name only ids received.
 ///
 /// `origin` is where the script's virtual clock starts; any instant will do (the core never
 /// reads the clock, so the caller brings one).
@@ -511,6 +555,8 @@ pub fn consumer(data: &[u8], origin: Instant) {
         .beat(Duration::from_millis(1000))
         .read_grace(Duration::from_millis(1000))
         .min_idle(Duration::from_millis(5000))
+        .dead_letter_after(3, "dl")
+        .read_bytes(2048)
         .seed(u64::from(head))
         .limits(SMALL);
     if head & 8 != 0 {
@@ -581,6 +627,7 @@ pub fn consumer(data: &[u8], origin: Instant) {
             }
             10 => h.drive(Verdict::Ack),
             11 => h.drive(Verdict::Retry),
+            13 => h.settle(Verdict::DeadLetter),
             12 => {
                 h.stop_asked = true;
                 h.c.abandon();

@@ -72,8 +72,10 @@
 #![warn(missing_docs)]
 
 mod backoff;
+mod commands;
 mod config;
 mod consumer;
+mod dead_letter;
 mod decode;
 mod encode;
 mod entry;
@@ -81,11 +83,16 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod lease;
+mod notice;
+mod pace;
 mod reply;
 mod stats;
 
-pub use config::{Auth, Config, ConfigError, GroupGone, Limits, Protocol, MIN_READ_GRACE};
+pub use config::{Auth, Config, ConfigError, GroupGone, Limits, Protocol, MIN_MIN_IDLE, MIN_READ_GRACE};
 pub use consumer::{Consumer, Event};
+pub use dead_letter::DEAD_LETTER_SCRIPT;
 pub use entry::{Entry, Source, Verdict};
 pub use error::{Command, Error};
+pub use notice::{DeadLetterReason, Notice, ShrinkCause};
 pub use stats::Stats;

@@ -142,6 +142,41 @@ pub(crate) fn count(value: Value) -> Result<u64> {
     }
 }
 
+/// `XPENDING key group start end count [consumer]` (the extended form): `[id, owner,
+/// idle_ms, deliveries]` per entry; the ids and their delivery counts, in order.
+pub(crate) fn pending_counts(value: Value) -> Result<Vec<(Bytes, u64)>> {
+    let Value::Array(items) = value else { return Err(ShapeError("XPENDING: not an array")) };
+    items
+        .into_iter()
+        .map(|item| {
+            let Value::Array(fields) = item else {
+                return Err(ShapeError("XPENDING: an entry is not an array"));
+            };
+            let mut it = fields.into_iter();
+            match (it.next(), it.next(), it.next(), it.next(), it.next()) {
+                (Some(Value::Str(id)), Some(_owner), Some(_idle), Some(Value::Int(n)), None) if n >= 0 => {
+                    Ok((id, n as u64))
+                }
+                _ => Err(ShapeError("XPENDING: an entry is not [id, owner, idle, count]")),
+            }
+        })
+        .collect()
+}
+
+/// `XCLAIM … JUSTID`: the ids claimed, in the order asked.
+pub(crate) fn ids(value: Value) -> Result<Vec<Bytes>> {
+    let Value::Array(items) = value else { return Err(ShapeError("XCLAIM: not an array")) };
+    items.into_iter().map(|v| string(v).map_err(|_| ShapeError("XCLAIM: an id is not a string"))).collect()
+}
+
+/// An integer reply, sign kept (the dead-letter script answers 1, 0 or -1).
+pub(crate) fn int(value: Value) -> Result<i64> {
+    match value {
+        Value::Int(n) => Ok(n),
+        _ => Err(ShapeError("expected an integer")),
+    }
+}
+
 /// `+OK`-style replies (and `HELLO`'s map): anything but an error.
 pub(crate) fn ok(value: Value) -> Result<()> {
     match value {
@@ -198,6 +233,21 @@ mod tests {
         ] {
             assert!(autoclaim(v.clone()).is_err(), "{v:?}");
         }
+    }
+
+    #[test]
+    fn pending_counts_and_ids() {
+        let row = |id: &str, n: i64| Value::Array(vec![s(id), s("c"), Value::Int(5), Value::Int(n)]);
+        assert_eq!(
+            pending_counts(Value::Array(vec![row("1-0", 1), row("2-0", 7)])),
+            Ok(vec![(Bytes::from("1-0"), 1), (Bytes::from("2-0"), 7)])
+        );
+        for bad in [Value::Nil, Value::Array(vec![s("1-0")]), Value::Array(vec![row("1-0", -1)])] {
+            assert!(pending_counts(bad.clone()).is_err(), "{bad:?}");
+        }
+        assert_eq!(ids(Value::Array(vec![s("1-0")])), Ok(vec![Bytes::from("1-0")]));
+        assert!(ids(Value::Array(vec![Value::Int(1)])).is_err());
+        assert_eq!(int(Value::Int(-1)), Ok(-1));
     }
 
     #[test]
@@ -331,6 +381,42 @@ mod fixture_tests {
             match load("key_deleted_while_parked") {
                 Value::Nil => assert_eq!(flavor, "redis-6.2"),
                 Value::Error(t) => assert!(is_group_gone(&t), "{flavor}"),
+                other => panic!("{flavor}: {other:?}"),
+            }
+        });
+    }
+
+    #[test]
+    fn counts_leases_and_dead_letters() {
+        each(|flavor, load| {
+            let counts = |name: &str| -> Vec<(String, u64)> {
+                let parsed = pending_counts(load(name)).unwrap_or_else(|e| panic!("{flavor} {name}: {e:?}"));
+                parsed.into_iter().map(|(id, n)| (String::from_utf8(id.to_vec()).unwrap(), n)).collect()
+            };
+            let owned = |pairs: &[(&str, u64)]| -> Vec<(String, u64)> {
+                pairs.iter().map(|(id, n)| (id.to_string(), *n)).collect()
+            };
+            assert_eq!(counts("pending_counts_page"), owned(&[("1-0", 2), ("2-0", 2)]), "{flavor}");
+            assert_eq!(counts("pending_counts_empty"), vec![]);
+            assert_eq!(counts("pending_counts_deleted"), owned(&[("1-0", 3), ("2-0", 2), ("3-0", 2)]));
+            // 6.2's claim moved the dead 2-0 to B as well: it fills the first page.
+            if flavor == "redis-6.2" {
+                assert_eq!(counts("pending_counts_claimed"), owned(&[("1-0", 4), ("2-0", 3)]));
+            } else {
+                assert_eq!(counts("pending_counts_claimed"), owned(&[("1-0", 4), ("3-0", 3)]), "{flavor}");
+            }
+            assert_eq!(counts("pending_counts_claimed_next"), owned(&[("3-0", 3)]));
+            let lease = |name: &str| super::ids(load(name)).unwrap();
+            assert_eq!(lease("lease_partial"), [Bytes::from("2-0"), Bytes::from("3-0")], "{flavor}");
+            assert_eq!(lease("lease_all"), [Bytes::from("2-0"), Bytes::from("3-0")]);
+            assert_eq!(int(load("dead_letter_moved")), Ok(1));
+            assert_eq!(int(load("dead_letter_not_ours")), Ok(0));
+            assert_eq!(int(load("dead_letter_deleted")), Ok(-1));
+            match load("dead_letter_wrongtype") {
+                Value::Error(text) => {
+                    assert!(text.windows(9).any(|w| w == b"WRONGTYPE"), "{flavor}");
+                    assert!(!is_transient(&text) && !is_group_gone(&text), "{flavor}: fatal");
+                }
                 other => panic!("{flavor}: {other:?}"),
             }
         });

@@ -25,7 +25,18 @@ pub struct Stats {
     pub errors: u64,
     /// Times the group was created again after the server said it was gone.
     pub group_recreated: u64,
-    /// Acks given up unconfirmed by [`Consumer::abandon`](crate::Consumer::abandon): their
-    /// entries stay pending and are delivered again.
+    /// Acks (and dead-letter moves) given up unconfirmed by
+    /// [`Consumer::abandon`](crate::Consumer::abandon): their entries stay pending and are
+    /// delivered again.
     pub abandoned_acks: u64,
+    /// Entries whose ownership was renewed (`XCLAIM … JUSTID`) while they waited in the
+    /// buffer or in hand.
+    pub leases_renewed: u64,
+    /// Entries found taken by a peer (or deleted) before they were handed out, dropped from
+    /// the buffer, or while in hand ([`Notice::LeaseLost`](crate::Notice::LeaseLost)).
+    pub leases_lost: u64,
+    /// Entries moved to the dead-letter stream ([`Notice::DeadLettered`](crate::Notice::DeadLettered)).
+    pub dead_lettered: u64,
+    /// Times the read size was cut ([`Notice::ReadShrunk`](crate::Notice::ReadShrunk)).
+    pub reads_shrunk: u64,
 }

@@ -95,8 +95,11 @@ fn captured_replies() {
         run("autoclaim_reply", fuzzing::autoclaim_reply, &path, &data);
         // A consumer that connects, writes its opening commands, gets this reply (whatever it
         // answers), then is driven: config byte, write all, feed it, drive with Ack, poll.
-        let mut script = vec![bit, 7, 0, bytes.len().try_into().expect("fixtures are short")];
-        script.extend_from_slice(&bytes);
+        let mut script = vec![bit, 7];
+        for piece in bytes.chunks(255) {
+            script.extend_from_slice(&[0, piece.len() as u8]);
+            script.extend_from_slice(piece);
+        }
         script.extend_from_slice(&[10, 9]);
         run("consumer", consumer, &path, &script);
     }

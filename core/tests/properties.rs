@@ -4,7 +4,7 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pelican::{Config, Consumer, Event, Protocol, Verdict};
 use proptest::prelude::*;
@@ -19,6 +19,11 @@ struct Server {
     pel: BTreeSet<u64>,
     deleted: BTreeSet<u64>,
     acked: Vec<u64>,
+    /// Delivery counts of pending entries.
+    deliveries: BTreeMap<u64, u64>,
+    /// When each pending entry's idle time was last reset (delivered, re-read, renewed).
+    touched: BTreeMap<u64, Instant>,
+    now: Instant,
 }
 
 fn bulk(out: &mut Vec<u8>, s: &[u8]) {
@@ -73,13 +78,47 @@ impl Server {
                 }
                 self.delivered += ns.len() as u64;
                 self.pel.extend(&ns);
+                self.deliveries.extend(ns.iter().map(|n| (*n, 1)));
+                self.touched.extend(ns.iter().map(|n| (*n, self.now)));
                 self.entries(&ns)
             }
             ["XREADGROUP", "GROUP", _, _, "COUNT", count, "STREAMS", _, after] => {
                 let after = Self::parse(after);
                 let ns: Vec<u64> =
                     self.pel.range(after + 1..).take(count.parse().unwrap()).copied().collect();
+                // A re-read counts as a delivery, except of a deleted entry.
+                for n in ns.iter().filter(|n| !self.deleted.contains(n)) {
+                    *self.deliveries.entry(*n).or_insert(0) += 1;
+                    self.touched.insert(*n, self.now);
+                }
                 self.entries(&ns)
+            }
+            // Delivery counts: `XPENDING s g <- or (id> + n c`, like `pending_counts_page.resp`.
+            ["XPENDING", _, _, start, "+", count, _] => {
+                let from = start.strip_prefix('(').map_or(0, |id| Self::parse(id) + 1);
+                let ns: Vec<u64> = self.pel.range(from..).take(count.parse().unwrap()).copied().collect();
+                let mut out = format!("*{}\r\n", ns.len()).into_bytes();
+                for n in ns {
+                    out.extend_from_slice(b"*4\r\n");
+                    bulk(&mut out, Self::id(n).as_bytes());
+                    out.extend_from_slice(
+                        format!("$1\r\nc\r\n:0\r\n:{}\r\n", self.deliveries[&n]).as_bytes(),
+                    );
+                }
+                out
+            }
+            // A lease renewal: nobody else takes entries here, so every pending one is kept
+            // (the shape of `lease_all.resp`).
+            ["XCLAIM", _, _, _, _, ids @ .., "JUSTID"] => {
+                let kept: Vec<&&str> = ids.iter().filter(|id| self.pel.contains(&Self::parse(id))).collect();
+                for id in &kept {
+                    self.touched.insert(Self::parse(id), self.now);
+                }
+                let mut out = format!("*{}\r\n", kept.len()).into_bytes();
+                for id in kept {
+                    bulk(&mut out, id.as_bytes());
+                }
+                out
             }
             // Nothing is idle in these runs: the 7+ shape of an empty sweep.
             ["XAUTOCLAIM", ..] => fixture("valkey-8.1", self.protocol, "autoclaim_done"),
@@ -110,18 +149,29 @@ struct Story {
     /// Stop right after settling that entry instead of while it is in hand.
     stop_after_settle: bool,
     count: u32,
+    /// How long each handler takes (the clock advances by it at each settle): slow ones
+    /// bring timely acks, lease renewals and smaller reads into play.
+    handler_ms: u64,
 }
 
 #[derive(Debug, PartialEq)]
 enum Step {
     Sent(Vec<String>),
     Entry(String),
+    Notice(String),
     StopAsked,
     Stopped,
 }
 
 /// Takes what the consumer wrote, records it, and queues the server's answers.
-fn exchange(consumer: &mut Consumer, server: &mut Server, inbox: &mut Vec<u8>, trace: &mut Vec<Step>) {
+fn exchange(
+    consumer: &mut Consumer,
+    server: &mut Server,
+    inbox: &mut Vec<u8>,
+    trace: &mut Vec<Step>,
+    now: Instant,
+) {
+    server.now = now;
     if let Some(bytes) = consumer.poll_transmit() {
         let bytes = bytes.to_vec();
         consumer.advance_transmit(bytes.len());
@@ -147,10 +197,16 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
         pel: (1..=story.pending).collect(),
         deleted: story.deleted.iter().copied().filter(|n| *n <= story.pending).collect(),
         acked: Vec::new(),
+        deliveries: (1..=story.pending).map(|n| (n, 1)).collect(),
+        touched: BTreeMap::new(),
+        now: origin(),
     };
-    let config = Config::new("s", "g", "c").count(story.count).protocol(story.protocol);
+    let config = Config::new("s", "g", "c")
+        .count(story.count)
+        .protocol(story.protocol)
+        .min_idle(Duration::from_secs(3));
     let mut consumer = Consumer::new(config).unwrap();
-    let now = origin();
+    let mut now = server.now;
     let mut trace = Vec::new();
     let mut verdicts = BTreeMap::new();
     let mut inbox: Vec<u8> = Vec::new();
@@ -158,7 +214,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
     let mut chunk_i = 0usize;
     consumer.on_connected(now);
     for _round in 0..100_000 {
-        exchange(&mut consumer, &mut server, &mut inbox, &mut trace);
+        exchange(&mut consumer, &mut server, &mut inbox, &mut trace, now);
         let mut stopped = false;
         while let Some(event) = consumer.poll_event() {
             match event {
@@ -167,6 +223,9 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     assert_eq!(consumer.poll_event(), None);
                     let n = Server::parse(std::str::from_utf8(&e.id).unwrap());
                     assert!(!server.deleted.contains(&n), "a deleted entry was handed out");
+                    assert_eq!(e.deliveries, server.deliveries[&n], "delivery count of {n}");
+                    // Never handed out on a lease that has run out (half of min_idle here).
+                    assert!(now - server.touched[&n] < Duration::from_millis(1500), "stale {n}");
                     trace.push(Step::Entry(String::from_utf8(e.id.to_vec()).unwrap()));
                     let stop_here = story.stop_at == Some(handed);
                     if stop_here && !story.stop_after_settle {
@@ -177,9 +236,10 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     let ack = story.verdicts[handed % story.verdicts.len()];
                     handed += 1;
                     verdicts.insert(n, ack);
+                    now += Duration::from_millis(story.handler_ms);
                     consumer.settle(if ack { Verdict::Ack } else { Verdict::Retry }, now);
                     if stop_here && story.stop_after_settle {
-                        exchange(&mut consumer, &mut server, &mut inbox, &mut trace);
+                        exchange(&mut consumer, &mut server, &mut inbox, &mut trace, now);
                         trace.push(Step::StopAsked);
                         consumer.stop();
                     }
@@ -188,6 +248,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     trace.push(Step::Stopped);
                     stopped = true;
                 }
+                Event::Notice(notice) => trace.push(Step::Notice(notice.to_string())),
                 _ => unreachable!(),
             }
         }
@@ -222,10 +283,23 @@ fn story() -> impl Strategy<Value = Story> {
         prop::option::of(0usize..60),
         any::<bool>(),
         1u32..8,
+        prop::sample::select(vec![0u64, 1, 40, 900]),
     )
-        .prop_map(|(protocol, pending, new, deleted, verdicts, stop_at, stop_after_settle, count)| {
-            Story { protocol, pending, new, deleted, verdicts, stop_at, stop_after_settle, count }
-        })
+        .prop_map(
+            |(protocol, pending, new, deleted, verdicts, stop_at, stop_after_settle, count, handler_ms)| {
+                Story {
+                    protocol,
+                    pending,
+                    new,
+                    deleted,
+                    verdicts,
+                    stop_at,
+                    stop_after_settle,
+                    count,
+                    handler_ms,
+                }
+            },
+        )
 }
 
 proptest! {
@@ -263,7 +337,9 @@ proptest! {
     }
 
     /// Entries are handed out in order, each once per delivery; a stop lets the entry in hand
-    /// finish and hands out nothing after it.
+    /// finish and hands out nothing after it. Slow handlers' batches are renewed (with
+    /// `XCLAIM … JUSTID`) before their lease runs out, and never a read goes out while
+    /// entries wait.
     #[test]
     fn stop_is_honored_between_entries(story in story()) {
         let out = run(&story, &[usize::MAX]);
@@ -273,6 +349,10 @@ proptest! {
         }
         // After the stop is asked, no entry is handed out and the only command is the XACK
         // of earned acks.
+        let sent = |s: &Step| matches!(s, Step::Sent(c) if c[0] == "XCLAIM");
+        if story.handler_ms < 900 {
+            prop_assert!(!out.trace.iter().any(sent), "a renewal with handlers well within the lease");
+        }
         let asked = out.trace.iter().position(|s| *s == Step::StopAsked).expect("every story stops");
         for step in &out.trace[asked + 1..] {
             match step {

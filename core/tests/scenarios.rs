@@ -13,8 +13,18 @@ fn config(consumer: &str, protocol: Protocol) -> Config {
     Config::new("s", "g", consumer).count(10).beat(BEAT).protocol(protocol)
 }
 
-fn drain_from(consumer: &str, after: &str) -> Vec<String> {
-    cmd(&format!("XREADGROUP GROUP g {consumer} COUNT 10 STREAMS s {after}"))
+/// A drain page: the read and, pipelined behind it, the `XPENDING` for its delivery counts.
+fn drain_from(consumer: &str, after: &str) -> Vec<Vec<String>> {
+    let start = if after == "0" { "-".to_string() } else { format!("({after}") };
+    vec![
+        cmd(&format!("XREADGROUP GROUP g {consumer} COUNT 10 STREAMS s {after}")),
+        cmd(&format!("XPENDING s g {start} + 10 {consumer}")),
+    ]
+}
+
+/// `first` commands, then `then`.
+fn then(first: &[Vec<String>], then: &[Vec<String>]) -> Vec<Vec<String>> {
+    [first, then].concat()
 }
 fn claim(consumer: &str, cursor: &str) -> Vec<String> {
     cmd(&format!("XAUTOCLAIM s g {consumer} 30000 {cursor} COUNT 10"))
@@ -35,8 +45,8 @@ fn each(mut story: impl FnMut(&'static str, Protocol)) {
 /// Connected, drained (empty), reclaimed (nothing), parked.
 fn parked(flavor: &'static str, protocol: Protocol) -> Rig {
     let mut rig = Rig::new(config("A", protocol), flavor);
-    assert_eq!(rig.start(), [drain_from("A", "0")]);
-    rig.reply("read_pending_empty").unwrap();
+    assert_eq!(rig.start(), drain_from("A", "0"));
+    rig.drain_reply("read_pending_empty").unwrap();
     assert_eq!(rig.sent(), [claim("A", "0-0")]);
     assert!(!rig.consumer.is_parked());
     rig.reply("autoclaim_done").unwrap();
@@ -58,7 +68,7 @@ fn cold_start_handshake_door_drain_claim_park_settle() {
         };
         let mut want = handshake.clone();
         want.push(cmd("XGROUP CREATE s g $ MKSTREAM"));
-        want.push(drain_from("A", "0"));
+        want.extend(drain_from("A", "0"));
         assert_eq!(rig.sent(), want, "{flavor} {protocol:?}");
         if protocol == Protocol::Resp3 {
             rig.reply("hello").unwrap();
@@ -67,7 +77,7 @@ fn cold_start_handshake_door_drain_claim_park_settle() {
         }
         rig.reply("select").unwrap();
         rig.reply("busygroup").unwrap(); // an existing group is success
-        rig.reply("read_pending_empty").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
         assert_eq!(rig.sent(), [claim("A", "0-0")]);
         rig.reply("autoclaim_done").unwrap();
         assert_eq!(rig.sent(), [park("A")]);
@@ -76,7 +86,7 @@ fn cold_start_handshake_door_drain_claim_park_settle() {
         let seen = rig.handle_all(Verdict::Ack);
         assert_eq!(ids(&seen), ["1-0", "2-0", "3-0"]);
         assert!(!rig.consumer.is_parked(), "acks in flight ahead of the read");
-        assert!(seen.iter().all(|e| e.source == Source::New));
+        assert!(seen.iter().all(|e| e.source == Source::New && e.deliveries == 1));
         assert_eq!(seen[0].field(b"f").map(|v| &v[..]), Some(&b"v1"[..]));
         // Acks are batched and written before the next read, in the same write.
         assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
@@ -104,15 +114,17 @@ fn nothing_new_before_the_beat_parks_again_without_reclaiming() {
 fn restart_with_backlog_drains_first_without_idle_wait() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config("A", protocol), flavor);
-        assert_eq!(rig.start(), [drain_from("A", "0")]);
-        rig.reply("read_pending_page").unwrap();
+        assert_eq!(rig.start(), drain_from("A", "0"));
+        rig.drain_reply("read_pending_page").unwrap();
         let seen = rig.handle_all(Verdict::Ack);
         assert_eq!(ids(&seen), ["1-0", "2-0"]);
         assert!(seen.iter().all(|e| e.source == Source::Pending));
+        // Delivery counts from the XPENDING behind the read: the re-read raised them to 2.
+        assert!(seen.iter().all(|e| e.deliveries == 2), "{flavor} {seen:?}");
         // Pages forward by the last id, acks first.
-        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0"), drain_from("A", "2-0")]);
+        assert_eq!(rig.sent(), then(&[cmd("XACK s g 1-0 2-0")], &drain_from("A", "2-0")));
         rig.raw(b":2\r\n").unwrap();
-        rig.reply("read_pending_empty").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
         assert_eq!(rig.sent(), [claim("A", "0-0")]);
         assert_eq!(rig.consumer.stats().drained, 2);
     });
@@ -123,11 +135,11 @@ fn a_failing_handler_does_not_spin_the_drain() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config("A", protocol), flavor);
         rig.start();
-        rig.reply("read_pending_page").unwrap();
+        rig.drain_reply("read_pending_page").unwrap();
         assert_eq!(rig.handle_all(Verdict::Retry).len(), 2);
         // No XACK, and the drain moves past the failed entries.
-        assert_eq!(rig.sent(), [drain_from("A", "2-0")]);
-        rig.reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), drain_from("A", "2-0"));
+        rig.drain_reply("read_pending_empty").unwrap();
         assert_eq!(rig.sent(), [claim("A", "0-0")]);
         assert_eq!(rig.consumer.stats().retried, 2);
     });
@@ -138,7 +150,7 @@ fn reclaim_carries_the_cursor_across_beats() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config("B", protocol), flavor);
         rig.start();
-        rig.reply("read_pending_empty").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
         assert_eq!(rig.sent(), [claim("B", "0-0")]);
         // Scanned COUNT×10 entries, none idle enough: empty, cursor 11-0. Park until the beat.
         rig.reply("autoclaim_scan_cursor").unwrap();
@@ -159,11 +171,12 @@ fn deleted_entries_are_acked_away_never_handed_out() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config("A", protocol), flavor);
         rig.start();
-        rig.reply("read_pending_deleted").unwrap();
+        rig.drain_reply("read_pending_deleted").unwrap();
         let seen = rig.handle_all(Verdict::Retry);
         assert_eq!(ids(&seen), ["1-0", "3-0"]);
+        assert_eq!(seen.iter().map(|e| e.deliveries).collect::<Vec<_>>(), [3, 2], "{flavor}");
         // 2-0 is acked although no verdict was given for it: it cannot be processed.
-        assert_eq!(rig.sent(), [cmd("XACK s g 2-0"), drain_from("A", "3-0")]);
+        assert_eq!(rig.sent(), then(&[cmd("XACK s g 2-0")], &drain_from("A", "3-0")));
         assert_eq!(rig.consumer.stats().deleted_seen, 1);
     });
 }
@@ -173,19 +186,29 @@ fn claimed_deleted_entries_per_server_shape() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config("B", protocol), flavor);
         rig.start();
-        rig.reply("read_pending_empty").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
         rig.sent();
         rig.reply("autoclaim").unwrap();
+        // The claimed entries' delivery counts are asked for before they are handed out.
+        assert_eq!(rig.sent(), [cmd("XPENDING s g 1-0 3-0 2 B")]);
+        assert_eq!(rig.consumer.poll_event(), None);
+        rig.reply("pending_counts_claimed").unwrap();
+        if flavor == "redis-6.2" {
+            // The dead 2-0 (moved to B) fills the page: the next page brings 3-0's count.
+            assert_eq!(rig.sent(), [cmd("XPENDING s g (2-0 3-0 1 B")]);
+            rig.reply("pending_counts_claimed_next").unwrap();
+        }
         let seen = rig.handle_all(Verdict::Retry);
         assert_eq!(ids(&seen), ["1-0", "3-0"]);
         assert!(seen.iter().all(|e| e.source == Source::Claimed));
+        assert_eq!(seen.iter().map(|e| e.deliveries).collect::<Vec<_>>(), [4, 3], "{flavor}");
         if flavor == "redis-6.2" {
             // A bare nil: the dead id moved into B's list unnamed. Drain it to learn the id.
-            assert_eq!(rig.sent(), [drain_from("B", "0")]);
-            rig.reply("read_pending_after_claim").unwrap();
+            assert_eq!(rig.sent(), drain_from("B", "0"));
+            rig.drain_reply("read_pending_after_claim").unwrap();
             let again = rig.handle_all(Verdict::Ack);
             assert_eq!(ids(&again), ["1-0", "3-0"]);
-            assert_eq!(rig.sent(), [cmd("XACK s g 2-0 1-0 3-0"), drain_from("B", "3-0")]);
+            assert_eq!(rig.sent(), then(&[cmd("XACK s g 2-0 1-0 3-0")], &drain_from("B", "3-0")));
         } else {
             // 7+/Valkey dropped it from the list and named it: count it, nothing to ack.
             assert_eq!(rig.sent(), [park("B")], "{flavor}");
@@ -200,9 +223,9 @@ fn group_gone_while_parked_reopens_the_door_and_drains() {
         for fixture in ["key_deleted_while_parked", "group_destroyed_while_parked"] {
             let cfg = config("A", protocol).create_group("0").on_group_gone(GroupGone::Recreate);
             let mut rig = Rig::new(cfg, flavor);
-            assert_eq!(rig.start(), [cmd("XGROUP CREATE s g 0 MKSTREAM"), drain_from("A", "0")]);
+            assert_eq!(rig.start(), then(&[cmd("XGROUP CREATE s g 0 MKSTREAM")], &drain_from("A", "0")));
             rig.reply("group_create").unwrap();
-            rig.reply("read_pending_empty").unwrap();
+            rig.drain_reply("read_pending_empty").unwrap();
             rig.sent();
             rig.reply("autoclaim_done").unwrap();
             assert_eq!(rig.sent(), [park("A")]);
@@ -217,9 +240,9 @@ fn group_gone_while_parked_reopens_the_door_and_drains() {
                 sent = rig.sent();
             }
             assert_eq!(rig.consumer.stats().group_recreated, 1, "{flavor} {fixture}");
-            assert_eq!(sent, [cmd("XGROUP CREATE s g 0 MKSTREAM"), drain_from("A", "0")]);
+            assert_eq!(sent, then(&[cmd("XGROUP CREATE s g 0 MKSTREAM")], &drain_from("A", "0")));
             rig.reply("group_create").unwrap();
-            rig.reply("read_pending_empty").unwrap();
+            rig.drain_reply("read_pending_empty").unwrap();
             assert_eq!(rig.sent(), [claim("A", "0-0")]);
         }
     });
@@ -425,7 +448,7 @@ fn disconnect_mid_batch_keeps_the_entry_in_hand_and_resends_its_ack() {
         // and comes back through the drain.
         assert_eq!(
             rig.start(),
-            [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id))), drain_from("A", "0")]
+            then(&[cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))], &drain_from("A", "0"))
         );
         assert_eq!(rig.consumer.poll_event(), None);
         assert_eq!(rig.consumer.stats().reconnects, 1);
@@ -441,7 +464,7 @@ fn disconnect_mid_ack_sends_the_acks_again() {
         assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
         rig.consumer.on_disconnected(rig.now);
         rig.advance(Duration::from_secs(1));
-        assert_eq!(rig.start(), [cmd("XACK s g 1-0 2-0 3-0"), drain_from("A", "0")]);
+        assert_eq!(rig.start(), then(&[cmd("XACK s g 1-0 2-0 3-0")], &drain_from("A", "0")));
         // A peer got there first for two of them: counted, not an error.
         rig.reply("xack_1").unwrap();
         assert_eq!((rig.consumer.stats().acked, rig.consumer.stats().lost_to_peer), (1, 2));
@@ -500,7 +523,7 @@ fn garbage_and_unasked_replies_cost_the_connection_only() {
     assert!(matches!(err, Error::Protocol { .. }) && !err.is_fatal());
     rig.advance(Duration::from_secs(1));
     rig.start();
-    rig.reply("read_pending_empty").unwrap();
+    rig.drain_reply("read_pending_empty").unwrap();
     rig.sent();
     rig.reply("autoclaim_done").unwrap();
     rig.sent();

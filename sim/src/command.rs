@@ -89,6 +89,9 @@ fn arity(name: &str) -> Option<i64> {
         "xadd" => -5,
         "xreadgroup" => -7,
         "xautoclaim" => -6,
+        "xclaim" => -6,
+        "xrange" => -4,
+        "eval" => -3,
         "xack" => -4,
         "xpending" | "xdel" => -3,
         "xtrim" => -4,
@@ -145,6 +148,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xgroup" => xgroup(ctx, args),
         "xreadgroup" => xreadgroup(ctx, args),
         "xautoclaim" => xautoclaim(ctx, args),
+        "xclaim" => xclaim(ctx, args),
+        "xrange" => xrange(ctx, args),
+        "eval" => eval(ctx, args),
         "xack" => xack(ctx, args),
         "xpending" => xpending(ctx, args),
         "xdel" => xdel(ctx, args),
@@ -639,6 +645,92 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         parts.push(Reply::Array(result.deleted.into_iter().map(Reply::id).collect()));
     }
     reply(Reply::Array(parts))
+}
+
+/// `XCLAIM key group consumer min-idle id… [JUSTID]` (the other options are not modelled).
+fn xclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let min_idle = parse_i64(&args[4]).ok_or("ERR Invalid min-idle-time argument for XCLAIM")?.max(0) as u64;
+    let mut ids = Vec::new();
+    let mut justid = false;
+    for arg in &args[5..] {
+        match EntryId::parse_strict(arg, 0) {
+            Some(id) if !justid => ids.push(id),
+            _ if eq(arg, "JUSTID") => justid = true,
+            _ => return Err(format!("ERR Unrecognized XCLAIM option '{}'", lossy(arg))),
+        }
+    }
+    let (key, group) = (&args[1], &args[2]);
+    let Some(stream) = ctx.db.streams.get_mut(key).filter(|s| s.groups.contains_key(group)) else {
+        return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
+    };
+    let shape = ctx.options.claim_shape;
+    let claimed = stream.claim(group, &args[3], min_idle, &ids, justid, shape, ctx.now);
+    let replies = claimed
+        .into_iter()
+        .map(|c| match c {
+            Claimed::Entry(id, f) => entry_reply(id, Some(&f)),
+            Claimed::Id(id) => Reply::id(id),
+            Claimed::Gone => Reply::NilArray,
+        })
+        .collect();
+    reply(Reply::Array(replies))
+}
+
+/// `XRANGE key start end [COUNT n]`.
+fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let (mut start, start_ex) = EntryId::parse_bound(&args[2], 0).ok_or(BAD_ID)?;
+    if start_ex {
+        start = start.next().ok_or("ERR invalid start ID for the interval")?;
+    }
+    let (mut end, end_ex) = EntryId::parse_bound(&args[3], u64::MAX).ok_or(BAD_ID)?;
+    if end_ex {
+        end = end.prev().ok_or("ERR invalid end ID for the interval")?;
+    }
+    let count = match &args[4..] {
+        [] => usize::MAX,
+        [word, n] if eq(word, "COUNT") => int_arg(n)?.max(0) as usize,
+        _ => return Err(SYNTAX.into()),
+    };
+    let Some(stream) = ctx.db.streams.get(&args[1]).filter(|_| start <= end) else {
+        return reply(Reply::Array(Vec::new()));
+    };
+    let items =
+        stream.entries.range(start..=end).take(count).map(|(id, f)| entry_reply(*id, Some(f))).collect();
+    reply(Reply::Array(items))
+}
+
+/// `EVAL`: only pelican's dead-letter script ([`pelican::DEAD_LETTER_SCRIPT`]), run natively
+/// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away).
+fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    if args[1] != pelican::DEAD_LETTER_SCRIPT.as_bytes() {
+        return Err("ERR the simulator runs no script but pelican's dead-letter script".into());
+    }
+    let [_, _, numkeys, key, dead, group, consumer, id, extra @ ..] = args else {
+        return Err("ERR wrong number of arguments for the dead-letter script".into());
+    };
+    if &numkeys[..] != b"2" || extra.len() % 2 == 1 {
+        return Err("ERR wrong number of arguments for the dead-letter script".into());
+    }
+    let id = strict_id(id)?;
+    let Some(stream) = ctx.db.streams.get_mut(key).filter(|s| s.groups.contains_key(group)) else {
+        return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
+    };
+    if !stream.owns(group, consumer, id) {
+        return reply(Reply::Int(0));
+    }
+    let Some(fields) = stream.fields(id).cloned() else {
+        stream.groups.get_mut(group).map(|g| g.ack(id));
+        return reply(Reply::Int(-1));
+    };
+    let mut fields = fields;
+    fields.extend(extra.chunks(2).map(|p| (Bytes::copy_from_slice(&p[0]), Bytes::copy_from_slice(&p[1]))));
+    let target = ctx.db.streams.entry(dead.clone()).or_default();
+    target
+        .add(NewId::Auto, fields, ctx.now)
+        .map_err(|_| "ERR the dead-letter stream's top id is ahead of the clock")?;
+    ctx.signals.push(Signal::Added(dead.clone()));
+    let acked = ctx.db.streams.get_mut(key).and_then(|s| s.groups.get_mut(group)).is_some_and(|g| g.ack(id));
+    reply(Reply::Int(i64::from(acked)))
 }
 
 fn xack(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {

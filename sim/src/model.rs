@@ -371,6 +371,54 @@ impl Stream {
         AutoClaim { cursor, claimed, deleted }
     }
 
+    /// `XCLAIM`: gives `consumer` (created on its first claim) each of `ids` that is pending
+    /// and idle at least `min_idle` ms; `justid` leaves the delivery count alone. A deleted
+    /// entry is dropped from the PEL and skipped ([`ClaimShape::Redis7`]) or claimed like any
+    /// other and answered as nil unless `justid` (Redis 6.2).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn claim(
+        &mut self,
+        group: &[u8],
+        consumer: &[u8],
+        min_idle: u64,
+        ids: &[EntryId],
+        justid: bool,
+        shape: ClaimShape,
+        now: u64,
+    ) -> Vec<Claimed> {
+        let entries = &self.entries;
+        let Some(g) = self.groups.get_mut(group) else { return Vec::new() };
+        let mut claimed = Vec::new();
+        for &id in ids {
+            let Some(nack) = g.pel.get(&id) else { continue };
+            let exists = entries.contains_key(&id);
+            if !exists && shape == ClaimShape::Redis7 {
+                g.ack(id);
+                continue;
+            }
+            if now.saturating_sub(nack.delivered_at) < min_idle {
+                continue;
+            }
+            g.assign(id, consumer, now, !justid);
+            claimed.push(match (justid, entries.get(&id)) {
+                (true, _) => Claimed::Id(id),
+                (false, Some(f)) => Claimed::Entry(id, f.clone()),
+                (false, None) => Claimed::Gone,
+            });
+        }
+        claimed
+    }
+
+    /// The fields of entry `id`, if it exists.
+    pub(crate) fn fields(&self, id: EntryId) -> Option<&Fields> {
+        self.entries.get(&id)
+    }
+
+    /// Whether `id` is pending in `group` and owned by `consumer`.
+    pub(crate) fn owns(&self, group: &[u8], consumer: &[u8], id: EntryId) -> bool {
+        self.groups.get(group).and_then(|g| g.pel.get(&id)).is_some_and(|n| n.owner == consumer)
+    }
+
     /// Whether an `XDEL`-made hole may lie at or after `from` (Redis'
     /// `streamRangeHasTombstones` with an open end).
     fn has_tombstone_from(&self, from: EntryId) -> bool {

@@ -111,6 +111,20 @@ impl Rig {
         self.raw(&bytes)
     }
 
+    /// Feeds a captured drain page and the captured `XPENDING` reply that goes with it.
+    pub fn drain_reply(&mut self, name: &str) -> Result<(), Error> {
+        let counts = match name {
+            "read_pending_empty" => "pending_counts_empty",
+            "read_pending_page" => "pending_counts_page",
+            "read_pending_deleted" => "pending_counts_deleted",
+            "read_pending_after_claim" => "pending_counts_after_claim",
+            other => panic!("no counts fixture for {other}"),
+        };
+        let mut bytes = self.fixture(name);
+        bytes.extend(self.fixture(counts));
+        self.raw(&bytes)
+    }
+
     pub fn raw(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.consumer.handle_input(bytes, self.now)
     }

@@ -1,0 +1,145 @@
+//! The commands the consumer sends, built from its configuration into its output buffer.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::{Auth, Config, Protocol};
+use crate::encode::{command, Decimal};
+use crate::error::Command;
+
+/// The handshake: `HELLO 3 [AUTH …] [SETNAME …]` or `AUTH`/`CLIENT SETNAME`, then `SELECT`.
+/// Returns the commands written, in order.
+pub(crate) fn handshake(out: &mut BytesMut, c: &Config) -> Vec<Command> {
+    let mut sent = Vec::with_capacity(3);
+    let user = |a: &Auth| a.user.clone().unwrap_or_else(|| Bytes::from_static(b"default"));
+    match c.protocol {
+        Protocol::Resp3 => {
+            let mut args: Vec<Bytes> = vec![Bytes::from_static(b"HELLO"), Bytes::from_static(b"3")];
+            if let Some(auth) = &c.auth {
+                args.extend([Bytes::from_static(b"AUTH"), user(auth), auth.password.clone()]);
+            }
+            if let Some(name) = &c.client_name {
+                args.extend([Bytes::from_static(b"SETNAME"), name.clone()]);
+            }
+            let refs: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+            command(out, &refs);
+            sent.push(Command::Hello);
+        }
+        Protocol::Resp2 => {
+            if let Some(auth) = &c.auth {
+                match &auth.user {
+                    Some(u) => command(out, &[b"AUTH", u, &auth.password]),
+                    None => command(out, &[b"AUTH", &auth.password]),
+                }
+                sent.push(Command::Auth);
+            }
+            if let Some(name) = &c.client_name {
+                command(out, &[b"CLIENT", b"SETNAME", name]);
+                sent.push(Command::SetName);
+            }
+        }
+    }
+    if c.db != 0 {
+        command(out, &[b"SELECT", Decimal::new(c.db.into()).as_bytes()]);
+        sent.push(Command::Select);
+    }
+    sent
+}
+
+/// `XGROUP CREATE key group <start> MKSTREAM`.
+pub(crate) fn create_group(out: &mut BytesMut, c: &Config) {
+    let start = c.create_group.as_deref().unwrap_or(b"$");
+    command(out, &[b"XGROUP", b"CREATE", &c.stream, &c.group, start, b"MKSTREAM"]);
+}
+
+/// `XACK key group id…`.
+pub(crate) fn ack(out: &mut BytesMut, c: &Config, ids: &[Bytes]) {
+    let mut args: Vec<&[u8]> = Vec::with_capacity(3 + ids.len());
+    args.extend([&b"XACK"[..], &c.stream, &c.group]);
+    args.extend(ids.iter().map(|id| &id[..]));
+    command(out, &args);
+}
+
+/// `XREADGROUP GROUP g c COUNT n STREAMS key <after>`: a page of the own pending list.
+pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8]) {
+    let count = Decimal::new(count.into());
+    command(
+        out,
+        &[
+            b"XREADGROUP",
+            b"GROUP",
+            &c.group,
+            &c.consumer,
+            b"COUNT",
+            count.as_bytes(),
+            b"STREAMS",
+            &c.stream,
+            after,
+        ],
+    );
+}
+
+/// `XREADGROUP GROUP g c COUNT n BLOCK beat STREAMS key >`: parked for new entries.
+pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32) {
+    let count = Decimal::new(count.into());
+    let block = Decimal::new(c.beat.as_millis() as u64);
+    command(
+        out,
+        &[
+            b"XREADGROUP",
+            b"GROUP",
+            &c.group,
+            &c.consumer,
+            b"COUNT",
+            count.as_bytes(),
+            b"BLOCK",
+            block.as_bytes(),
+            b"STREAMS",
+            &c.stream,
+            b">",
+        ],
+    );
+}
+
+/// `XAUTOCLAIM key group consumer <min_idle> <cursor> COUNT n`.
+pub(crate) fn claim(out: &mut BytesMut, c: &Config, count: u32, cursor: &[u8]) {
+    let count = Decimal::new(count.into());
+    let idle = Decimal::new(c.min_idle.as_millis() as u64);
+    command(
+        out,
+        &[
+            b"XAUTOCLAIM",
+            &c.stream,
+            &c.group,
+            &c.consumer,
+            idle.as_bytes(),
+            cursor,
+            b"COUNT",
+            count.as_bytes(),
+        ],
+    );
+}
+
+/// `XPENDING key group <start> <end> <count> <consumer>`: this consumer's pending entries in
+/// a range, with delivery counts. `start` and `end` are ids, `-`/`+`, or `(id` (exclusive).
+pub(crate) fn counts(out: &mut BytesMut, c: &Config, start: &[u8], end: &[u8], count: u32) {
+    let count = Decimal::new(count.into());
+    command(out, &[b"XPENDING", &c.stream, &c.group, start, end, count.as_bytes(), &c.consumer]);
+}
+
+/// `XCLAIM key group consumer <min_idle_ms> id… JUSTID`: the owner-checked lease renewal.
+pub(crate) fn lease(out: &mut BytesMut, c: &Config, min_idle_ms: u64, ids: &[Bytes]) {
+    let idle = Decimal::new(min_idle_ms);
+    let mut args: Vec<&[u8]> = Vec::with_capacity(6 + ids.len());
+    args.extend([&b"XCLAIM"[..], &c.stream, &c.group, &c.consumer, idle.as_bytes()]);
+    args.extend(ids.iter().map(|id| &id[..]));
+    args.push(b"JUSTID");
+    command(out, &args);
+}
+
+/// `(id`: the exclusive form of a range bound (Redis 6.2+).
+pub(crate) fn after(id: &[u8]) -> Vec<u8> {
+    let mut bound = Vec::with_capacity(id.len() + 1);
+    bound.push(b'(');
+    bound.extend_from_slice(id);
+    bound
+}

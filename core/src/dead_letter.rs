@@ -1,0 +1,74 @@
+//! Moving an entry to the dead-letter stream, in one server-side step.
+//!
+//! A script rather than `MULTI`/`XADD`/`XACK`/`EXEC`: a transaction does not roll back, so
+//! an `XADD` that fails inside it (a dead-letter key of another type: `WRONGTYPE`) would
+//! still let the `XACK` run and the entry would be lost; nor can a transaction check that
+//! the entry is still this consumer's. The script checks ownership, copies the entry's
+//! fields on the server (they never travel back), adds the origin, and acks only once the
+//! `XADD` succeeded. Like a transaction it runs whole or not at all, so a crash or a lost
+//! connection around it neither loses the entry nor dead-letters it twice.
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::Config;
+use crate::encode::{command, Decimal};
+use crate::notice::DeadLetterReason;
+
+/// The script (`EVAL`): `KEYS` = stream, dead-letter stream; `ARGV` = group, consumer, id,
+/// then field/value pairs to append. Answers 1 (moved), 0 (no longer this consumer's: not
+/// moved) or -1 (deleted from the stream meanwhile: acked away, nothing to move). Published
+/// so that simulators can recognise it.
+pub const DEAD_LETTER_SCRIPT: &str = "\
+local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1, ARGV[2])
+if #mine == 0 then return 0 end
+local found = redis.call('XRANGE', KEYS[1], ARGV[3], ARGV[3])
+if #found == 0 then
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+  return -1
+end
+local fields = found[1][2]
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('XADD', KEYS[2], '*', unpack(fields))
+return redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
+";
+
+/// A move owed to the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub id: Bytes,
+    pub deliveries: u64,
+    pub reason: DeadLetterReason,
+}
+
+/// Appends the `EVAL` for `job`. The dead-letter entry gets the original fields, then
+/// `pelican-stream`, `pelican-group`, `pelican-consumer`, `pelican-id`, `pelican-deliveries`
+/// and `pelican-reason`.
+pub(crate) fn encode(out: &mut BytesMut, config: &Config, dead_letter: &[u8], job: &Job) {
+    let deliveries = Decimal::new(job.deliveries);
+    let c = config;
+    command(
+        out,
+        &[
+            b"EVAL",
+            DEAD_LETTER_SCRIPT.as_bytes(),
+            b"2",
+            &c.stream,
+            dead_letter,
+            &c.group,
+            &c.consumer,
+            &job.id,
+            b"pelican-stream",
+            &c.stream,
+            b"pelican-group",
+            &c.group,
+            b"pelican-consumer",
+            &c.consumer,
+            b"pelican-id",
+            &job.id,
+            b"pelican-deliveries",
+            deliveries.as_bytes(),
+            b"pelican-reason",
+            job.reason.as_str().as_bytes(),
+        ],
+    );
+}

@@ -1,0 +1,206 @@
+//! Timely acks, leases on entries read but not yet settled, and read sizes that follow the
+//! handlers: driven through the public API with replies captured from the real servers.
+
+mod support;
+
+use std::time::Duration;
+
+use pelican::{Config, Event, Notice, Protocol, ShrinkCause, Verdict};
+use support::*;
+
+const BEAT: Duration = Duration::from_secs(2);
+const MIN_IDLE: Duration = Duration::from_secs(3);
+const LEASE: Duration = Duration::from_millis(1500);
+
+fn config(protocol: Protocol) -> Config {
+    Config::new("s", "g", "A").count(10).beat(BEAT).min_idle(MIN_IDLE).protocol(protocol)
+}
+
+fn each(mut story: impl FnMut(&'static str, Protocol)) {
+    for flavor in FLAVORS {
+        for protocol in PROTOCOLS {
+            story(flavor, protocol);
+        }
+    }
+}
+
+fn park() -> Vec<String> {
+    cmd("XREADGROUP GROUP g A COUNT 10 BLOCK 2000 STREAMS s >")
+}
+
+/// Connected, drained, reclaimed, parked; then `read_new` (1-0, 2-0, 3-0) arrives.
+fn with_batch(config: Config, flavor: &'static str) -> Rig {
+    let mut rig = Rig::new(config, flavor);
+    rig.start();
+    rig.drain_reply("read_pending_empty").unwrap();
+    rig.sent();
+    rig.reply("autoclaim_done").unwrap();
+    assert_eq!(rig.sent(), [park()]);
+    rig.reply("read_new").unwrap();
+    rig
+}
+
+#[test]
+fn fast_handlers_share_one_xack_per_batch() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        for _ in 0..3 {
+            rig.entry();
+            rig.advance(Duration::from_micros(100));
+            rig.settle(Verdict::Ack);
+        }
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park()]);
+    });
+}
+
+#[test]
+fn an_ack_waits_at_most_ack_delay_while_the_driver_keeps_driving() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        rig.entry();
+        rig.settle(Verdict::Ack);
+        let second = rig.entry();
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "held for company");
+        // The next deadline is the ack's, 5 ms after it was earned.
+        assert_eq!(rig.consumer.poll_timeout(), Some(rig.now + Duration::from_millis(5)));
+        rig.advance(Duration::from_millis(5));
+        rig.consumer.handle_timeout(rig.now).unwrap();
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0")], "{flavor} {protocol:?}");
+        rig.reply("xack_1").unwrap();
+        assert_eq!(rig.consumer.in_hand(), Some(&second.id));
+    });
+}
+
+#[test]
+fn a_slow_handler_s_ack_goes_out_at_its_settle() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        rig.entry();
+        rig.advance(Duration::from_millis(300));
+        rig.settle(Verdict::Ack);
+        // Written before the next entry is handed out (a blocking driver would otherwise
+        // hold it through the next handler).
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0")]);
+        rig.entry();
+    });
+}
+
+#[test]
+fn a_zero_ack_delay_sends_every_ack_at_its_settle() {
+    let mut rig = with_batch(config(Protocol::Resp2).ack_delay(Duration::ZERO), "redis-7.0");
+    rig.entry();
+    rig.settle(Verdict::Ack);
+    assert_eq!(rig.sent(), [cmd("XACK s g 1-0")]);
+}
+
+#[test]
+fn buffered_entries_are_renewed_before_they_are_handed_out() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        rig.entry();
+        // The first handler outlasts the lease: the rest of the batch is renewed before the
+        // next hand-out (the slow handler's ack goes out with the renewal).
+        rig.advance(Duration::from_millis(1600));
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0"), cmd("XCLAIM s g A 1550 2-0 3-0 JUSTID")]);
+        assert_eq!(rig.consumer.poll_event(), None, "not before the renewal is answered");
+        rig.reply("xack_1").unwrap();
+        rig.reply("lease_all").unwrap();
+        let next = rig.entry();
+        assert_eq!(&next.id[..], b"2-0");
+        assert_eq!(rig.consumer.stats().leases_renewed, 2);
+        // Renewed now: the next renewal is a lease from here.
+        assert_eq!(rig.consumer.poll_timeout().map(|t| t - rig.now), Some(LEASE), "{flavor}");
+    });
+}
+
+#[test]
+fn an_entry_a_peer_took_is_dropped_from_the_buffer_and_reported() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        // A driver that kept driving renews the batch when its lease comes due.
+        assert_eq!(rig.consumer.poll_timeout(), Some(rig.now + LEASE));
+        rig.advance(LEASE);
+        rig.consumer.handle_timeout(rig.now).unwrap();
+        assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1450 1-0 2-0 3-0 JUSTID")]);
+        // A peer's XAUTOCLAIM took 1-0 meanwhile: the renewal skipped it.
+        rig.reply("lease_partial").unwrap();
+        let lost = Notice::LeaseLost { id: "1-0".into(), in_hand: false };
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(lost)));
+        let seen = rig.handle_all(Verdict::Ack);
+        assert_eq!(ids(&seen), ["2-0", "3-0"], "{flavor} {protocol:?}");
+        assert_eq!(rig.sent(), [cmd("XACK s g 2-0 3-0"), park()]);
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.leases_lost, stats.leases_renewed, stats.new), (1, 2, 2));
+    });
+}
+
+#[test]
+fn the_entry_in_hand_keeps_its_lease_while_its_handler_runs() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        let first = rig.entry();
+        rig.advance(LEASE);
+        rig.consumer.handle_timeout(rig.now).unwrap();
+        assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1450 2-0 3-0 1-0 JUSTID")]);
+        // This capture answers [2-0, 3-0]: here that says 1-0, in hand, went to a peer.
+        rig.reply("lease_partial").unwrap();
+        let lost = Notice::LeaseLost { id: first.id.clone(), in_hand: true };
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(lost)));
+        assert_eq!(rig.consumer.poll_event(), None, "still in hand");
+        // Its handler finishes all the same: the ack is sent (a peer's copy may count it).
+        rig.advance(Duration::from_millis(10));
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0")]);
+        rig.reply("xack_0").unwrap();
+        assert_eq!(rig.consumer.stats().lost_to_peer, 1);
+        assert_eq!(&rig.entry().id[..], b"2-0");
+    });
+}
+
+#[test]
+fn a_stale_front_entry_is_not_handed_out_unrenewed() {
+    let mut rig = with_batch(config(Protocol::Resp2), "valkey-8.1");
+    rig.advance(LEASE + Duration::from_millis(1));
+    rig.consumer.handle_input(b"", rig.now).unwrap();
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1451 1-0 2-0 3-0 JUSTID")]);
+}
+
+#[test]
+fn slow_handlers_shrink_the_next_read_and_fast_ones_grow_it_back() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        for _ in 0..3 {
+            rig.entry();
+            rig.advance(Duration::from_millis(200));
+            rig.settle(Verdict::Ack);
+            rig.sent();
+            rig.reply("xack_1").unwrap();
+        }
+        // Half the lease (750 ms) holds 3 entries of 200 ms.
+        let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::SlowHandler };
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(shrunk)), "{flavor}");
+        assert_eq!(rig.consumer.stats().reads_shrunk, 1);
+        let mut read = Vec::new();
+        for _ in 0..40 {
+            rig.advance(BEAT);
+            rig.reply(if read.is_empty() { "read_new_nil" } else { "read_new" }).unwrap();
+            while let Some(Event::Entry(_)) = rig.consumer.poll_event() {
+                rig.settle(Verdict::Ack);
+            }
+            read = rig.sent();
+            if read.last().is_some_and(|c| c[5] == "10") {
+                break;
+            }
+            if read.first().is_some_and(|c| c[0] == "XACK") {
+                rig.raw(b":3\r\n").unwrap();
+            }
+            if read.last().is_some_and(|c| c[0] == "XAUTOCLAIM") {
+                rig.reply("autoclaim_done").unwrap();
+                read = rig.sent();
+            }
+        }
+        assert_eq!(read.last().map(|c| c[5].as_str()), Some("10"), "back to the full count");
+    });
+}
