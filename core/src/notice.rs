@@ -89,7 +89,8 @@ impl fmt::Display for Notice {
                     ShrinkCause::SlowHandler => "handlers are slow",
                     ShrinkCause::BigEntries => "entries are big",
                 };
-                write!(f, "reads shrunk to {count} entries: {why}")
+                let entries = if *count == 1 { "entry" } else { "entries" };
+                write!(f, "reads shrunk to {count} {entries}: {why}")
             }
         }
     }

@@ -28,6 +28,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// `(id, owner, idle_ms, deliveries)`.
 pub type PendingEntry = (String, String, i64, i64);
 
+/// A stream entry: its id and its field/value pairs (names as text).
+pub type StreamEntry = (String, Vec<(String, Vec<u8>)>);
+
 /// A decoded RESP2 reply.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Reply {
@@ -260,6 +263,23 @@ impl Admin {
             start = end;
         }
         ids
+    }
+
+    /// Every entry of `key` in order (`XRANGE key - +`): its id and its field/value pairs
+    /// (names as text). Empty for a missing key.
+    pub fn xrange(&mut self, key: &str) -> Vec<StreamEntry> {
+        let reply = self.call(&["XRANGE", key, "-", "+"]);
+        let parse = |entry: &Reply| -> Option<StreamEntry> {
+            let [id, fields] = entry.as_array()? else { return None };
+            let fields = fields.as_array()?;
+            let pairs = fields.chunks(2).map(|p| Some((p[0].as_text()?, p.get(1)?.as_bytes()?.to_vec())));
+            Some((id.as_text()?, pairs.collect::<Option<_>>()?))
+        };
+        let entries = reply.as_array().unwrap_or_default();
+        entries
+            .iter()
+            .map(|e| parse(e).unwrap_or_else(|| panic!("pelican-tests admin: XRANGE {key} answered {e:?}")))
+            .collect()
     }
 
     /// `XLEN key`.

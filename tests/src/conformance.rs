@@ -1,7 +1,8 @@
 //! The conformance suite: whole consumer stories against real servers, written once and run
 //! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0 and Valkey 8.1, in RESP2 and
-//! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`), not
-//! only what the handler saw.
+//! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
+//! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
+//! handlers and of big entries are in [`handlers`].
 //!
 //! A transport's test file instantiates the whole suite with one line:
 //! `pelican_tests::conformance_suite!(MyTransport);`
@@ -17,6 +18,9 @@ use pelican::{Config, Entry, GroupGone, Protocol, Source, Stats, Verdict};
 
 use crate::admin::Admin;
 use crate::server::{Flavor, Options, Server};
+
+pub mod handlers;
+pub use handlers::*;
 
 /// The application's handler, as the suite hands it to a transport.
 pub type Handler = Box<dyn FnMut(&Entry) -> Verdict + Send>;
@@ -595,7 +599,9 @@ macro_rules! conformance_suite {
             cold_start, crash_restart, dead_peer, retry_after_min_idle, xdel_pending, xtrim_pending,
             group_gone_recreated, group_gone_fails, delconsumer_while_parked, stop_mid_batch,
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
-            server_restart_aof, acl_user, large_backlog);
+            server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
+            acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
+            big_entries, entry_too_large_is_named);
     };
     (@each $t:ty; $($name:ident),*) => {
         $(

@@ -1,12 +1,13 @@
 //! One consumer over one `mio` socket, registered on a caller's `Poll`.
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use pelican::{Consumer, Entry, Error, Event, Verdict};
+use pelican::{Consumer, Entry, Error, Event, Notice, Verdict};
 
 use crate::stop::StopFlags;
 
@@ -68,6 +69,18 @@ enum Link {
 /// at once). `drive` returns [`Status::Stopped`] once the consumer has stopped, and a fatal
 /// [`Error`] if the consumer gave up (wrong password, a missing group…); a non-fatal error
 /// only costs the connection, and the driver reconnects after the consumer's backoff.
+/// [`Notice`]s (a lease lost, a dead letter, a smaller read) wait in
+/// [`poll_notice`](Self::poll_notice).
+///
+/// # Slow handlers
+///
+/// With [`drive`](Self::drive) the handler runs inside the call, so nothing else happens on
+/// this driver's connection meanwhile: its earned acks go out when it returns, and the entry
+/// in hand cannot have its lease renewed. A handler running longer than `min_idle` can then
+/// lose its entry to a peer's reclaim, which handles it too (its `XACK` then counts 0, see
+/// [`Stats::lost_to_peer`](pelican::Stats::lost_to_peer)). To keep the entry leased while it
+/// is worked on, hand it elsewhere with [`drive_deferred`](Self::drive_deferred) and keep
+/// driving until you [`settle`](Self::settle) it.
 ///
 /// ```no_run
 /// use std::time::Instant;
@@ -105,10 +118,11 @@ pub struct Driver {
     link: Link,
     buf: Box<[u8]>,
     /// Drive again at once (a past instant, fixed so that callers comparing it with their
-    /// own `now` see it due): set at creation, and when a `drive` stopped short of its work
-    /// to let others run.
+    /// own `now` see it due): set at creation, when a `drive` stopped short of its work to
+    /// let others run, and after a deferred settle.
     asap: Option<Instant>,
     stopped: bool,
+    notices: VecDeque<Notice>,
 }
 
 impl Driver {
@@ -125,6 +139,7 @@ impl Driver {
             buf: vec![0; READ_CHUNK].into_boxed_slice(),
             asap: Some(Instant::now()),
             stopped: false,
+            notices: VecDeque::new(),
         }
     }
 
@@ -176,6 +191,22 @@ impl Driver {
         self.consumer.abandon();
     }
 
+    /// The next [`Notice`] reported by the consumer during a [`drive`](Self::drive), oldest
+    /// first (they are kept until taken).
+    pub fn poll_notice(&mut self) -> Option<Notice> {
+        self.notices.pop_front()
+    }
+
+    /// The verdict on the entry last handed out by
+    /// [`drive_deferred`](Self::drive_deferred). The driver is due at once
+    /// ([`next_deadline`](Self::next_deadline)): drive it again to send what the verdict
+    /// earned and to go on. Without an entry in hand this does nothing.
+    pub fn settle(&mut self, verdict: Verdict) {
+        let now = Instant::now();
+        self.consumer.settle(verdict, now);
+        self.asap = Some(now);
+    }
+
     /// When the driver next needs [`drive`](Self::drive) without an event: a reply's
     /// deadline, a reconnect, a connect timing out. A deadline in the past means at once.
     /// `None`: only an event can give it work (or it has stopped or failed).
@@ -210,15 +241,44 @@ impl Driver {
         registry: &Registry,
         handler: &mut impl FnMut(&Entry) -> Verdict,
     ) -> Result<Status, Error> {
-        self.drive_until(registry, handler, None)
+        let mut notices = std::mem::take(&mut self.notices);
+        let status =
+            self.drive_until(registry, &mut |e| Some(handler(&e)), &mut |n| notices.push_back(n), None);
+        self.notices = notices;
+        status
     }
 
-    /// [`drive`](Self::drive), also passing on `stop`'s requests: first, then after each
-    /// handler call (so a stop is not held up by a batch of entries).
+    /// Like [`drive`](Self::drive), but an entry is not handled inside the call: it is passed
+    /// to `on_entry` (to a worker thread, a queue…) and stays in hand until
+    /// [`settle`](Self::settle). Meanwhile keep driving on events and at
+    /// [`next_deadline`](Self::next_deadline) as usual: the driver goes on writing earned acks
+    /// and renewing the lease of the entry in hand (and of those waiting), so that no peer
+    /// takes it however long it is worked on. No other entry is handed out until it is
+    /// settled.
+    pub fn drive_deferred(
+        &mut self,
+        registry: &Registry,
+        on_entry: &mut impl FnMut(Entry),
+    ) -> Result<Status, Error> {
+        let mut notices = std::mem::take(&mut self.notices);
+        let mut hand = |entry| {
+            on_entry(entry);
+            None
+        };
+        let status = self.drive_until(registry, &mut hand, &mut |n| notices.push_back(n), None);
+        self.notices = notices;
+        status
+    }
+
+    /// [`drive`](Self::drive), handing each entry to `hand` (which returns its verdict, or
+    /// `None` if it will be settled later) and each notice to `observe`, and passing on
+    /// `stop`'s requests: first, then after each handler call (so a stop is not held up by a
+    /// batch of entries).
     pub(crate) fn drive_until(
         &mut self,
         registry: &Registry,
-        handler: &mut impl FnMut(&Entry) -> Verdict,
+        hand: &mut impl FnMut(Entry) -> Option<Verdict>,
+        observe: &mut impl FnMut(Notice),
         stop: Option<&StopFlags>,
     ) -> Result<Status, Error> {
         self.asap = None;
@@ -234,7 +294,7 @@ impl Driver {
             return Err(err);
         }
         self.advance_link(registry, Instant::now());
-        self.exchange(registry, handler, stop)
+        self.exchange(registry, hand, observe, stop)
     }
 
     /// Connects if the consumer wants a connection and its backoff has passed; finishes a
@@ -310,7 +370,8 @@ impl Driver {
     fn exchange(
         &mut self,
         registry: &Registry,
-        handler: &mut impl FnMut(&Entry) -> Verdict,
+        hand: &mut impl FnMut(Entry) -> Option<Verdict>,
+        observe: &mut impl FnMut(Notice),
         stop: Option<&StopFlags>,
     ) -> Result<Status, Error> {
         let mut reads = 0;
@@ -327,14 +388,19 @@ impl Driver {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        let verdict = handler(&entry);
+                        let Some(verdict) = hand(entry) else { continue };
                         // Stop before settling: the settle then flushes the earned acks (a
                         // stop after it would leave them unwritten behind the dropped batch).
                         if let Some(stop) = stop {
                             stop.apply(&mut self.consumer);
                         }
                         self.consumer.settle(verdict, Instant::now());
+                        // What the settle sent (a slow handler's ack, a renewal of the next
+                        // entries' lease) goes out before the next handler runs; a failed
+                        // write shows again at the next flush.
+                        let _ = self.flush();
                     }
+                    Event::Notice(notice) => observe(notice),
                     Event::Stopped => {
                         self.close(registry);
                         self.stopped = true;

@@ -5,7 +5,7 @@ use std::net::ToSocketAddrs;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
-use pelican::{Config, Consumer, Entry, Stats, Verdict};
+use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
 
 use crate::driver::{Driver, Status};
 use crate::error::RunError;
@@ -55,11 +55,23 @@ pub fn run(
 /// println!("acked {}", stats.acked);
 /// # Ok::<(), pelican_mio::RunError>(())
 /// ```
-#[derive(Debug)]
 pub struct Runner {
     poll: Poll,
     driver: Driver,
     stop: StopHandle,
+    observer: Option<Observer>,
+}
+
+/// What [`Runner::on_notice`] was given.
+type Observer = Box<dyn FnMut(&Notice) + Send>;
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("driver", &self.driver)
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Runner {
@@ -84,7 +96,14 @@ impl Runner {
     fn with_driver(driver: Driver) -> Result<Runner, RunError> {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
-        Ok(Runner { poll, driver, stop: StopHandle::new(waker) })
+        Ok(Runner { poll, driver, stop: StopHandle::new(waker), observer: None })
+    }
+
+    /// Calls `observer` with each [`Notice`] (a lease lost, a dead letter, a smaller read) as
+    /// it happens, on the running thread.
+    pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
+        self.observer = Some(Box::new(observer));
+        self
     }
 
     /// A handle that stops [`run`](Self::run) from any thread.
@@ -100,13 +119,26 @@ impl Runner {
     /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters) or
     /// until the consumer fails for good ([`RunError::Consumer`]). Lost connections and
     /// errors a reconnect can fix are handled inside, with the consumer's backoff.
+    ///
+    /// The handler runs on this thread, so nothing else happens on the connection while it
+    /// does: a handler running longer than `min_idle` can lose its entry to a peer, which
+    /// handles it too (its `XACK` then counts 0: [`Stats::lost_to_peer`]). The entries
+    /// waiting behind it are renewed before they are handed out, and reads shrink to what
+    /// the handlers get through well within the lease. For handlers that may run that long,
+    /// use a [`Driver`] with [`Driver::drive_deferred`], or `pelican-smol`.
     pub fn run(mut self, mut handler: impl FnMut(&Entry) -> Verdict) -> Result<Stats, RunError> {
         let mut events = Events::with_capacity(8);
         let flags = self.stop.flags();
+        let mut observer = self.observer.take();
+        let mut observe = |notice: Notice| {
+            if let Some(observer) = observer.as_mut() {
+                observer(&notice);
+            }
+        };
         loop {
             let status = self
                 .driver
-                .drive_until(self.poll.registry(), &mut handler, Some(flags))
+                .drive_until(self.poll.registry(), &mut |e| Some(handler(&e)), &mut observe, Some(flags))
                 .map_err(RunError::Consumer)?;
             if status == Status::Stopped {
                 return Ok(self.driver.consumer().stats().clone());

@@ -462,3 +462,87 @@ fn abandon_ends_a_driver_stuck_on_an_owed_ack() {
     assert_eq!((stats.acked, stats.abandoned_acks), (0, 1));
     assert_eq!(driver.next_deadline(), None);
 }
+
+/// A `Driver` in the caller's loop, handing entries to a worker thread with
+/// `drive_deferred`: while the worker takes 2.5 × `min_idle` on an entry, the loop keeps
+/// driving, the entry in hand (and those waiting) keep their lease, and a peer reclaiming
+/// every beat takes none of them. On every server.
+#[test]
+fn a_deferred_entry_keeps_its_lease_while_a_worker_takes_long() {
+    let threads: Vec<_> =
+        Flavor::ALL.into_iter().map(|f| thread::spawn(move || deferred_with_a_peer(f))).collect();
+    for t in threads {
+        t.join().expect("every server");
+    }
+}
+
+fn deferred_with_a_peer(flavor: Flavor) {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin, "s", "g");
+    let ids = admin.xadd_n("s", 4, 8);
+    let min_idle = Duration::from_millis(600);
+
+    let mut poll = Poll::new().unwrap();
+    let mut events = Events::with_capacity(16);
+    let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), Token(1)).unwrap());
+    let consumer = Consumer::new(config("s", "g", "c1").min_idle(min_idle)).unwrap();
+    let mut driver = Driver::new(server.addr(), consumer, Token(0));
+    // The worker: the first entry takes 2.5 × min_idle, the rest nothing.
+    let (to_worker, work) = mpsc::channel::<Entry>();
+    let (done, verdicts) = mpsc::channel::<String>();
+    let wake = waker.clone();
+    let worker = thread::spawn(move || {
+        for (i, entry) in work.iter().enumerate() {
+            if i == 0 {
+                thread::sleep(min_idle * 5 / 2);
+            }
+            let _ = done.send(String::from_utf8(entry.id.to_vec()).unwrap());
+            let _ = wake.wake();
+        }
+    });
+
+    let mut handled = Vec::new();
+    let mut peer: Option<(StopHandle, mpsc::Receiver<Result<Stats, RunError>>)> = None;
+    let peer_seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let deadline = Instant::now() + PATIENCE;
+    while handled.len() < ids.len() {
+        assert!(Instant::now() < deadline, "{flavor:?}: handled {handled:?}");
+        while let Ok(id) = verdicts.try_recv() {
+            handled.push(id);
+            driver.settle(Verdict::Ack);
+        }
+        let status =
+            driver.drive_deferred(poll.registry(), &mut |entry| to_worker.send(entry).unwrap()).unwrap();
+        assert_eq!(status, Status::Running);
+        if peer.is_none() && admin.xpending_consumer("s", "g", "c1").len() == ids.len() {
+            // c1 holds them all: start a peer that reclaims idle entries every beat.
+            let runner = Runner::new(server.addr(), config("s", "g", "c2").min_idle(min_idle)).unwrap();
+            let record = peer_seen.clone();
+            let stop = runner.stop_handle();
+            peer = Some((
+                stop,
+                spawn_run(runner, move |e| {
+                    record.lock().unwrap().push(e.id.clone());
+                    Verdict::Ack
+                }),
+            ));
+        }
+        let timeout = driver.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+        poll.poll(&mut events, Some(timeout.unwrap_or(PATIENCE).min(Duration::from_millis(100)))).unwrap();
+    }
+    drop(to_worker);
+    worker.join().unwrap();
+    let (stop, rx) = peer.expect("the peer ran");
+    let peer_stats = finish(&rx, Some(&stop)).expect("the peer stopped cleanly");
+    wait_for("c1's acks", || admin.xpending_count("s", "g") == 0);
+    assert_eq!(handled, ids, "{flavor:?}: each once, in order");
+    assert!(
+        peer_seen.lock().unwrap().is_empty(),
+        "{flavor:?}: the peer took {:?}",
+        peer_seen.lock().unwrap()
+    );
+    let stats = driver.consumer().stats();
+    assert!(stats.leases_renewed >= 2, "{flavor:?}: {stats:?}");
+    assert_eq!((stats.leases_lost, stats.lost_to_peer, peer_stats.claimed), (0, 0, 0));
+}

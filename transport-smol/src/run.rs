@@ -5,7 +5,9 @@ use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, Entry, Event, Stats, Verdict};
+use std::pin::pin;
+
+use pelican::{Config, Consumer, Entry, Event, Notice, Stats, Verdict};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::{AsyncToSocketAddrs, TcpStream};
@@ -66,7 +68,6 @@ where
 /// println!("acked {}", stats.acked);
 /// # Ok::<(), pelican_smol::RunError>(())
 /// ```
-#[derive(Debug)]
 pub struct Runner {
     consumer: Consumer,
     /// Where to connect; a failed connect moves on to the next address.
@@ -77,6 +78,23 @@ pub struct Runner {
     /// What the consumer has been told of the stop handle's requests: waits on the handle
     /// wake only for more, so a stop under way does not spin them.
     told: Request,
+    observer: Option<Observer>,
+    /// The connection, once up.
+    link: Option<TcpStream>,
+    buf: Vec<u8>,
+}
+
+/// What [`Runner::on_notice`] was given.
+type Observer = Box<dyn FnMut(&Notice) + Send>;
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner")
+            .field("consumer", &self.consumer)
+            .field("addrs", &self.addrs)
+            .field("stop", &self.stop)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What ended a wait on the socket, the consumer's deadline or a stop.
@@ -111,14 +129,30 @@ impl Runner {
                 "no address to connect to",
             )));
         }
-        let (stop, told) = (StopHandle::new(), Request::Run);
-        Ok(Runner { consumer, addrs, next_addr: 0, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop, told })
+        Ok(Runner {
+            consumer,
+            addrs,
+            next_addr: 0,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            stop: StopHandle::new(),
+            told: Request::Run,
+            observer: None,
+            link: None,
+            buf: vec![0; READ_CHUNK],
+        })
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]).
     pub fn connect_timeout(mut self, timeout: Duration) -> Runner {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Calls `observer` with each [`Notice`] (a lease lost, a dead letter, a smaller read) as
+    /// it happens, inside [`run`](Self::run).
+    pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
+        self.observer = Some(Box::new(observer));
         self
     }
 
@@ -137,36 +171,37 @@ impl Runner {
     /// errors a reconnect can fix are handled inside, with the consumer's backoff.
     ///
     /// Each entry is passed to `handler` and the future it returns is awaited to completion
-    /// before the entry is settled and the next one handed out. A stop requested meanwhile
-    /// waits for it: the entry is settled, its ack confirmed, then `run` returns. Only the
-    /// waits on the socket and on timers are cut short by a stop; an
-    /// [`abandon`](StopHandle::abandon) also drops the handler's future.
+    /// before the entry is settled and the next one handed out. While it runs, the
+    /// connection keeps working: earned acks go out, and the lease of the entry in hand (and
+    /// of those waiting) is renewed, so a peer does not take it however long it takes. A stop
+    /// requested meanwhile waits for it: the entry is settled, its ack confirmed, then `run`
+    /// returns. An [`abandon`](StopHandle::abandon) drops the handler's future instead.
     pub async fn run<H, F>(mut self, mut handler: H) -> Result<Stats, RunError>
     where
         H: FnMut(Entry) -> F,
         F: Future<Output = Verdict>,
     {
-        let mut buf = vec![0u8; READ_CHUNK];
-        let mut link: Option<TcpStream> = None;
         loop {
             self.tell();
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        // An abandon drops the handler's future: the entry stays pending.
-                        let handled = async { Some(handler(entry).await) };
-                        let verdict = future::or(handled, async {
-                            self.stop.beyond(Request::Stop).await;
-                            None
-                        })
-                        .await;
+                        let Some(verdict) = self.handle(handler(entry)).await? else {
+                            // Abandoned while it ran: the consumer has stopped.
+                            return Ok(self.consumer.stats().clone());
+                        };
                         // Stop before settling: the settle then ends the batch and writes the
                         // earned acks.
                         self.tell();
-                        if let Some(verdict) = verdict {
-                            self.consumer.settle(verdict, Instant::now());
+                        self.consumer.settle(verdict, Instant::now());
+                        // What the settle sent (a slow handler's ack, a renewal of the next
+                        // entries' lease) goes out before the next handler starts: a handler
+                        // may block the executor's thread.
+                        while self.link.is_some() && self.consumer.poll_transmit().is_some() {
+                            self.step().await?;
                         }
                     }
+                    Event::Notice(notice) => self.observe(&notice),
                     Event::Stopped => return Ok(self.consumer.stats().clone()),
                     // Events this transport does not know yet need nothing from it.
                     _ => {}
@@ -175,67 +210,119 @@ impl Runner {
             if let Some(err) = self.consumer.error() {
                 return Err(RunError::Consumer(err.clone()));
             }
-            let deadline = self.consumer.poll_timeout();
-            let timer = async {
-                deadline.map_or_else(Timer::never, Timer::at).await;
-            };
-            let Some(stream) = &mut link else {
-                if self.consumer.connect_due(Instant::now()) {
-                    link = self.connect().await;
-                } else {
-                    // Waiting for the reconnect time (or, with no deadline, only a stop).
-                    future::or(timer, self.stop.beyond(self.told)).await;
+            if self.consumer.is_stopped() {
+                return Ok(self.consumer.stats().clone());
+            }
+            self.step().await?;
+        }
+    }
+
+    /// Awaits a handler's future while the connection goes on working. `None`: abandoned
+    /// meanwhile (the future is dropped; the consumer has stopped). A fatal error meanwhile
+    /// lets the handler finish first.
+    async fn handle<F: Future<Output = Verdict>>(&mut self, handled: F) -> Result<Option<Verdict>, RunError> {
+        let mut handled = pin!(handled);
+        loop {
+            while let Some(event) = self.consumer.poll_event() {
+                match event {
+                    Event::Notice(notice) => self.observe(&notice),
+                    Event::Stopped => return Ok(None),
+                    // One entry at a time: no other comes out while one is in hand.
+                    _ => {}
                 }
-                continue;
-            };
-            let writing = self.consumer.poll_transmit().is_some();
-            let wake = if let Some(bytes) = self.consumer.poll_transmit() {
-                // One write at a time: a write cut short by the timer wrote nothing.
-                future::or(async { Wake::Io(stream.write(bytes).await) }, async {
-                    timer.await;
-                    Wake::Timer
-                })
-                .await
+            }
+            let step = future::or(async { Ok(Some(handled.as_mut().await)) }, async {
+                self.step().await.map(|()| None)
+            });
+            match step.await {
+                Ok(Some(verdict)) => return Ok(Some(verdict)),
+                Ok(None) => {}
+                Err(err) => {
+                    let _ = handled.await;
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    fn observe(&mut self, notice: &Notice) {
+        if let Some(observer) = self.observer.as_mut() {
+            observer(notice);
+        }
+    }
+
+    /// Waits for one thing — a write, a read, the consumer's next deadline, a stop request,
+    /// a connect — and tells the consumer. `Err` only when the consumer failed for good.
+    async fn step(&mut self) -> Result<(), RunError> {
+        self.tell();
+        if let Some(err) = self.consumer.error() {
+            return Err(RunError::Consumer(err.clone()));
+        }
+        if self.consumer.is_stopped() {
+            return Ok(()); // `Stopped` is the caller's to take
+        }
+        let deadline = self.consumer.poll_timeout();
+        let timer = async {
+            deadline.map_or_else(Timer::never, Timer::at).await;
+        };
+        let Some(stream) = &mut self.link else {
+            if self.consumer.connect_due(Instant::now()) {
+                self.link = self.connect().await;
             } else {
-                // The read comes first, so bytes already in the socket beat a passed deadline.
-                let read = async { Wake::Io(stream.read(&mut buf).await) };
-                let timer = async {
-                    timer.await;
-                    Wake::Timer
-                };
-                let stop = async {
-                    self.stop.beyond(self.told).await;
-                    Wake::Stop
-                };
-                future::or(future::or(read, timer), stop).await
+                // Waiting for the reconnect time (or, with no deadline, only a stop).
+                future::or(timer, self.stop.beyond(self.told)).await;
+            }
+            return Ok(());
+        };
+        let writing = self.consumer.poll_transmit().is_some();
+        let wake = if let Some(bytes) = self.consumer.poll_transmit() {
+            // One write at a time: a write cut short by the timer wrote nothing.
+            future::or(async { Wake::Io(stream.write(bytes).await) }, async {
+                timer.await;
+                Wake::Timer
+            })
+            .await
+        } else {
+            // The read comes first, so bytes already in the socket beat a passed deadline.
+            let read = async { Wake::Io(stream.read(&mut self.buf).await) };
+            let timer = async {
+                timer.await;
+                Wake::Timer
             };
-            let now = Instant::now();
-            let result = match wake {
-                Wake::Stop => continue,
-                Wake::Io(Ok(0)) => Err(None),
-                Wake::Io(Ok(n)) if writing => {
-                    self.consumer.advance_transmit(n);
-                    continue;
-                }
-                Wake::Io(Ok(n)) => self.consumer.handle_input(&buf[..n], now).map_err(Some),
-                Wake::Io(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Wake::Io(Err(_)) => Err(None),
-                Wake::Timer => self.consumer.handle_timeout(now).map_err(Some),
+            let stop = async {
+                self.stop.beyond(self.told).await;
+                Wake::Stop
             };
-            match result {
-                Ok(()) => {}
-                // EOF or an I/O error: the connection is lost; reconnect after the backoff.
-                Err(None) => {
-                    link = None;
-                    self.consumer.on_disconnected(now);
+            future::or(future::or(read, timer), stop).await
+        };
+        let now = Instant::now();
+        let result = match wake {
+            Wake::Stop => return Ok(()),
+            Wake::Io(Ok(0)) => Err(None),
+            Wake::Io(Ok(n)) if writing => {
+                self.consumer.advance_transmit(n);
+                return Ok(());
+            }
+            Wake::Io(Ok(n)) => self.consumer.handle_input(&self.buf[..n], now).map_err(Some),
+            Wake::Io(Err(e)) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Wake::Io(Err(_)) => Err(None),
+            Wake::Timer => self.consumer.handle_timeout(now).map_err(Some),
+        };
+        match result {
+            Ok(()) => Ok(()),
+            // EOF or an I/O error: the connection is lost; reconnect after the backoff.
+            Err(None) => {
+                self.link = None;
+                self.consumer.on_disconnected(now);
+                Ok(())
+            }
+            // The consumer closed the connection; it scheduled a reconnect unless fatal.
+            Err(Some(err)) => {
+                self.link = None;
+                if err.is_fatal() {
+                    return Err(RunError::Consumer(err));
                 }
-                // The consumer closed the connection; it scheduled a reconnect unless fatal.
-                Err(Some(err)) => {
-                    link = None;
-                    if err.is_fatal() {
-                        return Err(RunError::Consumer(err));
-                    }
-                }
+                Ok(())
             }
         }
     }

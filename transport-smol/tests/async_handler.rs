@@ -239,3 +239,66 @@ fn abandon_drops_an_awaiting_handler() {
     let pending: Vec<String> = admin.xpending_all("s", "g").into_iter().map(|p| p.0).collect();
     assert_eq!(pending, ids);
 }
+
+/// An async handler slower than `min_idle`, with a peer reclaiming every beat: the entry in
+/// hand (and those waiting) keep their lease while it awaits, so the peer takes none and
+/// nothing is handled twice. On every server, RESP2 and RESP3.
+#[test]
+fn a_handler_slower_than_min_idle_keeps_its_entries_from_a_peer() {
+    let mut threads = Vec::new();
+    for flavor in Flavor::ALL {
+        for protocol in [pelican::Protocol::Resp2, pelican::Protocol::Resp3] {
+            threads.push(thread::spawn(move || slow_handler_with_a_peer(flavor, protocol)));
+        }
+    }
+    for t in threads {
+        t.join().expect("every server and protocol");
+    }
+}
+
+fn slow_handler_with_a_peer(flavor: Flavor, protocol: pelican::Protocol) {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    let ids = admin.xadd_n("s", 5, 8);
+    let min_idle = Duration::from_millis(600);
+    let handled = Arc::new(Mutex::new(Vec::new()));
+    let spawn = |name: &'static str, slow: Duration| {
+        let config = config(name).min_idle(min_idle).protocol(protocol);
+        let runner = Runner::new(server.addr(), config).unwrap();
+        let stop = runner.stop_handle();
+        let record = handled.clone();
+        let thread = thread::spawn(move || {
+            smol::block_on(runner.run(move |entry| {
+                let record = record.clone();
+                async move {
+                    // The first entry takes 2.5 × min_idle.
+                    if record.lock().unwrap().is_empty() {
+                        Timer::after(slow).await;
+                    }
+                    record.lock().unwrap().push((name, String::from_utf8(entry.id.to_vec()).unwrap()));
+                    Verdict::Ack
+                }
+            }))
+        });
+        (stop, thread)
+    };
+    let (stop1, c1) = spawn("c1", min_idle * 5 / 2);
+    assert!(wait_until(SETTLE, || admin.xpending_consumer("s", "g", "c1").len() == 5), "c1 read all");
+    let (stop2, c2) = spawn("c2", Duration::ZERO);
+    assert!(wait_until(SETTLE, || handled.lock().unwrap().len() >= 5 && admin.xpending_count("s", "g") == 0));
+    // A few of c2's beats with nothing to take.
+    thread::sleep(Duration::from_millis(300));
+    stop1.stop();
+    stop2.stop();
+    let s1 = c1.join().unwrap().expect("c1 stopped cleanly");
+    let s2 = c2.join().unwrap().expect("c2 stopped cleanly");
+    let handled = handled.lock().unwrap().clone();
+    assert_eq!(handled.len(), 5, "{flavor:?} {protocol:?}: each once: {handled:?}");
+    assert!(handled.iter().all(|(who, _)| *who == "c1"), "c2 took none: {handled:?}");
+    let mut got: Vec<String> = handled.into_iter().map(|(_, id)| id).collect();
+    got.sort();
+    assert_eq!(got, ids);
+    assert!(s1.leases_renewed >= 2, "renewed while the handler awaited: {s1:?}");
+    assert_eq!((s1.leases_lost, s1.lost_to_peer, s2.claimed), (0, 0, 0), "{s1:?} {s2:?}");
+}
