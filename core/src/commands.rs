@@ -136,6 +136,24 @@ pub(crate) fn lease(out: &mut BytesMut, c: &Config, min_idle_ms: u64, ids: &[Byt
     command(out, &args);
 }
 
+/// `XCLAIM key group consumer <min_idle_ms> id… JUSTID RETRYCOUNT <count> IDLE <idle_ms>`:
+/// sets the delivery count and idle time of entries still this consumer's.
+pub(crate) fn give_back(
+    out: &mut BytesMut,
+    c: &Config,
+    min_idle_ms: u64,
+    ids: &[Bytes],
+    count: u64,
+    idle_ms: u64,
+) {
+    let (min_idle, count, idle) = (Decimal::new(min_idle_ms), Decimal::new(count), Decimal::new(idle_ms));
+    let mut args: Vec<&[u8]> = Vec::with_capacity(10 + ids.len());
+    args.extend([&b"XCLAIM"[..], &c.stream, &c.group, &c.consumer, min_idle.as_bytes()]);
+    args.extend(ids.iter().map(|id| &id[..]));
+    args.extend([&b"JUSTID"[..], b"RETRYCOUNT", count.as_bytes(), b"IDLE", idle.as_bytes()]);
+    command(out, &args);
+}
+
 /// `(id`: the exclusive form of a range bound (Redis 6.2+).
 pub(crate) fn after(id: &[u8]) -> Vec<u8> {
     let mut bound = Vec::with_capacity(id.len() + 1);

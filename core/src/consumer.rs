@@ -102,6 +102,9 @@ pub struct Consumer {
     ack_due: Option<Instant>,
     /// Dead-letter moves owed and not yet written.
     dead_letters: Vec<Job>,
+    /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
+    /// are to be given back.
+    returns: Vec<Buffered>,
     /// Where the next `XAUTOCLAIM` continues.
     cursor: Bytes,
     /// When the next reclaim is due; `None` is now.
@@ -198,6 +201,8 @@ enum Sent {
         count: u32,
     },
     Lease(Vec<Bytes>),
+    /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
+    GiveBack,
     DeadLetter(Job),
     /// The id of the next pending entry, which alone outgrew the frame limit.
     FindTooLarge,
@@ -215,7 +220,7 @@ impl Sent {
             Sent::Claim { .. } => Command::Claim,
             Sent::ReadNew { .. } => Command::ReadNew,
             Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
-            Sent::Lease(_) => Command::Lease,
+            Sent::Lease(_) | Sent::GiveBack => Command::Lease,
             Sent::DeadLetter(_) => Command::DeadLetter,
         }
     }
@@ -239,9 +244,17 @@ impl Sent {
         self.holds_handout()
     }
 
-    /// Commands that must be confirmed before a stop ends.
+    /// Commands that must be answered before a stop ends.
     fn is_owed(&self) -> bool {
-        matches!(self, Sent::Ack(_) | Sent::DeadLetter(_))
+        matches!(
+            self,
+            Sent::Ack(_)
+                | Sent::DeadLetter(_)
+                | Sent::GiveBack
+                | Sent::ReadPending { .. }
+                | Sent::Claim { .. }
+                | Sent::Counts { .. }
+        )
     }
 }
 
@@ -271,6 +284,7 @@ impl Consumer {
             acks: Vec::new(),
             ack_due: None,
             dead_letters: Vec::new(),
+            returns: Vec::new(),
             cursor: Bytes::from_static(CURSOR_START),
             claim_at: None,
             notices: VecDeque::new(),
@@ -503,13 +517,17 @@ impl Consumer {
 
     /// Asks the consumer to stop. Honored between entries: the entry in hand is settled
     /// first, earned acks (and dead-letter moves) are sent and confirmed, then
-    /// [`Event::Stopped`] comes out. Entries read but not handed out stay pending. Parked with
-    /// nothing owed, it stops at once.
+    /// [`Event::Stopped`] comes out. Entries read but not handed out stay pending, their
+    /// delivery counts given back (if connected: a stop does not wait for a connection for
+    /// that). Parked with nothing owed, it stops at once.
     pub fn stop(&mut self) {
         if self.stop == Stop::Running && self.is_live() {
             self.stop = Stop::Stopping;
-            self.buffer.clear();
-            self.staged = None;
+            self.drop_buffer();
+            if self.link != Link::Up {
+                // Not worth waiting for a connection: the counts stay one higher.
+                self.returns.clear();
+            }
             match self.last_now {
                 Some(now) => self.pump(now),
                 None => self.finish_stop_if_clear(),
@@ -534,6 +552,7 @@ impl Consumer {
         self.ack_due = None;
         self.dead_letters.clear();
         self.buffer.clear();
+        self.returns.clear();
         self.in_hand = None;
         self.link = Link::Closed;
         self.stop = Stop::Stopped { reported: false };
@@ -619,8 +638,10 @@ impl Consumer {
     fn pump(&mut self, now: Instant) {
         if self.stop == Stop::Stopping && self.in_hand.is_none() {
             // Owed acks go out if the link is up; with nothing owed the stop ends, link or not.
-            if self.link == Link::Up {
+            // Entries read meanwhile first get their counts (whatever the input's split).
+            if self.link == Link::Up && self.staged.is_none() {
                 self.flush_dead_letters(now);
+                self.give_back(now);
                 self.flush_acks(now);
             }
             self.finish_stop_if_clear();
@@ -630,6 +651,7 @@ impl Consumer {
             return;
         }
         self.flush_dead_letters(now);
+        self.give_back(now);
         if self.in_hand.is_some()
             || self.staged.is_some()
             || self.in_flight.iter().any(|c| c.sent.holds_handout())
@@ -703,8 +725,11 @@ impl Consumer {
     }
 
     fn finish_stop_if_clear(&mut self) {
+        // Reads already answering at once are waited for too, so that what they bring has
+        // its delivery count given back; a parked read is not (it may take a beat).
         let owed = !self.acks.is_empty()
             || !self.dead_letters.is_empty()
+            || (self.link == Link::Up && (!self.returns.is_empty() || self.staged.is_some()))
             || self.in_flight.iter().any(|c| c.sent.is_owed());
         if self.stop == Stop::Stopping && self.in_hand.is_none() && !owed {
             self.stop = Stop::Stopped { reported: false };
@@ -722,6 +747,39 @@ impl Consumer {
         let ids = std::mem::take(&mut self.acks);
         self.ack_due = None;
         self.send(Sent::Ack(ids), now);
+    }
+
+    /// Drops the entries read but not handed out (they stay pending), keeping them to give
+    /// their delivery counts back: they were counted by the read, not handled.
+    fn drop_buffer(&mut self) {
+        self.staged = None;
+        self.returns.extend(self.buffer.drain(..));
+    }
+
+    /// `XCLAIM key group self <ms> id… JUSTID RETRYCOUNT <n> IDLE <ms>` for the entries
+    /// dropped unhandled: their delivery counts go back to what they were before the read
+    /// and their idle times stay as they were, so that a restart's drain, which counts them
+    /// again, does not count them twice (and `max_deliveries` counts handlings, not reads).
+    /// Owner-checked like a lease renewal: one a peer took since is skipped. Best effort.
+    fn give_back(&mut self, now: Instant) {
+        let returns = std::mem::take(&mut self.returns);
+        let lease = self.config.lease_threshold();
+        let mut i = 0;
+        while i < returns.len() {
+            let Buffered { entry, read_at } = &returns[i];
+            let group = returns[i..]
+                .iter()
+                .take_while(|b| b.read_at == *read_at && b.entry.deliveries == entry.deliveries)
+                .count();
+            let ids: Vec<Bytes> = returns[i..i + group].iter().map(|b| b.entry.id.clone()).collect();
+            let elapsed = now.saturating_duration_since(*read_at);
+            let min_idle_ms = lease::owned_since(elapsed, lease, self.config.min_idle);
+            let idle_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+            let count = entry.deliveries.saturating_sub(1);
+            commands::give_back(&mut self.out, &self.config, min_idle_ms, &ids, count, idle_ms);
+            self.track(Sent::GiveBack, now);
+            i += group;
+        }
     }
 
     fn flush_dead_letters(&mut self, now: Instant) {
@@ -751,7 +809,7 @@ impl Consumer {
 
     fn lose_link(&mut self, now: Instant) {
         self.reset_link();
-        self.buffer.clear();
+        self.drop_buffer();
         self.link = Link::Down { retry_at: now + self.backoff.next_delay() };
         self.finish_stop_if_clear();
     }
@@ -796,8 +854,7 @@ impl Consumer {
         if let Value::Error(message) = &value {
             return self.on_error_reply(sent, message, now);
         }
-        if self.stop != Stop::Running && sent.holds_handout() && !matches!(sent, Sent::Lease(_)) {
-            // Entries read after a stop was asked stay pending, untouched.
+        if self.stop != Stop::Running && matches!(sent, Sent::FindTooLarge) {
             return Ok(());
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
@@ -851,7 +908,7 @@ impl Consumer {
                 self.pace.record_read(len, entries.len());
                 for mut entry in self.take(entries, Source::New, now) {
                     entry.deliveries = 1;
-                    self.buffer.push_back(Buffered { entry, read_at: now });
+                    self.keep(Buffered { entry, read_at: now });
                 }
             }
             Sent::Counts { count } => {
@@ -862,6 +919,7 @@ impl Consumer {
                 let kept = reply::ids(value).map_err(shape)?;
                 self.on_lease(ids, kept, now);
             }
+            Sent::GiveBack => {}
             Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
@@ -925,6 +983,9 @@ impl Consumer {
         if command == Command::CreateGroup && message.starts_with(b"BUSYGROUP") {
             return Ok(());
         }
+        if let Sent::GiveBack = sent {
+            return Ok(()); // best effort: the counts stay one higher
+        }
         if let Sent::DeadLetter(_) = sent {
             // The script's own errors name the failing call after the code (6.2: `ERR Error
             // running script … NOGROUP …`): a missing group leaves nothing to move.
@@ -976,6 +1037,16 @@ impl Consumer {
         live
     }
 
+    /// Buffers an entry for the application; after a stop, keeps it to give its delivery
+    /// count back instead (entries read after a stop stay pending, not handed out).
+    fn keep(&mut self, entry: Buffered) {
+        if self.stop == Stop::Running {
+            self.buffer.push_back(entry);
+        } else {
+            self.returns.push(entry);
+        }
+    }
+
     fn stage(&mut self, entries: Vec<Entry>, read_at: Instant, paged: bool) {
         self.staged = (!entries.is_empty()).then_some(Staged { entries, read_at, paged });
     }
@@ -1018,7 +1089,7 @@ impl Consumer {
                 let reason = DeadLetterReason::MaxDeliveries;
                 self.dead_letters.push(Job { id: entry.id, deliveries: entry.deliveries, reason });
             } else {
-                self.buffer.push_back(Buffered { entry, read_at });
+                self.keep(Buffered { entry, read_at });
             }
         }
     }
@@ -1062,6 +1133,7 @@ impl Consumer {
             Sent::Handshake(_)
             | Sent::Counts { .. }
             | Sent::Lease(_)
+            | Sent::GiveBack
             | Sent::FindTooLarge
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),

@@ -462,10 +462,16 @@ impl Harness {
             assert!(!after_stop, "a read written after stop(): {args:?}");
         }
         if name == b"XCLAIM" {
-            // A lease renewal: JUSTID, never a zero idle time (that would take a peer's entry).
-            assert_eq!(args.last().copied(), Some(&b"JUSTID"[..]), "{args:?}");
-            assert!(args.len() >= 7 && args[4] != b"0", "{args:?}");
-            for id in &args[5..args.len() - 1] {
+            // A lease renewal (`… JUSTID`, never a zero idle time: that would take a peer's
+            // entry) or a give-back (`… JUSTID RETRYCOUNT n IDLE ms`).
+            let justid = args.iter().position(|a| *a == b"JUSTID").expect("JUSTID");
+            let tail = &args[justid + 1..];
+            assert!(
+                tail.is_empty() || (tail.len() == 4 && tail[0] == b"RETRYCOUNT" && tail[2] == b"IDLE"),
+                "{args:?}"
+            );
+            assert!(justid >= 6 && (args[4] != b"0" || !tail.is_empty()), "{args:?}");
+            for id in &args[5..justid] {
                 assert!(contains(&self.input, id), "XCLAIM of {id:?}, never received");
             }
         }

@@ -50,6 +50,17 @@ pub(crate) fn renewals(mut due: Vec<(Duration, Bytes)>, min_idle: Duration) -> V
     out
 }
 
+/// The `XCLAIM` min-idle-time that claims an entry still this consumer's, read (or renewed)
+/// `elapsed` ago, and skips it if a peer took it. Within the lease no peer can have (it
+/// would need `min_idle`), so 0 claims it whatever its idle time; past it, as a renewal.
+pub(crate) fn owned_since(elapsed: Duration, lease: Duration, min_idle: Duration) -> u64 {
+    if elapsed < lease {
+        return 0;
+    }
+    let ms = elapsed.saturating_sub(MAX_MARGIN.min(min_idle / 10)).as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +91,12 @@ mod tests {
                 Renewal { min_idle_ms: 9950, ids: vec![id("1-0")] }
             ]
         );
+    }
+
+    #[test]
+    fn ownership_within_the_lease_needs_no_idle_check() {
+        assert_eq!(owned_since(ms(10), ms(500), ms(1000)), 0);
+        assert_eq!(owned_since(ms(600), ms(500), ms(1000)), 550);
     }
 
     #[test]

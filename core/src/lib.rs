@@ -15,8 +15,22 @@
 //! 3. **Park** on `XREADGROUP … BLOCK <beat> … >`.
 //!
 //! Each entry is handed out alone and settled by the application's [`Verdict`]: `Ack` earns
-//! an `XACK` (batched and written before the next read, in the same write), `Retry` leaves it
-//! pending. [`Consumer::stop`] is honored between entries, after earned acks are confirmed.
+//! an `XACK` (written within [`Config::ack_delay`], so fast handlers share one), `Retry` leaves
+//! it pending, `DeadLetter` moves it to [`Config::dead_letter`]. [`Consumer::stop`] is honored
+//! between entries, after earned acks are confirmed.
+//!
+//! Real handlers are slow, fail for good, or get big entries; the consumer keeps each entry
+//! handled once in the normal case (details in [`Consumer`], *Leases…*):
+//!
+//! - entries read but not yet settled are **leased**: renewed with an owner-checked
+//!   `XCLAIM … JUSTID` before a peer's reclaim could take them, and reads shrink to what the
+//!   handlers get through well within the lease;
+//! - every entry carries its **delivery count**, and one past [`Config::max_deliveries`] is
+//!   moved to the **dead-letter** stream in one server-side step
+//!   ([`DEAD_LETTER_SCRIPT`]);
+//! - a read that would bring more than [`Config::read_bytes`] is skipped as it arrives and
+//!   read again smaller; only one entry over [`Limits::max_frame`] is an error;
+//! - what happened is told as [`Notice`]s and counted in [`Stats`].
 //!
 //! ## Run loop
 //!

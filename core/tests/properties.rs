@@ -23,6 +23,8 @@ struct Server {
     deliveries: BTreeMap<u64, u64>,
     /// When each pending entry's idle time was last reset (delivered, re-read, renewed).
     touched: BTreeMap<u64, Instant>,
+    /// What the last `>` read delivered.
+    last_new: Vec<u64>,
     now: Instant,
 }
 
@@ -80,6 +82,7 @@ impl Server {
                 self.pel.extend(&ns);
                 self.deliveries.extend(ns.iter().map(|n| (*n, 1)));
                 self.touched.extend(ns.iter().map(|n| (*n, self.now)));
+                self.last_new = ns.clone();
                 self.entries(&ns)
             }
             ["XREADGROUP", "GROUP", _, _, "COUNT", count, "STREAMS", _, after] => {
@@ -107,12 +110,23 @@ impl Server {
                 }
                 out
             }
-            // A lease renewal: nobody else takes entries here, so every pending one is kept
-            // (the shape of `lease_all.resp`).
-            ["XCLAIM", _, _, _, _, ids @ .., "JUSTID"] => {
+            // A lease renewal (`… JUSTID`) or a give-back (`… JUSTID RETRYCOUNT n IDLE ms`):
+            // nobody else takes entries here, so every pending one is kept (the shape of
+            // `lease_all.resp`).
+            ["XCLAIM", _, _, _, _, rest @ ..] => {
+                let justid = rest.iter().position(|a| *a == "JUSTID").expect("JUSTID");
+                let (ids, options) = rest.split_at(justid);
                 let kept: Vec<&&str> = ids.iter().filter(|id| self.pel.contains(&Self::parse(id))).collect();
                 for id in &kept {
-                    self.touched.insert(Self::parse(id), self.now);
+                    match options {
+                        ["JUSTID"] => {
+                            self.touched.insert(Self::parse(id), self.now);
+                        }
+                        ["JUSTID", "RETRYCOUNT", n, "IDLE", _] => {
+                            self.deliveries.insert(Self::parse(id), n.parse().unwrap());
+                        }
+                        other => panic!("XCLAIM options {other:?}"),
+                    }
                 }
                 let mut out = format!("*{}\r\n", kept.len()).into_bytes();
                 for id in kept {
@@ -199,6 +213,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
         acked: Vec::new(),
         deliveries: (1..=story.pending).map(|n| (n, 1)).collect(),
         touched: BTreeMap::new(),
+        last_new: Vec::new(),
         now: origin(),
     };
     let config = Config::new("s", "g", "c")
@@ -334,6 +349,23 @@ proptest! {
             }
         }
         prop_assert_eq!(out.trace.last(), Some(&Step::Stopped));
+        // Delivery counts count handlings, not reads: entries read but dropped at the stop
+        // had their counts given back.
+        for (&n, &count) in &out.server.deliveries {
+            if !out.server.pel.contains(&n) || out.server.deleted.contains(&n) {
+                continue;
+            }
+            let before = u64::from(n <= story.pending);
+            let id = Server::id(n);
+            let handed = out.trace.iter().filter(|s| **s == Step::Entry(id.clone())).count() as u64;
+            // A parked read in flight at the stop is not waited for: what it delivered keeps
+            // its count.
+            let parked = u64::from(out.server.last_new.contains(&n));
+            prop_assert!(
+                count == before + handed || count == before + handed + parked,
+                "delivery count {} of pending {}, handed out {} times", count, id, handed
+            );
+        }
     }
 
     /// Entries are handed out in order, each once per delivery; a stop lets the entry in hand
@@ -347,16 +379,16 @@ proptest! {
         if let Some(k) = story.stop_at {
             prop_assert!(handed.len() <= k + 1, "entries handed out after the stop");
         }
-        // After the stop is asked, no entry is handed out and the only command is the XACK
-        // of earned acks.
-        let sent = |s: &Step| matches!(s, Step::Sent(c) if c[0] == "XCLAIM");
+        // After the stop is asked, no entry is handed out, and no read is sent: only the
+        // XACK of earned acks and the give-back of counts (XPENDING for them, XCLAIM).
+        let sent = |s: &Step| matches!(s, Step::Sent(c) if c[0] == "XCLAIM" && c.last().unwrap() == "JUSTID");
         if story.handler_ms < 900 {
             prop_assert!(!out.trace.iter().any(sent), "a renewal with handlers well within the lease");
         }
         let asked = out.trace.iter().position(|s| *s == Step::StopAsked).expect("every story stops");
         for step in &out.trace[asked + 1..] {
             match step {
-                Step::Sent(cmd) => prop_assert_eq!(cmd[0].as_str(), "XACK"),
+                Step::Sent(cmd) => prop_assert!(["XACK", "XCLAIM", "XPENDING"].contains(&cmd[0].as_str()), "{:?}", cmd),
                 Step::Entry(id) => prop_assert!(false, "entry {} handed out after the stop", id),
                 _ => {}
             }

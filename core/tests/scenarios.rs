@@ -22,6 +22,12 @@ fn drain_from(consumer: &str, after: &str) -> Vec<Vec<String>> {
     ]
 }
 
+/// `XCLAIM s g <consumer> 0 <ids> JUSTID RETRYCOUNT <count> IDLE <idle_ms>`: delivery counts
+/// given back for entries read but dropped unhandled (owner-checked with 0 within the lease).
+fn give_back(consumer: &str, ids: &[&str], count: u64, idle_ms: u64) -> Vec<String> {
+    cmd(&format!("XCLAIM s g {consumer} 0 {} JUSTID RETRYCOUNT {count} IDLE {idle_ms}", ids.join(" ")))
+}
+
 /// `first` commands, then `then`.
 fn then(first: &[Vec<String>], then: &[Vec<String>]) -> Vec<Vec<String>> {
     [first, then].concat()
@@ -272,8 +278,17 @@ fn stop_mid_batch_finishes_the_entry_and_confirms_acks() {
         rig.consumer.stop();
         assert_eq!(rig.consumer.poll_event(), None, "the entry in hand is not cut short");
         rig.settle(Verdict::Ack);
-        // Only the earned ack goes out: no further read, 2-0 and 3-0 stay pending.
-        assert_eq!(rig.sent(), [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))]);
+        // Only the earned ack goes out, and no further read: 2-0 and 3-0 stay pending, their
+        // delivery counts given back (read, never handed out), their idle times kept.
+        assert_eq!(
+            rig.sent(),
+            [
+                give_back("A", &["2-0", "3-0"], 0, 0),
+                cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))
+            ]
+        );
+        assert_eq!(rig.consumer.poll_event(), None, "not stopped before the ack is confirmed");
+        rig.reply("lease_all").unwrap();
         assert_eq!(rig.consumer.poll_event(), None, "not stopped before the ack is confirmed");
         rig.reply("xack_1").unwrap();
         assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
@@ -293,7 +308,14 @@ fn stop_between_entries_of_a_batch_sends_the_acks_settled_so_far() {
         rig.settle(Verdict::Ack);
         assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "acks wait for the batch's end");
         rig.consumer.stop();
-        assert_eq!(rig.sent(), [cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))]);
+        assert_eq!(
+            rig.sent(),
+            [
+                give_back("A", &["2-0", "3-0"], 0, 0),
+                cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))
+            ]
+        );
+        rig.reply("lease_all").unwrap();
         rig.reply("xack_1").unwrap();
         assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
     });
@@ -445,11 +467,11 @@ fn disconnect_mid_batch_keeps_the_entry_in_hand_and_resends_its_ack() {
         assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nothing is written while down");
         rig.advance(delay);
         // The ack is owed and goes out before the drain; the rest of the batch was dropped
-        // and comes back through the drain.
-        assert_eq!(
-            rig.start(),
-            then(&[cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)))], &drain_from("A", "0"))
-        );
+        // and comes back through the drain, its delivery counts given back first (the drain
+        // counts them again).
+        let ms = delay.as_millis() as u64;
+        let ack = cmd(&format!("XACK s g {}", String::from_utf8_lossy(&first.id)));
+        assert_eq!(rig.start(), then(&[give_back("A", &["2-0", "3-0"], 0, ms), ack], &drain_from("A", "0")));
         assert_eq!(rig.consumer.poll_event(), None);
         assert_eq!(rig.consumer.stats().reconnects, 1);
     });

@@ -5,7 +5,7 @@ use bytes::Bytes;
 
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::{parse_i64, EntryId};
-use crate::model::{Claimed, Db, Fields, Group, NewId, Trim};
+use crate::model::{ClaimOptions as Options, Claimed, Db, Fields, Group, NewId, Trim};
 use crate::options::{ClaimShape, SimOptions};
 use crate::reply::{Protocol, Reply};
 
@@ -647,24 +647,42 @@ fn xautoclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     reply(Reply::Array(parts))
 }
 
-/// `XCLAIM key group consumer min-idle id… [JUSTID]` (the other options are not modelled).
+/// `XCLAIM key group consumer min-idle id… [IDLE ms] [RETRYCOUNT n] [JUSTID]` (`TIME`,
+/// `FORCE` and `LASTID` are not modelled).
 fn xclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     let min_idle = parse_i64(&args[4]).ok_or("ERR Invalid min-idle-time argument for XCLAIM")?.max(0) as u64;
     let mut ids = Vec::new();
-    let mut justid = false;
-    for arg in &args[5..] {
+    let mut options = Options { justid: false, retry: None, idle: None };
+    let mut i = 5;
+    while i < args.len() {
+        let arg = &args[i];
+        let value = || args.get(i + 1).and_then(|v| parse_i64(v)).ok_or_else(|| NOT_INT.to_string());
         match EntryId::parse_strict(arg, 0) {
-            Some(id) if !justid => ids.push(id),
-            _ if eq(arg, "JUSTID") => justid = true,
+            Some(id) if !options.justid && options.retry.is_none() && options.idle.is_none() => ids.push(id),
+            _ if eq(arg, "JUSTID") => options.justid = true,
+            _ if eq(arg, "RETRYCOUNT") => {
+                options.retry = Some(value()?.max(0) as u64);
+                i += 1;
+            }
+            _ if eq(arg, "IDLE") => {
+                options.idle = Some(value()?.max(0) as u64);
+                i += 1;
+            }
             _ => return Err(format!("ERR Unrecognized XCLAIM option '{}'", lossy(arg))),
         }
+        i += 1;
     }
     let (key, group) = (&args[1], &args[2]);
     let Some(stream) = ctx.db.streams.get_mut(key).filter(|s| s.groups.contains_key(group)) else {
         return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
     };
     let shape = ctx.options.claim_shape;
-    let claimed = stream.claim(group, &args[3], min_idle, &ids, justid, shape, ctx.now);
+    if ctx.options.eager_consumer_creation {
+        if let Some(g) = stream.groups.get_mut(group) {
+            g.consumer(&args[3]);
+        }
+    }
+    let claimed = stream.claim(group, &args[3], min_idle, &ids, options, shape, ctx.now);
     let replies = claimed
         .into_iter()
         .map(|c| match c {
@@ -691,9 +709,13 @@ fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         [word, n] if eq(word, "COUNT") => int_arg(n)?.max(0) as usize,
         _ => return Err(SYNTAX.into()),
     };
-    let Some(stream) = ctx.db.streams.get(&args[1]).filter(|_| start <= end) else {
+    let Some(stream) = ctx.db.streams.get(&args[1]) else { return reply(Reply::Array(Vec::new())) };
+    if count == 0 {
+        return reply(Reply::NilArray); // the servers' answer to COUNT 0 (or less) on a stream
+    }
+    if start > end {
         return reply(Reply::Array(Vec::new()));
-    };
+    }
     let items =
         stream.entries.range(start..=end).take(count).map(|(id, f)| entry_reply(*id, Some(f))).collect();
     reply(Reply::Array(items))

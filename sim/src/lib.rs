@@ -26,7 +26,7 @@
 //! `CLIENT ID|SETNAME|GETNAME`, `SELECT 0`, `FLUSHALL`, `FLUSHDB`, `DEL`, `XLEN`, `XADD`
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
-//! `XCLAIM` (`JUSTID` only), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`, and
+//! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`, and
 //! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively). Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
@@ -51,8 +51,8 @@
 //! - The parser re-scans a partial request from its start on every input (quadratic for a
 //!   huge request fed in tiny pieces); it waits for a declared bulk length up to 512 MiB.
 //! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
-//! - `EVAL` runs only pelican's dead-letter script; `XCLAIM` knows only `JUSTID` of its
-//!   options (`IDLE`, `TIME`, `RETRYCOUNT`, `FORCE`, `LASTID` answer an error).
+//! - `EVAL` runs only pelican's dead-letter script; `XCLAIM` knows `JUSTID`, `IDLE` and
+//!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
 //! - Not modelled: `XREVRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`, `CLIENT UNBLOCK`,
 //!   `MULTI`, other scripts, persistence, replication, ACL users other than `default`.
 

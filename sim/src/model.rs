@@ -100,6 +100,17 @@ pub(crate) enum Claimed {
     Gone,
 }
 
+/// `XCLAIM`'s options.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ClaimOptions {
+    /// `JUSTID`: answer ids only, leave the delivery count alone.
+    pub(crate) justid: bool,
+    /// `RETRYCOUNT n`: set the delivery count.
+    pub(crate) retry: Option<u64>,
+    /// `IDLE ms`: the idle time to leave it with.
+    pub(crate) idle: Option<u64>,
+}
+
 /// The result of `XAUTOCLAIM`.
 #[derive(Clone, Debug)]
 pub(crate) struct AutoClaim {
@@ -372,9 +383,9 @@ impl Stream {
     }
 
     /// `XCLAIM`: gives `consumer` (created on its first claim) each of `ids` that is pending
-    /// and idle at least `min_idle` ms; `justid` leaves the delivery count alone. A deleted
-    /// entry is dropped from the PEL and skipped ([`ClaimShape::Redis7`]) or claimed like any
-    /// other and answered as nil unless `justid` (Redis 6.2).
+    /// and idle at least `min_idle` ms. A deleted entry is dropped from the PEL and skipped
+    /// ([`ClaimShape::Redis7`]) or claimed like any other and answered as nil unless `justid`
+    /// (Redis 6.2).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn claim(
         &mut self,
@@ -382,7 +393,7 @@ impl Stream {
         consumer: &[u8],
         min_idle: u64,
         ids: &[EntryId],
-        justid: bool,
+        options: ClaimOptions,
         shape: ClaimShape,
         now: u64,
     ) -> Vec<Claimed> {
@@ -399,8 +410,14 @@ impl Stream {
             if now.saturating_sub(nack.delivered_at) < min_idle {
                 continue;
             }
-            g.assign(id, consumer, now, !justid);
-            claimed.push(match (justid, entries.get(&id)) {
+            g.assign(id, consumer, now, !options.justid && options.retry.is_none());
+            if let Some(nack) = g.pel.get_mut(&id) {
+                nack.delivered_at = now.saturating_sub(options.idle.unwrap_or(0));
+                if let Some(count) = options.retry {
+                    nack.count = count;
+                }
+            }
+            claimed.push(match (options.justid, entries.get(&id)) {
                 (true, _) => Claimed::Id(id),
                 (false, Some(f)) => Claimed::Entry(id, f.clone()),
                 (false, None) => Claimed::Gone,

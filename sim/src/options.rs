@@ -51,8 +51,8 @@ pub struct SimOptions {
     /// Whether `XINFO GROUPS` reports `entries-read` and `lag` (7.0+).
     pub xinfo_lag: bool,
     /// Whether commands that deliver nothing still create their consumer: an
-    /// `XREADGROUP … >` that finds nothing new (answers nil or parks) and an `XAUTOCLAIM`
-    /// that claims nothing. Valkey 8.1 creates it; Redis 6.2 and 7.0 create it only when they deliver
+    /// `XREADGROUP … >` that finds nothing new (answers nil or parks), an `XAUTOCLAIM` or an
+    /// `XCLAIM` that claims nothing. Valkey 8.1 creates it; Redis 6.2 and 7.0 create it only when they deliver
     /// or claim something (an explicit-id read always creates it).
     pub eager_consumer_creation: bool,
     /// Whether deleted entries dropped by `XAUTOCLAIM` (the [`ClaimShape::Redis7`] shape)

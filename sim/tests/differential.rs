@@ -8,8 +8,8 @@
 //!   `lag` are replaced by a placeholder: the simulator's are approximations (see the crate
 //!   docs). Names, consumers, pending and last-delivered-id are compared exactly.
 //!
-//! Timing is kept out of the comparison by construction: `XAUTOCLAIM` uses
-//!   min-idle 0 or 3600000 only, `XPENDING … IDLE` 0 or 3600000 only, and the only `BLOCK`
+//! Timing is kept out of the comparison by construction: `XAUTOCLAIM` and `XCLAIM` use
+//!   min-idle 0 or 3600000 only, `XPENDING … IDLE` and `XCLAIM … IDLE` 0 or 3600000 only, and the only `BLOCK`
 //!   is `BLOCK 10` (a parked simulator is advanced to its deadline, the server answers after
 //!   its own timeout). The `HELLO 3` reply is not compared (it names the server).
 //!
@@ -84,7 +84,7 @@ impl Gen {
         let consumer = self.rng.pick(&CONSUMERS);
         let w = |s: &str| s.to_string();
         let mut cmd: Vec<String>;
-        match self.rng.below(100) {
+        match self.rng.below(112) {
             0..=19 => {
                 cmd = vec![w("XADD"), w(key)];
                 if self.rng.chance(10) {
@@ -181,7 +181,30 @@ impl Gen {
             92 => cmd = vec![w("XGROUP"), w("DESTROY"), w(key), w(group)],
             93 => cmd = vec![w("DEL"), w(key)],
             94..=95 => cmd = vec![w("XLEN"), w(key)],
-            _ => cmd = vec![w("XINFO"), w("GROUPS"), w(key)],
+            96..=99 => cmd = vec![w("XINFO"), w("GROUPS"), w(key)],
+            100..=107 => {
+                cmd = vec![w("XCLAIM"), w(key), w(group), w(consumer), w(self.rng.pick(&["0", "3600000"]))];
+                for _ in 0..1 + self.rng.below(3) {
+                    let id = self.some_id(k);
+                    cmd.push(id);
+                }
+                if self.rng.chance(30) {
+                    cmd.extend([w("IDLE"), w(self.rng.pick(&["0", "3600000"]))]);
+                }
+                if self.rng.chance(30) {
+                    cmd.extend([w("RETRYCOUNT"), self.rng.below(5).to_string()]);
+                }
+                if self.rng.chance(50) {
+                    cmd.push(w("JUSTID"));
+                }
+            }
+            _ => {
+                let start = if self.rng.chance(50) { w("-") } else { self.some_id(k) };
+                cmd = vec![w("XRANGE"), w(key), start, w("+")];
+                if self.rng.chance(40) {
+                    cmd.extend([w("COUNT"), self.rng.below(4).to_string()]);
+                }
+            }
         }
         cmd
     }
