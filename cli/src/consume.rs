@@ -5,12 +5,12 @@ use std::io::{IsTerminal, Write};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Entry, GroupGone, Protocol, Source, Stats, Verdict};
+use pelican::{Config, Entry, GroupGone, Notice, Protocol, Source, Stats, Verdict};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -43,6 +43,11 @@ Options:
                         [$: new entries only; 0: the whole stream]
   --recreate-group      if the group or the key is deleted while running, create it again
                         at the --create-group ID (default: stop with an error, exit 1)
+  --dead-letter KEY     the dead-letter stream: where entries past --max-deliveries, and
+                        those whose command exits 65, are moved (with their fields and
+                        pelican-stream/-group/-consumer/-id/-deliveries/-reason)
+  --max-deliveries N    move an entry delivered more than N times to the --dead-letter
+                        stream instead of handing it out again (needs --dead-letter)
   --resp3               speak RESP3 (HELLO 3) instead of RESP2
   --transport T         mio (default) or smol
   --exec CMD            run `sh -c CMD` for each entry (below); without it, print entries
@@ -60,10 +65,17 @@ newline) on its stdin, its stdout and stderr going to pelican's, and in its envi
   PELICAN_STREAM, PELICAN_GROUP, PELICAN_CONSUMER
   PELICAN_SOURCE    pending (this consumer's own backlog), claimed (reclaimed from an idle
                     owner) or new
-PELICAN_DELIVERIES is not set: the consumer does not know delivery counts yet (`pelican
-pending` shows them). Exit status 0 acknowledges the entry; anything else (or death by a
-signal) leaves it pending. CMD runs in its own process group, so a Ctrl-C on the terminal
-reaches only pelican, which lets CMD finish.
+  PELICAN_DELIVERIES how many times the group has delivered it, this time included (the
+                    server's count: approximate after reconnects and restarts)
+Exit status 0 acknowledges the entry; 65 (EX_DATAERR: it can never be processed) moves it
+to the --dead-letter stream at once (without --dead-letter it is a failure); anything else
+(or death by a signal) leaves it pending. A status of 126 or 127 (the command cannot be run,
+or is not found) stops pelican with exit 1 and the entry left pending, rather than failing
+every entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
+only pelican, which lets CMD finish.
+
+On stderr, one line each: an entry moved to the dead-letter stream, an entry a peer took
+while this consumer held it (a lease lost), reads made smaller (slow handlers, big entries).
 
 JSON: a field name or value that is valid UTF-8 is a JSON string; one that is not is
 {\"base64\":\"…\"} (standard alphabet, padded). Fields keep stream order, and a repeated name
@@ -77,7 +89,8 @@ exits at once with status 130: the running command's process group gets SIGTERM 
 entry in hand stays pending.
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
-closed), 2 bad usage, 130 a second signal.";
+closed, CMD cannot be run, an entry is over the frame limit), 2 bad usage, 130 a second
+signal.";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transport {
@@ -95,6 +108,8 @@ struct Options {
     min_idle_ms: u64,
     create_group: Option<String>,
     recreate: bool,
+    dead_letter: Option<String>,
+    max_deliveries: Option<u64>,
     resp3: bool,
     transport: Transport,
     exec: Option<String>,
@@ -114,6 +129,8 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
         min_idle_ms: 30_000,
         create_group: None,
         recreate: false,
+        dead_letter: None,
+        max_deliveries: None,
         resp3: false,
         transport: Transport::Mio,
         exec: None,
@@ -131,6 +148,8 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
             "--min-idle-ms" => o.min_idle_ms = args.number(1)?,
             "--create-group" => o.create_group = Some(args.optional_value().unwrap_or_else(|| "$".into())),
             "--recreate-group" => o.recreate = true,
+            "--dead-letter" => o.dead_letter = Some(args.value()?),
+            "--max-deliveries" => o.max_deliveries = Some(args.number(1)?),
             "--resp3" => o.resp3 = true,
             "--transport" => {
                 o.transport = match args.value()?.as_str() {
@@ -152,6 +171,9 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
     o.consumer = args.required(consumer, "--consumer")?;
     if o.recreate && o.create_group.is_none() {
         return Err(args.error("--recreate-group needs --create-group (the ID to create it at)"));
+    }
+    if o.max_deliveries.is_some() && o.dead_letter.is_none() {
+        return Err(args.error("--max-deliveries needs --dead-letter (the stream to move entries to)"));
     }
     Ok(o)
 }
@@ -176,6 +198,10 @@ struct Handler {
     /// The running command's pid (its process group id), 0 when none runs.
     child: Arc<AtomicU32>,
     stdout_closed: AtomicBool,
+    /// The exit status of a command that could not be run (126, 127): the consumer stops.
+    unrunnable: AtomicI32,
+    /// Whether exit status 65 moves the entry to the dead-letter stream.
+    dead_letter: bool,
     stop: Box<dyn Fn() + Send + Sync>,
 }
 
@@ -191,7 +217,7 @@ impl Handler {
             Source::Claimed => c.claimed.fetch_add(1, Relaxed),
             Source::New => c.new.fetch_add(1, Relaxed),
         };
-        if verdict == Verdict::Retry {
+        if verdict != Verdict::Ack {
             c.failed.fetch_add(1, Relaxed);
         }
         // A second signal is exiting the process: no verdict for the entry in hand, not even
@@ -235,7 +261,7 @@ impl Handler {
             .env("PELICAN_GROUP", &self.group)
             .env("PELICAN_CONSUMER", &self.consumer)
             .env("PELICAN_SOURCE", source)
-            .env_remove("PELICAN_DELIVERIES")
+            .env("PELICAN_DELIVERIES", entry.deliveries.to_string())
             .process_group(0)
             .spawn()
         {
@@ -255,8 +281,15 @@ impl Handler {
         }
         let status = child.wait();
         self.child.store(0, Relaxed);
-        match status {
-            Ok(status) if status.success() => Verdict::Ack,
+        match status.map(|s| s.code()) {
+            Ok(Some(0)) => Verdict::Ack,
+            Ok(Some(EX_DATAERR)) if self.dead_letter => Verdict::DeadLetter,
+            Ok(Some(code @ (126 | 127))) => {
+                // A typo or a missing file would fail every entry in turn: stop instead.
+                self.unrunnable.store(code, Relaxed);
+                (self.stop)();
+                Verdict::Retry
+            }
             _ => Verdict::Retry,
         }
     }
@@ -280,6 +313,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if o.resp3 {
         config = config.protocol(Protocol::Resp3);
     }
+    if let Some(key) = &o.dead_letter {
+        config = config.dead_letter(key);
+        config.max_deliveries = o.max_deliveries;
+    }
 
     let counters = Arc::new(Counters::default());
     let child = Arc::new(AtomicU32::new(0));
@@ -292,6 +329,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
             counters: counters.clone(),
             child: child.clone(),
             stdout_closed: AtomicBool::new(false),
+            unrunnable: AtomicI32::new(0),
+            dead_letter: o.dead_letter.is_some(),
             stop,
         })
     };
@@ -301,10 +340,12 @@ pub fn main(args: Args) -> Result<(), Failure> {
 
     let (result, handler) = match o.transport {
         Transport::Mio => {
-            let runner = pelican_mio::Runner::new(&addrs[..], config).map_err(|e| match e {
-                pelican_mio::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
-                e => Failure::Failed(e.to_string()),
-            })?;
+            let runner = pelican_mio::Runner::new(&addrs[..], config)
+                .map_err(|e| match e {
+                    pelican_mio::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
+                    e => Failure::Failed(e.to_string()),
+                })?
+                .on_notice(tell(tty));
             let stop = runner.stop_handle();
             on_signals(stop.clone(), child.clone())?;
             let handler = handler(Box::new(move || stop.stop()));
@@ -318,10 +359,12 @@ pub fn main(args: Args) -> Result<(), Failure> {
             (result, handler)
         }
         Transport::Smol => {
-            let runner = pelican_smol::Runner::new(&addrs[..], config).map_err(|e| match e {
-                pelican_smol::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
-                e => Failure::Failed(e.to_string()),
-            })?;
+            let runner = pelican_smol::Runner::new(&addrs[..], config)
+                .map_err(|e| match e {
+                    pelican_smol::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
+                    e => Failure::Failed(e.to_string()),
+                })?
+                .on_notice(tell(tty));
             let stop = runner.stop_handle();
             on_signals(stop.clone(), child.clone())?;
             let handler = handler(Box::new(move || stop.stop()));
@@ -359,7 +402,25 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if handler.stdout_closed.load(Relaxed) {
         return Err(Failure::Failed("stopped: stdout is closed (the entry in hand stays pending)".into()));
     }
+    let code = handler.unrunnable.load(Relaxed);
+    if code != 0 {
+        let why = if code == 127 { "not found" } else { "not executable" };
+        let command = o.exec.as_deref().unwrap_or_default();
+        return Err(Failure::Failed(format!(
+            "stopped: the --exec command `{command}` cannot be run (exit {code}: {why}); the entry stays pending"
+        )));
+    }
     Ok(())
+}
+
+/// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
+/// `EX_DATAERR`: the input data was incorrect).
+const EX_DATAERR: i32 = 65;
+
+/// Prints each notice on stderr, one line each (clearing the progress line on a terminal).
+fn tell(tty: bool) -> impl FnMut(&Notice) + Send + 'static {
+    let clear = if tty { "\r\x1b[K" } else { "" };
+    move |notice| eprintln!("{clear}pelican: {notice}")
 }
 
 /// Set by a second signal, just before the process exits with 130.
@@ -424,6 +485,10 @@ fn stats_json(stats: &Stats, counters: &Counters, elapsed: Duration) -> String {
         .num("errors", stats.errors)
         .num("group_recreated", stats.group_recreated)
         .num("abandoned_acks", stats.abandoned_acks)
+        .num("leases_renewed", stats.leases_renewed)
+        .num("leases_lost", stats.leases_lost)
+        .num("dead_lettered", stats.dead_lettered)
+        .num("reads_shrunk", stats.reads_shrunk)
         .num("handled", counters.handled.load(Relaxed))
         .num("failed", counters.failed.load(Relaxed))
         .num("seconds", format_args!("{:.3}", elapsed.as_secs_f64()))
@@ -477,7 +542,16 @@ impl Progress {
             eprint!("\r\x1b[K");
         }
         let c = &self.counters;
-        let acked = stats.map_or(String::new(), |s| format!(", {} acked", s.acked));
+        let acked = stats.map_or(String::new(), |s| {
+            let mut text = format!(", {} acked", s.acked);
+            if s.dead_lettered > 0 {
+                text += &format!(", {} dead-lettered", s.dead_lettered);
+            }
+            if s.leases_lost > 0 {
+                text += &format!(", {} taken by peers", s.leases_lost);
+            }
+            text
+        });
         eprintln!(
             "pelican: {} handled in {:.1} s{acked}, {} failed, {} reclaimed, {} drained",
             c.handled.load(Relaxed),

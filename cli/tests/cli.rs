@@ -50,7 +50,7 @@ fn exec_success_acks_every_entry() {
 
     let want: Vec<String> = (0..5).map(|i| format!("{{\"f\":\"{i:04}\"}}")).collect();
     assert_eq!(lines_of(&input), want, "each command got the entry's fields as JSON on stdin");
-    let want: Vec<String> = ids.iter().map(|id| format!("{id} new s g c unset")).collect();
+    let want: Vec<String> = ids.iter().map(|id| format!("{id} new s g c 1")).collect();
     assert_eq!(lines_of(&env), want, "environment per entry");
     let stats = Json::parse(&std::fs::read_to_string(&stats).expect("stats file"));
     assert_eq!(stats.get("acked").num(), 5.0);
@@ -66,6 +66,10 @@ fn exec_success_acks_every_entry() {
         "errors",
         "group_recreated",
         "abandoned_acks",
+        "leases_renewed",
+        "leases_lost",
+        "dead_lettered",
+        "reads_shrunk",
     ] {
         assert_eq!(stats.get(field).num(), 0.0, "{field}");
     }
@@ -162,6 +166,11 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
         (with(&["--bogus"]), "unknown option --bogus"),
         (with(&["--transport", "tokio"]), "--transport: `tokio` is not mio or smol"),
         (with(&["--recreate-group"]), "--recreate-group needs --create-group"),
+        (with(&["--max-deliveries", "3"]), "--max-deliveries needs --dead-letter"),
+        (
+            with(&["--max-deliveries", "0", "--dead-letter", "dl"]),
+            "--max-deliveries: 0 is below the minimum, 1",
+        ),
         (vec!["consume".into(), "--stream".into(), "s".into()], "--group is required"),
         (vec!["frobnicate".into()], "unknown command `frobnicate`"),
         (vec![], "a command is required"),
@@ -193,7 +202,7 @@ fn bad_urls_and_flags_exit_2_with_a_clear_message() {
     }
     for (args, want) in [
         (&["--help"][..], "pelican consume --stream KEY"),
-        (&["consume", "--help"][..], "PELICAN_DELIVERIES is not set"),
+        (&["consume", "--help"][..], "PELICAN_DELIVERIES how many times"),
         (&["pending", "-h"][..], "Usage: pelican pending"),
         (&["produce", "--help"][..], "Usage: pelican produce"),
         (&["demo", "--help"][..], "Usage: pelican demo"),
@@ -384,4 +393,131 @@ fn demo_against_each_real_server_loses_nothing_and_cleans_up() {
         let keys = server.admin().call(&["DBSIZE"]);
         assert_eq!(keys.as_int(), Some(0), "{flavor}: the demo deletes its keys");
     }
+}
+
+/// The story: two consumers, a handler slow enough that one read outlasts min_idle
+/// (6 × 0.5 s against 1.5 s): every entry is handled exactly once, nothing stays pending.
+#[test]
+fn slow_exec_with_two_consumers_handles_each_entry_once() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 6, 4);
+    let dir = Scratch::new("slow");
+    let log = dir.file("log");
+    let command = format!("echo \"$PELICAN_CONSUMER $PELICAN_ID\" >> {log}; sleep 0.5");
+    let url = url(&server);
+    let args = |name: &'static str| -> Vec<String> {
+        let mut a: Vec<String> =
+            consume(&url, &["--exec", &command, "--beat-ms", "200", "--min-idle-ms", "1500"])
+                .into_iter()
+                .map(String::from)
+                .collect();
+        a[8] = name.into();
+        a
+    };
+    let spawn = |name| {
+        let a = args(name);
+        Pelican::spawn(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let mut c1 = spawn("c1");
+    wait_until("c1 to start", || !lines_of(&log).is_empty());
+    let mut c2 = spawn("c2");
+    wait_until("every entry handled and acked", || {
+        lines_of(&log).len() >= ids.len() && admin.xpending_count("s", "g") == 0
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500)); // a few of c2's beats
+    c1.stop();
+    c2.stop();
+    let handled: Vec<String> =
+        lines_of(&log).iter().map(|l| l.split(' ').nth(1).unwrap().to_string()).collect();
+    assert_eq!(handled, ids, "each once, in order: {:?}", lines_of(&log));
+    assert!(!c2.stderr().contains("taken by"), "{}", c2.stderr());
+}
+
+/// A command that always fails on one entry: it is handed out --max-deliveries times, then
+/// moved to the dead-letter stream, with a line on stderr; the rest is handled.
+#[test]
+fn a_poison_entry_goes_to_the_dead_letter_stream() {
+    let server = Server::start(Flavor::Redis62);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 4, 4);
+    let dir = Scratch::new("poison");
+    let log = dir.file("log");
+    let command =
+        format!("echo \"$PELICAN_ID $PELICAN_DELIVERIES\" >> {log}; [ \"$PELICAN_ID\" != {} ]", ids[1]);
+    let url = url(&server);
+    let extra = ["--exec", &command, "--beat-ms", "100", "--min-idle-ms", "300", "--max-deliveries", "2"];
+    let mut args = consume(&url, &extra);
+    args.extend(["--dead-letter", "dead"]);
+    let mut p = Pelican::spawn(&args);
+    wait_until("the poison entry moved", || admin.xlen("dead") == 1 && admin.xpending_count("s", "g") == 0);
+    p.stop();
+    let tries: Vec<String> = lines_of(&log).into_iter().filter(|l| l.starts_with(&ids[1])).collect();
+    assert_eq!(tries, [format!("{} 1", ids[1]), format!("{} 2", ids[1])], "PELICAN_DELIVERIES counts");
+    let line = format!("pelican: dead-lettered {} after 3 deliveries, past the delivery cap", ids[1]);
+    assert!(p.stderr().contains(&line), "{}", p.stderr());
+    let moved = admin.xrange("dead");
+    let fields: Vec<&str> = moved[0].1.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "f",
+            "pelican-stream",
+            "pelican-group",
+            "pelican-consumer",
+            "pelican-id",
+            "pelican-deliveries",
+            "pelican-reason"
+        ]
+    );
+}
+
+/// Exit status 65 moves the entry to the dead-letter stream at once (without --dead-letter
+/// it is an ordinary failure).
+#[test]
+fn exit_65_dead_letters_the_entry() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 2, 4);
+    let url = url(&server);
+    let command = format!("[ \"$PELICAN_ID\" != {} ] || exit 65", ids[0]);
+    let mut args = consume(&url, &["--exec", &command]);
+    args.extend(["--dead-letter", "dead"]);
+    let mut p = Pelican::spawn(&args);
+    wait_until("moved and acked", || admin.xlen("dead") == 1 && admin.xpending_count("s", "g") == 0);
+    p.stop();
+    let moved = admin.xrange("dead");
+    let reason = moved[0].1.iter().find(|(n, _)| n == "pelican-reason").map(|(_, v)| v.clone());
+    assert_eq!(reason.as_deref(), Some(&b"verdict"[..]));
+}
+
+/// A command that cannot run (127: not found, 126: not executable) stops the consumer with
+/// exit 1 and a message naming it; the entry stays pending (a typo does not dead-letter or
+/// fail the whole stream).
+#[test]
+fn a_command_that_cannot_run_stops_the_consumer() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 3, 4);
+    let dir = Scratch::new("unrunnable");
+    let script = dir.file("handler.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap(); // not executable
+    let url = url(&server);
+    for (command, code, why) in
+        [("/no/such/handler.sh", 127, "not found"), (script.as_str(), 126, "not executable")]
+    {
+        // Two runs each deliver the first entry once (the rest, read but not handed out, get
+        // their counts back): a cap of 2 is not passed.
+        let mut args = consume(&url, &["--exec", command, "--max-deliveries", "2"]);
+        args.extend(["--dead-letter", "dead"]);
+        let (status, _, stderr) = run(&args);
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        let want = format!(
+            "the --exec command `{command}` cannot be run (exit {code}: {why}); the entry stays pending"
+        );
+        assert!(stderr.contains(&want), "{stderr}");
+    }
+    assert_eq!(admin.xlen("dead"), 0, "nothing dead-lettered");
+    let pending: Vec<String> = admin.xpending_all("s", "g").into_iter().map(|p| p.0).collect();
+    assert_eq!(pending, ids, "nothing acked");
 }
