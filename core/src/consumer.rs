@@ -154,6 +154,9 @@ struct Buffered {
     entry: Entry,
     /// When the reply that delivered or last renewed it arrived.
     read_at: Instant,
+    /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
+    /// that the hot path compares instants instead of subtracting them.
+    due: Instant,
 }
 
 #[derive(Debug)]
@@ -495,7 +498,7 @@ impl Consumer {
         match verdict {
             Verdict::Ack => {
                 self.acks.push(hand.id);
-                self.ack_due.get_or_insert(now + self.config.ack_delay);
+                self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
             Verdict::Retry => self.stats.retried += 1,
             Verdict::DeadLetter => {
@@ -594,11 +597,10 @@ impl Consumer {
             return None; // whether they are still ours is being asked
         }
         let now = self.last_now?;
-        let lease = self.config.lease_threshold();
-        if now.saturating_duration_since(self.buffer.front()?.read_at) >= lease {
+        if now >= self.buffer.front()?.due {
             return None; // renewed first (the next pump or timeout)
         }
-        let Buffered { entry, read_at } = self.buffer.pop_front()?;
+        let Buffered { entry, read_at, .. } = self.buffer.pop_front()?;
         match entry.source {
             Source::Pending => self.stats.drained += 1,
             Source::Claimed => self.stats.claimed += 1,
@@ -659,7 +661,7 @@ impl Consumer {
             return;
         }
         if let Some(front) = self.buffer.front() {
-            if now.saturating_duration_since(front.read_at) >= self.config.lease_threshold() {
+            if now >= front.due {
                 self.renew_leases(now);
             }
             return;
@@ -762,11 +764,14 @@ impl Consumer {
     /// again, does not count them twice (and `max_deliveries` counts handlings, not reads).
     /// Owner-checked like a lease renewal: one a peer took since is skipped. Best effort.
     fn give_back(&mut self, now: Instant) {
+        if self.returns.is_empty() {
+            return;
+        }
         let returns = std::mem::take(&mut self.returns);
         let lease = self.config.lease_threshold();
         let mut i = 0;
         while i < returns.len() {
-            let Buffered { entry, read_at } = &returns[i];
+            let Buffered { entry, read_at, .. } = &returns[i];
             let group = returns[i..]
                 .iter()
                 .take_while(|b| b.read_at == *read_at && b.entry.deliveries == entry.deliveries)
@@ -783,6 +788,9 @@ impl Consumer {
     }
 
     fn flush_dead_letters(&mut self, now: Instant) {
+        if self.dead_letters.is_empty() {
+            return;
+        }
         for job in std::mem::take(&mut self.dead_letters) {
             self.send(Sent::DeadLetter(job), now);
         }
@@ -906,10 +914,7 @@ impl Consumer {
                 let entries = reply::read(value).map_err(shape)?;
                 self.backoff.reset();
                 self.pace.record_read(len, entries.len());
-                for mut entry in self.take(entries, Source::New, now) {
-                    entry.deliveries = 1;
-                    self.keep(Buffered { entry, read_at: now });
-                }
+                self.take_new(entries, now);
             }
             Sent::Counts { count } => {
                 let counts = reply::pending_counts(value).map_err(shape)?;
@@ -1024,17 +1029,39 @@ impl Consumer {
     fn take(&mut self, entries: Vec<RawEntry>, source: Source, now: Instant) -> Vec<Entry> {
         let mut live = Vec::with_capacity(entries.len());
         for RawEntry { id, fields } in entries {
-            match fields {
-                _ if self.in_hand.as_ref().is_some_and(|h| h.id == id) => {}
-                Some(fields) => live.push(Entry { id, fields, source, deliveries: 0 }),
-                None => {
-                    self.stats.deleted_seen += 1;
-                    self.acks.push(id);
-                    self.ack_due.get_or_insert(now + self.config.ack_delay);
-                }
+            if let Some(fields) = self.live(id, fields, now) {
+                live.push(fields);
             }
         }
+        for entry in &mut live {
+            entry.source = source;
+        }
         live
+    }
+
+    /// New entries (`>`): delivered once, buffered straight away.
+    fn take_new(&mut self, entries: Vec<RawEntry>, now: Instant) {
+        let due = now + self.config.lease_threshold();
+        for RawEntry { id, fields } in entries {
+            if let Some(mut entry) = self.live(id, fields, now) {
+                entry.deliveries = 1;
+                self.keep(Buffered { entry, read_at: now, due });
+            }
+        }
+    }
+
+    /// The entry to hand out for a read `[id, fields]`, if any (see [`take`](Self::take)).
+    fn live(&mut self, id: Bytes, fields: Option<Vec<(Bytes, Bytes)>>, now: Instant) -> Option<Entry> {
+        if self.in_hand.as_ref().is_some_and(|h| h.id == id) {
+            return None;
+        }
+        let Some(fields) = fields else {
+            self.stats.deleted_seen += 1;
+            self.acks.push(id);
+            self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
+            return None;
+        };
+        Some(Entry { id, fields, source: Source::New, deliveries: 0 })
     }
 
     /// Buffers an entry for the application; after a stop, keeps it to give its delivery
@@ -1081,6 +1108,7 @@ impl Consumer {
             }
         }
         let Some(Staged { entries, read_at, .. }) = self.staged.take() else { return };
+        let due = read_at + self.config.lease_threshold();
         for entry in entries {
             if entry.deliveries == 0 {
                 // No longer ours (acked or taken since the read): not handed out.
@@ -1089,7 +1117,7 @@ impl Consumer {
                 let reason = DeadLetterReason::MaxDeliveries;
                 self.dead_letters.push(Job { id: entry.id, deliveries: entry.deliveries, reason });
             } else {
-                self.keep(Buffered { entry, read_at });
+                self.keep(Buffered { entry, read_at, due });
             }
         }
     }
@@ -1103,6 +1131,7 @@ impl Consumer {
                 self.stats.leases_renewed += 1;
                 if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id == id) {
                     b.read_at = now;
+                    b.due = now + self.config.lease_threshold();
                 } else if let Some(h) = self.in_hand.as_mut().filter(|h| h.id == id) {
                     h.read_at = Some(now);
                 }

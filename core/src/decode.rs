@@ -86,8 +86,8 @@ pub(crate) struct Decoder {
     line_from: usize,
     /// Elements still owed by each open aggregate, innermost last.
     open: Vec<u64>,
-    /// Elements each open aggregate declared, parallel to `open`.
-    declared: Vec<u64>,
+    /// Elements declared by the aggregate open at the budget's watched depth.
+    watched: u64,
     /// Set while the current frame is being discarded.
     skip: Option<Skip>,
     /// Bytes of the current frame discarded so far while skipping.
@@ -102,7 +102,7 @@ impl Decoder {
             pos: 0,
             line_from: 0,
             open: Vec::new(),
-            declared: Vec::new(),
+            watched: 0,
             skip: None,
             skipped: 0,
         }
@@ -118,7 +118,7 @@ impl Decoder {
         self.pos = 0;
         self.line_from = 0;
         self.open.clear();
-        self.declared.clear();
+        self.watched = 0;
         self.skip = None;
         self.skipped = 0;
     }
@@ -258,8 +258,10 @@ impl Decoder {
                 if self.open.len() >= self.limits.max_depth {
                     return Err(DecodeError::TooDeep);
                 }
+                if budget.skip == Some(self.open.len()) {
+                    self.watched = children;
+                }
                 self.open.push(children);
-                self.declared.push(children);
                 continue;
             }
             if self.complete_one() {
@@ -280,7 +282,6 @@ impl Decoder {
                         return false;
                     }
                     self.open.pop();
-                    self.declared.pop();
                 }
             }
         }
@@ -294,10 +295,7 @@ impl Decoder {
         }
         match budget.skip {
             Some(depth) => {
-                let completed = match (self.declared.get(depth), self.open.get(depth)) {
-                    (Some(declared), Some(owed)) => declared - owed,
-                    _ => 0,
-                };
+                let completed = self.open.get(depth).map_or(0, |owed| self.watched.saturating_sub(*owed));
                 self.skip = Some(Skip { completed, payload: 0, done: false });
                 Ok(())
             }
