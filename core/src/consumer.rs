@@ -78,6 +78,11 @@ pub enum Event {
 ///   the read. Past [`Config::max_deliveries`] an entry is not handed out but moved to
 ///   [`Config::dead_letter`] ([`Notice::DeadLettered`]), as is one given
 ///   [`Verdict::DeadLetter`].
+/// - Entries read but dropped unhandled — buffered at a stop, or at a lost connection — get
+///   their delivery counts given back (`XCLAIM … JUSTID RETRYCOUNT n IDLE ms`, owner-checked),
+///   so that a restart's drain, which counts them again, counts each handling once. An entry
+///   in hand when the process dies keeps the count of that delivery: a handler that crashes
+///   the process on an entry still brings it to the cap.
 /// - A read reply that outgrows [`Config::read_bytes`] with more than one entry is skipped as
 ///   it arrives (nothing of it is kept) and read again with fewer entries; later reads ask
 ///   for as many as fit ([`Notice::ReadShrunk`]). Only a single entry larger than

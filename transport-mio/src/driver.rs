@@ -192,7 +192,7 @@ impl Driver {
     }
 
     /// The next [`Notice`] reported by the consumer during a [`drive`](Self::drive), oldest
-    /// first (they are kept until taken).
+    /// first. They are kept until taken, the latest [`NOTICES_KEPT`] at most.
     pub fn poll_notice(&mut self) -> Option<Notice> {
         self.notices.pop_front()
     }
@@ -242,8 +242,12 @@ impl Driver {
         handler: &mut impl FnMut(&Entry) -> Verdict,
     ) -> Result<Status, Error> {
         let mut notices = std::mem::take(&mut self.notices);
-        let status =
-            self.drive_until(registry, &mut |e| Some(handler(&e)), &mut |n| notices.push_back(n), None);
+        let status = self.drive_until(
+            registry,
+            &mut |e| Some(handler(&e)),
+            &mut |n| keep_notice(&mut notices, n),
+            None,
+        );
         self.notices = notices;
         status
     }
@@ -265,7 +269,7 @@ impl Driver {
             on_entry(entry);
             None
         };
-        let status = self.drive_until(registry, &mut hand, &mut |n| notices.push_back(n), None);
+        let status = self.drive_until(registry, &mut hand, &mut |n| keep_notice(&mut notices, n), None);
         self.notices = notices;
         status
     }
@@ -468,6 +472,16 @@ impl Driver {
         }
         Ok(false)
     }
+}
+
+/// How many untaken notices a [`Driver`] keeps (the oldest go first).
+pub const NOTICES_KEPT: usize = 1024;
+
+fn keep_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
+    if notices.len() == NOTICES_KEPT {
+        notices.pop_front();
+    }
+    notices.push_back(notice);
 }
 
 /// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still

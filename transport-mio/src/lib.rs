@@ -11,7 +11,10 @@
 //!
 //! Each consumer has its own connection, so one consumer's parked read never delays
 //! another's. Handlers run on the driving thread, one entry at a time; a slow handler delays
-//! the other drivers on the same thread.
+//! the other drivers on the same thread, and its own entry cannot be re-leased while it runs
+//! (a handler longer than `min_idle` may lose its entry to a peer). To hand entries to other
+//! threads and keep them leased meanwhile, use [`Driver::drive_deferred`] and
+//! [`Driver::settle`].
 //!
 //! ```no_run
 //! use pelican::{Config, Verdict};
@@ -33,7 +36,7 @@ mod error;
 mod run;
 mod stop;
 
-pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
+pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::RunError;
 pub use run::{run, Runner};
 pub use stop::StopHandle;
