@@ -552,6 +552,8 @@ impl Consumer {
     /// entries may be handled twice. [`Event::Stopped`] comes out next; close the connection.
     pub fn abandon(&mut self) {
         if !self.is_live() {
+            // Finished already (stopped, or failed with an entry in hand): forget that entry.
+            self.in_hand = None;
             return;
         }
         self.reset_link(); // acks in flight join the owed ones
