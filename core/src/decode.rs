@@ -128,7 +128,7 @@ impl Decoder {
     }
 
     /// Bytes received but not yet returned as frames.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn buffered(&self) -> usize {
         self.buf.len()
     }

@@ -11,7 +11,7 @@ use redis_protocol::{resp2, resp3};
 
 use crate::config::{Config, GroupGone, Limits, Protocol};
 use crate::consumer::{Consumer, Event};
-use crate::decode::{DecodeError, Decoder, Frame, Value};
+use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::Verdict;
 use crate::error::Error;
 use crate::reply;
@@ -172,6 +172,50 @@ pub fn decode(data: &[u8]) {
     }
     if !ended_on_limit {
         assert_eq!(small.len(), whole.len(), "tight limits stopped early without a limit error");
+    }
+    check_skipping(input, protocol, chunk, usize::from(head >> 7));
+}
+
+/// Bytes past which [`check_skipping`] skips a frame.
+const SKIP_PAST: usize = 256;
+
+/// A budget that skips frames past [`SKIP_PAST`] bytes (watching the aggregate at `depth`),
+/// fed in `chunk`s: up to the first error, frames that fit come out as decoded whole, with the
+/// same lengths; one that does not comes out `Skipped` with its length, and is never held
+/// (the decoder keeps at most the budget and a chunk).
+fn check_skipping(input: &[u8], protocol: Protocol, chunk: usize, depth: usize) {
+    let mut whole = Vec::new();
+    let mut d = Decoder::new(Limits::default());
+    d.extend(input);
+    let unlimited = Budget { bytes: usize::MAX, skip: None };
+    while let Ok(Some(step)) = d.next_within(protocol, unlimited) {
+        whole.push(step);
+    }
+    let budget = Budget { bytes: SKIP_PAST, skip: Some(depth) };
+    let mut d = Decoder::new(Limits::default());
+    let mut skipped = Vec::new();
+    'feed: for part in input.chunks(chunk) {
+        d.extend(part);
+        loop {
+            match d.next_within(protocol, budget) {
+                Ok(Some(step)) => skipped.push(step),
+                Ok(None) => break,
+                Err(_) => break 'feed,
+            }
+        }
+        assert!(d.buffered() <= SKIP_PAST + chunk + 64 || d.skipping().is_none(), "held while skipping");
+    }
+    for ((w, w_len), (s, s_len)) in whole.iter().zip(&skipped) {
+        assert_eq!(w_len, s_len, "frame lengths: {w:?} / {s:?}");
+        if *w_len > SKIP_PAST {
+            assert!(matches!(s, Frame::Skipped { .. }), "{w:?} not skipped");
+        } else {
+            let same = match (w, s) {
+                (Frame::Reply(x), Frame::Reply(y)) => same_value(x, y),
+                (x, y) => x == y,
+            };
+            assert!(same, "within the budget: {w:?} / {s:?}");
+        }
     }
 }
 
