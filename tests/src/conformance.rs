@@ -255,7 +255,8 @@ pub fn dead_peer<T: Transport>(t: Target) {
     assert!(wait_until(Duration::from_secs(10), || seen.len() >= 30), "reclaimed {} of 30", seen.len());
     let took = held_at.elapsed();
     run.finish();
-    assert!(took >= min_idle, "reclaimed before min_idle: {took:?}");
+    // The server counts idle time in whole milliseconds.
+    assert!(took + Duration::from_millis(5) >= min_idle, "reclaimed before min_idle: {took:?}");
     assert!(took < min_idle + Duration::from_millis(200) + Duration::from_secs(3), "too slow: {took:?}");
     assert_eq!(seen.ids(), set(&ids));
     assert!(seen.all().iter().all(|(_, s)| *s == Source::Claimed));
@@ -281,7 +282,9 @@ pub fn retry_after_min_idle<T: Transport>(t: Target) {
     assert!(wait_until(Duration::from_secs(10), || seen.len() >= 10), "deliveries: {}", seen.len());
     let took = added.elapsed();
     let stats = run.finish();
-    assert!(took >= min_idle, "retried before min_idle: {took:?}");
+    // The server counts idle time in whole milliseconds from the delivery, which can come a
+    // little before `added` (the read is woken by the XADD itself).
+    assert!(took + Duration::from_millis(5) >= min_idle, "retried before min_idle: {took:?}");
     let all = seen.all();
     for id in &ids {
         let sources: Vec<Source> = all.iter().filter(|(i, _)| i == id).map(|(_, s)| *s).collect();
