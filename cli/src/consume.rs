@@ -256,7 +256,7 @@ impl Handler {
             .arg("-c")
             .arg(command)
             .stdin(Stdio::piped())
-            .env("PELICAN_ID", String::from_utf8_lossy(&entry.id).as_ref())
+            .env("PELICAN_ID", String::from_utf8_lossy(entry.id()).as_ref())
             .env("PELICAN_STREAM", &self.stream)
             .env("PELICAN_GROUP", &self.group)
             .env("PELICAN_CONSUMER", &self.consumer)
@@ -273,7 +273,7 @@ impl Handler {
         };
         self.child.store(child.id(), Relaxed);
         let mut input = String::new();
-        json::push_fields(&mut input, &entry.fields);
+        json::push_fields(&mut input, entry.fields());
         input.push('\n');
         if let Some(mut stdin) = child.stdin.take() {
             // A command that does not read its input closes the pipe: not a failure.

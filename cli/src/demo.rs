@@ -313,7 +313,7 @@ impl Worker {
             let driver = self.driver.as_mut().expect("a live worker");
             let status = driver
                 .drive(self.poll.registry(), &mut |e: &Entry| {
-                    let id = String::from_utf8_lossy(&e.id).into_owned();
+                    let id = String::from_utf8_lossy(e.id()).into_owned();
                     seen.push((id.clone(), e.source));
                     let v = verdict(e);
                     if v == Verdict::Ack {

@@ -8,8 +8,7 @@
 
 use std::fmt::Display;
 
-use bytes::Bytes;
-use pelican::Entry;
+use pelican::{Entry, Fields};
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -61,10 +60,10 @@ pub fn push_bytes(out: &mut String, bytes: &[u8]) {
 
 /// Appends an entry's fields: an object in stream order (repeated names kept), or an array
 /// of `[name, value]` pairs if some name is not UTF-8.
-pub fn push_fields(out: &mut String, fields: &[(Bytes, Bytes)]) {
-    let as_object = fields.iter().all(|(name, _)| std::str::from_utf8(name).is_ok());
+pub fn push_fields(out: &mut String, fields: Fields<'_>) {
+    let as_object = fields.clone().all(|(name, _)| std::str::from_utf8(name).is_ok());
     out.push(if as_object { '{' } else { '[' });
-    for (i, (name, value)) in fields.iter().enumerate() {
+    for (i, (name, value)) in fields.enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -86,11 +85,11 @@ pub fn push_fields(out: &mut String, fields: &[(Bytes, Bytes)]) {
 /// `{"id":"…","fields":{…}}` followed by a newline.
 pub fn entry_line(entry: &Entry) -> String {
     let mut out =
-        String::with_capacity(32 + entry.fields.iter().map(|(f, v)| f.len() + v.len() + 6).sum::<usize>());
+        String::with_capacity(32 + entry.fields().map(|(f, v)| f.len() + v.len() + 6).sum::<usize>());
     out.push_str("{\"id\":");
-    push_bytes(&mut out, &entry.id);
+    push_bytes(&mut out, entry.id());
     out.push_str(",\"fields\":");
-    push_fields(&mut out, &entry.fields);
+    push_fields(&mut out, entry.fields());
     out.push_str("}\n");
     out
 }
@@ -197,9 +196,7 @@ mod tests {
     }
 
     fn entry(fields: &[(&[u8], &[u8])]) -> Entry {
-        let fields =
-            fields.iter().map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v))).collect();
-        Entry::new("1-0", fields, Source::New)
+        Entry::new("1-0", fields.iter().copied(), Source::New)
     }
 
     #[test]

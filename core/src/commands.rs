@@ -51,14 +51,6 @@ pub(crate) fn create_group(out: &mut BytesMut, c: &Config) {
     command(out, &[b"XGROUP", b"CREATE", &c.stream, &c.group, start, b"MKSTREAM"]);
 }
 
-/// `XACK key group id…`.
-pub(crate) fn ack(out: &mut BytesMut, c: &Config, ids: &[Bytes]) {
-    let mut args: Vec<&[u8]> = Vec::with_capacity(3 + ids.len());
-    args.extend([&b"XACK"[..], &c.stream, &c.group]);
-    args.extend(ids.iter().map(|id| &id[..]));
-    command(out, &args);
-}
-
 /// `XREADGROUP GROUP g c COUNT n STREAMS key <after>`: a page of the own pending list.
 pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8]) {
     let count = Decimal::new(count.into());
@@ -78,26 +70,34 @@ pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[
     );
 }
 
-/// `XREADGROUP GROUP g c COUNT n BLOCK beat STREAMS key >`: parked for new entries.
-pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32) {
+/// `XREADGROUP GROUP g c COUNT n [BLOCK beat] STREAMS key >`: parked for new entries, or
+/// (without `BLOCK`) a read ahead that answers at once.
+pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32, block: bool) {
     let count = Decimal::new(count.into());
-    let block = Decimal::new(c.beat.as_millis() as u64);
-    command(
-        out,
-        &[
+    let beat = Decimal::new(c.beat.as_millis() as u64);
+    let (g, k) = (&c.group[..], &c.stream[..]);
+    let consumer = &c.consumer[..];
+    if block {
+        let args: [&[u8]; 11] = [
             b"XREADGROUP",
             b"GROUP",
-            &c.group,
-            &c.consumer,
+            g,
+            consumer,
             b"COUNT",
             count.as_bytes(),
             b"BLOCK",
-            block.as_bytes(),
+            beat.as_bytes(),
             b"STREAMS",
-            &c.stream,
+            k,
             b">",
-        ],
-    );
+        ];
+        command(out, &args);
+    } else {
+        command(
+            out,
+            &[b"XREADGROUP", b"GROUP", g, consumer, b"COUNT", count.as_bytes(), b"STREAMS", k, b">"],
+        );
+    }
 }
 
 /// `XAUTOCLAIM key group consumer <min_idle> <cursor> COUNT n`.

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 
+use crate::acks::Acks;
 use crate::backoff::Backoff;
 use crate::commands;
 use crate::config::{Config, ConfigError, GroupGone, Protocol};
@@ -16,8 +17,9 @@ use crate::error::{is_group_gone, is_transient, Command, Error};
 use crate::lease;
 use crate::notice::{DeadLetterReason, Notice};
 use crate::pace::Pace;
-use crate::reply::{self, RawEntry};
+use crate::reply;
 use crate::stats::Stats;
+use crate::stream_reply::{self, Item, Span};
 
 /// What the consumer has to tell its driver.
 #[derive(Debug, PartialEq, Eq)]
@@ -102,7 +104,9 @@ pub struct Consumer {
     staged: Option<Staged>,
     in_hand: Option<InHand>,
     /// Acks earned and not yet written.
-    acks: Vec<Bytes>,
+    acks: Acks,
+    /// Emptied id lists of answered `XACK`s, reused for the next acks.
+    ack_pool: Vec<Acks>,
     /// When the oldest of `acks` must be written.
     ack_due: Option<Instant>,
     /// Dead-letter moves owed and not yet written.
@@ -110,6 +114,9 @@ pub struct Consumer {
     /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
     /// are to be given back.
     returns: Vec<Buffered>,
+    /// The last read brought as many entries as it asked for: more are likely waiting, so
+    /// the next read goes out before this batch is all handed out.
+    backlog: bool,
     /// Where the next `XAUTOCLAIM` continues.
     cursor: Bytes,
     /// When the next reclaim is due; `None` is now.
@@ -117,6 +124,9 @@ pub struct Consumer {
     pace: Pace,
     notices: VecDeque<Notice>,
     stop: Stop,
+    /// A fatal error found while the link still works: the consumer stops as for a stop
+    /// (confirming earned acks), then fails with it.
+    failing: Option<Error>,
     failed: Option<Error>,
     backoff: Backoff,
     connected_before: bool,
@@ -164,9 +174,9 @@ struct Buffered {
     due: Instant,
 }
 
+/// The entry handed out; its id is held at the end of the acks (see [`Acks::hold`]).
 #[derive(Debug)]
 struct InHand {
-    id: Bytes,
     deliveries: u64,
     /// When its lease was last renewed; `None` once a peer has taken it (nothing to renew).
     read_at: Option<Instant>,
@@ -186,6 +196,8 @@ struct Staged {
 #[derive(Debug)]
 struct InFlight {
     sent: Sent,
+    /// When it was written: no later than the server ran it.
+    sent_at: Instant,
     deadline: Instant,
 }
 
@@ -194,7 +206,7 @@ struct InFlight {
 enum Sent {
     Handshake(Command),
     CreateGroup,
-    Ack(Vec<Bytes>),
+    Ack(Acks),
     ReadPending {
         count: u32,
     },
@@ -203,6 +215,8 @@ enum Sent {
     },
     ReadNew {
         count: u32,
+        /// Parked (`BLOCK beat`), or a read ahead that answers at once.
+        block: bool,
     },
     /// Delivery counts for the staged entries; `count` asked.
     Counts {
@@ -261,6 +275,7 @@ impl Sent {
                 | Sent::GiveBack
                 | Sent::ReadPending { .. }
                 | Sent::Claim { .. }
+                | Sent::ReadNew { block: false, .. }
                 | Sent::Counts { .. }
         )
     }
@@ -289,14 +304,17 @@ impl Consumer {
             buffer: VecDeque::new(),
             staged: None,
             in_hand: None,
-            acks: Vec::new(),
+            acks: Acks::default(),
+            ack_pool: Vec::new(),
             ack_due: None,
             dead_letters: Vec::new(),
             returns: Vec::new(),
+            backlog: false,
             cursor: Bytes::from_static(CURSOR_START),
             claim_at: None,
             notices: VecDeque::new(),
             stop: Stop::Running,
+            failing: None,
             failed: None,
             connected_before: false,
             last_now: None,
@@ -317,8 +335,8 @@ impl Consumer {
     }
 
     /// Id of the entry the application holds, if any.
-    pub fn in_hand(&self) -> Option<&Bytes> {
-        self.in_hand.as_ref().map(|h| &h.id)
+    pub fn in_hand(&self) -> Option<&[u8]> {
+        self.in_hand.as_ref().and(self.acks.held())
     }
 
     /// True while a connection is up (between `on_connected` and its loss).
@@ -352,7 +370,7 @@ impl Consumer {
             && self.acks.is_empty()
             && self.dead_letters.is_empty()
             && self.in_flight.len() == 1
-            && matches!(self.in_flight[0].sent, Sent::ReadNew { .. })
+            && matches!(self.in_flight[0].sent, Sent::ReadNew { block: true, .. })
     }
 
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
@@ -451,7 +469,12 @@ impl Consumer {
                 return Err(self.fail(now, Error::Protocol { detail }));
             };
             let outcome = match frame {
-                Frame::Reply(value) => self.on_reply(cmd.sent, value, len, now),
+                Frame::Reply(value) => self.on_reply(cmd.sent, value, now),
+                Frame::Raw { bytes, spans } => {
+                    let outcome = self.on_entries(cmd.sent, cmd.sent_at, bytes, &spans, len, now);
+                    self.decoder.reuse(spans);
+                    outcome
+                }
                 Frame::Skipped { completed } => self.on_oversized(cmd.sent, completed, now),
                 Frame::Push => Ok(()),
             };
@@ -463,7 +486,7 @@ impl Consumer {
             self.finish_stop_if_clear();
         }
         self.pump(now);
-        Ok(())
+        self.failed.clone().map_or(Ok(()), Err)
     }
 
     /// Call when `poll_timeout` has passed. A reply overdue past its deadline is an
@@ -485,7 +508,7 @@ impl Consumer {
             self.renew_leases(now);
             self.pump(now);
         }
-        Ok(())
+        self.failed.clone().map_or(Ok(()), Err)
     }
 
     // ---- application --------------------------------------------------------------------
@@ -502,18 +525,24 @@ impl Consumer {
         self.pace.record_handler(took);
         match verdict {
             Verdict::Ack => {
-                self.acks.push(hand.id);
+                self.acks.keep_held();
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
-            Verdict::Retry => self.stats.retried += 1,
+            Verdict::Retry => {
+                self.acks.drop_held();
+                self.stats.retried += 1;
+            }
             Verdict::DeadLetter => {
+                let id = Bytes::copy_from_slice(self.acks.held().unwrap_or_default());
+                self.acks.drop_held();
                 if self.config.dead_letter.is_none() {
-                    let id = String::from_utf8_lossy(&hand.id).into_owned();
-                    self.fail(now, Error::NoDeadLetter { id });
+                    let id = String::from_utf8_lossy(&id).into_owned();
+                    self.fail_after_acks(Error::NoDeadLetter { id });
+                    self.pump(now);
                     return;
                 }
                 let reason = DeadLetterReason::Verdict;
-                self.dead_letters.push(Job { id: hand.id, deliveries: hand.deliveries, reason });
+                self.dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
             }
         }
         // After a slow handler the next one is likely slow too: its ack would wait as long.
@@ -554,6 +583,7 @@ impl Consumer {
         if !self.is_live() {
             // Finished already (stopped, or failed with an entry in hand): forget that entry.
             self.in_hand = None;
+            self.acks.drop_held();
             return;
         }
         self.reset_link(); // acks in flight join the owed ones
@@ -566,6 +596,10 @@ impl Consumer {
         self.in_hand = None;
         self.link = Link::Closed;
         self.stop = Stop::Stopped { reported: false };
+        if let Some(error) = self.failing.take() {
+            self.stats.errors += 1;
+            self.failed = Some(error);
+        }
     }
 
     // ---- output -------------------------------------------------------------------------
@@ -613,12 +647,9 @@ impl Consumer {
             Source::Claimed => self.stats.claimed += 1,
             Source::New => self.stats.new += 1,
         }
-        self.in_hand = Some(InHand {
-            id: entry.id.clone(),
-            deliveries: entry.deliveries,
-            read_at: Some(read_at),
-            handed_at: now,
-        });
+        let (raw, id) = entry.id_parts();
+        self.acks.hold(raw, id);
+        self.in_hand = Some(InHand { deliveries: entry.deliveries, read_at: Some(read_at), handed_at: now });
         Some(Event::Entry(entry))
     }
 
@@ -659,29 +690,54 @@ impl Consumer {
         if self.link != Link::Up || !self.is_live() {
             return;
         }
-        self.flush_dead_letters(now);
-        self.give_back(now);
-        if self.in_hand.is_some()
-            || self.staged.is_some()
-            || self.in_flight.iter().any(|c| c.sent.holds_handout())
-        {
+        if !self.dead_letters.is_empty() || !self.returns.is_empty() {
+            self.flush_dead_letters(now);
+            self.give_back(now);
+        }
+        if self.stop != Stop::Running {
+            return; // the entry in hand finishes; nothing more is read
+        }
+        if self.staged.is_some() || self.in_flight.iter().any(|c| c.sent.holds_handout()) {
             return;
         }
         if let Some(front) = self.buffer.front() {
-            if now >= front.due {
+            if self.in_hand.is_none() && now >= front.due {
                 self.renew_leases(now);
+                return;
             }
-            return;
         }
-        self.flush_acks(now);
-        let read = match &self.next {
-            Next::Drain { .. } => Sent::ReadPending { count: self.read_count() },
-            Next::Beat if self.claim_at.map_or(true, |at| now >= at) => {
-                Sent::Claim { count: self.read_count() }
+        if self.in_hand.is_none() && self.buffer.is_empty() {
+            // Caught up with what was read: the next read, parked on `>` if it comes to that.
+            self.flush_acks(now);
+            let read = self.next_read(now, true, 0);
+            self.send(read, now);
+        } else if self.backlog && !self.drains_from_top() {
+            // More is waiting on the server: read it now, while this batch is handed out, so
+            // that the server works while the application does — once no more than one
+            // read's worth is left to hand out (what is read ahead waits its turn, and must
+            // not outlive its lease). Not a drain from the top: it would read again what is
+            // buffered or in hand.
+            if self.buffer.len() <= self.pace.count().0 as usize {
+                self.flush_acks(now);
+                let read = self.next_read(now, false, 0);
+                self.send(read, now);
             }
-            Next::Beat => Sent::ReadNew { count: self.read_count() },
-        };
-        self.send(read, now);
+        }
+    }
+
+    fn drains_from_top(&self) -> bool {
+        matches!(&self.next, Next::Drain { after } if &after[..] == DRAIN_START)
+    }
+
+    /// The read that comes next: a drain page, a reclaim if due, or new entries (parked with
+    /// `BLOCK` only if `park`). `count` 0 is the paced count.
+    fn next_read(&mut self, now: Instant, park: bool, count: u32) -> Sent {
+        let count = if count == 0 { self.read_count() } else { count };
+        match &self.next {
+            Next::Drain { .. } => Sent::ReadPending { count },
+            Next::Beat if self.claim_at.map_or(true, |at| now >= at) => Sent::Claim { count },
+            Next::Beat => Sent::ReadNew { count, block: park },
+        }
     }
 
     /// The count for the next read; a smaller count than before is a notice.
@@ -715,10 +771,14 @@ impl Consumer {
         let due: Vec<(Duration, Bytes)> = self
             .buffer
             .iter()
-            .map(|b| (elapsed(b.read_at), &b.entry.id))
-            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), &h.id))))
+            .filter(|b| elapsed(b.read_at) >= lease)
+            .map(|b| (elapsed(b.read_at), b.entry.id_bytes()))
+            .chain(
+                self.in_hand
+                    .iter()
+                    .filter_map(|h| Some((elapsed(h.read_at?), Bytes::copy_from_slice(self.acks.held()?)))),
+            )
             .filter(|(e, _)| *e >= lease)
-            .map(|(e, id)| (e, id.clone()))
             .collect();
         if due.is_empty() {
             return;
@@ -730,7 +790,7 @@ impl Consumer {
     }
 
     fn parked_read_in_flight(&self) -> bool {
-        self.in_flight.iter().any(|c| matches!(c.sent, Sent::ReadNew { .. }))
+        self.in_flight.iter().any(|c| matches!(c.sent, Sent::ReadNew { block: true, .. }))
     }
 
     fn finish_stop_if_clear(&mut self) {
@@ -740,10 +800,16 @@ impl Consumer {
             || !self.dead_letters.is_empty()
             || (self.link == Link::Up && (!self.returns.is_empty() || self.staged.is_some()))
             || self.in_flight.iter().any(|c| c.sent.is_owed());
-        if self.stop == Stop::Stopping && self.in_hand.is_none() && !owed {
-            self.stop = Stop::Stopped { reported: false };
+        if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_none() && !owed {
             self.reset_link();
             self.link = Link::Closed;
+            match self.failing.take() {
+                Some(error) => {
+                    self.stats.errors += 1;
+                    self.failed = Some(error);
+                }
+                None => self.stop = Stop::Stopped { reported: false },
+            }
         }
     }
 
@@ -753,9 +819,9 @@ impl Consumer {
         if self.acks.is_empty() || self.link != Link::Up || self.parked_read_in_flight() {
             return;
         }
-        let ids = std::mem::take(&mut self.acks);
+        let acks = self.acks.take(self.ack_pool.pop().unwrap_or_default());
         self.ack_due = None;
-        self.send(Sent::Ack(ids), now);
+        self.send(Sent::Ack(acks), now);
     }
 
     /// Drops the entries read but not handed out (they stay pending), keeping them to give
@@ -783,7 +849,7 @@ impl Consumer {
                 .iter()
                 .take_while(|b| b.read_at == *read_at && b.entry.deliveries == entry.deliveries)
                 .count();
-            let ids: Vec<Bytes> = returns[i..i + group].iter().map(|b| b.entry.id.clone()).collect();
+            let ids: Vec<Bytes> = returns[i..i + group].iter().map(|b| b.entry.id_bytes()).collect();
             let elapsed = now.saturating_duration_since(*read_at);
             let min_idle_ms = lease::owned_since(elapsed, lease, self.config.min_idle);
             let idle_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
@@ -812,7 +878,7 @@ impl Consumer {
     fn reset_link(&mut self) {
         for c in self.in_flight.drain(..) {
             match c.sent {
-                Sent::Ack(ids) => self.acks.extend(ids),
+                Sent::Ack(mut acks) => self.acks.append(&mut acks),
                 Sent::DeadLetter(job) => self.dead_letters.push(job),
                 _ => {}
             }
@@ -843,6 +909,16 @@ impl Consumer {
         error
     }
 
+    /// A fatal error that leaves the link working: stop as for [`stop`](Self::stop) —
+    /// earned acks and moves confirmed, the buffer given back — then fail with it.
+    fn fail_after_acks(&mut self, error: Error) {
+        if self.stop == Stop::Running {
+            self.stop = Stop::Stopping;
+            self.drop_buffer();
+        }
+        self.failing.get_or_insert(error);
+    }
+
     /// How large the reply at the front may grow: reads asking for several entries are held
     /// to `read_bytes` (and skipped past it), a single entry to `max_frame`.
     fn budget(&self) -> Budget {
@@ -850,18 +926,18 @@ impl Consumer {
         // Depth of the entry list: `[[key, entries]]` in RESP2, `{key: entries}` in RESP3;
         // `[cursor, entries, …]` for XAUTOCLAIM.
         let (count, depth) = match self.in_flight.front().map(|c| &c.sent) {
-            Some(Sent::ReadPending { count } | Sent::ReadNew { count }) => match self.config.protocol {
+            Some(Sent::ReadPending { count } | Sent::ReadNew { count, .. }) => match self.config.protocol {
                 Protocol::Resp2 => (*count, 2),
                 Protocol::Resp3 => (*count, 1),
             },
             Some(Sent::Claim { count }) => (*count, 1),
-            _ => return Budget { bytes: max_frame, skip: None },
+            _ => return Budget { bytes: max_frame, skip: None, raw: false },
         };
         let bytes = if count > 1 { self.config.read_bytes } else { max_frame };
-        Budget { bytes, skip: Some(depth) }
+        Budget { bytes, skip: Some(depth), raw: true }
     }
 
-    fn on_reply(&mut self, sent: Sent, value: Value, len: usize, now: Instant) -> Result<(), Error> {
+    fn on_reply(&mut self, sent: Sent, value: Value, now: Instant) -> Result<(), Error> {
         let command = sent.command();
         if let Sent::Discard(_) = sent {
             return Ok(());
@@ -876,52 +952,18 @@ impl Consumer {
         match sent {
             Sent::Handshake(_) | Sent::CreateGroup => reply::ok(value).map_err(shape)?,
             Sent::Discard(_) => {}
-            Sent::Ack(ids) => {
+            Sent::Ack(mut acks) => {
                 let n = reply::count(value).map_err(shape)?;
                 self.stats.acked += n;
                 // 0 for an id means a peer reclaimed and acked it first: a signal, not an error.
-                self.stats.lost_to_peer += (ids.len() as u64).saturating_sub(n);
-            }
-            Sent::ReadPending { .. } => {
-                let entries = reply::read(value).map_err(shape)?;
-                self.backoff.reset();
-                self.pace.record_read(len, entries.len());
-                // The drain pages forward by the last id, so an entry left pending by a
-                // failing handler cannot spin it; an empty page ends it.
-                self.next = match entries.last() {
-                    Some(last) => Next::Drain { after: last.id.clone() },
-                    None => Next::Beat,
-                };
-                // Their counts come with the `XPENDING` pipelined behind the read.
-                let live = self.take(entries, Source::Pending, now);
-                self.stage(live, now, false);
-            }
-            Sent::Claim { .. } => {
-                let claim = reply::autoclaim(value).map_err(shape)?;
-                self.backoff.reset();
-                self.pace.record_read(len, claim.claimed.len());
-                self.stats.deleted_seen += claim.deleted.len() as u64;
-                let sweeping = !claim.claimed.is_empty() && claim.cursor != CURSOR_START;
-                // Carry the cursor across beats; `0-0` starts the next sweep from the top.
-                self.cursor = claim.cursor;
-                self.claim_at = if sweeping { None } else { Some(now + self.config.beat) };
-                let live = self.take(claim.claimed, Source::Claimed, now);
-                if let (Some(first), Some(last)) = (live.first(), live.last()) {
-                    let (first, last, n) = (first.id.clone(), last.id.clone(), live.len() as u32);
-                    self.stage(live, now, true);
-                    self.send_counts(&first, &last, n, now);
-                }
-                if claim.bare_nils > 0 {
-                    // Redis 6.2 moved deleted entries' ids into our pending list without
-                    // naming them: drain it to see them as `[id, nil]` and ack them away.
-                    self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
+                self.stats.lost_to_peer += (acks.len() as u64).saturating_sub(n);
+                if self.ack_pool.len() < 4 {
+                    acks.clear();
+                    self.ack_pool.push(acks);
                 }
             }
-            Sent::ReadNew { .. } => {
-                let entries = reply::read(value).map_err(shape)?;
-                self.backoff.reset();
-                self.pace.record_read(len, entries.len());
-                self.take_new(entries, now);
+            Sent::ReadPending { .. } | Sent::Claim { .. } | Sent::ReadNew { .. } => {
+                return Err(shape(reply::ShapeError("a read answered with neither entries nor an error")));
             }
             Sent::Counts { count } => {
                 let counts = reply::pending_counts(value).map_err(shape)?;
@@ -945,9 +987,103 @@ impl Consumer {
                 let pending = reply::pending_counts(value).map_err(shape)?;
                 if let Some((id, _)) = pending.into_iter().next() {
                     let id = String::from_utf8_lossy(&id).into_owned();
-                    return Err(Error::EntryTooLarge { id, limit: self.config.limits.max_frame });
+                    self.fail_after_acks(Error::EntryTooLarge { id, limit: self.config.limits.max_frame });
                 }
                 // Gone meanwhile: the drain goes on.
+            }
+        }
+        Ok(())
+    }
+
+    /// A read or claim reply, parsed in one pass straight into entries.
+    ///
+    /// The entries' idle time on the server began when it ran the read: for a parked read,
+    /// when it answered (now, give or take the trip); for any other, soon after it was sent —
+    /// which is what their leases count from, even if the reply is read much later (a read
+    /// ahead, answered while a handler ran).
+    fn on_entries(
+        &mut self,
+        sent: Sent,
+        sent_at: Instant,
+        frame: Bytes,
+        spans: &[Span],
+        len: usize,
+        now: Instant,
+    ) -> Result<(), Error> {
+        let read_at = match sent {
+            Sent::ReadNew { block: true, .. } => now,
+            _ => sent_at,
+        };
+        let command = sent.command();
+        let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
+        let protocol = self.config.protocol;
+        self.backoff.reset();
+        match sent {
+            Sent::ReadPending { count } => {
+                let (mut live, mut last) = (Vec::new(), None);
+                let n = stream_reply::read(&frame, spans, protocol, Source::Pending, |item| {
+                    last = Some(match &item {
+                        Item::Entry(e) => e.id_bytes(),
+                        Item::Deleted(id) => id.clone(),
+                    });
+                    live.extend(self.live(item, now));
+                })
+                .map_err(shape)?;
+                self.pace.record_read(len, n);
+                self.backlog = n >= count as usize;
+                // The drain pages forward by the last id, so an entry left pending by a
+                // failing handler cannot spin it; an empty page ends it.
+                self.next = match last {
+                    Some(after) => Next::Drain { after },
+                    None => Next::Beat,
+                };
+                // Their counts come with the `XPENDING` pipelined behind the read.
+                self.stage(live, read_at, false);
+            }
+            Sent::Claim { count } => {
+                let mut live = Vec::new();
+                let claim = stream_reply::autoclaim(&frame, spans, protocol, |item| {
+                    live.extend(self.live(item, now))
+                })
+                .map_err(shape)?;
+                let claimed = live.len() + claim.bare_nils as usize;
+                self.pace.record_read(len, claimed);
+                self.backlog = claimed >= count as usize;
+                self.stats.deleted_seen += claim.deleted.len() as u64;
+                let sweeping = (!live.is_empty() || claim.bare_nils > 0) && &claim.cursor[..] != CURSOR_START;
+                // Carry the cursor across beats; `0-0` starts the next sweep from the top.
+                self.cursor = claim.cursor;
+                self.claim_at = if sweeping { None } else { Some(now + self.config.beat) };
+                if let (Some(first), Some(last)) = (live.first(), live.last()) {
+                    let (first, last, n) = (first.id_bytes(), last.id_bytes(), live.len() as u32);
+                    self.stage(live, read_at, true);
+                    self.send_counts(&first, &last, n, now);
+                }
+                if claim.bare_nils > 0 {
+                    // Redis 6.2 moved deleted entries' ids into our pending list without
+                    // naming them: drain it to see them as `[id, nil]` and ack them away.
+                    self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
+                }
+            }
+            Sent::ReadNew { count, .. } => {
+                let due = read_at + self.config.lease_threshold();
+                // The hot path: each entry goes straight to the buffer, moved as little as can be.
+                let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
+                    Item::Entry(mut entry) if !self.holds(entry.id()) => {
+                        entry.deliveries = 1;
+                        self.keep(Buffered { entry, read_at, due });
+                    }
+                    other => {
+                        self.live(other, now);
+                    }
+                })
+                .map_err(shape)?;
+                self.pace.record_read(len, n);
+                self.backlog = n >= count as usize;
+            }
+            other => {
+                let detail = "a reply other than a read came as entries";
+                return Err(Error::Shape { command: other.command(), detail });
             }
         }
         Ok(())
@@ -960,7 +1096,7 @@ impl Consumer {
             return Ok(());
         }
         let count = match sent {
-            Sent::ReadPending { count } | Sent::Claim { count } | Sent::ReadNew { count } => count,
+            Sent::ReadPending { count } | Sent::Claim { count } | Sent::ReadNew { count, .. } => count,
             other => {
                 let detail = "a reply other than a read was skipped";
                 return Err(Error::Shape { command: other.command(), detail });
@@ -1030,49 +1166,37 @@ impl Consumer {
         Err(Error::Server { command, message: text() })
     }
 
-    /// Splits read entries: deleted ones (`[id, nil]`) cannot be processed, so they are acked
-    /// away and counted, never handed out; the one in hand (read again by a drain after a
-    /// reconnect) is left to its handler. Returns the rest, delivery counts unknown (0).
-    fn take(&mut self, entries: Vec<RawEntry>, source: Source, now: Instant) -> Vec<Entry> {
-        let mut live = Vec::with_capacity(entries.len());
-        for RawEntry { id, fields } in entries {
-            if let Some(fields) = self.live(id, fields, now) {
-                live.push(fields);
-            }
-        }
-        for entry in &mut live {
-            entry.source = source;
-        }
-        live
-    }
-
-    /// New entries (`>`): delivered once, buffered straight away.
-    fn take_new(&mut self, entries: Vec<RawEntry>, now: Instant) {
-        let due = now + self.config.lease_threshold();
-        for RawEntry { id, fields } in entries {
-            if let Some(mut entry) = self.live(id, fields, now) {
-                entry.deliveries = 1;
-                self.keep(Buffered { entry, read_at: now, due });
-            }
-        }
-    }
-
-    /// The entry to hand out for a read `[id, fields]`, if any (see [`take`](Self::take)).
-    fn live(&mut self, id: Bytes, fields: Option<Vec<(Bytes, Bytes)>>, now: Instant) -> Option<Entry> {
-        if self.in_hand.as_ref().is_some_and(|h| h.id == id) {
-            return None;
-        }
-        let Some(fields) = fields else {
-            self.stats.deleted_seen += 1;
-            self.acks.push(id);
-            self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
-            return None;
+    /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be
+    /// processed, so it is acked away and counted, never handed out; the one in hand (read
+    /// again by a drain after a reconnect) is left to its handler.
+    fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
+        let id = match &item {
+            Item::Entry(e) => e.id(),
+            Item::Deleted(id) => &id[..],
         };
-        Some(Entry { id, fields, source: Source::New, deliveries: 0 })
+        if self.holds(id) {
+            return None;
+        }
+        match item {
+            Item::Entry(entry) => Some(entry),
+            Item::Deleted(id) => {
+                self.stats.deleted_seen += 1;
+                self.acks.push(&id);
+                self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
+                None
+            }
+        }
+    }
+
+    /// True if `id` is the entry in hand.
+    #[inline]
+    fn holds(&self, id: &[u8]) -> bool {
+        self.in_hand.is_some() && self.acks.held() == Some(id)
     }
 
     /// Buffers an entry for the application; after a stop, keeps it to give its delivery
     /// count back instead (entries read after a stop stay pending, not handed out).
+    #[inline]
     fn keep(&mut self, entry: Buffered) {
         if self.stop == Stop::Running {
             self.buffer.push_back(entry);
@@ -1098,7 +1222,7 @@ impl Consumer {
         // Both lists are in id order: walk them together.
         let mut from = 0;
         for (id, n) in &counts {
-            if let Some(i) = staged.entries[from..].iter().position(|e| e.id == *id) {
+            if let Some(i) = staged.entries[from..].iter().position(|e| e.id() == &id[..]) {
                 staged.entries[from + i].deliveries = (*n).max(1);
                 from += i + 1;
             }
@@ -1108,7 +1232,7 @@ impl Consumer {
             // A full page that did not reach them all: our other pending entries share the
             // range. Ask for the next page.
             if let (Some((last, _)), Some(end)) = (counts.last(), staged.entries.last()) {
-                let (start, end) = (commands::after(last), end.id.clone());
+                let (start, end) = (commands::after(last), end.id_bytes());
                 let n = staged.entries.iter().filter(|e| e.deliveries == 0).count() as u32;
                 self.send_counts(&start, &end, n, now);
                 return;
@@ -1119,10 +1243,10 @@ impl Consumer {
         for entry in entries {
             if entry.deliveries == 0 {
                 // No longer ours (acked or taken since the read): not handed out.
-                self.lost(entry.id, false);
+                self.lost(entry.id_bytes(), false);
             } else if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                 let reason = DeadLetterReason::MaxDeliveries;
-                self.dead_letters.push(Job { id: entry.id, deliveries: entry.deliveries, reason });
+                self.dead_letters.push(Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason });
             } else {
                 self.keep(Buffered { entry, read_at, due });
             }
@@ -1136,18 +1260,18 @@ impl Consumer {
         for id in asked {
             if kept.next_if_eq(&id).is_some() {
                 self.stats.leases_renewed += 1;
-                if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id == id) {
+                if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == &id[..]) {
                     b.read_at = now;
                     b.due = now + self.config.lease_threshold();
-                } else if let Some(h) = self.in_hand.as_mut().filter(|h| h.id == id) {
+                } else if let Some(h) = self.in_hand.as_mut().filter(|_| self.acks.held() == Some(&id[..])) {
                     h.read_at = Some(now);
                 }
                 continue;
             }
-            if let Some(i) = self.buffer.iter().position(|b| b.entry.id == id) {
+            if let Some(i) = self.buffer.iter().position(|b| b.entry.id() == &id[..]) {
                 self.buffer.remove(i);
                 self.lost(id, false);
-            } else if let Some(h) = self.in_hand.as_mut().filter(|h| h.id == id) {
+            } else if let Some(h) = self.in_hand.as_mut().filter(|_| self.acks.held() == Some(&id[..])) {
                 h.read_at = None;
                 self.lost(id, true);
             }
@@ -1173,7 +1297,7 @@ impl Consumer {
             | Sent::FindTooLarge
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
-            Sent::Ack(ids) => commands::ack(out, c, ids),
+            Sent::Ack(acks) => acks.encode(out, &c.stream, &c.group),
             Sent::ReadPending { count } => {
                 let after = match &self.next {
                     Next::Drain { after } => after.clone(),
@@ -1188,7 +1312,7 @@ impl Consumer {
                 return;
             }
             Sent::Claim { count } => commands::claim(out, c, *count, &self.cursor),
-            Sent::ReadNew { count } => commands::read_new(out, c, *count),
+            Sent::ReadNew { count, block } => commands::read_new(out, c, *count, *block),
             Sent::DeadLetter(job) => {
                 if let Some(key) = &c.dead_letter {
                     dead_letter::encode(out, c, key, job);
@@ -1201,9 +1325,9 @@ impl Consumer {
     fn track(&mut self, sent: Sent, now: Instant) {
         // A parked read answers after up to `beat`; anything else at once.
         let wait = match sent {
-            Sent::ReadNew { .. } => self.config.beat + self.config.read_grace,
+            Sent::ReadNew { block: true, .. } => self.config.beat + self.config.read_grace,
             _ => self.config.read_grace,
         };
-        self.in_flight.push_back(InFlight { sent, deadline: now + wait });
+        self.in_flight.push_back(InFlight { sent, sent_at: now, deadline: now + wait });
     }
 }

@@ -11,21 +11,25 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::{resp2, resp3};
 
 use crate::config::{Limits, Protocol};
+use crate::stream_reply::{plain_span, Span};
 
 /// A reply, with RESP2 and RESP3 differences folded away (RESP3 maps stay maps).
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Value {
     Nil,
     Int(i64),
-    /// Simple, bulk, verbatim strings and big numbers.
+    /// Bulk (blob) strings: what servers send for ids, fields, keys and cursors.
     Str(Bytes),
+    /// Simple and verbatim strings, big numbers.
+    Text(Bytes),
     /// An error reply's text, e.g. `NOGROUP No such key …`.
     Error(Bytes),
     Bool(bool),
     Double(f64),
-    /// Arrays, sets.
     Array(Vec<Value>),
     Map(Vec<(Value, Value)>),
+    /// RESP3 sets and pushes nested in a reply: no stream reply has them.
+    Other(Vec<Value>),
 }
 
 /// Why incoming bytes could not be decoded.
@@ -49,6 +53,10 @@ pub(crate) enum Frame {
     /// A reply that outgrew its [`Budget`] and was discarded as it arrived: `completed`
     /// elements of the aggregate at the budget's watched depth had arrived whole before.
     Skipped { completed: u64 },
+    /// A reply left as its bytes, for a parser of its own ([`Budget::raw`]), with the plain
+    /// entries found at the budget's watched depth (give the `Vec` back with
+    /// [`Decoder::reuse`]); error replies come as [`Frame::Reply`] all the same.
+    Raw { bytes: Bytes, spans: Vec<Span> },
 }
 
 /// How large the next frame may grow, and what happens past that.
@@ -60,6 +68,8 @@ pub(crate) struct Budget {
     /// and [`Frame::Skipped`] reports how many elements of the aggregate open at `depth`
     /// (0 is the frame itself) were complete when it passed the budget.
     pub skip: Option<usize>,
+    /// Hand a reply that is not an error over as [`Frame::Raw`] bytes.
+    pub raw: bool,
 }
 
 /// A frame being discarded.
@@ -92,6 +102,8 @@ pub(crate) struct Decoder {
     skip: Option<Skip>,
     /// Bytes of the current frame discarded so far while skipping.
     skipped: usize,
+    /// The plain entries of the current frame's watched aggregate, stepped over whole.
+    spans: Vec<Span>,
 }
 
 impl Decoder {
@@ -105,6 +117,7 @@ impl Decoder {
             watched: 0,
             skip: None,
             skipped: 0,
+            spans: Vec::new(),
         }
     }
 
@@ -121,6 +134,15 @@ impl Decoder {
         self.watched = 0;
         self.skip = None;
         self.skipped = 0;
+        self.spans.clear();
+    }
+
+    /// Takes back the spans of a [`Frame::Raw`] once read, to reuse their allocation.
+    pub(crate) fn reuse(&mut self, mut spans: Vec<Span>) {
+        if spans.capacity() > self.spans.capacity() {
+            spans.clear();
+            self.spans = spans;
+        }
     }
 
     pub(crate) fn extend(&mut self, bytes: &[u8]) {
@@ -143,7 +165,7 @@ impl Decoder {
     /// [`Limits::max_frame`] are errors.
     #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn next(&mut self, protocol: Protocol) -> Result<Option<Frame>, DecodeError> {
-        let budget = Budget { bytes: self.limits.max_frame, skip: None };
+        let budget = Budget { bytes: self.limits.max_frame, skip: None, raw: false };
         Ok(self.next_within(protocol, budget)?.map(|(frame, _)| frame))
     }
 
@@ -163,7 +185,12 @@ impl Decoder {
             return Ok(Some((Frame::Skipped { completed: skip.completed }, total)));
         }
         let bytes = self.buf.split_to(len).freeze();
+        let spans = std::mem::take(&mut self.spans);
         self.restart();
+        if budget.raw && !matches!(bytes.first(), Some(b'-' | b'!' | b'>')) {
+            return Ok(Some((Frame::Raw { bytes, spans }, len)));
+        }
+        self.reuse(spans);
         to_frame(&bytes, protocol).map(|frame| Some((frame, len)))
     }
 
@@ -186,7 +213,21 @@ impl Decoder {
                     return Ok(Some(0));
                 }
             }
-            let Some(&kind) = self.buf.get(self.pos) else { return Ok(None) };
+            let Some(&first) = self.buf.get(self.pos) else { return Ok(None) };
+            let mut kind = first;
+            // The common case, bulk strings and arrays with a plain length, in a tight loop;
+            // then whatever stopped it, on the general path.
+            if self.skip.is_none() && matches!(kind, b'$' | b'*') {
+                match self.scan_plain(budget)? {
+                    Plain::Frame(len) => return Ok(Some(len)),
+                    Plain::More => return Ok(None),
+                    Plain::Other => {}
+                }
+                kind = match self.buf.get(self.pos) {
+                    Some(&k) => k,
+                    None => return Ok(None),
+                };
+            }
             let from = self.line_from.max(self.pos + 1);
             let Some(cr) = find_crlf(&self.buf, from) else {
                 // Resume the search where it stopped (less one byte: a CR may be the last byte).
@@ -270,21 +311,72 @@ impl Decoder {
         }
     }
 
+    /// Scans plain headers (`$<n>` bulk strings, `*<n>` arrays, `n` > 0) while there are, and
+    /// in a raw reply's watched aggregate, whole plain entries at a time (noting their spans);
+    /// the general path does the rest (and the limits, and waiting for a partial payload).
+    fn scan_plain(&mut self, budget: Budget) -> Result<Plain, DecodeError> {
+        let Decoder { buf, pos, line_from, open, limits, watched, spans, .. } = self;
+        let buf: &[u8] = buf;
+        // Where an entry list's elements are: one level inside the watched aggregate, when
+        // an entry's two levels also fit within the depth limit (as stepping in would check).
+        let entries_at = match budget.skip {
+            Some(depth) if budget.raw && depth + 3 <= limits.max_depth => depth + 1,
+            _ => usize::MAX,
+        };
+        let mut at = *pos;
+        let outcome = loop {
+            let Some(&kind) = buf.get(at) else { break Plain::More };
+            if kind == b'*' && open.len() == entries_at {
+                if let Some(span) = plain_span(buf, at).filter(|s| s.end <= budget.bytes) {
+                    spans.push(span);
+                    at = span.end;
+                    if close_one(open) {
+                        *pos = at;
+                        *line_from = at;
+                        return Ok(Plain::Frame(at));
+                    }
+                    continue;
+                }
+            }
+            let Some((n, end)) = digits_line(buf, at + 1) else { break Plain::Other };
+            match kind {
+                b'$' => {
+                    let total = end + n + 2;
+                    if total > budget.bytes || total > buf.len() {
+                        break Plain::Other;
+                    }
+                    if buf[total - 2..total] != *b"\r\n" {
+                        return Err(DecodeError::Invalid("bulk string not followed by CRLF".into()));
+                    }
+                    at = total;
+                    if close_one(open) {
+                        *pos = at;
+                        *line_from = at;
+                        return Ok(Plain::Frame(at));
+                    }
+                }
+                b'*' if n > 0 && end.saturating_add(n.saturating_mul(3)) <= budget.bytes => {
+                    if open.len() >= limits.max_depth {
+                        return Err(DecodeError::TooDeep);
+                    }
+                    if budget.skip == Some(open.len()) {
+                        *watched = n as u64;
+                    }
+                    open.push(n as u64);
+                    at = end;
+                }
+                _ => break Plain::Other,
+            }
+        };
+        *pos = at;
+        *line_from = at;
+        Ok(outcome)
+    }
+
     /// A whole value ended: it completes one element of each aggregate it closes. True if
     /// that completes the frame.
     fn complete_one(&mut self) -> bool {
-        loop {
-            match self.open.last_mut() {
-                None => return true,
-                Some(owed) => {
-                    *owed -= 1;
-                    if *owed > 0 {
-                        return false;
-                    }
-                    self.open.pop();
-                }
-            }
-        }
+        close_one(&mut self.open)
     }
 
     /// Checks that the frame, `len` bytes long so far, fits; past a skipping budget it starts
@@ -302,6 +394,52 @@ impl Decoder {
             None => Err(DecodeError::TooLarge),
         }
     }
+}
+
+/// What [`Decoder::scan_plain`] stopped on.
+enum Plain {
+    /// The frame is complete: its length.
+    Frame(usize),
+    /// The input ends: wait for more.
+    More,
+    /// Something the general path must look at.
+    Other,
+}
+
+/// A whole value ended within `open`: it completes one element of each aggregate it closes.
+/// True if that completes the frame.
+fn close_one(open: &mut Vec<u64>) -> bool {
+    loop {
+        match open.last_mut() {
+            None => return true,
+            Some(owed) => {
+                *owed -= 1;
+                if *owed > 0 {
+                    return false;
+                }
+                open.pop();
+            }
+        }
+    }
+}
+
+/// A header line that is only a decimal number (at most 18 digits) and its CRLF, starting at
+/// `at`: the number and where the next header starts. `None` for anything else, or if the
+/// line is not all there yet (the general path then decides).
+fn digits_line(buf: &[u8], at: usize) -> Option<(usize, usize)> {
+    let mut n = 0usize;
+    let mut i = at;
+    while let Some(&d) = buf.get(i) {
+        if !d.is_ascii_digit() {
+            break;
+        }
+        n = n * 10 + usize::from(d - b'0');
+        i += 1;
+        if i - at > 18 {
+            return None;
+        }
+    }
+    (i > at && buf.get(i..i + 2) == Some(b"\r\n")).then_some((n, i + 2))
 }
 
 fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
@@ -347,7 +485,8 @@ fn to_frame(bytes: &Bytes, protocol: Protocol) -> Result<Frame, DecodeError> {
 fn from_resp2(frame: resp2::types::BytesFrame) -> Value {
     use resp2::types::BytesFrame as F;
     match frame {
-        F::SimpleString(s) | F::BulkString(s) => Value::Str(s),
+        F::BulkString(s) => Value::Str(s),
+        F::SimpleString(s) => Value::Text(s),
         F::Error(e) => Value::Error(e.into_inner()),
         F::Integer(i) => Value::Int(i),
         F::Array(items) => Value::Array(items.into_iter().map(from_resp2).collect()),
@@ -356,21 +495,26 @@ fn from_resp2(frame: resp2::types::BytesFrame) -> Value {
 }
 
 fn from_resp3(frame: resp3::types::BytesFrame) -> Result<Value, DecodeError> {
-    use resp3::types::BytesFrame as F;
+    use resp3::types::{BytesFrame as F, Resp3Frame};
+    if frame.attributes().is_some() {
+        // No server sends them unasked; stream replies have none.
+        return Err(DecodeError::Invalid("RESP3 attributes are not supported".into()));
+    }
     let all = |items: Vec<F>| items.into_iter().map(from_resp3).collect::<Result<Vec<_>, _>>();
     Ok(match frame {
-        F::BlobString { data, .. } | F::SimpleString { data, .. } | F::BigNumber { data, .. } => {
-            Value::Str(data)
+        F::BlobString { data, .. } => Value::Str(data),
+        F::SimpleString { data, .. } | F::BigNumber { data, .. } | F::VerbatimString { data, .. } => {
+            Value::Text(data)
         }
-        F::VerbatimString { data, .. } => Value::Str(data),
         F::BlobError { data, .. } => Value::Error(data),
         F::SimpleError { data, .. } => Value::Error(data.into_inner()),
         F::Boolean { data, .. } => Value::Bool(data),
         F::Null => Value::Nil,
         F::Number { data, .. } => Value::Int(data),
         F::Double { data, .. } => Value::Double(data),
-        F::Array { data, .. } | F::Push { data, .. } => Value::Array(all(data)?),
-        F::Set { data, .. } => Value::Array(all(data.into_iter().collect())?),
+        F::Array { data, .. } => Value::Array(all(data)?),
+        F::Push { data, .. } => Value::Other(all(data)?),
+        F::Set { data, .. } => Value::Other(all(data.into_iter().collect())?),
         F::Map { data, .. } => Value::Map(
             data.into_iter().map(|(k, v)| Ok((from_resp3(k)?, from_resp3(v)?))).collect::<Result<_, _>>()?,
         ),
@@ -413,7 +557,7 @@ mod tests {
         assert_eq!(
             frames,
             vec![
-                Frame::Reply(s("OK")),
+                Frame::Reply(Value::Text(Bytes::from_static(b"OK"))),
                 Frame::Reply(Value::Error(Bytes::from_static(b"ERR no"))),
                 Frame::Reply(Value::Int(42)),
                 Frame::Reply(s("abc")),
@@ -436,7 +580,54 @@ mod tests {
         assert_eq!(frames[2], Frame::Reply(Value::Bool(true)));
         assert_eq!(frames[3], Frame::Reply(Value::Double(1.5)));
         assert_eq!(frames[4], Frame::Push);
-        assert_eq!(frames[5], Frame::Reply(s("abc")));
+        assert_eq!(frames[5], Frame::Reply(Value::Text(Bytes::from_static(b"abc"))));
+    }
+
+    #[test]
+    fn raw_frames_stay_bytes_but_errors_and_pushes() {
+        let mut d = decoder();
+        let budget = Budget { bytes: 1 << 20, skip: None, raw: true };
+        d.extend(b"*1\r\n:1\r\n-ERR x\r\n>1\r\n+p\r\n");
+        let (frame, _) = d.next_within(Protocol::Resp3, budget).unwrap().unwrap();
+        assert_eq!(frame, Frame::Raw { bytes: Bytes::from_static(b"*1\r\n:1\r\n"), spans: vec![] });
+        let (frame, _) = d.next_within(Protocol::Resp3, budget).unwrap().unwrap();
+        assert_eq!(frame, Frame::Reply(Value::Error(Bytes::from_static(b"ERR x"))));
+        assert_eq!(d.next_within(Protocol::Resp3, budget).unwrap().unwrap().0, Frame::Push);
+    }
+
+    /// In a raw read reply, the plain entries of the watched list are stepped over whole and
+    /// noted, whatever the split; others (a deleted entry's `[id, nil]`, one that arrives in
+    /// pieces) are scanned as any value.
+    #[test]
+    fn plain_entries_of_a_raw_read_are_noted() {
+        let reply = b"*1\r\n*2\r\n$1\r\ns\r\n*3\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$2\r\nv1\r\n\
+                      *2\r\n$3\r\n2-0\r\n*-1\r\n*2\r\n$3\r\n3-0\r\n*0\r\n";
+        let first = Span { start: 19, id_at: 27, id_len: 3, fields_at: 36, pairs: 1, end: 51 };
+        let third = Span { start: 69, id_at: 77, id_len: 3, fields_at: 86, pairs: 0, end: 86 };
+        for chunk in [reply.len(), 30, 1] {
+            let mut d = decoder();
+            let budget = Budget { bytes: 1 << 20, skip: Some(2), raw: true };
+            let mut got = None;
+            for part in reply.chunks(chunk) {
+                d.extend(part);
+                if let Some((frame, _)) = d.next_within(Protocol::Resp2, budget).unwrap() {
+                    got = Some(frame);
+                }
+            }
+            let Some(Frame::Raw { bytes, spans }) = got else { panic!("{got:?}") };
+            assert_eq!(&bytes[..], &reply[..]);
+            match chunk {
+                1 => assert_eq!(spans, []),
+                // The first entry is cut by the split; the third arrives whole.
+                30 => assert_eq!(spans, [third]),
+                _ => assert_eq!(spans, [first, third]),
+            }
+        }
+    }
+
+    #[test]
+    fn attributes_are_refused() {
+        assert!(matches!(all(b"|1\r\n+a\r\n+b\r\n:1\r\n", Protocol::Resp3), Err(DecodeError::Invalid(_))));
     }
 
     #[test]
@@ -546,8 +737,11 @@ mod tests {
         let mut input = big.clone();
         input.extend_from_slice(b"+OK\r\n");
         // Past 2,500 bytes the third entry is under way: two were complete.
-        let budget = Budget { bytes: 2500, skip: Some(2) };
-        let want = vec![(Frame::Skipped { completed: 2 }, big.len()), (Frame::Reply(s("OK")), 5)];
+        let budget = Budget { bytes: 2500, skip: Some(2), raw: false };
+        let want = vec![
+            (Frame::Skipped { completed: 2 }, big.len()),
+            (Frame::Reply(Value::Text(Bytes::from_static(b"OK"))), 5),
+        ];
         for chunk in [1, 3, 7, 64, 999, 1000, 1001, input.len()] {
             let mut d = decoder();
             let mut frames = Vec::new();
@@ -567,7 +761,7 @@ mod tests {
     #[test]
     fn skipping_reports_early_and_within_budget_replies_pass() {
         let mut d = decoder();
-        let budget = Budget { bytes: 2500, skip: Some(2) };
+        let budget = Budget { bytes: 2500, skip: Some(2), raw: false };
         let big = read_reply(5, 1000);
         d.extend(&big[..3000]);
         assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(None));
@@ -587,7 +781,7 @@ mod tests {
         // Without a skip depth, past the budget is an error.
         d.extend(&big);
         assert_eq!(
-            d.next_within(Protocol::Resp2, Budget { bytes: 2500, skip: None }),
+            d.next_within(Protocol::Resp2, Budget { bytes: 2500, skip: None, raw: false }),
             Err(DecodeError::TooLarge)
         );
     }
@@ -595,7 +789,7 @@ mod tests {
     #[test]
     fn a_single_huge_value_is_skipped_without_being_held() {
         let mut d = decoder();
-        let budget = Budget { bytes: 1024, skip: Some(0) };
+        let budget = Budget { bytes: 1024, skip: Some(0), raw: false };
         d.extend(b"$1000000\r\n");
         assert_eq!(d.next_within(Protocol::Resp2, budget), Ok(None));
         for _ in 0..1000 {

@@ -7,13 +7,19 @@ use bytes::{BufMut, BytesMut};
 pub(crate) fn command(out: &mut BytesMut, args: &[&[u8]]) {
     header(out, b'*', args.len());
     for arg in args {
-        header(out, b'$', arg.len());
-        out.put_slice(arg);
-        out.put_slice(b"\r\n");
+        bulk(out, arg);
     }
 }
 
-fn header(out: &mut BytesMut, kind: u8, n: usize) {
+/// Appends one bulk string (an argument of a command begun with [`header`]).
+pub(crate) fn bulk(out: &mut BytesMut, arg: &[u8]) {
+    header(out, b'$', arg.len());
+    out.put_slice(arg);
+    out.put_slice(b"\r\n");
+}
+
+/// Appends an array or bulk string header: `*<n>\r\n` or `$<n>\r\n`.
+pub(crate) fn header(out: &mut BytesMut, kind: u8, n: usize) {
     out.put_u8(kind);
     out.put_slice(Decimal::new(n as u64).as_bytes());
     out.put_slice(b"\r\n");

@@ -1,6 +1,11 @@
 //! What the application is handed, and what it answers.
 
-use bytes::Bytes;
+use std::fmt;
+use std::ops::Range;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::encode::Decimal;
 
 /// Which path brought an entry to this consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -14,28 +19,78 @@ pub enum Source {
     New,
 }
 
-/// A stream entry handed to the application. Fields are zero-copy slices of the read buffer.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
+/// A stream entry handed to the application.
+///
+/// It holds its part of the server's reply as it arrived (one reference-counted [`Bytes`],
+/// no copy) and reads the id and the fields from it when asked: [`id`](Self::id),
+/// [`fields`](Self::fields), [`field`](Self::field). Cloning it is cheap.
+#[derive(Clone)]
 pub struct Entry {
-    /// The entry id, e.g. `1700000000000-0`.
-    pub id: Bytes,
-    /// Field/value pairs in stream order.
-    pub fields: Vec<(Bytes, Bytes)>,
+    /// The entry's bytes in the reply: the id's bulk string, then the fields' array header
+    /// and the fields' bulk strings (RESP). Offsets into it are `u32` (an entry is less than
+    /// 4 GiB), which keeps an entry within a cache line.
+    raw: Bytes,
+    /// Where the id's bytes start and end within `raw`.
+    id: (u32, u32),
+    /// Where the first field's header starts within `raw`.
+    fields_at: u32,
+    /// Field/value pairs.
+    pairs: u32,
     /// How it reached this consumer.
     pub source: Source,
     /// How many times the group has delivered it, this delivery included, by the server's
     /// count: 1 for a new entry; for a drained or reclaimed one, what `XPENDING` says right
-    /// after the read. Approximate in two ways the servers impose: a drain after a reconnect
-    /// counts entries that were read but never handed out, and a restart from AOF forgets
-    /// counts raised by drains.
+    /// after the read. Entries read but dropped unhandled (a stop, a lost connection) get
+    /// their counts given back; one in hand when the process died keeps that delivery. A
+    /// restart from AOF forgets counts raised by drains.
     pub deliveries: u64,
 }
 
 impl Entry {
-    /// A new entry delivered once, for tests of handlers.
-    pub fn new(id: impl Into<Bytes>, fields: Vec<(Bytes, Bytes)>, source: Source) -> Entry {
-        Entry { id: id.into(), fields, source, deliveries: 1 }
+    /// An entry from its parts (`raw` as the reply parser found it); `None` if it is 4 GiB
+    /// or larger.
+    pub(crate) fn from_reply(
+        raw: Bytes,
+        id: Range<usize>,
+        fields_at: usize,
+        pairs: usize,
+        source: Source,
+    ) -> Option<Entry> {
+        u32::try_from(raw.len()).ok()?;
+        // All within `raw`, so all fit.
+        let (id, fields_at, pairs) = ((id.start as u32, id.end as u32), fields_at as u32, pairs as u32);
+        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0 })
+    }
+
+    /// A new entry delivered once, for tests of handlers: `fields` are its name/value pairs.
+    ///
+    /// # Panics
+    ///
+    /// If the entry would take 4 GiB or more.
+    pub fn new<N, V>(id: impl AsRef<[u8]>, fields: impl IntoIterator<Item = (N, V)>, source: Source) -> Entry
+    where
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        let mut out = BytesMut::new();
+        bulk(&mut out, id.as_ref());
+        let id_len = id.as_ref().len();
+        let id_at = out.len() - id_len - 2;
+        let mut body = BytesMut::new();
+        let mut pairs = 0;
+        for (name, value) in fields {
+            bulk(&mut body, name.as_ref());
+            bulk(&mut body, value.as_ref());
+            pairs += 1;
+        }
+        out.put_u8(b'*');
+        out.put_slice(Decimal::new(2 * pairs as u64).as_bytes());
+        out.put_slice(b"\r\n");
+        let fields_at = out.len();
+        out.put_slice(&body);
+        let raw = out.freeze();
+        let entry = Entry::from_reply(raw, id_at..id_at + id_len, fields_at, pairs, source);
+        entry.expect("an entry under 4 GiB").with_deliveries(1)
     }
 
     /// The same entry with another delivery count, for tests of handlers.
@@ -44,9 +99,135 @@ impl Entry {
         self
     }
 
+    fn id_range(&self) -> Range<usize> {
+        self.id.0 as usize..self.id.1 as usize
+    }
+
+    /// The entry id, e.g. `1700000000000-0`.
+    pub fn id(&self) -> &[u8] {
+        &self.raw[self.id_range()]
+    }
+
+    /// The entry's bytes, which start with its id as the bulk string it came as
+    /// (`$<n>\r\n<id>\r\n`), and the id's place in them.
+    pub(crate) fn id_parts(&self) -> (&[u8], Range<usize>) {
+        (&self.raw, self.id_range())
+    }
+
+    /// The entry id as its own [`Bytes`] (sharing the reply's bytes, no copy).
+    pub fn id_bytes(&self) -> Bytes {
+        self.raw.slice(self.id_range())
+    }
+
+    /// The field/value pairs, in stream order (a name may repeat).
+    pub fn fields(&self) -> Fields<'_> {
+        Fields { raw: &self.raw, at: self.fields_at as usize, left: self.pairs as usize }
+    }
+
     /// The value of the first field called `name`.
-    pub fn field(&self, name: &[u8]) -> Option<&Bytes> {
-        self.fields.iter().find(|(f, _)| f == name).map(|(_, v)| v)
+    pub fn field(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    /// A field's value as its own [`Bytes`] (sharing the reply's bytes, no copy).
+    pub fn field_bytes(&self, name: &[u8]) -> Option<Bytes> {
+        self.field(name).map(|v| self.raw.slice_ref(v))
+    }
+
+    /// `part` (a slice of this entry's bytes) as its own `Bytes`.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn raw_slice(&self, part: &[u8]) -> Bytes {
+        self.raw.slice_ref(part)
+    }
+
+    /// How many field/value pairs it has.
+    pub fn len(&self) -> usize {
+        self.pairs as usize
+    }
+
+    /// True if it has no fields (servers never send such an entry; [`Entry::new`] can make one).
+    pub fn is_empty(&self) -> bool {
+        self.pairs == 0
+    }
+}
+
+/// The field/value pairs of an [`Entry`], read from its bytes as iterated.
+#[derive(Clone, Debug)]
+pub struct Fields<'a> {
+    raw: &'a [u8],
+    at: usize,
+    left: usize,
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let name = next_bulk(self.raw, &mut self.at);
+        let value = next_bulk(self.raw, &mut self.at);
+        Some((name, value))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Fields<'_> {}
+
+/// The bulk string at `*at` (`$<len>\r\n<bytes>\r\n`, checked when the reply was parsed);
+/// moves `*at` past it.
+fn next_bulk<'a>(raw: &'a [u8], at: &mut usize) -> &'a [u8] {
+    let mut i = *at + 1;
+    let mut len = 0usize;
+    while let Some(d) = raw.get(i).filter(|b| b.is_ascii_digit()) {
+        len = len * 10 + usize::from(d - b'0');
+        i += 1;
+    }
+    let start = (i + 2).min(raw.len());
+    let end = (start + len).min(raw.len());
+    *at = end + 2;
+    &raw[start..end]
+}
+
+fn bulk(out: &mut BytesMut, s: &[u8]) {
+    out.put_u8(b'$');
+    out.put_slice(Decimal::new(s.len() as u64).as_bytes());
+    out.put_slice(b"\r\n");
+    out.put_slice(s);
+    out.put_slice(b"\r\n");
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.id() == other.id()
+            && self.source == other.source
+            && self.deliveries == other.deliveries
+            && self.pairs == other.pairs
+            && self.fields().eq(other.fields())
+    }
+}
+
+impl Eq for Entry {}
+
+impl fmt::Debug for Entry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        struct Text<'a>(&'a [u8]);
+        impl fmt::Debug for Text<'_> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "\"{}\"", self.0.escape_ascii())
+            }
+        }
+        f.debug_struct("Entry")
+            .field("id", &Text(self.id()))
+            .field("fields", &self.fields().map(|(n, v)| (Text(n), Text(v))).collect::<Vec<_>>())
+            .field("source", &self.source)
+            .field("deliveries", &self.deliveries)
+            .finish()
     }
 }
 
@@ -73,14 +254,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn field_lookup_takes_the_first() {
-        let e = Entry::new(
-            "1-0",
-            vec![(Bytes::from("a"), Bytes::from("1")), (Bytes::from("a"), Bytes::from("2"))],
-            Source::New,
-        );
-        assert_eq!(e.field(b"a"), Some(&Bytes::from("1")));
+    fn fields_are_read_from_the_bytes() {
+        let e = Entry::new("1-0", [("a", "1"), ("a", "2"), ("", "long value")], Source::New);
+        assert_eq!(e.id(), b"1-0");
+        assert_eq!(&e.id_bytes()[..], b"1-0");
+        assert_eq!(e.len(), 3);
+        let all: Vec<(&[u8], &[u8])> = e.fields().collect();
+        assert_eq!(all, [(&b"a"[..], &b"1"[..]), (b"a", b"2"), (b"", b"long value")]);
+        assert_eq!(e.field(b"a"), Some(&b"1"[..]), "the first of a repeated name");
         assert_eq!(e.field(b"b"), None);
-        assert_eq!((e.deliveries, e.with_deliveries(3).deliveries), (1, 3));
+        assert_eq!(e.field_bytes(b""), Some(Bytes::from_static(b"long value")));
+        assert_eq!((e.deliveries, e.clone().with_deliveries(3).deliveries), (1, 3));
+        assert_eq!(e.fields().len(), 3);
+    }
+
+    #[test]
+    fn equality_is_by_content() {
+        let a = Entry::new("1-0", [("f", "v")], Source::New);
+        assert_eq!(a, Entry::new(b"1-0", [(b"f", b"v")], Source::New));
+        assert_ne!(a, Entry::new("1-0", [("f", "w")], Source::New));
+        assert_ne!(a, a.clone().with_deliveries(2));
+        assert_eq!(
+            format!("{a:?}"),
+            r#"Entry { id: "1-0", fields: [("f", "v")], source: New, deliveries: 1 }"#
+        );
+        assert!(Entry::new("2-0", Vec::<(&str, &str)>::new(), Source::Pending).is_empty());
     }
 }

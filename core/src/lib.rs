@@ -85,6 +85,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod acks;
 mod backoff;
 mod commands;
 mod config;
@@ -99,14 +100,17 @@ mod error;
 pub mod fuzzing;
 mod lease;
 mod notice;
+#[cfg(any(test, feature = "fuzzing"))]
+mod oracle;
 mod pace;
 mod reply;
 mod stats;
+mod stream_reply;
 
 pub use config::{Auth, Config, ConfigError, GroupGone, Limits, Protocol, MIN_MIN_IDLE, MIN_READ_GRACE};
 pub use consumer::{Consumer, Event};
 pub use dead_letter::DEAD_LETTER_SCRIPT;
-pub use entry::{Entry, Source, Verdict};
+pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use notice::{DeadLetterReason, Notice, ShrinkCause};
 pub use stats::Stats;

@@ -67,7 +67,7 @@ fn an_ack_waits_at_most_ack_delay_while_the_driver_keeps_driving() {
         rig.consumer.handle_timeout(rig.now).unwrap();
         assert_eq!(rig.sent(), [cmd("XACK s g 1-0")], "{flavor} {protocol:?}");
         rig.reply("xack_1").unwrap();
-        assert_eq!(rig.consumer.in_hand(), Some(&second.id));
+        assert_eq!(rig.consumer.in_hand(), Some(second.id()));
     });
 }
 
@@ -107,7 +107,7 @@ fn buffered_entries_are_renewed_before_they_are_handed_out() {
         rig.reply("xack_1").unwrap();
         rig.reply("lease_all").unwrap();
         let next = rig.entry();
-        assert_eq!(&next.id[..], b"2-0");
+        assert_eq!(next.id(), b"2-0");
         assert_eq!(rig.consumer.stats().leases_renewed, 2);
         // Renewed now: the next renewal is a lease from here.
         assert_eq!(rig.consumer.poll_timeout().map(|t| t - rig.now), Some(LEASE), "{flavor}");
@@ -145,7 +145,7 @@ fn the_entry_in_hand_keeps_its_lease_while_its_handler_runs() {
         assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1450 2-0 3-0 1-0 JUSTID")]);
         // This capture answers [2-0, 3-0]: here that says 1-0, in hand, went to a peer.
         rig.reply("lease_partial").unwrap();
-        let lost = Notice::LeaseLost { id: first.id.clone(), in_hand: true };
+        let lost = Notice::LeaseLost { id: first.id_bytes(), in_hand: true };
         assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(lost)));
         assert_eq!(rig.consumer.poll_event(), None, "still in hand");
         // Its handler finishes all the same: the ack is sent (a peer's copy may count it).
@@ -154,7 +154,7 @@ fn the_entry_in_hand_keeps_its_lease_while_its_handler_runs() {
         assert_eq!(rig.sent(), [cmd("XACK s g 1-0")]);
         rig.reply("xack_0").unwrap();
         assert_eq!(rig.consumer.stats().lost_to_peer, 1);
-        assert_eq!(&rig.entry().id[..], b"2-0");
+        assert_eq!(rig.entry().id(), b"2-0");
     });
 }
 
@@ -165,6 +165,24 @@ fn a_stale_front_entry_is_not_handed_out_unrenewed() {
     rig.consumer.handle_input(b"", rig.now).unwrap();
     assert_eq!(rig.consumer.poll_event(), None);
     assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1451 1-0 2-0 3-0 JUSTID")]);
+}
+
+/// Answers what the consumer wrote with captured replies (every read of new entries gets
+/// `read_new`: three entries); returns the `COUNT`s of the reads it answered.
+fn serve(rig: &mut Rig) -> Vec<String> {
+    let mut counts = Vec::new();
+    for cmd in rig.sent() {
+        match cmd[0].as_str() {
+            "XACK" => rig.raw(format!(":{}\r\n", cmd.len() - 3).as_bytes()).unwrap(),
+            "XAUTOCLAIM" => rig.reply("autoclaim_done").unwrap(),
+            "XREADGROUP" => {
+                counts.push(cmd[5].clone());
+                rig.reply("read_new").unwrap();
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    counts
 }
 
 #[test]
@@ -182,25 +200,90 @@ fn slow_handlers_shrink_the_next_read_and_fast_ones_grow_it_back() {
         let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::SlowHandler };
         assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(shrunk)), "{flavor}");
         assert_eq!(rig.consumer.stats().reads_shrunk, 1);
-        let mut read = Vec::new();
-        for _ in 0..40 {
-            rig.advance(BEAT);
-            rig.reply(if read.is_empty() { "read_new_nil" } else { "read_new" }).unwrap();
+        // The parked read (its reply is new entries) asked for 3; fast handlers from here on.
+        let mut counts = vec!["3".to_string()];
+        rig.reply("read_new").unwrap();
+        for _ in 0..60 {
             while let Some(Event::Entry(_)) = rig.consumer.poll_event() {
                 rig.settle(Verdict::Ack);
             }
-            read = rig.sent();
-            if read.last().is_some_and(|c| c[5] == "10") {
+            counts.extend(serve(&mut rig));
+            if counts.last().is_some_and(|c| c == "10") {
                 break;
             }
-            if read.first().is_some_and(|c| c[0] == "XACK") {
-                rig.raw(b":3\r\n").unwrap();
-            }
-            if read.last().is_some_and(|c| c[0] == "XAUTOCLAIM") {
-                rig.reply("autoclaim_done").unwrap();
-                read = rig.sent();
-            }
         }
-        assert_eq!(read.last().map(|c| c[5].as_str()), Some("10"), "back to the full count");
+        assert_eq!(counts.first().map(String::as_str), Some("3"), "{counts:?}");
+        assert_eq!(counts.last().map(String::as_str), Some("10"), "back to the full count: {counts:?}");
+        let grew: Vec<u32> = counts.iter().map(|c| c.parse().unwrap()).collect();
+        assert!(grew.windows(2).all(|w| w[0] <= w[1]), "grows steadily: {grew:?}");
     });
+}
+
+#[test]
+fn a_full_read_brings_the_next_one_ahead_and_a_short_one_parks_after_the_batch() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config(protocol).count(3), flavor);
+        rig.start();
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.sent();
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent(), [cmd("XREADGROUP GROUP g A COUNT 3 BLOCK 2000 STREAMS s >")]);
+        // Three entries for three asked: more may be waiting. The next read goes out at once,
+        // without BLOCK, while this batch is handed out.
+        rig.reply("read_new").unwrap();
+        assert_eq!(rig.sent(), [cmd("XREADGROUP GROUP g A COUNT 3 STREAMS s >")], "{flavor} {protocol:?}");
+        assert!(!rig.consumer.is_parked());
+        rig.entry();
+        rig.settle(Verdict::Ack);
+        // Nothing more was waiting: the rest of the batch, then the acks and a parked read.
+        rig.reply("read_new_nil").unwrap();
+        rig.entry();
+        rig.settle(Verdict::Ack);
+        rig.entry();
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park_count(3)]);
+        assert!(!rig.consumer.is_parked(), "the XACK is answered first");
+        rig.reply("xack_many").unwrap();
+        assert!(rig.consumer.is_parked());
+    });
+}
+
+#[test]
+fn a_read_ahead_carries_the_acks_earned_so_far_and_is_waited_for_by_a_stop() {
+    let mut rig = Rig::new(config(Protocol::Resp2).count(3), "redis-7.0");
+    rig.start();
+    rig.drain_reply("read_pending_empty").unwrap();
+    rig.sent();
+    rig.reply("autoclaim_done").unwrap();
+    rig.sent();
+    rig.reply("read_new").unwrap();
+    rig.sent();
+    // The read ahead brings three more (the capture again: same ids, it does not matter).
+    rig.entry();
+    rig.settle(Verdict::Ack);
+    rig.reply("read_new").unwrap();
+    assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "five to hand out: more than a read's worth");
+    rig.entry();
+    rig.settle(Verdict::Ack);
+    assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
+    // Down to one read's worth: the next read ahead, with the acks earned so far.
+    rig.entry();
+    rig.settle(Verdict::Ack);
+    let sent = rig.sent();
+    assert_eq!(sent, [cmd("XACK s g 1-0 2-0 3-0"), cmd("XREADGROUP GROUP g A COUNT 3 STREAMS s >")]);
+    // A stop now waits for that read, then gives its entries' counts back with the rest.
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None);
+    rig.reply("xack_many").unwrap();
+    rig.reply("read_new").unwrap();
+    let sent = rig.sent();
+    assert!(sent.iter().all(|c| c[0] == "XCLAIM" && c.contains(&"RETRYCOUNT".to_string())), "{sent:?}");
+    for _ in &sent {
+        rig.reply("lease_all").unwrap();
+    }
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+}
+
+fn park_count(n: u32) -> Vec<String> {
+    cmd(&format!("XREADGROUP GROUP g A COUNT {n} BLOCK 2000 STREAMS s >"))
 }

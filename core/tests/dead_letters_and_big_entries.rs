@@ -78,7 +78,7 @@ fn the_dead_letter_verdict_moves_the_entry_in_hand() {
         rig.settle(Verdict::DeadLetter);
         assert_eq!(sent(&mut rig), [dead_letter("1-0", 2, "verdict")]);
         // The move goes out at once; the next entry does not wait for its answer.
-        assert_eq!(&rig.entry().id[..], b"2-0");
+        assert_eq!(rig.entry().id(), b"2-0");
         rig.reply("dead_letter_moved").unwrap();
         let moved =
             Notice::DeadLettered { id: "1-0".into(), deliveries: 2, reason: DeadLetterReason::Verdict };
@@ -124,16 +124,22 @@ fn a_dead_letter_key_of_another_type_is_fatal_and_acks_nothing() {
 }
 
 #[test]
-fn the_dead_letter_verdict_without_a_dead_letter_stream_is_fatal() {
+fn the_dead_letter_verdict_without_a_dead_letter_stream_is_fatal_once_earned_acks_are_confirmed() {
     let mut rig = Rig::new(config(Protocol::Resp2), "valkey-8.1");
     rig.start();
     rig.drain_reply("read_pending_page").unwrap();
     rig.entry();
+    rig.settle(Verdict::Ack);
+    rig.entry();
     rig.settle(Verdict::DeadLetter);
-    let err = rig.consumer.error().cloned().expect("failed");
-    assert_eq!(err, Error::NoDeadLetter { id: "1-0".into() });
+    assert_eq!(rig.consumer.error(), None, "not before the earned ack is confirmed");
+    assert_eq!(rig.sent(), [cmd("XACK s g 1-0")], "the ack, nothing moved, nothing more read");
+    let err = rig.reply("xack_1").unwrap_err();
+    assert_eq!(err, Error::NoDeadLetter { id: "2-0".into() });
     assert!(err.is_fatal());
-    assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nothing acked, nothing moved");
+    assert_eq!(rig.consumer.error(), Some(&err));
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert_eq!((rig.consumer.stats().acked, rig.consumer.stats().errors), (1, 1));
     assert_eq!(rig.consumer.handle_timeout(rig.now), Err(err));
 }
 
@@ -185,7 +191,10 @@ fn a_read_past_read_bytes_is_skipped_and_asked_again_smaller() {
         page.extend(rig.fixture("pending_counts_big_one"));
         rig.raw(&page).unwrap();
         let entry = rig.entry();
-        assert_eq!((&entry.id[..], entry.fields[0].1.len(), entry.deliveries), (&b"1-0"[..], 2000, 2));
+        assert_eq!(
+            (entry.id(), entry.field(b"f").map_or(0, <[u8]>::len), entry.deliveries),
+            (&b"1-0"[..], 2000, 2)
+        );
         assert_eq!(rig.consumer.stats().reads_shrunk, 1);
     });
 }

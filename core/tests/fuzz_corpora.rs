@@ -10,10 +10,11 @@ use pelican::fuzzing;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 4] = [
+const TARGETS: [(&str, Target); 5] = [
     ("decode", fuzzing::decode),
     ("read_reply", fuzzing::read_reply),
     ("autoclaim_reply", fuzzing::autoclaim_reply),
+    ("stream_reply", fuzzing::stream_reply),
     ("consumer", consumer),
 ];
 
@@ -93,6 +94,13 @@ fn captured_replies() {
         data.extend_from_slice(&bytes);
         run("read_reply", fuzzing::read_reply, &path, &data);
         run("autoclaim_reply", fuzzing::autoclaim_reply, &path, &data);
+        for chunk in [0u8, 6] {
+            let mut data = vec![bit | chunk << 1];
+            data.extend_from_slice(&bytes);
+            run("stream_reply", fuzzing::stream_reply, &path, &data);
+            data[0] |= 128; // as a claim
+            run("stream_reply", fuzzing::stream_reply, &path, &data);
+        }
         // A consumer that connects, writes its opening commands, gets this reply (whatever it
         // answers), then is driven: config byte, write all, feed it, drive with Ack, poll.
         let mut script = vec![bit, 7];

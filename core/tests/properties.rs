@@ -71,10 +71,14 @@ impl Server {
         let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
         match args.as_slice() {
             ["HELLO", ..] => fixture("valkey-8.1", Protocol::Resp3, "hello"),
-            ["XREADGROUP", "GROUP", _, _, "COUNT", count, "BLOCK", _, "STREAMS", _, ">"] => {
+            // New entries: parked (`BLOCK`), or read ahead (answered at once).
+            ["XREADGROUP", "GROUP", _, _, "COUNT", count, rest @ ..] if rest.last() == Some(&">") => {
                 let count: u64 = count.parse().unwrap();
                 let ns: Vec<u64> = (self.delivered + 1..=self.total).take(count as usize).collect();
                 if ns.is_empty() {
+                    if rest[0] == "STREAMS" {
+                        return self.nil().to_vec();
+                    }
                     // Blocks: no answer until the story stops the consumer.
                     return Vec::new();
                 }
@@ -236,12 +240,12 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                 Event::Entry(e) => {
                     // One at a time: nothing else comes out while an entry is in hand.
                     assert_eq!(consumer.poll_event(), None);
-                    let n = Server::parse(std::str::from_utf8(&e.id).unwrap());
+                    let n = Server::parse(std::str::from_utf8(e.id()).unwrap());
                     assert!(!server.deleted.contains(&n), "a deleted entry was handed out");
                     assert_eq!(e.deliveries, server.deliveries[&n], "delivery count of {n}");
                     // Never handed out on a lease that has run out (half of min_idle here).
                     assert!(now - server.touched[&n] < Duration::from_millis(1500), "stale {n}");
-                    trace.push(Step::Entry(String::from_utf8(e.id.to_vec()).unwrap()));
+                    trace.push(Step::Entry(String::from_utf8(e.id().to_vec()).unwrap()));
                     let stop_here = story.stop_at == Some(handed);
                     if stop_here && !story.stop_after_settle {
                         trace.push(Step::StopAsked);

@@ -70,6 +70,13 @@ const ALL_FAULTS: [Fault; 14] = [
     Fault::DestroyGroup,
 ];
 
+/// `PELICAN_SIM_TRACE=1` (with `PELICAN_SIM_SEED`) prints what each node writes, reads,
+/// handles and settles: the story of a failing seed.
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("PELICAN_SIM_TRACE").is_some())
+}
+
 /// splitmix64: the run's only randomness.
 struct Rng(u64);
 
@@ -253,6 +260,11 @@ impl World {
                 let bytes = bytes.to_vec();
                 consumer.advance_transmit(bytes.len());
                 for cmd in parse_commands(&bytes) {
+                    if tracing() {
+                        let words: Vec<_> =
+                            cmd.iter().map(|a| String::from_utf8_lossy(&a[..a.len().min(20)])).collect();
+                        eprintln!("{now} ms {} writes {}", node.name, words.join(" "));
+                    }
                     if cmd[0] == b"XACK" {
                         for id in &cmd[3..] {
                             let id = String::from_utf8_lossy(id).into_owned();
@@ -272,6 +284,13 @@ impl World {
                 let closed = self.sim.is_closed(conn);
                 let mut result = Ok(());
                 if !input.is_empty() {
+                    if tracing() {
+                        eprintln!(
+                            "{now} ms {} reads {:?}",
+                            node.name,
+                            String::from_utf8_lossy(&input[..input.len().min(300)])
+                        );
+                    }
                     result = consumer.handle_input(&input, at);
                     progress = true;
                 }
@@ -309,6 +328,9 @@ impl World {
                         self.dead_letter_verdicts.insert(id.clone());
                     }
                     node.work = None;
+                    if tracing() {
+                        eprintln!("{now} ms {} settles {id}: {verdict:?}", node.name);
+                    }
                     consumer.settle(verdict, at);
                     progress = true;
                 }
@@ -317,7 +339,13 @@ impl World {
                 Some(Event::Entry(entry)) => {
                     assert!(node.work.is_none(), "seed {seed}: {} got two entries in hand", node.name);
                     assert!(!node.stop_asked, "seed {seed}: {} got an entry after its stop", node.name);
-                    let id = String::from_utf8_lossy(&entry.id).into_owned();
+                    let id = String::from_utf8_lossy(entry.id()).into_owned();
+                    if tracing() {
+                        eprintln!(
+                            "{now} ms {} handles {id} ({:?}, delivery {})",
+                            node.name, entry.source, entry.deliveries
+                        );
+                    }
                     assert!(
                         entry.deliveries <= MAX_DELIVERIES,
                         "seed {seed}: {id} handed out after {} deliveries",
@@ -414,6 +442,9 @@ impl World {
                     false
                 } else if fault == Fault::DeletePending {
                     let victim = pending[self.rng.below(pending.len() as u64) as usize].id.to_string();
+                    if tracing() {
+                        eprintln!("{now} ms XDEL {victim}");
+                    }
                     self.admin(&[b"XDEL", STREAM, victim.as_bytes()]);
                     self.deleted.insert(victim);
                     true

@@ -46,11 +46,10 @@ fn main() -> ExitCode {
     let result = runner.run(|entry| {
         seen += 1;
         let fields: Vec<String> = entry
-            .fields
-            .iter()
+            .fields()
             .map(|(k, v)| format!("{}={}", String::from_utf8_lossy(k), String::from_utf8_lossy(v)))
             .collect();
-        println!("{} {:?} {}", String::from_utf8_lossy(&entry.id), entry.source, fields.join(" "));
+        println!("{} {:?} {}", String::from_utf8_lossy(entry.id()), entry.source, fields.join(" "));
         if seen == max_entries {
             stop.stop();
         }

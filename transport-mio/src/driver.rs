@@ -94,7 +94,7 @@ enum Link {
 /// let mut driver = Driver::new("127.0.0.1:6379".parse()?, consumer, Token(7));
 /// let mut events = Events::with_capacity(64);
 /// let mut handler = |entry: &pelican::Entry| {
-///     println!("{:?}", entry.id);
+///     println!("{:?}", entry.id());
 ///     Verdict::Ack
 /// };
 /// loop {

@@ -21,7 +21,7 @@
 //!
 //! let config = Config::new("orders", "billing", "worker-1").create_group("0");
 //! let stats = pelican_mio::run("127.0.0.1:6379", config, |entry| {
-//!     println!("{:?} {:?}", entry.id, entry.fields);
+//!     println!("{:?}", entry);
 //!     Verdict::Ack
 //! })?;
 //! println!("{stats:?}");

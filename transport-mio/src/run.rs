@@ -24,7 +24,7 @@ const WAKER: Token = Token(1);
 ///
 /// let config = Config::new("orders", "billing", "worker-1").create_group("$");
 /// let stats = pelican_mio::run("127.0.0.1:6379", config, |entry| {
-///     println!("{:?}", entry.id);
+///     println!("{:?}", entry.id());
 ///     Verdict::Ack
 /// })?;
 /// # Ok::<(), pelican_mio::RunError>(())

@@ -102,7 +102,7 @@ fn run_consumes_a_backlog_and_acks_everything() {
         let (seen_tx, seen_rx) = mpsc::channel();
         let mut count = 0;
         let rx = spawn_run(runner, move |entry| {
-            let _ = seen_tx.send(String::from_utf8(entry.id.to_vec()).unwrap());
+            let _ = seen_tx.send(String::from_utf8(entry.id().to_vec()).unwrap());
             count += 1;
             if count == 1000 {
                 stop.stop(); // from the handler's own thread: honored right after this entry
@@ -162,7 +162,7 @@ fn retry_leaves_the_entry_pending() {
         if handled == 5 {
             stop.stop();
         }
-        if entry.field(b"f").map(|v| &v[..]) == Some(b"2") {
+        if entry.field(b"f") == Some(b"2") {
             Verdict::Retry
         } else {
             Verdict::Ack
@@ -184,7 +184,7 @@ fn client_kill_reconnects_and_continues() {
     let stop = runner.stop_handle();
     let (seen_tx, seen_rx) = mpsc::channel();
     let rx = spawn_run(runner, move |entry| {
-        let _ = seen_tx.send(String::from_utf8(entry.id.to_vec()).unwrap());
+        let _ = seen_tx.send(String::from_utf8(entry.id().to_vec()).unwrap());
         Verdict::Ack
     });
     let mut seen = HashSet::new();
@@ -223,7 +223,7 @@ fn keeps_retrying_until_the_server_appears() {
     let stop = runner.stop_handle();
     let (seen_tx, seen_rx) = mpsc::channel();
     let rx = spawn_run(runner, move |entry| {
-        let _ = seen_tx.send(entry.id.clone());
+        let _ = seen_tx.send(entry.id_bytes());
         Verdict::Ack
     });
     thread::sleep(Duration::from_millis(300));
@@ -362,7 +362,7 @@ fn a_silent_server_times_out_and_the_consumer_recovers() {
     let stop = runner.stop_handle();
     let (seen_tx, seen_rx) = mpsc::channel();
     let rx = spawn_run(runner, move |entry| {
-        let _ = seen_tx.send(entry.id.clone());
+        let _ = seen_tx.send(entry.id_bytes());
         Verdict::Ack
     });
     wait_for("the consumer to connect", || admin.client_id_by_name("frozen").is_some());
@@ -497,7 +497,7 @@ fn deferred_with_a_peer(flavor: Flavor) {
             if i == 0 {
                 thread::sleep(min_idle * 5 / 2);
             }
-            let _ = done.send(String::from_utf8(entry.id.to_vec()).unwrap());
+            let _ = done.send(String::from_utf8(entry.id().to_vec()).unwrap());
             let _ = wake.wake();
         }
     });
@@ -523,7 +523,7 @@ fn deferred_with_a_peer(flavor: Flavor) {
             peer = Some((
                 stop,
                 spawn_run(runner, move |e| {
-                    record.lock().unwrap().push(e.id.clone());
+                    record.lock().unwrap().push(e.id_bytes());
                     Verdict::Ack
                 }),
             ));

@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         stop.stop();
     });
     let stats = smol::block_on(runner.run(|entry| async move {
-        println!("{:?} {:?}", entry.id, entry.fields);
+        println!("{:?}", entry);
         Verdict::Ack
     }))?;
     println!("{stats:?}");

@@ -21,7 +21,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             async move {
                 // The handler's own I/O: it yields to the other consumers while it waits.
                 Timer::after(Duration::from_millis(10)).await;
-                println!("{name}: {:?}", entry.id);
+                println!("{name}: {:?}", entry.id());
                 Verdict::Ack
             }
         })));

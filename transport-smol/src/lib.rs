@@ -21,7 +21,7 @@
 //!
 //! let config = Config::new("orders", "billing", "worker-1").create_group("0");
 //! let stats = smol::block_on(pelican_smol::run("127.0.0.1:6379", config, |entry| async move {
-//!     println!("{:?} {:?}", entry.id, entry.fields);
+//!     println!("{:?}", entry);
 //!     Verdict::Ack
 //! }))?;
 //! println!("{stats:?}");

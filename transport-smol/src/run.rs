@@ -37,7 +37,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// let config = Config::new("orders", "billing", "worker-1").create_group("$");
 /// let stats = smol::block_on(pelican_smol::run("127.0.0.1:6379", config, |entry| async move {
 ///     smol::Timer::after(std::time::Duration::from_millis(1)).await; // the handler's own I/O
-///     println!("{:?}", entry.id);
+///     println!("{:?}", entry.id());
 ///     Verdict::Ack
 /// }))?;
 /// # Ok::<(), pelican_smol::RunError>(())

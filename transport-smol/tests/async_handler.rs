@@ -46,7 +46,7 @@ fn awaiting_handler_consumes_all() {
             let record = record.clone();
             async move {
                 Timer::after(Duration::from_millis(5)).await;
-                record.lock().unwrap().push(entry.id);
+                record.lock().unwrap().push(entry.id_bytes());
                 Verdict::Ack
             }
         }))
@@ -77,7 +77,7 @@ fn stop_waits_for_awaiting_handler() {
             async move {
                 flag.store(true, Ordering::SeqCst);
                 Timer::after(Duration::from_millis(300)).await;
-                record.lock().unwrap().push(String::from_utf8(entry.id.to_vec()).unwrap());
+                record.lock().unwrap().push(String::from_utf8(entry.id().to_vec()).unwrap());
                 Verdict::Ack
             }
         }))
@@ -133,7 +133,7 @@ fn consumers_share_one_executor() {
                     let record = record.clone();
                     async move {
                         Timer::after(Duration::from_millis(1)).await;
-                        let id = String::from_utf8(entry.id.to_vec()).unwrap();
+                        let id = String::from_utf8(entry.id().to_vec()).unwrap();
                         record.lock().unwrap().entry(id).or_default().push(i);
                         Verdict::Ack
                     }
@@ -276,7 +276,7 @@ fn slow_handler_with_a_peer(flavor: Flavor, protocol: pelican::Protocol) {
                     if record.lock().unwrap().is_empty() {
                         Timer::after(slow).await;
                     }
-                    record.lock().unwrap().push((name, String::from_utf8(entry.id.to_vec()).unwrap()));
+                    record.lock().unwrap().push((name, String::from_utf8(entry.id().to_vec()).unwrap()));
                     Verdict::Ack
                 }
             }))

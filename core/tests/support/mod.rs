@@ -159,5 +159,5 @@ impl Rig {
 }
 
 pub fn ids(entries: &[Entry]) -> Vec<String> {
-    entries.iter().map(|e| String::from_utf8_lossy(&e.id).into_owned()).collect()
+    entries.iter().map(|e| String::from_utf8_lossy(e.id()).into_owned()).collect()
 }

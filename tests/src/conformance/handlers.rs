@@ -96,7 +96,7 @@ fn counting(
 ) -> Handler {
     let deliveries = deliveries.clone();
     Box::new(move |e: &Entry| {
-        let id = String::from_utf8_lossy(&e.id).into_owned();
+        let id = String::from_utf8_lossy(e.id()).into_owned();
         deliveries.lock().unwrap().push((id.clone(), e.deliveries));
         verdict(&id)
     })
