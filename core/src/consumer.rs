@@ -697,7 +697,17 @@ impl Consumer {
         if self.stop != Stop::Running {
             return; // the entry in hand finishes; nothing more is read
         }
-        if self.staged.is_some() || self.in_flight.iter().any(|c| c.sent.holds_handout()) {
+        // Reads of new entries that answer at once may overlap; anything else that decides
+        // what comes next is waited for.
+        let mut ahead = 0;
+        for c in &self.in_flight {
+            match c.sent {
+                Sent::ReadNew { block: false, .. } => ahead += 1,
+                ref other if other.holds_handout() => return,
+                _ => {}
+            }
+        }
+        if self.staged.is_some() {
             return;
         }
         if let Some(front) = self.buffer.front() {
@@ -706,23 +716,40 @@ impl Consumer {
                 return;
             }
         }
-        if self.in_hand.is_none() && self.buffer.is_empty() {
+        if ahead == 0 && self.in_hand.is_none() && self.buffer.is_empty() {
             // Caught up with what was read: the next read, parked on `>` if it comes to that.
             self.flush_acks(now);
             let read = self.next_read(now, true, 0);
             self.send(read, now);
         } else if self.backlog && !self.drains_from_top() {
             // More is waiting on the server: read it now, while this batch is handed out, so
-            // that the server works while the application does — once no more than one
-            // read's worth is left to hand out (what is read ahead waits its turn, and must
-            // not outlive its lease). Not a drain from the top: it would read again what is
-            // buffered or in hand.
-            if self.buffer.len() <= self.pace.count().0 as usize {
+            // that the server works while the application does. Up to `most` reads ahead
+            // (one unless handlers are quick, see `Pace::reads_ahead`), so that the server
+            // has the next at hand as it answers one; what is buffered and on the way stays
+            // within `most + 1` reads' worth (it waits its turn, and must not outlive its
+            // lease). Only the first may be a drain page or a reclaim (each continues from
+            // where the one before ends); never a drain from the top, which would read
+            // again what is buffered or in hand.
+            let (count, most) = (self.pace.count().0 as usize, self.pace.reads_ahead());
+            while ahead < most
+                && self.buffer.len() + ahead * count <= most * count
+                && (ahead == 0 || self.next_reads_new(now))
+            {
                 self.flush_acks(now);
                 let read = self.next_read(now, false, 0);
+                let new = matches!(read, Sent::ReadNew { .. });
                 self.send(read, now);
+                if !new {
+                    break; // a drain page or a reclaim is waited for
+                }
+                ahead += 1;
             }
         }
+    }
+
+    /// True if the next read is one of new entries (no drain page or reclaim due).
+    fn next_reads_new(&self, now: Instant) -> bool {
+        matches!(self.next, Next::Beat) && self.claim_at.is_some_and(|at| now < at)
     }
 
     fn drains_from_top(&self) -> bool {

@@ -4,32 +4,72 @@
 //! Both estimates (handler time per entry, bytes per entry) jump up at once on a larger
 //! sample and decay by an eighth of the gap per smaller one: reads shrink as soon as
 //! handlers slow down or entries grow, and grow back gradually when they no longer do.
+//!
+//! The plan they give is kept, not worked out per use: it is read on every settle. A
+//! handler timing rework it only when it could change it (see `Pace::quick_until`).
 
 use std::time::Duration;
 
 use crate::notice::{Notice, ShrinkCause};
 
+/// About how many entries reads ahead should ask for in all.
+const AHEAD_ENTRIES: u32 = 512;
+/// The most reads ahead in flight.
+const MAX_AHEAD: u32 = 4;
+
 #[derive(Debug)]
 pub(crate) struct Pace {
     /// The configured count: the most ever asked.
     max: u32,
-    /// How long one read's entries may take to hand out: half the lease.
-    budget: Duration,
+    /// How long one read's entries may take to hand out (half the lease), in nanoseconds.
+    budget: u64,
     read_bytes: usize,
-    handler: Duration,
+    /// Handler time per entry, in nanoseconds.
+    handler: u64,
+    /// Whether any handler has been timed yet.
+    timed: bool,
     entry_bytes: usize,
     /// The count last reported in a [`Notice::ReadShrunk`] (or `max`).
     reported: u32,
+    plan: Plan,
+    /// While handlers are timed at no more than this, the plan stands: it is already what
+    /// the quickest handler would get.
+    quick_until: u64,
+}
+
+/// What the estimates allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Plan {
+    count: u32,
+    cause: Option<ShrinkCause>,
+    ahead: u32,
 }
 
 impl Pace {
     pub(crate) fn new(max: u32, lease: Duration, read_bytes: usize) -> Pace {
-        Pace { max, budget: lease / 2, read_bytes, handler: Duration::ZERO, entry_bytes: 0, reported: max }
+        let mut pace = Pace {
+            max,
+            budget: nanos(lease / 2),
+            read_bytes,
+            handler: 0,
+            timed: false,
+            entry_bytes: 0,
+            reported: max,
+            plan: Plan { count: max, cause: None, ahead: 1 },
+            quick_until: 0,
+        };
+        pace.replan();
+        pace
     }
 
     /// A handler took `took` for one entry.
     pub(crate) fn record_handler(&mut self, took: Duration) {
+        let took = nanos(took);
         self.handler = if took >= self.handler { took } else { self.handler - (self.handler - took) / 8 };
+        if !self.timed || self.handler > self.quick_until {
+            self.timed = true;
+            self.replan();
+        }
     }
 
     /// A read reply of `bytes` brought `entries` entries.
@@ -40,6 +80,7 @@ impl Pace {
             } else {
                 self.entry_bytes - (self.entry_bytes - each) / 8
             };
+            self.replan();
         }
     }
 
@@ -48,12 +89,44 @@ impl Pace {
     pub(crate) fn record_oversized(&mut self, completed: u64) {
         let fits = usize::try_from(completed.max(1)).unwrap_or(usize::MAX);
         self.entry_bytes = self.entry_bytes.max(self.read_bytes.div_ceil(fits));
+        self.replan();
     }
 
     /// The count for the next read, and why it is below the configured one.
     pub(crate) fn count(&self) -> (u32, Option<ShrinkCause>) {
-        let by_time = cap(self.budget.as_nanos(), self.handler.as_nanos());
-        let by_size = cap(self.read_bytes as u128, self.entry_bytes as u128);
+        (self.plan.count, self.plan.cause)
+    }
+
+    /// How many reads of new entries may be in flight ahead of the application while a
+    /// backlog lasts, so that the server always has the next read at hand (and, when reads
+    /// are small, several to answer per wake-up): enough for about [`AHEAD_ENTRIES`], two to
+    /// [`MAX_AHEAD`] — while handlers (once timed) get through what may be buffered (one
+    /// read's worth, plus those on the way) well within the lease, and it takes at most a
+    /// quarter of `read_bytes`. Otherwise one.
+    pub(crate) fn reads_ahead(&self) -> usize {
+        self.plan.ahead as usize
+    }
+
+    fn replan(&mut self) {
+        self.plan = self.plan_for(self.handler);
+        let quickest = self.plan_for(0);
+        self.quick_until = if self.timed && self.plan == quickest {
+            // The largest handler time that still gives this plan (see `plan_for`).
+            let count = u64::from(quickest.count);
+            let by_count = self.budget / count;
+            let by_ahead = match quickest.ahead {
+                1 => u64::MAX,
+                n => self.budget.saturating_mul(2) / ((u64::from(n) + 1) * count),
+            };
+            by_count.min(by_ahead)
+        } else {
+            0
+        };
+    }
+
+    fn plan_for(&self, handler: u64) -> Plan {
+        let by_time = cap(self.budget, handler);
+        let by_size = cap(self.read_bytes as u64, self.entry_bytes as u64);
         let count = self.max.min(by_time).min(by_size);
         let cause = if count == self.max {
             None
@@ -62,7 +135,20 @@ impl Pace {
         } else {
             Some(ShrinkCause::SlowHandler)
         };
-        (count, cause)
+        let ahead = if !self.timed || cause.is_some() {
+            1
+        } else {
+            let most = AHEAD_ENTRIES.div_ceil(count).clamp(2, MAX_AHEAD);
+            let fits = |n: u32| {
+                let read = u64::from(count);
+                let quick = handler.saturating_mul(u64::from(n + 1) * read) <= self.budget.saturating_mul(2);
+                let small =
+                    (n as usize * count as usize).saturating_mul(self.entry_bytes) <= self.read_bytes / 4;
+                quick && small
+            };
+            (2..=most).rev().find(|n| fits(*n)).unwrap_or(1)
+        };
+        Plan { count, cause, ahead }
     }
 
     /// The count for the next read, with a notice when it fell below the last one reported.
@@ -86,8 +172,13 @@ impl Pace {
     }
 }
 
+/// Whole nanoseconds, saturating (a lease of centuries is as good as forever).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 /// How many items of `each` fit in `budget`, at least one (and all when `each` is unknown).
-fn cap(budget: u128, each: u128) -> u32 {
+fn cap(budget: u64, each: u64) -> u32 {
     match budget.checked_div(each) {
         Some(n) => u32::try_from(n).unwrap_or(u32::MAX).max(1),
         None => u32::MAX,
@@ -134,6 +225,61 @@ mod tests {
         assert!(pace.count().0 <= 3);
         pace.record_oversized(0);
         assert_eq!(pace.count(), (1, Some(ShrinkCause::BigEntries)));
+    }
+
+    #[test]
+    fn reads_ahead_for_quick_handlers_and_small_entries() {
+        let mut pace = Pace::new(100, LEASE, 1 << 20);
+        assert_eq!(pace.reads_ahead(), 1, "until a handler is timed");
+        pace.record_handler(Duration::ZERO);
+        assert_eq!(pace.reads_ahead(), 4, "small reads: four ahead");
+        assert_eq!(Pace::new(1000, LEASE, 16 << 20).timed_at(Duration::ZERO).reads_ahead(), 2);
+        assert_eq!(Pace::new(200, LEASE, 16 << 20).timed_at(Duration::ZERO).reads_ahead(), 3);
+        pace.record_read(100 * 100, 100);
+        assert_eq!(pace.reads_ahead(), 4, "100 entries of 100 bytes");
+        // Buffered and on the way, five reads of 100 entries of 3 ms take 1.5 s: within the
+        // 2 s lease; of 5 ms, three reads (2 s); of 8 ms, one ahead only (though one read still
+        // takes the full count).
+        pace.record_handler(Duration::from_millis(3));
+        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 4));
+        pace.record_handler(Duration::from_millis(5));
+        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 3));
+        pace.record_handler(Duration::from_millis(8));
+        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 1));
+        let mut pace = Pace::new(100, LEASE, 1 << 20).timed_at(Duration::ZERO);
+        pace.record_read(100 * 1024, 100);
+        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 2), "100 KiB a read: two within a quarter");
+        pace.record_read(100 * 2048, 100);
+        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 1), "200 KiB a read: none fits");
+    }
+
+    impl Pace {
+        fn timed_at(mut self, took: Duration) -> Pace {
+            self.record_handler(took);
+            self
+        }
+    }
+
+    proptest::proptest! {
+        /// The kept plan is always the one the estimates give, however the timings and read
+        /// sizes come (the skipped replans included).
+        #[test]
+        fn the_kept_plan_is_the_current_one(
+            max in 1u32..2000,
+            lease_ms in 1u64..60_000,
+            read_bytes in 1usize..(64 << 20),
+            events in proptest::collection::vec((0u8..3, 0u64..50_000_000, 0usize..1000), 0..200),
+        ) {
+            let mut pace = Pace::new(max, Duration::from_millis(lease_ms), read_bytes);
+            for (kind, amount, entries) in events {
+                match kind {
+                    0 => pace.record_handler(Duration::from_nanos(amount)),
+                    1 => pace.record_read(amount as usize, entries),
+                    _ => pace.record_oversized(entries as u64),
+                }
+                proptest::prop_assert_eq!(pace.plan, pace.plan_for(pace.handler));
+            }
+        }
     }
 
     #[test]
