@@ -268,18 +268,19 @@ impl Decoder {
                         0
                     }
                 }
-                b'*' | b'~' | b'>' | b'%' | b'|' => {
+                b'|' => {
+                    // No server sends them unasked; stream replies have none. Refused here, at
+                    // any depth, rather than after parsing: a map with a repeated key keeps
+                    // one of its values, not always the annotated one.
+                    return Err(DecodeError::Invalid("RESP3 attributes are not supported".into()));
+                }
+                b'*' | b'~' | b'>' | b'%' => {
                     if kind == b'*' && line == b"-1" {
                         0
                     } else {
                         let n = parse_len(line)? as u64;
-                        // Maps owe a key and a value per entry; an attribute also owes the
-                        // value it annotates.
-                        let n = match kind {
-                            b'%' => n.saturating_mul(2),
-                            b'|' => n.saturating_mul(2).saturating_add(1),
-                            _ => n,
-                        };
+                        // Maps owe a key and a value per entry.
+                        let n = if kind == b'%' { n.saturating_mul(2) } else { n };
                         // Every element takes at least 3 bytes: refuse absurd counts early.
                         self.check_size(
                             (end as u64).saturating_add(n.saturating_mul(3)).try_into().unwrap_or(usize::MAX),
@@ -495,11 +496,7 @@ fn from_resp2(frame: resp2::types::BytesFrame) -> Value {
 }
 
 fn from_resp3(frame: resp3::types::BytesFrame) -> Result<Value, DecodeError> {
-    use resp3::types::{BytesFrame as F, Resp3Frame};
-    if frame.attributes().is_some() {
-        // No server sends them unasked; stream replies have none.
-        return Err(DecodeError::Invalid("RESP3 attributes are not supported".into()));
-    }
+    use resp3::types::BytesFrame as F;
     let all = |items: Vec<F>| items.into_iter().map(from_resp3).collect::<Result<Vec<_>, _>>();
     Ok(match frame {
         F::BlobString { data, .. } => Value::Str(data),
@@ -628,6 +625,11 @@ mod tests {
     #[test]
     fn attributes_are_refused() {
         assert!(matches!(all(b"|1\r\n+a\r\n+b\r\n:1\r\n", Protocol::Resp3), Err(DecodeError::Invalid(_))));
+        // Also inside a map value that a repeated key may drop (found by the decode target).
+        let nested = b"%2\r\n+k\r\n*1\r\n|1\r\n+a\r\n+b\r\n:1\r\n+k\r\n:2\r\n";
+        for _ in 0..20 {
+            assert!(matches!(all(nested, Protocol::Resp3), Err(DecodeError::Invalid(_))));
+        }
     }
 
     #[test]

@@ -141,14 +141,17 @@ pub(crate) fn agree(input: &[u8], protocol: Protocol, chunk: usize, claim: bool)
     let (mut fast, mut tree) = (Decoder::new(Limits::default()), Decoder::new(Limits::default()));
     let (mut fast_frames, mut tree_frames) = (Vec::new(), Vec::new());
     // A frame `redis-protocol` refuses is consumed all the same (the scanner delimited it):
-    // it is a failed reply, in its place. A scanner error leaves the decoder stuck: stop.
-    let (mut fast_stuck, mut tree_stuck) = (false, false);
+    // it is a failed reply, in its place. A scanner error leaves the decoder stuck: stop. A
+    // frame past the budget is skipped where the oracle's decoder fails: stop there too.
+    let (mut fast_stuck, mut tree_stuck, mut skipping) = (false, false, false);
     for part in input.chunks(chunk) {
         fast.extend(part);
         tree.extend(part);
         while !fast_stuck {
             let held = fast.buffered();
             match fast.next_within(protocol, raw) {
+                Ok(Some((Frame::Skipped { .. }, _))) => (fast_stuck, skipping) = (true, true),
+                _ if fast.skipping().is_some() => (fast_stuck, skipping) = (true, true),
                 Ok(Some((frame, _))) => fast_frames.push(Some(frame)),
                 Ok(None) => break,
                 Err(_) if fast.buffered() == held => fast_stuck = true,
@@ -166,6 +169,7 @@ pub(crate) fn agree(input: &[u8], protocol: Protocol, chunk: usize, claim: bool)
         }
     }
     assert_eq!(fast_frames.len(), tree_frames.len(), "the same frames both ways");
+    assert!(!skipping || tree_stuck, "skipped a frame the oracle's decoder took");
     for (f, t) in fast_frames.into_iter().zip(tree_frames) {
         let by_tree = match t {
             Some(Frame::Reply(value)) if !matches!(value, Value::Error(_)) => {

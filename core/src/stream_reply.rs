@@ -224,6 +224,8 @@ impl Walk<'_> {
                     self.at += n + 2;
                     Head::Bulk(n)
                 }
+                // `redis-protocol` reads `_` as null whatever follows it, digits too.
+                b'_' if self.resp3 => Head::Nil,
                 _ => Head::Other,
             });
         }
