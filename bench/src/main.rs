@@ -1,0 +1,152 @@
+//! `pelican-bench`: consumes the same stream with a hand-pipelined client, `pelican-mio`,
+//! `pelican-smol` and the `redis` crate, interleaved round after round, on Redis 7.0 and
+//! Valkey 8.1 started on loopback by the test harness; prints entries/s (median and range),
+//! the ratio to the hand-pipelined client, client CPU per entry, and the server-bound limit
+//! (the server's own CPU per entry, from `INFO cpu`).
+//!
+//! ```text
+//! cargo run --release -p pelican-bench -- [--entries 200000] [--rounds 5] [--batch 10,100,1000]
+//! ```
+
+mod contenders;
+mod measure;
+mod raw;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use contenders::{Contender, Job};
+use measure::{median_range, Sample};
+use pelican_tests::admin::Admin;
+use pelican_tests::server::{Flavor, Server};
+
+/// Throughput of stream consumers against real servers, side by side.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Args {
+    /// Entries in the stream; each run consumes and acks all of them.
+    #[arg(long, default_value_t = 200_000)]
+    entries: usize,
+    /// Rounds: each runs every contender once, in turn.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Entries per read (COUNT), one table each.
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 100, 1000])]
+    batch: Vec<usize>,
+    /// Bytes of the one field of each entry.
+    #[arg(long, default_value_t = 16)]
+    field_size: usize,
+    /// Servers to run on.
+    #[arg(long, value_delimiter = ',', default_values_t = ["redis-7.0".to_string(), "valkey-8.1".to_string()])]
+    servers: Vec<String>,
+    /// Contenders to run.
+    #[arg(long, value_delimiter = ',', value_enum, default_values_t = Contender::ALL)]
+    only: Vec<Contender>,
+}
+
+const STREAM: &str = "bench";
+const GROUP: &str = "g";
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    for name in &args.servers {
+        let Some(flavor) = Flavor::ALL.into_iter().find(|f| f.name() == name) else {
+            eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1)");
+            return ExitCode::from(2);
+        };
+        if let Err(e) = bench_server(flavor, &args) {
+            eprintln!("pelican-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    admin.xadd_n(STREAM, args.entries, args.field_size);
+    println!(
+        "\n{} — {} entries of one {}-byte field, {} rounds, medians (min–max)",
+        flavor.name(),
+        args.entries,
+        args.field_size,
+        args.rounds
+    );
+    for &batch in &args.batch {
+        let job = Job { addr: server.addr(), stream: STREAM, group: GROUP, batch, total: args.entries };
+        let mut samples: Vec<(Contender, Vec<Sample>)> = args.only.iter().map(|c| (*c, Vec::new())).collect();
+        for _ in 0..args.rounds {
+            for (who, runs) in &mut samples {
+                runs.push(one_run(&mut admin, *who, job)?);
+            }
+        }
+        report(batch, args.entries, &samples);
+    }
+    Ok(())
+}
+
+/// A fresh group at 0, one contender consuming all of it, and the checks that it did.
+fn one_run(admin: &mut Admin, who: Contender, job: Job) -> Result<Sample, String> {
+    admin.cmd(&["XGROUP", "DESTROY", STREAM, GROUP]);
+    admin.call(&["XGROUP", "CREATE", STREAM, GROUP, "0"]);
+    let mut handled = Ok(0);
+    let sample = Sample::take(admin, || handled = contenders::run(who, job));
+    let handled = handled.map_err(|e| format!("{} at COUNT {}: {e}", who.name(), job.batch))?;
+    let pending = admin.xpending_count(STREAM, GROUP);
+    if handled != job.total || pending != 0 {
+        return Err(format!(
+            "{} at COUNT {}: handled {handled} of {}, {pending} pending",
+            who.name(),
+            job.batch,
+            job.total
+        ));
+    }
+    Ok(sample)
+}
+
+fn report(batch: usize, total: usize, samples: &[(Contender, Vec<Sample>)]) {
+    let per_second = |s: &Sample| total as f64 / s.wall.as_secs_f64();
+    let median_of = |who: Contender| {
+        samples.iter().find(|(c, _)| *c == who).map(|(_, runs)| {
+            let mut rates: Vec<f64> = runs.iter().map(per_second).collect();
+            median_range(&mut rates).0
+        })
+    };
+    let (base, redis) = (median_of(Contender::Raw), median_of(Contender::Redis));
+    let ratio = |median: f64, to: Option<f64>| to.map_or(String::new(), |b| format!("{:.2}", median / b));
+    println!("\n  COUNT {batch}");
+    println!(
+        "  {:<16} {:>22} {:>8} {:>8} {:>12} {:>12} {:>14} {:>9}",
+        "", "entries/s", "× base", "× redis", "client ns/e", "server ns/e", "server limit", "reached"
+    );
+    for (who, runs) in samples {
+        let mut rates: Vec<f64> = runs.iter().map(per_second).collect();
+        let (median, lo, hi) = median_range(&mut rates);
+        let mut client: Vec<f64> =
+            runs.iter().filter_map(|s| s.client_cpu).map(|c| c.as_nanos() as f64 / total as f64).collect();
+        let client =
+            if client.is_empty() { "n/a".to_string() } else { format!("{:.0}", median_range(&mut client).0) };
+        let mut server: Vec<f64> =
+            runs.iter().map(|s| s.server_cpu.as_nanos() as f64 / total as f64).collect();
+        let server = median_range(&mut server).0;
+        // How near each run came to its limit, entries/s if the server did nothing but this
+        // work: the share of the wall time the server was busy.
+        let mut share: Vec<f64> =
+            runs.iter().map(|s| s.server_cpu.as_secs_f64() / s.wall.as_secs_f64()).collect();
+        let share = median_range(&mut share).0;
+        println!(
+            "  {:<16} {:>8.0}k ({:>5.0}k–{:>5.0}k) {:>8} {:>8} {:>12} {:>12.0} {:>13.0}k {:>8.0}%",
+            who.name(),
+            median / 1e3,
+            lo / 1e3,
+            hi / 1e3,
+            ratio(median, base),
+            ratio(median, redis),
+            client,
+            server,
+            1e6 / server,
+            share * 100.0
+        );
+    }
+}
