@@ -14,6 +14,7 @@ use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
+use crate::in_flight::{InFlight, Pipeline, Sent};
 use crate::lease;
 use crate::notice::{DeadLetterReason, Notice};
 use crate::pace::Pace;
@@ -95,7 +96,7 @@ pub struct Consumer {
     link: Link,
     out: BytesMut,
     decoder: Decoder,
-    in_flight: VecDeque<InFlight>,
+    in_flight: Pipeline,
     next: Next,
     /// Entries read, their delivery counts known, not yet handed out; dropped (they stay
     /// pending) on stop or link loss.
@@ -193,94 +194,6 @@ struct Staged {
     paged: bool,
 }
 
-#[derive(Debug)]
-struct InFlight {
-    sent: Sent,
-    /// When it was written: no later than the server ran it.
-    sent_at: Instant,
-    deadline: Instant,
-}
-
-/// A command in flight and what its reply needs.
-#[derive(Debug)]
-enum Sent {
-    Handshake(Command),
-    CreateGroup,
-    Ack(Acks),
-    ReadPending {
-        count: u32,
-    },
-    Claim {
-        count: u32,
-    },
-    ReadNew {
-        count: u32,
-        /// Parked (`BLOCK beat`), or a read ahead that answers at once.
-        block: bool,
-    },
-    /// Delivery counts for the staged entries; `count` asked.
-    Counts {
-        count: u32,
-    },
-    Lease(Vec<Bytes>),
-    /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
-    GiveBack,
-    DeadLetter(Job),
-    /// The id of the next pending entry, which alone outgrew the frame limit.
-    FindTooLarge,
-    /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
-    Discard(Command),
-}
-
-impl Sent {
-    fn command(&self) -> Command {
-        match self {
-            Sent::Handshake(c) | Sent::Discard(c) => *c,
-            Sent::CreateGroup => Command::CreateGroup,
-            Sent::Ack(_) => Command::Ack,
-            Sent::ReadPending { .. } => Command::ReadPending,
-            Sent::Claim { .. } => Command::Claim,
-            Sent::ReadNew { .. } => Command::ReadNew,
-            Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
-            Sent::Lease(_) | Sent::GiveBack => Command::Lease,
-            Sent::DeadLetter(_) => Command::DeadLetter,
-        }
-    }
-
-    /// Commands whose answer decides what is handed out next: none is handed out meanwhile,
-    /// nor another read sent.
-    fn holds_handout(&self) -> bool {
-        matches!(
-            self,
-            Sent::ReadPending { .. }
-                | Sent::Claim { .. }
-                | Sent::ReadNew { .. }
-                | Sent::Counts { .. }
-                | Sent::Lease(_)
-                | Sent::FindTooLarge
-        )
-    }
-
-    /// Commands about the group's entries: a missing group is "gone" for them.
-    fn reads_group(&self) -> bool {
-        self.holds_handout()
-    }
-
-    /// Commands that must be answered before a stop ends.
-    fn is_owed(&self) -> bool {
-        matches!(
-            self,
-            Sent::Ack(_)
-                | Sent::DeadLetter(_)
-                | Sent::GiveBack
-                | Sent::ReadPending { .. }
-                | Sent::Claim { .. }
-                | Sent::ReadNew { block: false, .. }
-                | Sent::Counts { .. }
-        )
-    }
-}
-
 const CURSOR_START: &[u8] = b"0-0";
 const DRAIN_START: &[u8] = b"0";
 
@@ -299,7 +212,7 @@ impl Consumer {
             config,
             link: Link::Fresh,
             out: BytesMut::with_capacity(4096),
-            in_flight: VecDeque::new(),
+            in_flight: Pipeline::default(),
             next: Next::Drain { after: Bytes::from_static(DRAIN_START) },
             buffer: VecDeque::new(),
             staged: None,
@@ -370,7 +283,7 @@ impl Consumer {
             && self.acks.is_empty()
             && self.dead_letters.is_empty()
             && self.in_flight.len() == 1
-            && matches!(self.in_flight[0].sent, Sent::ReadNew { block: true, .. })
+            && self.in_flight.parked()
     }
 
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
@@ -498,8 +411,8 @@ impl Consumer {
             return Err(e.clone());
         }
         if self.link == Link::Up {
-            if let Some(late) = self.in_flight.iter().find(|c| c.deadline <= now) {
-                let command = late.sent.command();
+            let late = self.in_flight.iter().find(|c| c.deadline <= now).map(|c| c.sent.command());
+            if let Some(command) = late {
                 return Err(self.fail(now, Error::Timeout { command }));
             }
             if self.ack_due.is_some_and(|due| due <= now) {
@@ -634,7 +547,7 @@ impl Consumer {
         if self.stop != Stop::Running || self.in_hand.is_some() {
             return None;
         }
-        if self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+        if self.in_flight.leasing() {
             return None; // whether they are still ours is being asked
         }
         let now = self.last_now?;
@@ -699,17 +612,10 @@ impl Consumer {
         }
         // Reads of new entries that answer at once may overlap; anything else that decides
         // what comes next is waited for.
-        let mut ahead = 0;
-        for c in &self.in_flight {
-            match c.sent {
-                Sent::ReadNew { block: false, .. } => ahead += 1,
-                ref other if other.holds_handout() => return,
-                _ => {}
-            }
-        }
-        if self.staged.is_some() {
+        if self.in_flight.holding() || self.staged.is_some() {
             return;
         }
+        let mut ahead = self.in_flight.reads_ahead();
         if let Some(front) = self.buffer.front() {
             if self.in_hand.is_none() && now >= front.due {
                 self.renew_leases(now);
@@ -779,7 +685,7 @@ impl Consumer {
 
     /// When the first lease comes due, unless renewals are already in flight.
     fn lease_due(&self) -> Option<Instant> {
-        if self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+        if self.in_flight.leasing() {
             return None;
         }
         let oldest =
@@ -790,7 +696,7 @@ impl Consumer {
     /// Renews every buffered or in-hand entry whose lease has run out, unless renewals are
     /// already in flight.
     fn renew_leases(&mut self, now: Instant) {
-        if self.link != Link::Up || self.in_flight.iter().any(|c| matches!(c.sent, Sent::Lease(_))) {
+        if self.link != Link::Up || self.in_flight.leasing() {
             return;
         }
         let lease = self.config.lease_threshold();
@@ -817,7 +723,7 @@ impl Consumer {
     }
 
     fn parked_read_in_flight(&self) -> bool {
-        self.in_flight.iter().any(|c| matches!(c.sent, Sent::ReadNew { block: true, .. }))
+        self.in_flight.parked()
     }
 
     fn finish_stop_if_clear(&mut self) {
@@ -903,7 +809,7 @@ impl Consumer {
 
     /// Forgets the connection's state, keeping acks and dead-letter moves owed.
     fn reset_link(&mut self) {
-        for c in self.in_flight.drain(..) {
+        for c in self.in_flight.drain() {
             match c.sent {
                 Sent::Ack(mut acks) => self.acks.append(&mut acks),
                 Sent::DeadLetter(job) => self.dead_letters.push(job),
@@ -1132,9 +1038,7 @@ impl Consumer {
         self.pace.record_oversized(completed);
         match sent {
             Sent::ReadPending { .. } => {
-                if let Some(c) = self.in_flight.iter_mut().find(|c| matches!(c.sent, Sent::Counts { .. })) {
-                    c.sent = Sent::Discard(Command::Counts);
-                }
+                self.in_flight.discard_counts();
                 if count == 1 {
                     // This one entry alone is too large: find its id for the error.
                     let start = match &self.next {
@@ -1170,9 +1074,7 @@ impl Consumer {
         }
         if sent.reads_group() && is_group_gone(message) {
             if let Sent::ReadPending { .. } = sent {
-                if let Some(c) = self.in_flight.iter_mut().find(|c| matches!(c.sent, Sent::Counts { .. })) {
-                    c.sent = Sent::Discard(Command::Counts);
-                }
+                self.in_flight.discard_counts();
             }
             self.buffer.clear();
             self.staged = None;
@@ -1355,6 +1257,6 @@ impl Consumer {
             Sent::ReadNew { block: true, .. } => self.config.beat + self.config.read_grace,
             _ => self.config.read_grace,
         };
-        self.in_flight.push_back(InFlight { sent, sent_at: now, deadline: now + wait });
+        self.in_flight.push(InFlight { sent, sent_at: now, deadline: now + wait });
     }
 }

@@ -98,6 +98,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod in_flight;
 mod lease;
 mod notice;
 #[cfg(any(test, feature = "fuzzing"))]

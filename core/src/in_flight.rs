@@ -1,0 +1,229 @@
+//! The commands written and not yet answered, in the order their replies come, with a tally
+//! of the kinds the loop asks about on every hand-out and settle (kept as they come and go,
+//! rather than counted each time).
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::acks::Acks;
+use crate::dead_letter::Job;
+use crate::error::Command;
+
+/// A command written and not yet answered.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub(crate) sent: Sent,
+    /// When it was written: no later than the server ran it.
+    pub(crate) sent_at: Instant,
+    pub(crate) deadline: Instant,
+}
+
+/// A command in flight and what its reply needs.
+#[derive(Debug)]
+pub(crate) enum Sent {
+    Handshake(Command),
+    CreateGroup,
+    Ack(Acks),
+    ReadPending {
+        count: u32,
+    },
+    Claim {
+        count: u32,
+    },
+    ReadNew {
+        count: u32,
+        /// Parked (`BLOCK beat`), or a read ahead that answers at once.
+        block: bool,
+    },
+    /// Delivery counts for the staged entries; `count` asked.
+    Counts {
+        count: u32,
+    },
+    Lease(Vec<Bytes>),
+    /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
+    GiveBack,
+    DeadLetter(Job),
+    /// The id of the next pending entry, which alone outgrew the frame limit.
+    FindTooLarge,
+    /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
+    Discard(Command),
+}
+
+impl Sent {
+    pub(crate) fn command(&self) -> Command {
+        match self {
+            Sent::Handshake(c) | Sent::Discard(c) => *c,
+            Sent::CreateGroup => Command::CreateGroup,
+            Sent::Ack(_) => Command::Ack,
+            Sent::ReadPending { .. } => Command::ReadPending,
+            Sent::Claim { .. } => Command::Claim,
+            Sent::ReadNew { .. } => Command::ReadNew,
+            Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
+            Sent::Lease(_) | Sent::GiveBack => Command::Lease,
+            Sent::DeadLetter(_) => Command::DeadLetter,
+        }
+    }
+
+    /// Commands whose answer decides what is handed out next: none is handed out meanwhile,
+    /// nor another read sent.
+    pub(crate) fn holds_handout(&self) -> bool {
+        matches!(
+            self,
+            Sent::ReadPending { .. }
+                | Sent::Claim { .. }
+                | Sent::ReadNew { .. }
+                | Sent::Counts { .. }
+                | Sent::Lease(_)
+                | Sent::FindTooLarge
+        )
+    }
+
+    /// Commands about the group's entries: a missing group is "gone" for them.
+    pub(crate) fn reads_group(&self) -> bool {
+        self.holds_handout()
+    }
+
+    /// Commands that must be answered before a stop ends.
+    pub(crate) fn is_owed(&self) -> bool {
+        matches!(
+            self,
+            Sent::Ack(_)
+                | Sent::DeadLetter(_)
+                | Sent::GiveBack
+                | Sent::ReadPending { .. }
+                | Sent::Claim { .. }
+                | Sent::ReadNew { block: false, .. }
+                | Sent::Counts { .. }
+        )
+    }
+}
+
+/// The commands in flight, oldest first.
+#[derive(Debug, Default)]
+pub(crate) struct Pipeline {
+    commands: VecDeque<InFlight>,
+    tally: Tally,
+}
+
+/// How many commands in flight are of each kind the loop asks about.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    /// Reads of new entries that answer at once.
+    reads_ahead: usize,
+    /// Parked reads (`BLOCK`).
+    parked: usize,
+    /// Lease renewals.
+    leases: usize,
+    /// Commands but reads ahead that hold the hand-out (see [`Sent::holds_handout`]).
+    holding: usize,
+}
+
+impl Tally {
+    fn of(sent: &Sent) -> Tally {
+        let mut one = Tally::default();
+        match sent {
+            Sent::ReadNew { block: false, .. } => one.reads_ahead = 1,
+            Sent::ReadNew { block: true, .. } => {
+                one.parked = 1;
+                one.holding = 1;
+            }
+            Sent::Lease(_) => {
+                one.leases = 1;
+                one.holding = 1;
+            }
+            other if other.holds_handout() => one.holding = 1,
+            _ => {}
+        }
+        one
+    }
+
+    fn add(&mut self, other: Tally) {
+        self.reads_ahead += other.reads_ahead;
+        self.parked += other.parked;
+        self.leases += other.leases;
+        self.holding += other.holding;
+    }
+
+    fn sub(&mut self, other: Tally) {
+        self.reads_ahead -= other.reads_ahead;
+        self.parked -= other.parked;
+        self.leases -= other.leases;
+        self.holding -= other.holding;
+    }
+}
+
+impl Pipeline {
+    pub(crate) fn push(&mut self, command: InFlight) {
+        self.tally.add(Tally::of(&command.sent));
+        self.commands.push_back(command);
+        self.check();
+    }
+
+    /// The oldest: the one the next reply answers.
+    pub(crate) fn pop_front(&mut self) -> Option<InFlight> {
+        let command = self.commands.pop_front()?;
+        self.tally.sub(Tally::of(&command.sent));
+        self.check();
+        Some(command)
+    }
+
+    /// All of them, oldest first, leaving none.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = InFlight> + '_ {
+        self.tally = Tally::default();
+        self.commands.drain(..)
+    }
+
+    /// The delivery counts asked behind a read that failed or was skipped will answer for
+    /// nothing: their reply is ignored.
+    pub(crate) fn discard_counts(&mut self) {
+        if let Some(c) = self.commands.iter_mut().find(|c| matches!(c.sent, Sent::Counts { .. })) {
+            self.tally.sub(Tally::of(&c.sent));
+            c.sent = Sent::Discard(Command::Counts);
+        }
+        self.check();
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.commands.iter()
+    }
+
+    pub(crate) fn front(&self) -> Option<&InFlight> {
+        self.commands.front()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.commands.len()
+    }
+
+    /// Reads of new entries in flight that answer at once.
+    pub(crate) fn reads_ahead(&self) -> usize {
+        self.tally.reads_ahead
+    }
+
+    /// Whether a parked read is in flight.
+    pub(crate) fn parked(&self) -> bool {
+        self.tally.parked > 0
+    }
+
+    /// Whether lease renewals are in flight.
+    pub(crate) fn leasing(&self) -> bool {
+        self.tally.leases > 0
+    }
+
+    /// Whether a command other than a read ahead holds the hand-out.
+    pub(crate) fn holding(&self) -> bool {
+        self.tally.holding > 0
+    }
+
+    /// In debug builds (every test of the consumer, and the fuzz entry points run as tests),
+    /// the tally always matches a count from scratch.
+    fn check(&self) {
+        if cfg!(debug_assertions) {
+            let mut recount = Tally::default();
+            self.commands.iter().for_each(|c| recount.add(Tally::of(&c.sent)));
+            debug_assert_eq!(self.tally, recount);
+        }
+    }
+}
