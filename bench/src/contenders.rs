@@ -1,5 +1,6 @@
-//! The consumers measured: the hand-pipelined baseline, pelican over mio and over smol, and
-//! the `redis` crate's idiomatic read-then-ack loop. Each consumes exactly `total` new
+//! The consumers measured: the hand-pipelined baseline, pelican over mio and over smol (over
+//! TCP, and over TLS where the server serves it), and the `redis` crate's idiomatic
+//! read-then-ack loop. Each consumes exactly `total` new
 //! entries, acks them all, and returns how many it handled.
 
 use std::net::SocketAddr;
@@ -7,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pelican::{Config, Verdict};
+use pelican_tests::server::Endpoint;
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::Commands;
 
@@ -21,10 +23,21 @@ pub enum Contender {
     Smol,
     /// The `redis` crate: `XREADGROUP`, then `XACK` the batch, in turn.
     Redis,
+    /// `pelican-mio` over TLS (Redis 7.0 only).
+    MioTls,
+    /// `pelican-smol` over TLS (Redis 7.0 only).
+    SmolTls,
 }
 
 impl Contender {
-    pub const ALL: [Contender; 4] = [Contender::Raw, Contender::Mio, Contender::Smol, Contender::Redis];
+    pub const ALL: [Contender; 6] = [
+        Contender::Raw,
+        Contender::Mio,
+        Contender::Smol,
+        Contender::Redis,
+        Contender::MioTls,
+        Contender::SmolTls,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,14 +45,23 @@ impl Contender {
             Contender::Mio => "pelican-mio",
             Contender::Smol => "pelican-smol",
             Contender::Redis => "redis crate",
+            Contender::MioTls => "pelican-mio TLS",
+            Contender::SmolTls => "pelican-smol TLS",
         }
+    }
+
+    /// Whether it needs a server that serves TLS.
+    pub fn over_tls(self) -> bool {
+        matches!(self, Contender::MioTls | Contender::SmolTls)
     }
 }
 
 /// Where and what to consume.
 #[derive(Clone, Copy, Debug)]
-pub struct Job {
+pub struct Job<'a> {
     pub addr: SocketAddr,
+    /// The server's TLS port and settings, if it serves TLS.
+    pub tls: Option<&'a Endpoint>,
     pub stream: &'static str,
     pub group: &'static str,
     pub batch: usize,
@@ -47,22 +69,28 @@ pub struct Job {
 }
 
 /// Runs `who` over `job`; the number of entries it handled.
-pub fn run(who: Contender, job: Job) -> Result<usize, String> {
+pub fn run(who: Contender, job: Job<'_>) -> Result<usize, String> {
     match who {
         Contender::Raw => crate::raw::consume(job.addr, job.stream, job.group, "bench", job.batch, job.total)
             .map_err(|e| e.to_string()),
-        Contender::Mio => mio(job),
-        Contender::Smol => smol(job),
+        Contender::Mio => mio(job, None),
+        Contender::Smol => smol(job, None),
+        Contender::MioTls => mio(job, job.tls),
+        Contender::SmolTls => smol(job, job.tls),
         Contender::Redis => redis_crate(job).map_err(|e| e.to_string()),
     }
 }
 
-fn config(job: Job) -> Config {
+fn config(job: Job<'_>) -> Config {
     Config::new(job.stream, job.group, "bench").count(job.batch as u32)
 }
 
-fn mio(job: Job) -> Result<usize, String> {
-    let runner = pelican_mio::Runner::new(job.addr, config(job)).map_err(|e| e.to_string())?;
+fn mio(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {
+    let mut runner = pelican_mio::Runner::new(tls.map_or(job.addr, |to| to.addr), config(job))
+        .map_err(|e| e.to_string())?;
+    if let Some((tls, host)) = tls.and_then(|to| to.tls.clone()) {
+        runner = runner.tls(tls, host);
+    }
     let stop = runner.stop_handle();
     let mut handled = 0;
     runner
@@ -77,8 +105,12 @@ fn mio(job: Job) -> Result<usize, String> {
     Ok(handled)
 }
 
-fn smol(job: Job) -> Result<usize, String> {
-    let runner = pelican_smol::Runner::new(job.addr, config(job)).map_err(|e| e.to_string())?;
+fn smol(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {
+    let mut runner = pelican_smol::Runner::new(tls.map_or(job.addr, |to| to.addr), config(job))
+        .map_err(|e| e.to_string())?;
+    if let Some((tls, host)) = tls.and_then(|to| to.tls.clone()) {
+        runner = runner.tls(tls, host);
+    }
     let stop = runner.stop_handle();
     let handled = Arc::new(AtomicUsize::new(0));
     let count = handled.clone();
@@ -92,7 +124,7 @@ fn smol(job: Job) -> Result<usize, String> {
     Ok(handled.load(Ordering::Relaxed))
 }
 
-fn redis_crate(job: Job) -> redis::RedisResult<usize> {
+fn redis_crate(job: Job<'_>) -> redis::RedisResult<usize> {
     let client = redis::Client::open(format!("redis://{}/", job.addr))?;
     let mut con = client.get_connection()?;
     let options = StreamReadOptions::default().group(job.group, "bench").count(job.batch);

@@ -1,6 +1,6 @@
 //! `pelican-bench`: consumes the same stream with a hand-pipelined client, `pelican-mio`,
 //! `pelican-smol` and the `redis` crate, interleaved round after round, on Redis 7.0 and
-//! Valkey 8.1 started on loopback by the test harness; prints entries/s (median and range),
+//! Valkey 8.1 started on loopback by the test harness (and pelican over TLS on Redis 7.0); prints entries/s (median and range),
 //! the ratio to the hand-pipelined client, client CPU per entry, and the server-bound limit
 //! (the server's own CPU per entry, from `INFO cpu`).
 //!
@@ -18,7 +18,7 @@ use clap::Parser;
 use contenders::{Contender, Job};
 use measure::{median_range, Sample};
 use pelican_tests::admin::Admin;
-use pelican_tests::server::{Flavor, Server};
+use pelican_tests::server::{Flavor, Options, Server, Tls};
 
 /// Throughput of stream consumers against real servers, side by side.
 #[derive(Parser, Debug)]
@@ -63,7 +63,13 @@ fn main() -> ExitCode {
 }
 
 fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
-    let server = Server::start(flavor);
+    // Over TLS too where the server serves it (Redis 7.0), on a second port.
+    let server = match flavor {
+        Flavor::Redis70 => Server::start_with(flavor, Options::default().with_tls(Tls::default())),
+        _ => Server::start(flavor),
+    };
+    let endpoint = server.endpoint();
+    let tls = endpoint.tls.is_some().then_some(&endpoint);
     let mut admin = server.admin();
     admin.xadd_n(STREAM, args.entries, args.field_size);
     println!(
@@ -74,8 +80,9 @@ fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
         args.rounds
     );
     for &batch in &args.batch {
-        let job = Job { addr: server.addr(), stream: STREAM, group: GROUP, batch, total: args.entries };
-        let mut samples: Vec<(Contender, Vec<Sample>)> = args.only.iter().map(|c| (*c, Vec::new())).collect();
+        let job = Job { addr: server.addr(), tls, stream: STREAM, group: GROUP, batch, total: args.entries };
+        let mut samples: Vec<(Contender, Vec<Sample>)> =
+            args.only.iter().filter(|c| !c.over_tls() || tls.is_some()).map(|c| (*c, Vec::new())).collect();
         for _ in 0..args.rounds {
             for (who, runs) in &mut samples {
                 runs.push(one_run(&mut admin, *who, job)?);
@@ -87,7 +94,7 @@ fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
 }
 
 /// A fresh group at 0, one contender consuming all of it, and the checks that it did.
-fn one_run(admin: &mut Admin, who: Contender, job: Job) -> Result<Sample, String> {
+fn one_run(admin: &mut Admin, who: Contender, job: Job<'_>) -> Result<Sample, String> {
     admin.cmd(&["XGROUP", "DESTROY", STREAM, GROUP]);
     admin.call(&["XGROUP", "CREATE", STREAM, GROUP, "0"]);
     let mut handled = Ok(0);

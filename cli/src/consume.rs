@@ -14,9 +14,9 @@ use pelican::{Config, Entry, GroupGone, Notice, Protocol, Source, Stats, Verdict
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-use crate::args::{default_url, Args, Failure};
+use crate::args::{Args, Failure};
 use crate::json::{self, Object};
-use crate::url;
+use crate::server::{tls_message, Server, ServerArgs};
 
 pub const USAGE: &str = "\
 Usage: pelican consume --stream KEY --group G --consumer NAME [options]
@@ -31,9 +31,14 @@ Options:
   --stream KEY          the stream key (required)
   --group G             the consumer group (required)
   --consumer NAME       this consumer's name in the group (required)
-  --url URL             redis://[user[:password]@]host[:port][/db]
+  --url URL             redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
                         [default: $PELICAN_URL, else redis://127.0.0.1:6379]
                         `:password@` logs in as the default user; %XX escapes allowed
+  --tls-ca FILE         rediss://: trust the CA certificates in FILE (PEM) instead of the
+                        system's root certificates
+  --tls-cert FILE       rediss://: present this client certificate (PEM), for servers that
+                        require one (tls-auth-clients); needs --tls-key
+  --tls-key FILE        the client certificate's private key (PEM); needs --tls-cert
   --count N             entries per read and per reclaim [100]
   --beat-ms MS          how long a read blocks, and how often peers' entries are
                         reclaimed [2000]
@@ -89,8 +94,10 @@ exits at once with status 130: the running command's process group gets SIGTERM 
 entry in hand stays pending.
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
-closed, CMD cannot be run, an entry is over the frame limit), 2 bad usage, 130 a second
-signal.";
+closed, CMD cannot be run, an entry is over the frame limit; TLS failed: an untrusted,
+expired or misnamed certificate, a client certificate required, a TLS file that cannot be
+read, a plaintext port behind rediss:// or a TLS port behind redis://), 2 bad usage, 130 a
+second signal.";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transport {
@@ -102,7 +109,6 @@ struct Options {
     stream: String,
     group: String,
     consumer: String,
-    url: String,
     count: u32,
     beat_ms: u64,
     min_idle_ms: u64,
@@ -117,13 +123,14 @@ struct Options {
     stats_json: Option<PathBuf>,
 }
 
-fn parse(mut args: Args) -> Result<Options, Failure> {
+/// The options, and the server (`--url` and the `--tls-*` flags) checked against each other.
+fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
     let (mut stream, mut group, mut consumer) = (None, None, None);
+    let mut server_args = ServerArgs::default();
     let mut o = Options {
         stream: String::new(),
         group: String::new(),
         consumer: String::new(),
-        url: default_url(),
         count: 100,
         beat_ms: 2000,
         min_idle_ms: 30_000,
@@ -142,7 +149,6 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
             "--stream" => stream = Some(args.value()?),
             "--group" => group = Some(args.value()?),
             "--consumer" => consumer = Some(args.value()?),
-            "--url" => o.url = args.value()?,
             "--count" => o.count = args.number(1)?,
             "--beat-ms" => o.beat_ms = args.number(1)?,
             "--min-idle-ms" => o.min_idle_ms = args.number(1)?,
@@ -163,6 +169,7 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
             "--exec" => o.exec = Some(args.value()?),
             "--progress" => o.progress = true,
             "--stats-json" => o.stats_json = Some(args.value()?.into()),
+            _ if server_args.take(&flag, &mut args)? => {}
             _ => return Err(args.unknown(&flag)),
         }
     }
@@ -175,7 +182,8 @@ fn parse(mut args: Args) -> Result<Options, Failure> {
     if o.max_deliveries.is_some() && o.dead_letter.is_none() {
         return Err(args.error("--max-deliveries needs --dead-letter (the stream to move entries to)"));
     }
-    Ok(o)
+    let server = server_args.into_server(&args)?;
+    Ok((o, server))
 }
 
 /// What the handler counts, read by the progress line and the final report.
@@ -296,8 +304,8 @@ impl Handler {
 }
 
 pub fn main(args: Args) -> Result<(), Failure> {
-    let o = parse(args)?;
-    let target = url::parse(&o.url).map_err(Failure::Bad)?;
+    let (o, server) = parse(args)?;
+    let target = &server.target;
     let addrs = target.resolve().map_err(Failure::Bad)?;
     let mut config = target
         .apply(Config::new(&o.stream, &o.group, &o.consumer))
@@ -340,31 +348,32 @@ pub fn main(args: Args) -> Result<(), Failure> {
 
     let (result, handler) = match o.transport {
         Transport::Mio => {
-            let runner = pelican_mio::Runner::new(&addrs[..], config)
+            let mut runner = pelican_mio::Runner::new(&addrs[..], config)
                 .map_err(|e| match e {
                     pelican_mio::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
                     e => Failure::Failed(e.to_string()),
                 })?
                 .on_notice(tell(tty));
+            if let Some(tls) = &server.tls {
+                runner = runner.tls(tls.clone(), &target.host);
+            }
             let stop = runner.stop_handle();
             on_signals(stop.clone(), child.clone())?;
             let handler = handler(Box::new(move || stop.stop()));
             let h = handler.clone();
-            let result = runner.run(move |entry| h.handle(entry)).map_err(|e| {
-                (
-                    matches!(e, pelican_mio::RunError::Consumer(pelican::Error::GroupGone { .. })),
-                    e.to_string(),
-                )
-            });
+            let result = runner.run(move |entry| h.handle(entry)).map_err(mio_failure);
             (result, handler)
         }
         Transport::Smol => {
-            let runner = pelican_smol::Runner::new(&addrs[..], config)
+            let mut runner = pelican_smol::Runner::new(&addrs[..], config)
                 .map_err(|e| match e {
                     pelican_smol::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
                     e => Failure::Failed(e.to_string()),
                 })?
                 .on_notice(tell(tty));
+            if let Some(tls) = &server.tls {
+                runner = runner.tls(tls.clone(), &target.host);
+            }
             let stop = runner.stop_handle();
             on_signals(stop.clone(), child.clone())?;
             let handler = handler(Box::new(move || stop.stop()));
@@ -374,12 +383,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
                 let h = h.clone();
                 smol::unblock(move || h.handle(&entry))
             });
-            let result = smol::block_on(run).map_err(|e| {
-                (
-                    matches!(e, pelican_smol::RunError::Consumer(pelican::Error::GroupGone { .. })),
-                    e.to_string(),
-                )
-            });
+            let result = smol::block_on(run).map_err(smol_failure);
             (result, handler)
         }
     };
@@ -411,6 +415,25 @@ pub fn main(args: Args) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// Why the mio runner gave up, and whether the group is gone (a hint follows then). A TLS
+/// failure is told on its own, naming the flag that fixes it.
+fn mio_failure(e: pelican_mio::RunError) -> (bool, String) {
+    match e {
+        pelican_mio::RunError::Tls(e) => (false, tls_message(&e)),
+        pelican_mio::RunError::Consumer(pelican::Error::GroupGone { .. }) => (true, e.to_string()),
+        e => (false, e.to_string()),
+    }
+}
+
+/// [`mio_failure`], for the smol runner.
+fn smol_failure(e: pelican_smol::RunError) -> (bool, String) {
+    match e {
+        pelican_smol::RunError::Tls(e) => (false, tls_message(&e)),
+        pelican_smol::RunError::Consumer(pelican::Error::GroupGone { .. }) => (true, e.to_string()),
+        e => (false, e.to_string()),
+    }
 }
 
 /// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'

@@ -13,14 +13,14 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
 use pelican::{Config, Consumer, Entry, GroupGone, Source, Stats, Verdict};
-use pelican_mio::{Driver, Status};
+use pelican_mio::{DriveError, Driver, Status};
 
 use crate::args::{Args, Failure};
 use crate::client::{self, Client};
-use crate::url::{self, Target};
+use crate::server::{tls_message, Server, ServerArgs};
 
 pub const USAGE: &str = "\
-Usage: pelican demo [--url URL]
+Usage: pelican demo [--url URL [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]
 
 The recovery tour, as a timeline: a cold start; a worker crashing mid-batch and restarting
 under its name (its backlog back at once, no idle wait); a worker dying for good and a peer
@@ -29,41 +29,39 @@ It ends by checking that nothing was lost.
 
 Without --url it starts the embedded simulator on a loopback port (nothing to install).
 With --url it runs against that server, on keys of its own (pelican-demo:<pid>), which it
-deletes at the end.";
+deletes at the end: redis://[user[:password]@]host[:port][/db], or rediss://… over TLS,
+trusting the CA certificates in --tls-ca FILE (PEM; else the system's root certificates),
+presenting --tls-cert FILE and --tls-key FILE (PEM) to a server that requires a client
+certificate.";
 
 const GROUP: &str = "demo";
 /// No step of the tour may take longer than this.
 const STEP_LIMIT: Duration = Duration::from_secs(15);
 
 pub fn main(mut args: Args) -> Result<(), Failure> {
-    let mut url = None;
+    let mut flags = ServerArgs::default();
     while let Some(flag) = args.next_flag()? {
-        match flag.as_str() {
-            "--url" => url = Some(args.value()?),
-            _ => return Err(args.unknown(&flag)),
+        if !flags.take(&flag, &mut args)? {
+            return Err(args.unknown(&flag));
         }
     }
-    let (target, stream, _sim) = match url {
-        Some(url) => {
-            let target = url::parse(&url).map_err(Failure::Bad)?;
-            (target, format!("pelican-demo:{}", std::process::id()), None)
-        }
-        None => {
-            let listener =
-                TcpListener::bind("127.0.0.1:0").map_err(|e| Failure::Failed(format!("bind: {e}")))?;
-            let sim = pelican_sim::serve(listener, pelican_sim::SimOptions::valkey81());
-            let addr = sim.addr();
-            let target =
-                Target { host: addr.ip().to_string(), port: addr.port(), user: None, password: None, db: 0 };
-            (target, "orders".to_string(), Some(sim))
-        }
+    let (server, stream, _sim) = if flags.has_url() {
+        (flags.into_server(&args)?, format!("pelican-demo:{}", std::process::id()), None)
+    } else if let Some(flag) = flags.tls_flag() {
+        // Not $PELICAN_URL: without --url the demo is the simulator's, which has no TLS.
+        return Err(args.error(format_args!("{flag} needs --url rediss://… (the simulator has no TLS)")));
+    } else {
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| Failure::Failed(format!("bind: {e}")))?;
+        let sim = pelican_sim::serve(listener, pelican_sim::SimOptions::valkey81());
+        let addr = sim.addr();
+        (Server::plain(addr.ip().to_string(), addr.port()), "orders".to_string(), Some(sim))
     };
-    let addr = target.resolve().map_err(Failure::Bad)?[0];
-    let admin = Client::connect(&target).map_err(Failure::Failed)?;
-    let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{addr}") };
+    let addrs = server.target.resolve().map_err(Failure::Bad)?;
+    let admin = Client::connect(&server).map_err(Failure::Failed)?;
+    let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{}", addrs[0]) };
     let mut tour = Tour {
-        target,
-        addr,
+        server,
+        addrs,
         stream,
         admin,
         start: Instant::now(),
@@ -80,8 +78,9 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
 }
 
 struct Tour {
-    target: Target,
-    addr: SocketAddr,
+    server: Server,
+    /// The server's addresses: workers try them in turn.
+    addrs: Vec<SocketAddr>,
     stream: String,
     admin: Client,
     start: Instant,
@@ -208,7 +207,7 @@ impl Tour {
     }
 
     fn worker(&self, name: &str, min_idle: Duration) -> Worker {
-        let config = self.target.apply(
+        let config = self.server.target.apply(
             Config::new(&self.stream, GROUP, name)
                 .count(5)
                 .beat(Duration::from_millis(200))
@@ -216,7 +215,13 @@ impl Tour {
                 .create_group("0")
                 .on_group_gone(GroupGone::Recreate),
         );
-        Worker::new(self.addr, Consumer::new(config).expect("the demo's settings are valid"))
+        let consumer = Consumer::new(config).expect("the demo's settings are valid");
+        let mut driver =
+            Driver::new(self.addrs[0], consumer, Token(0)).fallback_addrs(self.addrs[1..].iter().copied());
+        if let Some(tls) = &self.server.tls {
+            driver = driver.tls(tls.clone(), &self.server.target.host);
+        }
+        Worker::new(driver)
     }
 
     fn note(&mut self, w: &Worker) {
@@ -266,6 +271,14 @@ fn fail(what: &str) -> Failure {
     Failure::Failed(format!("demo: {what}"))
 }
 
+/// Why a worker's driver gave up; a TLS failure names the flag that fixes it.
+fn drive_failure(e: DriveError) -> Failure {
+    match e {
+        DriveError::Tls(e) => fail(&tls_message(&e)),
+        e => fail(&e.to_string()),
+    }
+}
+
 /// One worker: a `pelican-mio` driver on a poll of its own, stepped by the tour.
 struct Worker {
     poll: Poll,
@@ -277,11 +290,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(addr: SocketAddr, consumer: Consumer) -> Worker {
+    fn new(driver: Driver) -> Worker {
         Worker {
             poll: Poll::new().expect("a mio Poll"),
             events: Events::with_capacity(16),
-            driver: Some(Driver::new(addr, consumer, Token(0))),
+            driver: Some(driver),
             seen: Vec::new(),
             acked: Vec::new(),
             parked_since: None,
@@ -321,7 +334,7 @@ impl Worker {
                     }
                     v
                 })
-                .map_err(|e| fail(&e.to_string()))?;
+                .map_err(drive_failure)?;
             if status == Status::Stopped {
                 return Err(fail("a worker stopped unasked"));
             }
@@ -374,9 +387,8 @@ impl Worker {
         driver.stop();
         let end = Instant::now() + STEP_LIMIT;
         loop {
-            let status = driver
-                .drive(self.poll.registry(), &mut |_: &Entry| Verdict::Retry)
-                .map_err(|e| fail(&e.to_string()))?;
+            let status =
+                driver.drive(self.poll.registry(), &mut |_: &Entry| Verdict::Retry).map_err(drive_failure)?;
             if status == Status::Stopped {
                 return Ok(driver.consumer().stats().clone());
             }

@@ -8,6 +8,7 @@ mod demo;
 mod json;
 mod pending;
 mod produce;
+mod server;
 mod url;
 
 use std::process::ExitCode;
@@ -29,7 +30,9 @@ Usage:
   pelican <command> --help
 
 The server is given as --url redis://[user[:password]@]host[:port][/db], or by
-$PELICAN_URL; the default is redis://127.0.0.1:6379.
+$PELICAN_URL; the default is redis://127.0.0.1:6379. rediss://… is the same over TLS,
+with --tls-ca FILE (else the system's root certificates are trusted), and --tls-cert FILE
+--tls-key FILE for servers that require a client certificate.
 
 Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted twice.";
 

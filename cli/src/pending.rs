@@ -1,12 +1,13 @@
 //! `pelican pending`: a group's pending entries list at a glance.
 
-use crate::args::{default_url, Args, Failure};
+use crate::args::{Args, Failure};
 use crate::client::{array, bytes, field, int, Client, Reply};
 use crate::json::{self, Object};
-use crate::url;
+use crate::server::ServerArgs;
 
 pub const USAGE: &str = "\
 Usage: pelican pending --stream KEY --group G [--url URL] [--json]
+                      [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
 Shows group G's pending entries list (entries delivered but not yet acknowledged):
   - the total, and the id range;
@@ -19,8 +20,12 @@ Shows group G's pending entries list (entries delivered but not yet acknowledged
 Options:
   --stream KEY   the stream key (required)
   --group G      the consumer group (required)
-  --url URL      redis://[user[:password]@]host[:port][/db]
+  --url URL      redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
                  [default: $PELICAN_URL, else redis://127.0.0.1:6379]
+  --tls-ca FILE  rediss://: trust the CA certificates in FILE (PEM) instead of the
+                 system's root certificates
+  --tls-cert FILE, --tls-key FILE
+                 rediss://: present this client certificate and key (PEM; both or neither)
   --json         one JSON object instead of text:
                  {\"stream\",\"group\",\"pending\",\"min_id\",\"max_id\",\"lag\",
                   \"consumers\":[{\"name\",\"pending\",\"oldest_id\",\"oldest_idle_ms\",\"seen_ms\"}],
@@ -28,7 +33,9 @@ Options:
                  names are strings, or {\"base64\":\"…\"} when not UTF-8; unknown numbers are null
   -h, --help
 
-Exit status: 0 shown, 1 the server failed or refused (no such key or group), 2 bad usage.";
+Exit status: 0 shown, 1 the server failed or refused (no such key or group) or TLS failed (an
+untrusted, expired or misnamed certificate, a client certificate required, a TLS file that
+cannot be read, the wrong port for the scheme), 2 bad usage.";
 
 /// How many of the oldest entries are listed.
 const OLDEST: usize = 10;
@@ -59,20 +66,20 @@ struct Report {
 }
 
 pub fn main(mut args: Args) -> Result<(), Failure> {
-    let (mut stream, mut group, mut url, mut as_json) = (None, None, default_url(), false);
+    let (mut stream, mut group, mut server_args, mut as_json) = (None, None, ServerArgs::default(), false);
     while let Some(flag) = args.next_flag()? {
         match flag.as_str() {
             "--stream" => stream = Some(args.value()?),
             "--group" => group = Some(args.value()?),
-            "--url" => url = args.value()?,
             "--json" => as_json = true,
+            _ if server_args.take(&flag, &mut args)? => {}
             _ => return Err(args.unknown(&flag)),
         }
     }
     let stream = args.required(stream, "--stream")?;
     let group = args.required(group, "--group")?;
-    let target = url::parse(&url).map_err(Failure::Bad)?;
-    let mut client = Client::connect(&target).map_err(Failure::Failed)?;
+    let server = server_args.into_server(&args)?;
+    let mut client = Client::connect(&server).map_err(Failure::Failed)?;
     let report = fetch(&mut client, stream.as_bytes(), group.as_bytes())
         .map_err(|e| Failure::Failed(format!("{stream} {group}: {e}")))?;
     if as_json {

@@ -2,12 +2,13 @@
 
 use std::time::Instant;
 
-use crate::args::{default_url, Args, Failure};
+use crate::args::{Args, Failure};
 use crate::client::{self, Client, Reply};
-use crate::url;
+use crate::server::ServerArgs;
 
 pub const USAGE: &str = "\
 Usage: pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+                      [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
 Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined 1000 at a time, each
 with one field `p` whose value is BYTES bytes (a run of `x`), then prints how many were
@@ -17,30 +18,34 @@ Options:
   --stream KEY    the stream key (required)
   --count N       how many entries (required, at least 1)
   --size BYTES    size of each value [16]
-  --url URL       redis://[user[:password]@]host[:port][/db]
+  --url URL       redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
                   [default: $PELICAN_URL, else redis://127.0.0.1:6379]
+  --tls-ca FILE   rediss://: trust the CA certificates in FILE (PEM) instead of the
+                  system's root certificates
+  --tls-cert FILE, --tls-key FILE
+                  rediss://: present this client certificate and key (PEM; both or neither)
   -h, --help
 
-Exit status: 0 all added, 1 the server failed or refused, 2 bad usage.";
+Exit status: 0 all added, 1 the server failed or refused, or TLS failed, 2 bad usage.";
 
 /// Commands per pipelined write.
 const CHUNK: u64 = 1000;
 
 pub fn main(mut args: Args) -> Result<(), Failure> {
-    let (mut stream, mut count, mut size, mut url) = (None, None, 16usize, default_url());
+    let (mut stream, mut count, mut size, mut server_args) = (None, None, 16usize, ServerArgs::default());
     while let Some(flag) = args.next_flag()? {
         match flag.as_str() {
             "--stream" => stream = Some(args.value()?),
             "--count" => count = Some(args.number(1u64)?),
             "--size" => size = args.number(0usize)?,
-            "--url" => url = args.value()?,
+            _ if server_args.take(&flag, &mut args)? => {}
             _ => return Err(args.unknown(&flag)),
         }
     }
     let stream = args.required(stream, "--stream")?;
     let count = count.ok_or_else(|| args.error("--count is required"))?;
-    let target = url::parse(&url).map_err(Failure::Bad)?;
-    let mut client = Client::connect(&target).map_err(Failure::Failed)?;
+    let server = server_args.into_server(&args)?;
+    let mut client = Client::connect(&server).map_err(Failure::Failed)?;
     let value = vec![b'x'; size];
     let start = Instant::now();
     let mut out = Vec::new();

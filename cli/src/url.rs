@@ -1,4 +1,4 @@
-//! `redis://[user[:password]@]host[:port][/db]`.
+//! `redis://[user[:password]@]host[:port][/db]`, and `rediss://…` (the same over TLS).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -7,16 +7,22 @@ use pelican::Config;
 /// The server used when neither `--url` nor `PELICAN_URL` says otherwise.
 pub const DEFAULT: &str = "redis://127.0.0.1:6379";
 
-const FORM: &str = "expected redis://[user[:password]@]host[:port][/db]";
+const FORM: &str = "expected redis://[user[:password]@]host[:port][/db], or rediss:// for TLS";
 
 /// A parsed server URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
+    /// A host name or an IP address (an IPv6 one without its brackets).
     pub host: String,
+    /// 6379 unless the URL says otherwise (for `rediss://` too, as `redis-cli` has it).
     pub port: u16,
+    /// `rediss://`: TLS, the server's certificate checked against `host`.
+    pub tls: bool,
     /// ACL user; `None` is the `default` user.
     pub user: Option<Vec<u8>>,
+    /// The password, of `user` or of the default user.
     pub password: Option<Vec<u8>>,
+    /// The database to `SELECT` (0: none sent).
     pub db: u32,
 }
 
@@ -25,12 +31,10 @@ pub struct Target {
 /// The message never repeats the URL, which may hold a password.
 pub fn parse(url: &str) -> Result<Target, String> {
     let bad = |why: &str| format!("bad URL: {why} ({FORM})");
-    let rest = match url.split_once("://") {
-        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redis") => rest,
-        Some((scheme, _)) if scheme.eq_ignore_ascii_case("rediss") => {
-            return Err(bad("rediss:// (TLS) is not supported"))
-        }
-        _ => return Err(bad("it must start with redis://")),
+    let (tls, rest) = match url.split_once("://") {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redis") => (false, rest),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("rediss") => (true, rest),
+        _ => return Err(bad("it must start with redis:// or rediss://")),
     };
     let (userinfo, rest) = match rest.rsplit_once('@') {
         Some((info, rest)) => (Some(info), rest),
@@ -77,7 +81,7 @@ pub fn parse(url: &str) -> Result<Target, String> {
             (user, Some(percent_decode(password).ok_or_else(|| bad("bad %-escape in the password"))?))
         }
     };
-    Ok(Target { host: host.to_string(), port, user, password, db })
+    Ok(Target { host: host.to_string(), port, tls, user, password, db })
 }
 
 fn percent_decode(s: &str) -> Option<Vec<u8>> {
@@ -124,6 +128,7 @@ mod tests {
         Target {
             host: host.into(),
             port,
+            tls: false,
             user: user.map(|u| u.as_bytes().to_vec()),
             password: password.map(|p| p.as_bytes().to_vec()),
             db,
@@ -146,11 +151,25 @@ mod tests {
     }
 
     #[test]
+    fn tls_urls() {
+        let tls = |t: Target| Target { tls: true, ..t };
+        assert_eq!(parse("rediss://localhost"), Ok(tls(target("localhost", 6379, None, None, 0))));
+        assert_eq!(parse("REDISS://h:6380/2"), Ok(tls(target("h", 6380, None, None, 2))));
+        assert_eq!(
+            parse("rediss://al:pw@[::1]:7000/1"),
+            Ok(tls(target("::1", 7000, Some("al"), Some("pw"), 1)))
+        );
+        assert_eq!(parse("redis://h").map(|t| t.tls), Ok(false));
+    }
+
+    #[test]
     fn bad_urls() {
         for (url, why) in [
-            ("http://h", "must start with redis://"),
+            ("http://h", "must start with redis:// or rediss://"),
             ("127.0.0.1:6379", "must start with redis://"),
-            ("rediss://h", "TLS"),
+            ("redisss://h", "must start with redis://"),
+            ("rediss://", "host is missing"),
+            ("rediss://h:0", "port"),
             ("redis://", "host is missing"),
             ("redis://h:0", "port"),
             ("redis://h:99999", "port"),

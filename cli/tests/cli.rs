@@ -4,8 +4,11 @@
 mod support;
 
 use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
-use pelican_tests::server::{Flavor, Server};
+use pelican_tests::certs::ServerCert;
+use pelican_tests::server::{self, Flavor, Options, Server};
 use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
 
 fn url(server: &Server) -> String {
@@ -520,4 +523,247 @@ fn a_command_that_cannot_run_stops_the_consumer() {
     assert_eq!(admin.xlen("dead"), 0, "nothing dead-lettered");
     let pending: Vec<String> = admin.xpending_all("s", "g").into_iter().map(|p| p.0).collect();
     assert_eq!(pending, ids, "nothing acked");
+}
+
+/// Redis 7.0 serving TLS too (its plain port stays open for the admin connection).
+fn tls_server(client_auth: bool, cert: ServerCert) -> Server {
+    Server::start_with(Flavor::Redis70, Options::default().with_tls(server::Tls { client_auth, cert }))
+}
+
+/// `rediss://HOST:<tls port>`: `host` is `127.0.0.1` or `localhost` (the certificate names both).
+fn tls_url(server: &Server, host: &str) -> String {
+    format!("rediss://{host}:{}", server.tls_port().expect("a TLS server"))
+}
+
+fn path(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `produce` 300 entries, then `consume` them over TLS on both transports (a group each),
+/// by IP address and by name: each entry once, nothing left pending, exit 0 on SIGTERM.
+#[test]
+fn tls_produce_then_consume_on_both_transports() {
+    let server = tls_server(false, ServerCert::Good);
+    let ca = path(&server.pki().unwrap().ca());
+    let mut admin = server.admin();
+    let url = tls_url(&server, "localhost");
+    let (status, stdout, stderr) =
+        run(&["produce", "--url", &url, "--tls-ca", &ca, "--stream", "s", "--count", "300"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stdout.starts_with("produced 300 entries to s"), "{stdout}");
+    assert_eq!(admin.xlen("s"), 300);
+
+    for (transport, group, host) in [("mio", "g", "127.0.0.1"), ("smol", "g2", "localhost")] {
+        let url = tls_url(&server, host);
+        let mut args = consume(&url, &["--tls-ca", &ca, "--transport", transport, "--count", "64"]);
+        args[6] = group;
+        let mut p = Pelican::spawn(&args);
+        let ids: BTreeSet<String> =
+            (0..300).map(|_| Json::parse(&p.line()).get("id").str().to_string()).collect();
+        assert_eq!(ids.len(), 300, "{transport}: each entry once");
+        wait_until("XPENDING 0", || admin.xpending_count("s", group) == 0);
+        p.stop();
+    }
+}
+
+/// `pending` over TLS, its URL from `$PELICAN_URL`.
+#[test]
+fn tls_pending_from_pelican_url() {
+    let server = tls_server(false, ServerCert::Good);
+    let mut admin = server.admin();
+    admin.xadd_n("s", 3, 4);
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0"]);
+    admin.call(&["XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", "s", ">"]);
+    let ca = path(&server.pki().unwrap().ca());
+    let url = tls_url(&server, "127.0.0.1");
+    let args = ["pending", "--tls-ca", &ca, "--stream", "s", "--group", "g", "--json"];
+    let (status, stdout, stderr) = support::run_env(&args, &[("PELICAN_URL", &url)]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let report = Json::parse(&stdout);
+    assert_eq!(report.get("pending").num(), 2.0);
+    assert_eq!(report.get("consumers").arr()[0].get("name").str(), "alice");
+}
+
+/// A server that requires a client certificate (`tls-auth-clients yes`): `--tls-cert` and
+/// `--tls-key` get every command in.
+#[test]
+fn mutual_tls_with_a_client_certificate() {
+    let server = tls_server(true, ServerCert::Good);
+    let pki = server.pki().unwrap();
+    let (ca, cert, key) = (path(&pki.ca()), path(&pki.client_cert()), path(&pki.client_key()));
+    let mut admin = server.admin();
+    let url = tls_url(&server, "localhost");
+    let tls = ["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key];
+    let mut args = vec!["produce", "--url", &url, "--stream", "s", "--count", "20"];
+    args.extend(tls);
+    let (status, _, stderr) = run(&args);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    for transport in ["mio", "smol"] {
+        admin.call(&["XGROUP", "DESTROY", "s", "g"]);
+        let mut extra = vec!["--transport", transport];
+        extra.extend(tls);
+        let mut p = Pelican::spawn(&consume(&url, &extra));
+        let ids: BTreeSet<String> =
+            (0..20).map(|_| Json::parse(&p.line()).get("id").str().to_string()).collect();
+        assert_eq!(ids.len(), 20, "{transport}");
+        wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
+        p.stop();
+    }
+    let mut args = vec!["pending", "--url", &url, "--stream", "s", "--group", "g"];
+    args.extend(tls);
+    let (status, stdout, stderr) = run(&args);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stdout.starts_with("stream s, group g: 0 pending"), "{stdout}");
+}
+
+/// `demo --url rediss://…`: the tour's workers are mio drivers over TLS.
+#[test]
+fn demo_over_tls_loses_nothing() {
+    let server = tls_server(false, ServerCert::Good);
+    let ca = path(&server.pki().unwrap().ca());
+    let (status, stdout, stderr) = run(&["demo", "--url", &tls_url(&server, "localhost"), "--tls-ca", &ca]);
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    assert!(stdout.contains("nothing lost"), "{stdout}");
+    assert_eq!(server.admin().call(&["DBSIZE"]).as_int(), Some(0), "the demo deletes its keys");
+}
+
+/// Every way TLS can fail, on every client (`pending`'s and `produce`'s blocking one, both
+/// transports): exit 1, a message naming the cause, in bounded time. All run at once.
+#[test]
+fn tls_failures_exit_1_naming_the_cause() {
+    let good = tls_server(false, ServerCert::Good);
+    let mtls = tls_server(true, ServerCert::Good);
+    let expired = tls_server(false, ServerCert::Expired);
+    let wrong_name = tls_server(false, ServerCert::WrongName);
+    let pki = good.pki().unwrap();
+    let ca_of = |s: &Server| path(&s.pki().unwrap().ca());
+    let plain_port = format!("rediss://127.0.0.1:{}", good.port());
+    let plain_url_to_tls = format!("redis://127.0.0.1:{}", good.tls_port().unwrap());
+    let cases: Vec<(String, Vec<String>, &str)> = vec![
+        (
+            tls_url(&good, "127.0.0.1"),
+            vec!["--tls-ca".into(), path(&pki.other_ca())],
+            "127.0.0.1 is not trusted",
+        ),
+        (
+            tls_url(&expired, "localhost"),
+            vec!["--tls-ca".into(), ca_of(&expired)],
+            "out of its validity period",
+        ),
+        (
+            tls_url(&wrong_name, "127.0.0.1"),
+            vec!["--tls-ca".into(), ca_of(&wrong_name)],
+            "does not name 127.0.0.1",
+        ),
+        (tls_url(&mtls, "localhost"), vec!["--tls-ca".into(), ca_of(&mtls)], "requires a client certificate"),
+        (plain_port, vec!["--tls-ca".into(), path(&pki.ca())], "is it a plaintext port? use redis://"),
+        (plain_url_to_tls, vec![], "is it a TLS port? use rediss://"),
+        (tls_url(&good, "localhost"), vec!["--tls-ca".into(), "/no/such/ca.pem".into()], "/no/such/ca.pem"),
+    ];
+    let mut runs = Vec::new();
+    for (url, tls, want) in &cases {
+        for command in ["pending", "produce", "mio", "smol"] {
+            let mut args = match command {
+                "pending" => vec!["pending", "--url", url, "--stream", "s", "--group", "g"],
+                "produce" => vec!["produce", "--url", url, "--stream", "s", "--count", "5"],
+                transport => consume(url, &["--transport", transport]),
+            };
+            args.extend(tls.iter().map(String::as_str));
+            let started = Instant::now();
+            let p = Pelican::spawn(&args);
+            runs.push((command, *want, started, p));
+        }
+    }
+    for (command, want, started, mut p) in runs {
+        let status = p.wait();
+        let (stderr, took) = (p.stderr(), started.elapsed());
+        assert_eq!(status.code(), Some(1), "{command}, want {want:?}: {stderr}");
+        assert!(stderr.contains(want), "{command}: want {want:?} in {stderr}");
+        assert!(stderr.starts_with("pelican: ") && stderr.lines().count() == 1, "{command}: {stderr}");
+        // `took` runs until this wait, after the earlier ones: an upper bound. The slowest
+        // give up after 3 unanswered handshakes of 5 s each (the transports' default).
+        assert!(took < Duration::from_secs(25), "{command}, {want:?}: took {took:?}");
+    }
+    assert_eq!(good.admin().call(&["DBSIZE"]).as_int(), Some(0), "nothing produced");
+}
+
+/// Misused TLS flags are usage errors (exit 2) naming the fix, before any connection.
+#[test]
+fn tls_flag_misuse_exits_2() {
+    let pelican_url = [("PELICAN_URL", "redis://:secret@127.0.0.1:1")];
+    for (args, env, want) in [
+        (
+            &[
+                "pending",
+                "--stream",
+                "s",
+                "--group",
+                "g",
+                "--url",
+                "redis://127.0.0.1:1",
+                "--tls-ca",
+                "ca.pem",
+            ][..],
+            &[][..],
+            "--tls-ca is for TLS, but the URL is redis:// (plaintext): use rediss://",
+        ),
+        (
+            &[
+                "consume",
+                "--stream",
+                "s",
+                "--group",
+                "g",
+                "--consumer",
+                "c",
+                "--tls-cert",
+                "c.pem",
+                "--tls-key",
+                "k.pem",
+            ],
+            &pelican_url,
+            "--tls-cert is for TLS, but the URL is redis://",
+        ),
+        (
+            &[
+                "produce",
+                "--stream",
+                "s",
+                "--count",
+                "1",
+                "--url",
+                "rediss://127.0.0.1:1",
+                "--tls-cert",
+                "c.pem",
+            ],
+            &[],
+            "--tls-cert and --tls-key go together",
+        ),
+        (
+            &[
+                "consume",
+                "--stream",
+                "s",
+                "--group",
+                "g",
+                "--consumer",
+                "c",
+                "--url",
+                "rediss://127.0.0.1:1",
+                "--tls-key",
+                "k.pem",
+            ],
+            &[],
+            "--tls-cert and --tls-key go together",
+        ),
+        (&["demo", "--tls-ca", "ca.pem"], &[], "--tls-ca needs --url rediss://"),
+        (&["demo", "--url", "redis://127.0.0.1:1", "--tls-ca", "ca.pem"], &[], "--tls-ca is for TLS"),
+    ] {
+        let (status, stdout, stderr) = support::run_env(args, env);
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(&format!("pelican: {want}")), "{args:?}: {stderr}");
+        assert!(stderr.contains("Usage:") && !stderr.contains("secret"), "{args:?}: {stderr}");
+        assert!(stdout.is_empty(), "{args:?}: {stdout}");
+    }
 }

@@ -8,7 +8,6 @@
 //! `pelican_tests::conformance_suite!(MyTransport);`
 
 use std::collections::BTreeSet;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
@@ -17,18 +16,21 @@ use std::time::{Duration, Instant};
 use pelican::{Config, Entry, GroupGone, Protocol, Source, Stats, Verdict};
 
 use crate::admin::Admin;
-use crate::server::{Flavor, Options, Server};
+use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
 pub mod handlers;
+pub mod tls;
 pub use handlers::*;
+pub use tls::*;
 
 /// The application's handler, as the suite hands it to a transport.
 pub type Handler = Box<dyn FnMut(&Entry) -> Verdict + Send>;
 
 /// What a transport must offer the suite: run one consumer on a thread of its own.
 pub trait Transport {
-    /// Starts a consumer for `config` against `addr`, handling entries with `handler`.
-    fn spawn(addr: SocketAddr, config: Config, handler: Handler) -> Running;
+    /// Starts a consumer for `config` against `to` (over TLS if it says so), handling
+    /// entries with `handler`.
+    fn spawn(to: Endpoint, config: Config, handler: Handler) -> Running;
 }
 
 /// A consumer running on its own thread.
@@ -94,16 +96,31 @@ pub fn wait_until(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
-/// One server flavor and protocol for a scenario.
+/// One server flavor and protocol for a scenario, over TLS or not.
 #[derive(Clone, Copy, Debug)]
 pub struct Target {
     /// The server.
     pub flavor: Flavor,
     /// The wire protocol.
     pub protocol: Protocol,
+    /// Over TLS, and how the server serves it.
+    pub tls: Option<Tls>,
 }
 
 impl Target {
+    /// Starts the target's server (with TLS if the target has it).
+    pub fn start(&self) -> Server {
+        self.start_with(Options::default())
+    }
+
+    /// Starts the target's server with `options` (and TLS if the target has it).
+    pub fn start_with(&self, options: Options) -> Server {
+        match self.tls {
+            Some(tls) => Server::start_with(self.flavor, options.with_tls(tls)),
+            None => Server::start_with(self.flavor, options),
+        }
+    }
+
     /// A consumer config with short, test-friendly timings.
     pub fn config(&self, consumer: &str) -> Config {
         Config::new(STREAM, GROUP, consumer)
@@ -188,10 +205,10 @@ const SETTLE: Duration = Duration::from_secs(10);
 
 /// Cold start: the consumer creates the group, consumes what arrives, the PEL ends empty.
 pub fn cold_start<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1").create_group("0"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1").create_group("0"), seen.acking());
     assert!(wait_until(SETTLE, || admin.group_exists(STREAM, GROUP)), "the door created the group");
     let ids = admin.xadd_n(STREAM, 500, 8);
     assert!(wait_until(SETTLE, || seen.len() >= 500), "consumed {} of 500", seen.len());
@@ -205,7 +222,7 @@ pub fn cold_start<T: Transport>(t: Target) {
 /// Crash and restart under the same name: the backlog comes back at once, without waiting
 /// for `min_idle` (an hour here).
 pub fn crash_restart<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 120, 8);
@@ -214,7 +231,7 @@ pub fn crash_restart<T: Transport>(t: Target) {
     let seen = Seen::default();
     let handled = AtomicUsize::new(0);
     let crash = T::spawn(
-        server.addr(),
+        server.endpoint(),
         t.config("c1"),
         seen.handler(move |_, _| match handled.fetch_add(1, Ordering::SeqCst) {
             19 => panic!("crash (on purpose, for the test)"),
@@ -229,7 +246,7 @@ pub fn crash_restart<T: Transport>(t: Target) {
     // before anything new.
     let started = Instant::now();
     let again = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1"), again.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1"), again.acking());
     assert!(wait_until(SETTLE, || again.ids().is_superset(&held)), "got {} of {}", again.len(), held.len());
     assert!(started.elapsed() < Duration::from_secs(5), "no idle wait: {:?}", started.elapsed());
     assert!(wait_until(SETTLE, || seen.ids().union(&again.ids()).count() == ids.len()), "nothing lost");
@@ -243,7 +260,7 @@ pub fn crash_restart<T: Transport>(t: Target) {
 
 /// A dead peer's entries are reclaimed after `min_idle`, within `min_idle + beat + slack`.
 pub fn dead_peer<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 30, 8);
@@ -251,7 +268,7 @@ pub fn dead_peer<T: Transport>(t: Target) {
     let held_at = Instant::now();
     let min_idle = Duration::from_millis(600);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1").min_idle(min_idle), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1").min_idle(min_idle), seen.acking());
     assert!(wait_until(Duration::from_secs(10), || seen.len() >= 30), "reclaimed {} of 30", seen.len());
     let took = held_at.elapsed();
     run.finish();
@@ -266,13 +283,13 @@ pub fn dead_peer<T: Transport>(t: Target) {
 
 /// A `Retry` verdict comes back after `min_idle` (through `XAUTOCLAIM` of its own entry).
 pub fn retry_after_min_idle<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let min_idle = Duration::from_millis(500);
     let seen = Seen::default();
     let run = T::spawn(
-        server.addr(),
+        server.endpoint(),
         t.config("c1").min_idle(min_idle),
         seen.handler(|_, times| if times == 1 { Verdict::Retry } else { Verdict::Ack }),
     );
@@ -297,7 +314,7 @@ pub fn retry_after_min_idle<T: Transport>(t: Target) {
 /// Pending entries deleted by `XDEL` (or trimmed by `XTRIM`) are acked away on the drain and
 /// on the claim path, never handed out; the PEL ends empty.
 fn deleted_pending<T: Transport>(t: Target, trim: bool) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 20, 8);
@@ -316,7 +333,7 @@ fn deleted_pending<T: Transport>(t: Target, trim: bool) {
     };
     let live: BTreeSet<String> = set(&ids).difference(&set(&gone)).cloned().collect();
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1").min_idle(Duration::from_millis(300)), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1").min_idle(Duration::from_millis(300)), seen.acking());
     assert!(
         wait_until(SETTLE, || seen.ids() == live && admin.xpending_count(STREAM, GROUP) == 0),
         "{:?}",
@@ -341,11 +358,11 @@ pub fn xtrim_pending<T: Transport>(t: Target) {
 /// The group disappears while parked (`XGROUP DESTROY`, then `DEL` of the key): the consumer
 /// recreates it and carries on.
 pub fn group_gone_recreated<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     let seen = Seen::default();
     let config = t.config("c1").create_group("0").on_group_gone(GroupGone::Recreate);
-    let run = T::spawn(server.addr(), config, seen.acking());
+    let run = T::spawn(server.endpoint(), config, seen.acking());
     assert!(wait_until(SETTLE, || admin.group_exists(STREAM, GROUP)));
     for how in [["XGROUP", "DESTROY", STREAM, GROUP].as_slice(), ["DEL", STREAM].as_slice()] {
         let before = set(&admin.xadd_n(STREAM, 3, 8));
@@ -363,11 +380,11 @@ pub fn group_gone_recreated<T: Transport>(t: Target) {
 
 /// With `GroupGone::Fail`, a destroyed group stops the consumer with an error.
 pub fn group_gone_fails<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1"), seen.acking());
     thread::sleep(Duration::from_millis(300));
     admin.call(&["XGROUP", "DESTROY", STREAM, GROUP]);
     let err = run.join(SETTLE).expect_err("the consumer fails");
@@ -378,11 +395,11 @@ pub fn group_gone_fails<T: Transport>(t: Target) {
 /// `XGROUP DELCONSUMER` while parked: the server drops the consumer (and its pending list);
 /// the next read recreates it and consumption goes on.
 pub fn delconsumer_while_parked<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1"), seen.acking());
     thread::sleep(Duration::from_millis(300));
     admin.call(&["XGROUP", "DELCONSUMER", STREAM, GROUP, "c1"]);
     let ids = admin.xadd_n(STREAM, 10, 8);
@@ -394,7 +411,7 @@ pub fn delconsumer_while_parked<T: Transport>(t: Target) {
 /// Stop mid-batch: the entry in hand finishes, its ack is confirmed, nothing after it is
 /// handed out, the rest stays pending.
 pub fn stop_mid_batch<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     admin.xadd_n(STREAM, 50, 8);
@@ -402,7 +419,7 @@ pub fn stop_mid_batch<T: Transport>(t: Target) {
     let started = Arc::new(AtomicBool::new(false));
     let flag = started.clone();
     let run = T::spawn(
-        server.addr(),
+        server.endpoint(),
         t.config("c1"),
         seen.handler(move |_, _| {
             flag.store(true, Ordering::SeqCst);
@@ -421,10 +438,11 @@ pub fn stop_mid_batch<T: Transport>(t: Target) {
 
 /// Stop while parked returns promptly (far below the beat).
 pub fn stop_while_parked<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
-    let run = T::spawn(server.addr(), t.config("c1").beat(Duration::from_secs(5)), Seen::default().acking());
+    let run =
+        T::spawn(server.endpoint(), t.config("c1").beat(Duration::from_secs(5)), Seen::default().acking());
     assert!(wait_until(SETTLE, || admin.info("clients").contains("blocked_clients:1")), "parked");
     let asked = Instant::now();
     run.stop();
@@ -436,11 +454,11 @@ pub fn stop_while_parked<T: Transport>(t: Target) {
 
 /// `CLIENT KILL` of the consumer's connection: it reconnects, drains and carries on.
 pub fn client_kill<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1"), seen.acking());
     let first = admin.xadd_n(STREAM, 10, 8);
     assert!(wait_until(SETTLE, || seen.len() >= 10));
     assert!(wait_until(SETTLE, || admin.client_kill_by_name("pelican-c1") >= 1));
@@ -455,11 +473,11 @@ pub fn client_kill<T: Transport>(t: Target) {
 /// kill -9 of the server and a restart with AOF on the same port: the consumer reconnects
 /// (through `LOADING`, if it sees it) and nothing is lost.
 pub fn server_restart_aof<T: Transport>(t: Target) {
-    let mut server = Server::start_with(t.flavor, Options::default().with_aof());
+    let mut server = t.start_with(Options::default().with_aof());
     let mut admin = server.admin();
     create_group(&mut admin);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1"), seen.acking());
     let mut ids = admin.xadd_n(STREAM, 200, 8);
     assert!(wait_until(SETTLE, || seen.len() >= 50));
     server.kill9();
@@ -477,7 +495,7 @@ pub fn server_restart_aof<T: Transport>(t: Target) {
 /// holds the entry while the server is killed and a stop is asked, then acks it. One entry
 /// per read: at most the next one is read ahead before the outage.
 fn ack_owed_in_outage<T: Transport>(t: Target) -> (Server, Running, Vec<String>) {
-    let mut server = Server::start_with(t.flavor, Options::default().with_aof());
+    let mut server = t.start_with(Options::default().with_aof());
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 3, 8);
@@ -488,7 +506,7 @@ fn ack_owed_in_outage<T: Transport>(t: Target) -> (Server, Running, Vec<String>)
         assert!(wait_until(SETTLE, || release.load(Ordering::SeqCst)));
         Verdict::Ack
     });
-    let run = T::spawn(server.addr(), t.config("c1").count(1), handler);
+    let run = T::spawn(server.endpoint(), t.config("c1").count(1), handler);
     assert!(wait_until(SETTLE, || entered.load(Ordering::SeqCst)));
     server.kill9();
     run.stop();
@@ -540,23 +558,24 @@ fn rest_after_outage(admin: &mut Admin) -> (Vec<String>, Vec<String>) {
 
 /// AUTH with an ACL user.
 pub fn acl_user<T: Transport>(t: Target) {
-    let server = Server::start_with(t.flavor, Options::default().with_full_user("app", "s3cret-pass"));
+    let server = t.start_with(Options::default().with_full_user("app", "s3cret-pass"));
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 10, 8);
     let seen = Seen::default();
-    let run = T::spawn(server.addr(), t.config("c1").auth(Some("app"), "s3cret-pass"), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1").auth(Some("app"), "s3cret-pass"), seen.acking());
     assert!(wait_until(SETTLE, || seen.ids() == set(&ids)));
     run.finish();
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
-    let bad = T::spawn(server.addr(), t.config("c2").auth(Some("app"), "wrong"), Seen::default().acking());
+    let bad =
+        T::spawn(server.endpoint(), t.config("c2").auth(Some("app"), "wrong"), Seen::default().acking());
     let err = bad.join(SETTLE).expect_err("wrong password is fatal");
     assert!(err.contains("WRONGPASS"), "{err}");
 }
 
 /// A large backlog (100k entries) consumed in full, the PEL empty at the end.
 pub fn large_backlog<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let n = 100_000;
@@ -564,7 +583,7 @@ pub fn large_backlog<T: Transport>(t: Target) {
     let count = Arc::new(AtomicUsize::new(0));
     let c = count.clone();
     let run = T::spawn(
-        server.addr(),
+        server.endpoint(),
         t.config("c1").count(500),
         Box::new(move |_: &Entry| {
             c.fetch_add(1, Ordering::Relaxed);
@@ -586,20 +605,35 @@ pub fn large_backlog<T: Transport>(t: Target) {
 /// Runs `scenario` on every server flavor and protocol, a thread per target; panics with
 /// the list of targets that failed.
 pub fn on_every_target(name: &str, scenario: fn(Target)) {
-    let mut threads = Vec::new();
+    let mut targets = Vec::new();
     for flavor in Flavor::ALL {
         for protocol in [Protocol::Resp2, Protocol::Resp3] {
-            let label = format!("{name} on {} {protocol:?}", flavor.name());
-            let t = Target { flavor, protocol };
-            threads.push((
-                label.clone(),
-                thread::Builder::new().name(label).spawn(move || scenario(t)).unwrap(),
-            ));
+            targets.push(Target { flavor, protocol, tls: None });
         }
     }
+    // Only the Redis 7.0 binary serves TLS (PROTOCOL.md, TLS).
+    let tls = |client_auth| Some(Tls { client_auth, ..Tls::default() });
+    for (protocol, tls) in
+        [(Protocol::Resp2, tls(false)), (Protocol::Resp3, tls(false)), (Protocol::Resp3, tls(true))]
+    {
+        targets.push(Target { flavor: Flavor::Redis70, protocol, tls });
+    }
+    let total = targets.len();
+    let threads: Vec<_> = targets
+        .into_iter()
+        .map(|t| {
+            let over = match t.tls {
+                None => "",
+                Some(Tls { client_auth: false, .. }) => " over TLS",
+                Some(Tls { client_auth: true, .. }) => " over mutual TLS",
+            };
+            let label = format!("{name} on {} {:?}{over}", t.flavor.name(), t.protocol);
+            (label.clone(), thread::Builder::new().name(label).spawn(move || scenario(t)).unwrap())
+        })
+        .collect();
     let failed: Vec<String> =
         threads.into_iter().filter_map(|(label, th)| th.join().is_err().then_some(label)).collect();
-    assert!(failed.is_empty(), "{} of 6 targets failed: {failed:?}", failed.len());
+    assert!(failed.is_empty(), "{} of {total} targets failed: {failed:?}", failed.len());
 }
 
 /// Expands to one `#[test]` per scenario for the transport `$t`, each run on every target.
@@ -613,6 +647,15 @@ macro_rules! conformance_suite {
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
             big_entries, entry_too_large_is_named);
+        $crate::conformance_suite!(@tls $t; tls_certificates_refused, tls_protocol_mismatch);
+    };
+    (@tls $t:ty; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::$name::<$t>();
+            }
+        )*
     };
     (@each $t:ty; $($name:ident),*) => {
         $(

@@ -4,6 +4,8 @@
 //!   `<workspace>/.servers/` by `scripts/install-servers`) as child processes, each on its
 //!   own loopback port in its own temporary directory; kills and restarts them (with AOF,
 //!   data survives a `kill -9`); cleans up on drop.
+//! - [`certs`]: a throwaway test PKI (CA, server and client certificates, and broken ones)
+//!   for the TLS servers that [`server::Options::tls`] starts (Redis 7.0 only).
 //! - [`admin`]: a small blocking RESP2 client to set up and inspect server state (streams,
 //!   consumer groups, pending lists, client connections) from tests.
 //!
@@ -22,5 +24,6 @@
 //!   protocol (`conformance_suite!(MyTransport)` instantiates it).
 
 pub mod admin;
+pub mod certs;
 pub mod conformance;
 pub mod server;

@@ -5,6 +5,9 @@
 //! `--daemonize no`, in a fresh directory under [`std::env::temp_dir`], with stdout and stderr
 //! appended to `server.log` in that directory. Dropping the `Server` kills the process (by its
 //! own pid, through [`std::process::Child::kill`]) and removes the directory.
+//!
+//! With [`Options::tls`] (Redis 7.0 only), the server also serves TLS on a second port, with
+//! a [`Pki`] generated into its directory.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -19,6 +22,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::admin::{info_value, Admin, Reply};
+use crate::certs::{Pki, ServerCert};
 
 /// How long a server gets to answer `PING` with `PONG` after being (re)started.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -96,6 +100,22 @@ pub struct Options {
     /// line is split on whitespace, so passwords cannot contain spaces here. The readiness
     /// probe and [`Server::admin`] log in as `default`, so keep that user enabled.
     pub acl_users: Vec<String>,
+    /// Also serve TLS on a second port (see [`Tls`]); only [`Flavor::Redis70`] can.
+    pub tls: Option<Tls>,
+}
+
+/// How a [`Server`] serves TLS. The plain port stays open alongside (for [`Server::admin`]
+/// and the readiness probe); the TLS port is [`Server::tls_port`]. The server trusts the
+/// test CA ([`Pki::ca`]) for client certificates.
+///
+/// `Tls::default()`: the good server certificate, no client certificate required.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tls {
+    /// `--tls-auth-clients yes`: clients must present a certificate signed by the test CA
+    /// (such as [`Pki::client_cert`]); otherwise `no`.
+    pub client_auth: bool,
+    /// Which certificate the server presents.
+    pub cert: ServerCert,
 }
 
 impl Options {
@@ -108,6 +128,12 @@ impl Options {
     /// Sets `requirepass` (see [`Options::requirepass`]).
     pub fn with_requirepass(mut self, pass: &str) -> Options {
         self.requirepass = Some(pass.to_string());
+        self
+    }
+
+    /// Serves TLS too (see [`Options::tls`]).
+    pub fn with_tls(mut self, tls: Tls) -> Options {
+        self.tls = Some(tls);
         self
     }
 
@@ -124,6 +150,17 @@ impl Options {
     }
 }
 
+/// Where a consumer connects, and how.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// The address.
+    pub addr: SocketAddr,
+    /// TLS settings and the name the server's certificate must carry, if over TLS.
+    pub tls: Option<(pelican_tls::Tls, String)>,
+    /// How long a connect (and TLS handshake) may take; `None`: the transport's default.
+    pub connect_timeout: Option<std::time::Duration>,
+}
+
 /// A running server process, owned by the test that started it.
 #[derive(Debug)]
 pub struct Server {
@@ -132,6 +169,9 @@ pub struct Server {
     options: Options,
     dir: PathBuf,
     port: u16,
+    /// Set whenever `options.tls` is (0 between failed attempts, like `port`).
+    tls_port: Option<u16>,
+    pki: Option<Pki>,
     child: Option<Child>,
 }
 
@@ -161,8 +201,15 @@ impl Server {
         Server::start_on(flavor, binary.into(), options, reserve_port)
     }
 
-    /// Starts on ports from `pick` (each one reserved in [`PORTS`]) until one works.
+    /// Starts on ports from `pick` (each one reserved in [`PORTS`]) until one works: the
+    /// plain port first, then (with TLS) the TLS port.
     fn start_on(flavor: Flavor, binary: PathBuf, options: Options, mut pick: impl FnMut() -> u16) -> Server {
+        if options.tls.is_some() && flavor != Flavor::Redis70 {
+            panic!(
+                "pelican-tests: cannot start {flavor} with TLS: only redis-7.0 serves TLS \
+                 (the other test binaries are built without it)"
+            );
+        }
         if !binary.is_file() {
             panic!(
                 "pelican-tests: the {flavor} server binary is missing: {} does not exist. \
@@ -172,21 +219,31 @@ impl Server {
             );
         }
         let dir = make_temp_dir(flavor);
-        let mut server = Server { flavor, binary, options, dir, port: 0, child: None };
+        let tls = options.tls.is_some();
+        let mut server =
+            Server { flavor, binary, options, dir, port: 0, tls_port: None, pki: None, child: None };
+        if tls {
+            match Pki::generate(&server.dir) {
+                Ok(pki) => server.pki = Some(pki),
+                Err(e) => panic!("{}", server.failure(&format!("cannot write the test PKI: {e}"))),
+            }
+        }
         // Ports refused in this call stay reserved until it ends, so each retry gets a
-        // different one.
-        let mut refused: Vec<(u16, String)> = Vec::new();
+        // different one. The log does not say which of the two ports was taken: both go.
+        let mut refused: Vec<(Vec<u16>, String)> = Vec::new();
         let mut outcome = Err(String::new());
         for _ in 0..PORT_ATTEMPTS {
             server.port = pick();
+            server.tls_port = tls.then(&mut pick);
             match server.launch() {
                 Ok(()) => {
                     outcome = Ok(());
                     break;
                 }
                 Err(LaunchError::PortTaken(why)) => {
-                    refused.push((server.port, why));
+                    refused.push((server.ports(), why));
                     server.port = 0;
+                    server.tls_port = tls.then_some(0);
                 }
                 Err(LaunchError::Fatal(why)) => {
                     outcome = Err(why);
@@ -194,13 +251,13 @@ impl Server {
                 }
             }
         }
-        for (port, _) in &refused {
+        for port in refused.iter().flat_map(|(ports, _)| ports) {
             release_port(*port);
         }
         match outcome {
             Ok(()) => server,
             Err(why) if why.is_empty() => {
-                let tried: Vec<String> = refused.iter().map(|(p, w)| format!("{p}: {w}")).collect();
+                let tried: Vec<String> = refused.iter().map(|(p, w)| format!("{p:?}: {w}")).collect();
                 panic!(
                     "{}",
                     server.failure(&format!(
@@ -231,6 +288,37 @@ impl Server {
     /// The loopback port the server listens on (unchanged by [`Server::restart`]).
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS port (unchanged by [`Server::restart`]), or `None` without [`Options::tls`].
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls_port
+    }
+
+    /// `127.0.0.1:<tls port>`, or `None` without [`Options::tls`].
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls_port.map(|port| SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+    }
+
+    /// The test PKI in the server's directory (generated at start, kept across
+    /// [`Server::restart`]), or `None` without [`Options::tls`].
+    pub fn pki(&self) -> Option<&Pki> {
+        self.pki.as_ref()
+    }
+
+    /// Where a consumer connects: the TLS port, trusting the test CA (and presenting the
+    /// test client certificate when the server asks for one), checking the name
+    /// `127.0.0.1`; or the plain port.
+    pub fn endpoint(&self) -> Endpoint {
+        let (Some(addr), Some(pki), Some(tls)) = (self.tls_addr(), self.pki(), self.options.tls) else {
+            return Endpoint { addr: self.addr(), tls: None, connect_timeout: None };
+        };
+        let mut config = pelican_tls::TlsConfig::new().ca_file(pki.ca());
+        if tls.client_auth {
+            config = config.client_cert(pki.client_cert(), pki.client_key());
+        }
+        let built = config.build().expect("the test PKI makes a valid TLS configuration");
+        Endpoint { addr, tls: Some((built, "127.0.0.1".to_string())), connect_timeout: None }
     }
 
     /// The server's private directory (its `--dir`: AOF files and `server.log`).
@@ -284,23 +372,28 @@ impl Server {
         }
     }
 
-    /// Starts the server again on the same port with the same directory and options (so an
+    /// Starts the server again on the same ports with the same directory, options and PKI (so an
     /// AOF server reloads its data), and waits until it answers `PING` with `PONG` (not
     /// `-LOADING`). If it is still running, it is killed with [`Server::kill9`] first.
-    /// Panics if it cannot listen on its port again or is not ready within 10 s.
+    /// Panics if it cannot listen on its ports again or is not ready within 10 s.
     pub fn restart(&mut self) {
         self.kill9();
         match self.launch() {
             Ok(()) => {}
             Err(LaunchError::PortTaken(why)) => panic!(
                 "{}",
-                self.failure(&format!("restart: port {} is no longer available: {why}", self.port))
+                self.failure(&format!("restart: port(s) {:?} no longer available: {why}", self.ports()))
             ),
             Err(LaunchError::Fatal(why)) => panic!("{}", self.failure(&format!("restart: {why}"))),
         }
     }
 
-    /// The command line arguments for the current port.
+    /// The plain port, then the TLS port if any.
+    fn ports(&self) -> Vec<u16> {
+        std::iter::once(self.port).chain(self.tls_port).collect()
+    }
+
+    /// The command line arguments for the current ports.
     fn args(&self) -> Vec<String> {
         let mut args: Vec<String> = vec![
             "--port".into(),
@@ -325,10 +418,26 @@ impl Server {
             args.push("--user".into());
             args.extend(rule.split_whitespace().map(String::from));
         }
+        if let (Some(tls), Some(port), Some(pki)) = (&self.options.tls, self.tls_port, &self.pki) {
+            let path = |p: PathBuf| p.display().to_string();
+            args.extend([
+                "--tls-port".into(),
+                port.to_string(),
+                "--tls-cert-file".into(),
+                path(pki.server_cert_of(tls.cert)),
+                "--tls-key-file".into(),
+                path(pki.server_key_of(tls.cert)),
+                "--tls-ca-cert-file".into(),
+                path(pki.ca()),
+                "--tls-auth-clients".into(),
+                if tls.client_auth { "yes" } else { "no" }.into(),
+            ]);
+        }
         args
     }
 
-    /// Spawns the process on `self.port` and waits until it is ready.
+    /// Spawns the process on its ports and waits until it is ready. Redis binds every port
+    /// before it accepts on any, so `PONG` on the plain port means the TLS port is up too.
     fn launch(&mut self) -> Result<(), LaunchError> {
         let log_path = self.log_path();
         let log = OpenOptions::new()
@@ -405,10 +514,10 @@ impl Server {
     /// A panic message with the server's identity and the tail of its log.
     fn failure(&self, why: &str) -> String {
         format!(
-            "pelican-tests: {} server ({}) on port {} in {}: {why}\n--- last lines of {} ---\n{}",
+            "pelican-tests: {} server ({}) on port(s) {:?} in {}: {why}\n--- last lines of {} ---\n{}",
             self.flavor,
             self.binary.display(),
-            self.port,
+            self.ports(),
             self.dir.display(),
             LOG_FILE,
             self.log_tail(30)
@@ -419,8 +528,10 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill9();
-        if self.port != 0 {
-            release_port(self.port);
+        for port in self.ports() {
+            if port != 0 {
+                release_port(port);
+            }
         }
         let _ = fs::remove_dir_all(&self.dir);
     }
@@ -509,6 +620,7 @@ fn make_temp_dir(flavor: Flavor) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::TcpStream;
 
     /// A port that something else listens on, reserved like ours so the test can hand it in.
     fn occupied() -> (TcpListener, u16) {
@@ -530,6 +642,8 @@ mod tests {
                 .with_full_user("b", "y"),
             dir: PathBuf::from("/d"),
             port: 7,
+            tls_port: None,
+            pki: None,
             child: None,
         };
         let args = server.args().join(" ");
@@ -553,6 +667,52 @@ mod tests {
         let mut admin = server.admin();
         assert_eq!(admin.cmd(&["PING"]), Reply::Simple("PONG".into()));
         assert!(!PORTS.lock().unwrap().contains(&taken), "refused port released");
+    }
+
+    #[test]
+    fn retries_when_the_tls_port_is_taken() {
+        let (_listener, taken) = occupied();
+        // Popped from the back: a free plain port, then the taken TLS port.
+        let mut ports = vec![taken, reserve_port()];
+        let options = Options::default().with_tls(Tls::default());
+        let mut server = Server::start_on(Flavor::Redis70, Flavor::Redis70.binary(), options, || {
+            ports.pop().unwrap_or_else(reserve_port)
+        });
+        let tls_port = server.tls_port().unwrap();
+        assert_ne!(tls_port, taken);
+        assert!(server.log_tail(100).contains("Address already in use"));
+        assert!(TcpStream::connect(server.tls_addr().unwrap()).is_ok());
+        assert!(!PORTS.lock().unwrap().contains(&taken), "refused port released");
+        assert!(PORTS.lock().unwrap().contains(&tls_port));
+
+        server.restart();
+        assert_eq!(server.tls_port(), Some(tls_port));
+        assert!(TcpStream::connect(server.tls_addr().unwrap()).is_ok());
+        drop(server);
+        assert!(!PORTS.lock().unwrap().contains(&tls_port), "released on drop");
+    }
+
+    #[test]
+    fn tls_args() {
+        let dir = make_temp_dir(Flavor::Redis70);
+        let pki = Pki::generate(&dir).unwrap();
+        let server = Server {
+            flavor: Flavor::Redis70,
+            binary: PathBuf::from("/nowhere"),
+            options: Options::default().with_tls(Tls { client_auth: true, cert: ServerCert::Expired }),
+            dir: dir.clone(),
+            port: 7,
+            tls_port: Some(8),
+            pki: Some(pki),
+            child: None,
+        };
+        let d = dir.display();
+        assert!(server.args().join(" ").ends_with(&format!(
+            "--daemonize no --tls-port 8 --tls-cert-file {d}/expired.pem --tls-key-file \
+             {d}/expired-key.pem --tls-ca-cert-file {d}/ca.pem --tls-auth-clients yes"
+        )));
+        drop(server); // removes the directory; ports 7 and 8 were never reserved
+        assert!(!dir.exists());
     }
 
     #[test]

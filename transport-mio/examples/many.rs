@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Registry, Token, Waker};
 use pelican::{Config, Consumer, Entry, Verdict};
-use pelican_mio::{Driver, Status};
+use pelican_mio::{DriveError, Driver, Status};
 
 /// The waker's token; drivers get tokens from 0.
 const WAKER: Token = Token(usize::MAX);
@@ -92,7 +92,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// One driver's turn: its handler counts and acks every entry.
-fn drive(driver: &mut Driver, registry: &Registry, count: &mut u64) -> Result<(), pelican::Error> {
+fn drive(driver: &mut Driver, registry: &Registry, count: &mut u64) -> Result<(), DriveError> {
     if driver.is_stopped() {
         return Ok(());
     }

@@ -1,14 +1,17 @@
 //! One consumer over one `mio` socket, registered on a caller's `Poll`.
 
 use std::collections::VecDeque;
-use std::io::{self, Read, Write};
+use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use pelican::{Consumer, Entry, Error, Event, Notice, Verdict};
+use pelican::{Consumer, Entry, Event, Notice, Verdict};
+use pelican_tls::{Tls, TlsError};
 
+use crate::conn::Conn;
+use crate::error::DriveError;
 use crate::stop::StopFlags;
 
 /// Size of one socket read.
@@ -17,6 +20,11 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Reads one [`Driver::drive`] call makes before it yields to the caller's other work (the
 /// driver then asks to be driven again at once, see [`Driver::next_deadline`]).
 const READ_BUDGET: usize = 32;
+
+/// Connections in a row that end without a word from the server (a TLS handshake never
+/// answered; a plaintext connection reset before any reply) before the driver gives up:
+/// such a server speaks the other protocol, and retrying would go on forever.
+const QUIET_LIMIT: u32 = 3;
 
 /// How long a TCP connect may take before it counts as failed, unless
 /// [`Driver::connect_timeout`] says otherwise.
@@ -41,8 +49,10 @@ enum Link {
     Idle,
     /// A non-blocking connect is under way; it fails if not done by `deadline`.
     Connecting { stream: TcpStream, deadline: Instant },
-    /// Connected; the consumer was told so.
-    Up { stream: TcpStream },
+    /// Connected over TCP, shaking hands over TLS; it fails if not done by `deadline`.
+    Securing { conn: Conn, deadline: Instant },
+    /// Connected (over TLS, secured); the consumer was told so.
+    Up { conn: Conn },
 }
 
 /// Drives one [`Consumer`] over one `mio` TCP socket.
@@ -67,7 +77,8 @@ enum Link {
 /// waiting: bytes written until the socket would block, every entry handed out, every
 /// readable byte read (or a fairness budget is spent, in which case `next_deadline` is due
 /// at once). `drive` returns [`Status::Stopped`] once the consumer has stopped, and a fatal
-/// [`Error`] if the consumer gave up (wrong password, a missing group…); a non-fatal error
+/// [`DriveError`] if the consumer gave up (wrong password, a missing group…) or TLS failed
+/// (an untrusted certificate…); a non-fatal error
 /// only costs the connection, and the driver reconnects after the consumer's backoff.
 /// [`Notice`]s (a lease lost, a dead letter, a smaller read) wait in
 /// [`poll_notice`](Self::poll_notice).
@@ -123,6 +134,14 @@ pub struct Driver {
     asap: Option<Instant>,
     stopped: bool,
     notices: VecDeque<Notice>,
+    /// TLS, and the host name the server's certificate must carry.
+    tls: Option<(Tls, String)>,
+    /// A TLS failure that ended the driver.
+    tls_failed: Option<TlsError>,
+    /// Connections in a row that ended without a word from the server (see [`QUIET_LIMIT`]).
+    quiet: u32,
+    /// Whether the server sent anything on this connection.
+    heard: bool,
 }
 
 impl Driver {
@@ -140,7 +159,19 @@ impl Driver {
             asap: Some(Instant::now()),
             stopped: false,
             notices: VecDeque::new(),
+            tls: None,
+            tls_failed: None,
+            quiet: 0,
+            heard: false,
         }
+    }
+
+    /// Connects over TLS, checking that the server's certificate names `host` (a host name,
+    /// or an IP address checked as one). A certificate or handshake failure is fatal
+    /// ([`DriveError::Tls`]): retrying would not fix it.
+    pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Driver {
+        self.tls = Some((tls, host.into()));
+        self
     }
 
     /// Adds addresses to try, in turn, after a connect to the previous one failed (for a
@@ -212,14 +243,14 @@ impl Driver {
     /// `None`: only an event can give it work (or it has stopped or failed).
     #[must_use]
     pub fn next_deadline(&self) -> Option<Instant> {
-        if self.stopped || self.consumer.error().is_some() {
+        if self.stopped || self.consumer.error().is_some() || self.tls_failed.is_some() {
             return None;
         }
         if self.asap.is_some() {
             return self.asap;
         }
         match &self.link {
-            Link::Connecting { deadline, .. } => Some(*deadline),
+            Link::Connecting { deadline, .. } | Link::Securing { deadline, .. } => Some(*deadline),
             Link::Up { .. } => self.consumer.poll_timeout(),
             // Before the first connect the consumer has no deadline: it wants one at once.
             Link::Idle if self.consumer.wants_connection() => {
@@ -234,13 +265,13 @@ impl Driver {
     /// consumer's deadlines. See the type's docs for when to call it.
     ///
     /// Returns [`Status::Stopped`] once the consumer stopped, and the consumer's fatal
-    /// [`Error`] once it failed (again on every later call); the socket is closed and
+    /// [`DriveError`] once it failed (again on every later call); the socket is closed and
     /// deregistered in both cases.
     pub fn drive(
         &mut self,
         registry: &Registry,
         handler: &mut impl FnMut(&Entry) -> Verdict,
-    ) -> Result<Status, Error> {
+    ) -> Result<Status, DriveError> {
         let mut notices = std::mem::take(&mut self.notices);
         let status = self.drive_until(
             registry,
@@ -263,7 +294,7 @@ impl Driver {
         &mut self,
         registry: &Registry,
         on_entry: &mut impl FnMut(Entry),
-    ) -> Result<Status, Error> {
+    ) -> Result<Status, DriveError> {
         let mut notices = std::mem::take(&mut self.notices);
         let mut hand = |entry| {
             on_entry(entry);
@@ -284,7 +315,7 @@ impl Driver {
         hand: &mut impl FnMut(Entry) -> Option<Verdict>,
         observe: &mut impl FnMut(Notice),
         stop: Option<&StopFlags>,
-    ) -> Result<Status, Error> {
+    ) -> Result<Status, DriveError> {
         self.asap = None;
         if self.stopped {
             return Ok(Status::Stopped);
@@ -295,9 +326,15 @@ impl Driver {
         if let Some(err) = self.consumer.error() {
             let err = err.clone();
             self.close(registry);
-            return Err(err);
+            return Err(DriveError::Consumer(err));
+        }
+        if let Some(err) = &self.tls_failed {
+            return Err(DriveError::Tls(err.clone()));
         }
         self.advance_link(registry, Instant::now());
+        if let Some(err) = &self.tls_failed {
+            return Err(DriveError::Tls(err.clone()));
+        }
         self.exchange(registry, hand, observe, stop)
     }
 
@@ -312,8 +349,21 @@ impl Driver {
             }
             Link::Connecting { stream, deadline } => match connect_outcome(&stream) {
                 Ok(true) => {
-                    self.link = Link::Up { stream };
-                    self.consumer.on_connected(now);
+                    self.heard = false;
+                    match &self.tls {
+                        None => self.up(Conn::Plain(stream), now),
+                        Some((tls, host)) => match tls.connect(host) {
+                            Ok(session) => {
+                                let conn = Conn::Tls(stream, Box::new(session));
+                                self.link = Link::Securing { conn, deadline: now + self.connect_timeout };
+                                self.secure(registry, now);
+                            }
+                            Err(err) => {
+                                self.link = Link::Connecting { stream, deadline };
+                                self.fail_tls(registry, err);
+                            }
+                        },
+                    }
                 }
                 Ok(false) if now < deadline => self.link = Link::Connecting { stream, deadline },
                 Ok(false) | Err(_) => {
@@ -321,8 +371,52 @@ impl Driver {
                     self.connect_failed(registry, now);
                 }
             },
+            securing @ Link::Securing { .. } => {
+                self.link = securing;
+                self.secure(registry, now);
+            }
             up @ Link::Up { .. } => self.link = up,
         }
+    }
+
+    /// Moves the TLS handshake on; once done, the consumer is told it is connected.
+    fn secure(&mut self, registry: &Registry, now: Instant) {
+        let Link::Securing { conn, deadline } = &mut self.link else { return };
+        let deadline = *deadline;
+        match conn.handshake() {
+            Ok(true) => {
+                let Link::Securing { conn, .. } = std::mem::replace(&mut self.link, Link::Idle) else {
+                    return;
+                };
+                self.quiet = 0;
+                self.up(conn, now);
+            }
+            Ok(false) if now < deadline => {}
+            Ok(false) => {
+                // A plaintext server takes the hello for an unfinished command and waits.
+                self.quiet += 1;
+                if self.quiet >= QUIET_LIMIT {
+                    let host = self.tls.as_ref().map_or_else(String::new, |(_, host)| host.clone());
+                    self.fail_tls(registry, TlsError::NoTlsAnswer { host, attempts: self.quiet });
+                } else {
+                    self.connect_failed(registry, now);
+                }
+            }
+            Err(e) => {
+                let _stopped = self.io_failed(registry, &e, now);
+            }
+        }
+    }
+
+    fn up(&mut self, conn: Conn, now: Instant) {
+        self.link = Link::Up { conn };
+        self.consumer.on_connected(now);
+    }
+
+    /// TLS failed for good: the driver ends.
+    fn fail_tls(&mut self, registry: &Registry, err: TlsError) {
+        self.close(registry);
+        self.tls_failed = Some(err);
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
@@ -350,21 +444,61 @@ impl Driver {
     }
 
     /// The consumer returned an error: the connection is done. Fatal errors end the driver.
-    fn failed(&mut self, registry: &Registry, err: Error) -> Result<Status, Error> {
+    fn failed(&mut self, registry: &Registry, err: pelican::Error) -> Result<Status, DriveError> {
         self.close(registry);
         if err.is_fatal() {
-            Err(err)
+            Err(DriveError::Consumer(err))
         } else {
             Ok(Status::Running)
         }
     }
 
+    /// A read or write failed: the connection is lost, or TLS failed for good.
+    fn io_failed(
+        &mut self,
+        registry: &Registry,
+        err: &io::Error,
+        now: Instant,
+    ) -> Result<Status, DriveError> {
+        let handshaking = matches!(&self.link, Link::Securing { .. });
+        let tls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
+        if let (Some(tls_err), Some((config, host))) = (tls, &self.tls) {
+            let explained = config.explain(tls_err, host);
+            // The handshake's failures are fatal, and a server refusing the client's
+            // certificate once it ended (TLS 1.3 says so after the handshake).
+            let fatal = handshaking
+                || matches!(
+                    explained,
+                    TlsError::ClientCertRequired { .. } | TlsError::ClientCertRefused { .. }
+                );
+            if fatal {
+                self.fail_tls(registry, explained.clone());
+                return Err(DriveError::Tls(explained));
+            }
+        }
+        // A TLS port resets a plaintext client before a word (PROTOCOL.md, TLS).
+        let reset = matches!(err.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe);
+        if self.tls.is_none() && !self.heard && reset {
+            self.quiet += 1;
+            if self.quiet >= QUIET_LIMIT {
+                let err = TlsError::ServerWantsTls { addr: self.addr().to_string(), attempts: self.quiet };
+                self.fail_tls(registry, err.clone());
+                return Err(DriveError::Tls(err));
+            }
+        }
+        self.disconnected(registry, now);
+        Ok(Status::Running)
+    }
+
     fn close(&mut self, registry: &Registry) {
         match std::mem::replace(&mut self.link, Link::Idle) {
             Link::Idle => {}
-            Link::Connecting { mut stream, .. } | Link::Up { mut stream } => {
+            Link::Connecting { mut stream, .. } => {
                 // Dropping the socket closes it; the registration goes with it either way.
                 let _ = registry.deregister(&mut stream);
+            }
+            Link::Securing { mut conn, .. } | Link::Up { mut conn } => {
+                let _ = registry.deregister(conn.socket());
             }
         }
     }
@@ -377,15 +511,15 @@ impl Driver {
         hand: &mut impl FnMut(Entry) -> Option<Verdict>,
         observe: &mut impl FnMut(Notice),
         stop: Option<&StopFlags>,
-    ) -> Result<Status, Error> {
+    ) -> Result<Status, DriveError> {
         let mut reads = 0;
         let mut deadlines_checked = false;
         loop {
             let now = Instant::now();
             let write_blocked = match self.flush() {
                 Ok(blocked) => blocked,
-                Err(_) => {
-                    self.disconnected(registry, now);
+                Err(e) => {
+                    let _running = self.io_failed(registry, &e, now)?;
                     false
                 }
             };
@@ -414,7 +548,7 @@ impl Driver {
                     _ => {}
                 }
             }
-            let Link::Up { stream } = &mut self.link else {
+            let Link::Up { conn } = &mut self.link else {
                 return Ok(Status::Running);
             };
             if self.consumer.poll_transmit().is_some() && !write_blocked {
@@ -424,13 +558,17 @@ impl Driver {
                 self.asap = Some(now);
                 return Ok(Status::Running);
             }
-            match stream.read(&mut self.buf) {
+            match conn.read(&mut self.buf) {
                 Ok(0) => {
                     self.disconnected(registry, now);
                     return Ok(Status::Running);
                 }
                 Ok(n) => {
                     reads += 1;
+                    if !self.heard {
+                        self.heard = true;
+                        self.quiet = 0;
+                    }
                     if let Err(err) = self.consumer.handle_input(&self.buf[..n], Instant::now()) {
                         return self.failed(registry, err);
                     }
@@ -449,10 +587,7 @@ impl Driver {
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    self.disconnected(registry, now);
-                    return Ok(Status::Running);
-                }
+                Err(e) => return self.io_failed(registry, &e, now),
             }
         }
     }
@@ -460,9 +595,9 @@ impl Driver {
     /// Writes what the consumer has to send. `Ok(true)` if the socket would block with bytes
     /// left (a writable event will follow).
     fn flush(&mut self) -> io::Result<bool> {
-        let Link::Up { stream } = &mut self.link else { return Ok(false) };
+        let Link::Up { conn } = &mut self.link else { return Ok(false) };
         while let Some(bytes) = self.consumer.poll_transmit() {
-            match stream.write(bytes) {
+            match conn.write(bytes) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.consumer.advance_transmit(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
@@ -470,7 +605,7 @@ impl Driver {
                 Err(e) => return Err(e),
             }
         }
-        Ok(false)
+        conn.flush()
     }
 }
 

@@ -1,9 +1,10 @@
-//! Why a runner gave up.
+//! Why a runner or a driver gave up.
 
 use std::fmt;
 use std::io;
 
 use pelican::ConfigError;
+use pelican_tls::TlsError;
 
 /// Why [`run`](crate::run) or [`Runner`](crate::Runner) gave up.
 #[derive(Debug)]
@@ -16,6 +17,8 @@ pub enum RunError {
     /// The consumer failed for good ([`pelican::Error::is_fatal`]): wrong credentials, a
     /// missing group, a reply it cannot read…
     Consumer(pelican::Error),
+    /// TLS failed for good (see [`DriveError::Tls`]).
+    Tls(TlsError),
     /// The `Poll` could not be created or polled.
     Io(io::Error),
 }
@@ -26,6 +29,7 @@ impl fmt::Display for RunError {
             RunError::Config(e) => write!(f, "invalid configuration: {e}"),
             RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
             RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
+            RunError::Tls(e) => write!(f, "TLS failed: {e}"),
             RunError::Io(e) => write!(f, "event loop failed: {e}"),
         }
     }
@@ -37,6 +41,7 @@ impl std::error::Error for RunError {
             RunError::Config(e) => Some(e),
             RunError::Resolve(e) | RunError::Io(e) => Some(e),
             RunError::Consumer(e) => Some(e),
+            RunError::Tls(e) => Some(e),
         }
     }
 }
@@ -50,5 +55,43 @@ impl From<ConfigError> for RunError {
 impl From<pelican::Error> for RunError {
     fn from(e: pelican::Error) -> Self {
         RunError::Consumer(e)
+    }
+}
+
+/// Why a [`Driver`](crate::Driver) gave up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DriveError {
+    /// The consumer failed for good ([`pelican::Error::is_fatal`]).
+    Consumer(pelican::Error),
+    /// TLS failed for good: an untrusted or expired certificate, a name mismatch, a server
+    /// that wants a client certificate or does not speak TLS…
+    Tls(TlsError),
+}
+
+impl fmt::Display for DriveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DriveError::Consumer(e) => e.fmt(f),
+            DriveError::Tls(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DriveError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DriveError::Consumer(e) => Some(e),
+            DriveError::Tls(e) => Some(e),
+        }
+    }
+}
+
+impl From<DriveError> for RunError {
+    fn from(e: DriveError) -> Self {
+        match e {
+            DriveError::Consumer(e) => RunError::Consumer(e),
+            DriveError::Tls(e) => RunError::Tls(e),
+        }
     }
 }

@@ -9,6 +9,9 @@
 //! - [`Driver`]: one consumer and its socket, registered on *your* `mio::Poll` under *your*
 //!   `Token`, so that many consumers share one thread inside your own event loop.
 //!
+//! TLS (`rustls`, driven by the driver itself, so TLS consumers share a `Poll` too): build a
+//! [`pelican_tls::Tls`] and pass it to [`Runner::tls`] or [`Driver::tls`].
+//!
 //! Each consumer has its own connection, so one consumer's parked read never delays
 //! another's. Handlers run on the driving thread, one entry at a time; a slow handler delays
 //! the other drivers on the same thread, and its own entry cannot be re-leased while it runs
@@ -31,12 +34,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod conn;
 mod driver;
 mod error;
 mod run;
 mod stop;
 
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
-pub use error::RunError;
+pub use error::{DriveError, RunError};
 pub use run::{run, Runner};
 pub use stop::StopHandle;

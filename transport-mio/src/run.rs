@@ -10,6 +10,7 @@ use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
 use crate::driver::{Driver, Status};
 use crate::error::RunError;
 use crate::stop::StopHandle;
+use pelican_tls::Tls;
 
 const CONSUMER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -86,6 +87,24 @@ impl Runner {
         Runner::with_driver(Driver::new(first, consumer, CONSUMER).fallback_addrs(addrs))
     }
 
+    /// Connects over TLS, checking that the server's certificate names `host` (the host
+    /// name the address came from, or an IP address checked as one). A certificate or
+    /// handshake failure ends [`run`](Self::run) with [`RunError::Tls`].
+    ///
+    /// ```no_run
+    /// use pelican::Config;
+    /// use pelican_tls::TlsConfig;
+    ///
+    /// let tls = TlsConfig::new().ca_file("ca.pem").build()?;
+    /// let runner = pelican_mio::Runner::new("redis.example.com:6380", Config::new("s", "g", "c1"))?
+    ///     .tls(tls, "redis.example.com");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
+        self.driver = self.driver.tls(tls, host);
+        self
+    }
+
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)).
     pub fn connect_timeout(mut self, timeout: Duration) -> Runner {
@@ -117,7 +136,8 @@ impl Runner {
     }
 
     /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters) or
-    /// until the consumer fails for good ([`RunError::Consumer`]). Lost connections and
+    /// until the consumer or TLS fails for good ([`RunError::Consumer`], [`RunError::Tls`]).
+    /// Lost connections and
     /// errors a reconnect can fix are handled inside, with the consumer's backoff.
     ///
     /// The handler runs on this thread, so nothing else happens on the connection while it
@@ -136,10 +156,12 @@ impl Runner {
             }
         };
         loop {
-            let status = self
-                .driver
-                .drive_until(self.poll.registry(), &mut |e| Some(handler(&e)), &mut observe, Some(flags))
-                .map_err(RunError::Consumer)?;
+            let status = self.driver.drive_until(
+                self.poll.registry(),
+                &mut |e| Some(handler(&e)),
+                &mut observe,
+                Some(flags),
+            )?;
             if status == Status::Stopped {
                 return Ok(self.driver.consumer().stats().clone());
             }

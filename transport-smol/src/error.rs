@@ -4,6 +4,7 @@ use std::fmt;
 use std::io;
 
 use pelican::ConfigError;
+use pelican_tls::TlsError;
 
 /// Why [`run`](crate::run) or [`Runner`](crate::Runner) gave up.
 #[derive(Debug)]
@@ -16,6 +17,9 @@ pub enum RunError {
     Consumer(pelican::Error),
     /// The address did not resolve, or resolved to nothing.
     Resolve(io::Error),
+    /// TLS failed for good: an untrusted or expired certificate, a name mismatch, a server
+    /// that wants a client certificate or does not speak TLS…
+    Tls(TlsError),
 }
 
 impl fmt::Display for RunError {
@@ -24,6 +28,7 @@ impl fmt::Display for RunError {
             RunError::Config(e) => write!(f, "invalid configuration: {e}"),
             RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
             RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
+            RunError::Tls(e) => write!(f, "TLS failed: {e}"),
         }
     }
 }
@@ -34,6 +39,7 @@ impl std::error::Error for RunError {
             RunError::Config(e) => Some(e),
             RunError::Consumer(e) => Some(e),
             RunError::Resolve(e) => Some(e),
+            RunError::Tls(e) => Some(e),
         }
     }
 }

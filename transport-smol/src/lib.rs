@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod conn;
 mod error;
 mod run;
 mod stop;

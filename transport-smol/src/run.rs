@@ -8,18 +8,25 @@ use std::time::{Duration, Instant};
 use std::pin::pin;
 
 use pelican::{Config, Consumer, Entry, Event, Notice, Stats, Verdict};
+use pelican_tls::{Tls, TlsError};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::{AsyncToSocketAddrs, TcpStream};
 use smol::Timer;
 
+use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
 use crate::stop::{Request, StopHandle};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
 
-/// How long a TCP connect may take before it counts as failed, unless
+/// Connections in a row that end without a word from the server (a TLS handshake never
+/// answered; a plaintext connection reset before any reply) before the runner gives up:
+/// such a server speaks the other protocol, and retrying would go on forever.
+const QUIET_LIMIT: u32 = 3;
+
+/// How long a TCP connect (and then a TLS handshake) may take before it counts as failed, unless
 /// [`Runner::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -80,8 +87,14 @@ pub struct Runner {
     told: Request,
     observer: Option<Observer>,
     /// The connection, once up.
-    link: Option<TcpStream>,
+    link: Option<Conn>,
     buf: Vec<u8>,
+    /// TLS, and the host name the server's certificate must carry.
+    tls: Option<(Tls, String)>,
+    /// Connections in a row that ended without a word from the server (see [`QUIET_LIMIT`]).
+    quiet: u32,
+    /// Whether the server sent anything on this connection.
+    heard: bool,
 }
 
 /// What [`Runner::on_notice`] was given.
@@ -139,7 +152,28 @@ impl Runner {
             observer: None,
             link: None,
             buf: vec![0; READ_CHUNK],
+            tls: None,
+            quiet: 0,
+            heard: false,
         })
+    }
+
+    /// Connects over TLS, checking that the server's certificate names `host` (the host
+    /// name the address came from, or an IP address checked as one). A certificate or
+    /// handshake failure ends [`run`](Self::run) with [`RunError::Tls`].
+    ///
+    /// ```no_run
+    /// use pelican::Config;
+    /// use pelican_tls::TlsConfig;
+    ///
+    /// let tls = TlsConfig::new().ca_file("ca.pem").build()?;
+    /// let runner = pelican_smol::Runner::new("redis.example.com:6380", Config::new("s", "g", "c1"))?
+    ///     .tls(tls, "redis.example.com");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
+        self.tls = Some((tls, host.into()));
+        self
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
@@ -267,7 +301,7 @@ impl Runner {
         };
         let Some(stream) = &mut self.link else {
             if self.consumer.connect_due(Instant::now()) {
-                self.link = self.connect().await;
+                self.link = self.connect().await?;
             } else {
                 // Waiting for the reconnect time (or, with no deadline, only a stop).
                 future::or(timer, self.stop.beyond(self.told)).await;
@@ -284,7 +318,13 @@ impl Runner {
             .await
         } else {
             // The read comes first, so bytes already in the socket beat a passed deadline.
-            let read = async { Wake::Io(stream.read(&mut self.buf).await) };
+            // What a TLS session still holds of the last write goes out before it.
+            let read = async {
+                match stream.flush().await {
+                    Ok(()) => Wake::Io(stream.read(&mut self.buf).await),
+                    Err(e) => Wake::Io(Err(e)),
+                }
+            };
             let timer = async {
                 timer.await;
                 Wake::Timer
@@ -303,9 +343,30 @@ impl Runner {
                 self.consumer.advance_transmit(n);
                 return Ok(());
             }
-            Wake::Io(Ok(n)) => self.consumer.handle_input(&self.buf[..n], now).map_err(Some),
+            Wake::Io(Ok(n)) => {
+                if !self.heard {
+                    self.heard = true;
+                    self.quiet = 0;
+                }
+                self.consumer.handle_input(&self.buf[..n], now).map_err(Some)
+            }
             Wake::Io(Err(e)) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
-            Wake::Io(Err(_)) => Err(None),
+            Wake::Io(Err(e)) => {
+                if let Some(err) = self.refused(&e) {
+                    self.link = None;
+                    return Err(RunError::Tls(err));
+                }
+                // A TLS port resets a plaintext client before a word (PROTOCOL.md, TLS).
+                let reset = matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe);
+                if self.tls.is_none() && !self.heard && reset {
+                    self.quiet += 1;
+                    if self.quiet >= QUIET_LIMIT {
+                        let addr = self.addrs[self.next_addr].to_string();
+                        return Err(RunError::Tls(TlsError::ServerWantsTls { addr, attempts: self.quiet }));
+                    }
+                }
+                Err(None)
+            }
             Wake::Timer => self.consumer.handle_timeout(now).map_err(Some),
         };
         match result {
@@ -327,35 +388,67 @@ impl Runner {
         }
     }
 
-    /// One connect attempt, cut short by its timeout or a new stop request. Tells the
-    /// consumer of the outcome (nothing, if cut short by a request: the loop decides again).
-    async fn connect(&mut self) -> Option<TcpStream> {
+    /// A server refusing the client's certificate, which TLS 1.3 reports after the
+    /// handshake, on the first read: fatal. Other failures there cost the connection only.
+    fn refused(&self, err: &io::Error) -> Option<TlsError> {
+        let (tls, host) = self.tls.as_ref()?;
+        let explained = tls.explain(conn::tls_failure(err)?, host);
+        matches!(explained, TlsError::ClientCertRequired { .. } | TlsError::ClientCertRefused { .. })
+            .then_some(explained)
+    }
+
+    /// One connect attempt (and TLS handshake), each cut short by its timeout or a new stop
+    /// request. Tells the consumer of the outcome (nothing, if cut short by a request: the
+    /// loop decides again). A TLS failure is fatal.
+    async fn connect(&mut self) -> Result<Option<Conn>, RunError> {
         let addr = self.addrs[self.next_addr];
-        let timeout = self.connect_timeout;
-        let attempt = future::or(async { Some(TcpStream::connect(addr).await) }, async {
-            future::or(
-                async {
-                    Timer::after(timeout).await;
-                },
-                self.stop.beyond(self.told),
-            )
-            .await;
-            None
-        });
-        match attempt.await {
-            Some(Ok(stream)) => {
-                // Small commands go out at once; a failure here costs only latency.
-                let _ = stream.set_nodelay(true);
-                self.consumer.on_connected(Instant::now());
-                Some(stream)
+        let Some(attempt) =
+            bounded(self.connect_timeout, &self.stop, self.told, TcpStream::connect(addr)).await
+        else {
+            return Ok(self.attempt_failed(true));
+        };
+        let Ok(stream) = attempt else { return Ok(self.attempt_failed(false)) };
+        // Small commands go out at once; a failure here costs only latency.
+        let _ = stream.set_nodelay(true);
+        self.heard = false;
+        let conn = match &self.tls {
+            None => Conn::Plain(stream),
+            Some((tls, host)) => {
+                match bounded(self.connect_timeout, &self.stop, self.told, conn::secure(stream, tls, host))
+                    .await
+                {
+                    Some(Ok(conn)) => {
+                        self.quiet = 0;
+                        conn
+                    }
+                    Some(Err(HandshakeError::Tls(err))) => return Err(RunError::Tls(err)),
+                    Some(Err(HandshakeError::Io)) => return Ok(self.attempt_failed(false)),
+                    None if self.stop.request() > self.told => return Ok(None),
+                    None => {
+                        // A plaintext server takes the hello for an unfinished command and waits.
+                        self.quiet += 1;
+                        if self.quiet >= QUIET_LIMIT {
+                            let host = host.clone();
+                            return Err(RunError::Tls(TlsError::NoTlsAnswer { host, attempts: self.quiet }));
+                        }
+                        return Ok(self.attempt_failed(false));
+                    }
+                }
             }
-            None if self.stop.request() > self.told => None,
-            Some(Err(_)) | None => {
-                self.next_addr = (self.next_addr + 1) % self.addrs.len();
-                self.consumer.on_disconnected(Instant::now());
-                None
-            }
+        };
+        self.consumer.on_connected(Instant::now());
+        Ok(Some(conn))
+    }
+
+    /// A connect attempt failed, or was `cut_short` by its timeout or a stop request: the
+    /// next address, after the consumer's backoff (nothing, for a stop: the loop decides).
+    fn attempt_failed(&mut self, cut_short: bool) -> Option<Conn> {
+        if cut_short && self.stop.request() > self.told {
+            return None;
         }
+        self.next_addr = (self.next_addr + 1) % self.addrs.len();
+        self.consumer.on_disconnected(Instant::now());
+        None
     }
 
     /// Passes on to the consumer what the stop handle was asked since it was last told.
@@ -370,4 +463,24 @@ impl Runner {
             self.told = asked;
         }
     }
+}
+
+/// `work`, unless `timeout` passes or `stop` is asked more than `told` first (`None`).
+async fn bounded<T>(
+    timeout: Duration,
+    stop: &StopHandle,
+    told: Request,
+    work: impl Future<Output = T>,
+) -> Option<T> {
+    future::or(async { Some(work.await) }, async {
+        future::or(
+            async {
+                Timer::after(timeout).await;
+            },
+            stop.beyond(told),
+        )
+        .await;
+        None
+    })
+    .await
 }

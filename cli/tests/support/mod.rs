@@ -28,7 +28,12 @@ pub fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 /// Runs `pelican args…` to completion (bounded), returning (status, stdout, stderr).
 pub fn run(args: &[&str]) -> (ExitStatus, String, String) {
-    let mut p = Pelican::spawn(args);
+    run_env(args, &[])
+}
+
+/// [`run`] with these environment variables set.
+pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
+    let mut p = Pelican::spawn_env(args, env);
     let status = p.wait();
     let rx = p.lines.take().expect("stdout is read");
     // The reader sees end-of-file now: collect until it hangs up.
@@ -48,9 +53,16 @@ impl Pelican {
     /// Starts `pelican args…` with stdout lines sent to [`Pelican::line`] and stderr kept
     /// for [`Pelican::stderr`]. `PELICAN_URL` is cleared.
     pub fn spawn(args: &[&str]) -> Pelican {
+        Pelican::spawn_env(args, &[])
+    }
+
+    /// [`Pelican::spawn`] with these environment variables set (`PELICAN_URL` among them,
+    /// if wanted).
+    pub fn spawn_env(args: &[&str], env: &[(&str, &str)]) -> Pelican {
         let mut child = Command::new(BIN)
             .args(args)
             .env_remove("PELICAN_URL")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

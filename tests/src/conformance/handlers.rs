@@ -9,13 +9,12 @@ use pelican::{Entry, Limits, Verdict};
 
 use super::{create_group, set, wait_until, Handler, Seen, Target, Transport, GROUP, SETTLE, STREAM};
 use crate::admin::Admin;
-use crate::server::Server;
 
 /// Two consumers, one handed a whole batch whose handling outlasts `min_idle` many times
 /// over: its entries are leased while they wait, so the peer's reclaim takes none of them
 /// and every entry is handled exactly once.
 pub fn slow_handlers_two_consumers<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 24, 8);
@@ -28,9 +27,9 @@ pub fn slow_handlers_two_consumers<T: Transport>(t: Target) {
         })
     };
     // c1 reads the whole backlog at once (24 × 150 ms = 3.6 s); c2 reclaims every beat.
-    let c1 = T::spawn(server.addr(), t.config("c1").min_idle(min_idle), slow(&seen));
+    let c1 = T::spawn(server.endpoint(), t.config("c1").min_idle(min_idle), slow(&seen));
     assert!(wait_until(SETTLE, || !seen.is_empty()), "c1 started");
-    let c2 = T::spawn(server.addr(), t.config("c2").min_idle(min_idle), slow(&seen));
+    let c2 = T::spawn(server.endpoint(), t.config("c2").min_idle(min_idle), slow(&seen));
     assert!(
         wait_until(Duration::from_secs(30), || seen.ids() == set(&ids)
             && admin.xpending_count(STREAM, GROUP) == 0),
@@ -53,7 +52,7 @@ pub fn slow_handlers_two_consumers<T: Transport>(t: Target) {
 /// An earned ack reaches the server before the next entry is handled, even from a handler
 /// that blocks its thread: while entry k is being handled, entry k-1 is no longer pending.
 pub fn acks_before_the_next_handler<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 6, 8);
@@ -77,7 +76,7 @@ pub fn acks_before_the_next_handler<T: Transport>(t: Target) {
         thread::sleep(Duration::from_millis(10));
         Verdict::Ack
     });
-    let run = T::spawn(server.addr(), t.config("c1"), handler);
+    let run = T::spawn(server.endpoint(), t.config("c1"), handler);
     assert!(wait_until(SETTLE, || seen.len() >= ids.len()));
     run.finish();
     assert_eq!(*late.lock().unwrap(), Vec::<String>::new(), "acks still pending during the next handler");
@@ -106,7 +105,7 @@ fn counting(
 /// the dead-letter stream with its fields and origin; the rest of the stream is handled;
 /// nothing stays pending.
 pub fn poison_entry_is_dead_lettered<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 10, 8);
@@ -115,7 +114,7 @@ pub fn poison_entry_is_dead_lettered<T: Transport>(t: Target) {
     let bad = poison.clone();
     let handler = counting(&deliveries, move |id| if id == bad { Verdict::Retry } else { Verdict::Ack });
     let config = t.config("c1").min_idle(Duration::from_millis(300)).dead_letter_after(3, "dl");
-    let run = T::spawn(server.addr(), config, handler);
+    let run = T::spawn(server.endpoint(), config, handler);
     assert!(
         wait_until(Duration::from_secs(15), || admin.xlen("dl") == 1
             && admin.xpending_count(STREAM, GROUP) == 0),
@@ -141,14 +140,14 @@ pub fn poison_entry_is_dead_lettered<T: Transport>(t: Target) {
 
 /// `Verdict::DeadLetter` moves the entry in hand at once.
 pub fn dead_letter_verdict<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 5, 8);
     let deliveries = Arc::new(Mutex::new(Vec::new()));
     let bad = ids[2].clone();
     let handler = counting(&deliveries, move |id| if id == bad { Verdict::DeadLetter } else { Verdict::Ack });
-    let run = T::spawn(server.addr(), t.config("c1").dead_letter("dl"), handler);
+    let run = T::spawn(server.endpoint(), t.config("c1").dead_letter("dl"), handler);
     assert!(wait_until(SETTLE, || admin.xlen("dl") == 1 && admin.xpending_count(STREAM, GROUP) == 0));
     let stats = run.finish();
     assert_eq!(deliveries.lock().unwrap().len(), ids.len(), "each handed out once");
@@ -162,7 +161,7 @@ pub fn dead_letter_verdict<T: Transport>(t: Target) {
 /// Entries of 3 MB with a count of 100: reads are cut to what fits in `read_bytes` and every
 /// entry is handled once.
 pub fn big_entries<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let size = 3 << 20;
@@ -176,7 +175,7 @@ pub fn big_entries<T: Transport>(t: Target) {
         record.lock().unwrap().push(e.field(b"f").map_or(0, |v| v.len()));
         inner(e)
     });
-    let run = T::spawn(server.addr(), t.config("c1").count(100), handler);
+    let run = T::spawn(server.endpoint(), t.config("c1").count(100), handler);
     assert!(wait_until(Duration::from_secs(30), || seen.ids() == set(&ids)), "handled {}", seen.len());
     let stats = run.finish();
     assert_eq!(seen.len(), ids.len(), "each once");
@@ -188,14 +187,14 @@ pub fn big_entries<T: Transport>(t: Target) {
 /// One entry larger than the frame limit stops the consumer with an error naming it (and
 /// the setting to raise); it stays pending, and the entries before it were handled.
 pub fn entry_too_large_is_named<T: Transport>(t: Target) {
-    let server = Server::start(t.flavor);
+    let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let small = admin.xadd(STREAM, &[("f", "small")]);
     let big = admin.xadd(STREAM, &[("f".as_bytes(), vec![b'x'; 2 << 20])]);
     let seen = Seen::default();
     let limits = Limits { max_frame: 1 << 20, ..Limits::default() };
-    let run = T::spawn(server.addr(), t.config("c1").limits(limits).read_bytes(64 << 10), seen.acking());
+    let run = T::spawn(server.endpoint(), t.config("c1").limits(limits).read_bytes(64 << 10), seen.acking());
     let err = run.join(SETTLE).expect_err("an entry over the frame limit is an error");
     assert!(err.contains(&big) && err.contains("max_frame"), "{err}");
     assert_eq!(seen.ids(), set(&[small]));
