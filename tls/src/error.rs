@@ -162,12 +162,14 @@ impl TlsError {
     }
 }
 
-/// `DnsName("db.example")` (how rustls lists a certificate's names) as `db.example`.
+/// `DnsName("db.example")`, `IpAddress(10.0.0.1)` (how rustls lists a certificate's names)
+/// as `db.example`, `10.0.0.1`.
 fn bare_name(presented: &str) -> String {
-    match presented.split_once("(\"") {
-        Some((_, rest)) => rest.trim_end_matches("\")").to_string(),
-        None => presented.to_string(),
-    }
+    let inner = match presented.split_once('(') {
+        Some((_, rest)) => rest.strip_suffix(')').unwrap_or(rest),
+        None => presented,
+    };
+    inner.trim_matches('"').to_string()
 }
 
 /// Seconds as whole days (or "less than a day").
@@ -262,10 +264,13 @@ mod tests {
         assert!(matches!(TlsError::from_rustls(&name, h, false), TlsError::NameMismatch { .. }));
         let named = rustls::Error::InvalidCertificate(CertificateError::NotValidForNameContext {
             expected: rustls::pki_types::ServerName::try_from("db.example").unwrap(),
-            presented: vec!["DnsName(\"wrong.example\")".into()],
+            presented: vec!["DnsName(\"wrong.example\")".into(), "IpAddress(10.0.0.1)".into()],
         });
         let named = TlsError::from_rustls(&named, h, false).to_string();
-        assert!(named.ends_with("(it names wrong.example): connect by a name it carries"), "{named}");
+        assert!(
+            named.ends_with("(it names wrong.example, 10.0.0.1): connect by a name it carries"),
+            "{named}"
+        );
         let when = |s| rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(s));
         let old = rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
             time: when(10 * 86_400),
