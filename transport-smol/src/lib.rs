@@ -13,6 +13,9 @@
 //! do. Many consumers can run as tasks on one executor; each has its own connection, so
 //! one consumer's parked read never delays another's.
 //!
+//! TLS (`rustls` through `futures-rustls`): build a [`pelican_tls::Tls`] and pass it to
+//! [`Runner::tls`]; certificate and handshake failures end the run with [`RunError::Tls`].
+//!
 //! Each entry is handled to completion before the next is handed out: a stop never cuts a
 //! handler short. The handler may await its own I/O meanwhile.
 //!
