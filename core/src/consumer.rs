@@ -8,6 +8,7 @@ use bytes::{Bytes, BytesMut};
 
 use crate::acks::Acks;
 use crate::backoff::Backoff;
+use crate::cluster;
 use crate::commands;
 use crate::config::{Config, ConfigError, GroupGone, Protocol};
 use crate::dead_letter::{self, Job};
@@ -131,6 +132,11 @@ pub struct Consumer {
     failed: Option<Error>,
     backoff: Backoff,
     connected_before: bool,
+    /// The cluster node a `MOVED` named, where the next connection goes (see
+    /// [`Consumer::redirect`]).
+    redirect: Option<(String, u16)>,
+    /// Whether the group was found or created once (a later creation is a re-creation).
+    group_made: bool,
     /// The latest time passed in, for the calls that take none.
     last_now: Option<Instant>,
     stats: Stats,
@@ -230,6 +236,8 @@ impl Consumer {
             failing: None,
             failed: None,
             connected_before: false,
+            redirect: None,
+            group_made: false,
             last_now: None,
             stats: Stats::default(),
         })
@@ -255,6 +263,14 @@ impl Consumer {
     /// True while a connection is up (between `on_connected` and its loss).
     pub fn is_connected(&self) -> bool {
         self.link == Link::Up
+    }
+
+    /// Where the next connection should go when the server is a cluster node that said the
+    /// stream's slot is served elsewhere (`MOVED`): a host as the cluster names it (empty:
+    /// the host last connected to) and a port. `None`: the address configured. A connect
+    /// that fails there forgets it (the configured address leads to the slot's owner again).
+    pub fn redirect(&self) -> Option<(&str, u16)> {
+        self.redirect.as_ref().map(|(host, port)| (host.as_str(), *port))
     }
 
     /// True if the driver should open a connection: at once before the first, else once
@@ -335,6 +351,10 @@ impl Consumer {
     /// this; calling it again before the scheduled reconnect time changes nothing.
     pub fn on_disconnected(&mut self, now: Instant) {
         self.last_now = Some(now);
+        if self.link != Link::Up {
+            // A connect failed: the node a redirect named may be gone (a failover).
+            self.redirect = None;
+        }
         let scheduled = matches!(self.link, Link::Down { retry_at } if now < retry_at);
         if self.is_live() && !scheduled {
             self.lose_link(now);
@@ -883,7 +903,16 @@ impl Consumer {
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         match sent {
-            Sent::Handshake(_) | Sent::CreateGroup => reply::ok(value).map_err(shape)?,
+            Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
+            Sent::CreateGroup => {
+                reply::ok(value).map_err(shape)?;
+                // Created, not found there (`BUSYGROUP`): after a first time, it was gone (a
+                // parked read's `UNBLOCKED … no longer exists` leads here on Redis 7.0).
+                if self.group_made {
+                    self.stats.group_recreated += 1;
+                }
+                self.group_made = true;
+            }
             Sent::Discard(_) => {}
             Sent::Ack(mut acks) => {
                 let n = reply::count(value).map_err(shape)?;
@@ -1059,7 +1088,15 @@ impl Consumer {
     fn on_error_reply(&mut self, sent: Sent, message: &Bytes, now: Instant) -> Result<(), Error> {
         let command = sent.command();
         let text = || String::from_utf8_lossy(message).into_owned();
+        if let Some(redirect) = cluster::parse_redirect(message) {
+            self.keep_owed(sent);
+            return Err(self.redirected(command, redirect, message));
+        }
+        if message.starts_with(b"CROSSSLOT") || message.windows(9).any(|w| w == b"CROSSSLOT") {
+            return Err(Error::CrossSlot { command, message: text() });
+        }
         if command == Command::CreateGroup && message.starts_with(b"BUSYGROUP") {
+            self.group_made = true;
             return Ok(());
         }
         if let Sent::GiveBack = sent {
@@ -1081,7 +1118,8 @@ impl Consumer {
             return match self.config.on_group_gone {
                 GroupGone::Fail => Err(Error::GroupGone { command, message: text() }),
                 GroupGone::Recreate => {
-                    self.stats.group_recreated += 1;
+                    // It was there (it was read): its creation is counted as a re-creation.
+                    self.group_made = true;
                     self.send(Sent::CreateGroup, now);
                     self.cursor = Bytes::from_static(CURSOR_START);
                     self.restart_drain();
@@ -1090,9 +1128,45 @@ impl Consumer {
             };
         }
         if is_transient(message) {
+            self.keep_owed(sent);
             return Err(Error::Unavailable { command, message: text() });
         }
         Err(Error::Server { command, message: text() })
+    }
+
+    /// Acks and dead-letter moves a node refused for now (a redirect, a failover, a
+    /// transient state) are owed still: sent again on the next connection, before its drain
+    /// (which would otherwise hand their entries out again).
+    fn keep_owed(&mut self, sent: Sent) {
+        match sent {
+            Sent::Ack(mut acks) => self.acks.append(&mut acks),
+            Sent::DeadLetter(job) => self.dead_letters.push(job),
+            _ => {}
+        }
+    }
+
+    /// A cluster redirect. `MOVED` for the stream's slot: reconnect to the node named (and
+    /// drain there). `MOVED` for another slot: a command touched another key (the
+    /// dead-letter stream), which must share the stream's slot. `ASK`: the slot is migrating;
+    /// asked again after the backoff, the source answers `MOVED` once the move is done.
+    fn redirected(&mut self, command: Command, redirect: cluster::Redirect, message: &[u8]) -> Error {
+        let text = String::from_utf8_lossy(message).into_owned();
+        if redirect.slot != cluster::key_slot(&self.config.stream) {
+            return Error::CrossSlot { command, message: text };
+        }
+        match redirect.kind {
+            // `?`: the cluster announces host names it does not know; the configured address
+            // is asked again after the backoff.
+            cluster::RedirectKind::Moved if redirect.host == "?" => {
+                Error::Unavailable { command, message: text }
+            }
+            cluster::RedirectKind::Moved => {
+                self.stats.moved += 1;
+                self.redirect = Some((redirect.host.clone(), redirect.port));
+                Error::Moved { command, host: redirect.host, port: redirect.port }
+            }
+            cluster::RedirectKind::Ask => Error::Unavailable { command, message: text },
+        }
     }
 
     /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be

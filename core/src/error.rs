@@ -130,12 +130,37 @@ pub enum Error {
         /// The oldest command still unanswered.
         command: Command,
     },
+    /// A cluster node does not serve the stream's slot (`MOVED`: it migrated, a failover
+    /// moved it, or this node never had it). Reconnect to the node named, which
+    /// [`Consumer::redirect`](crate::Consumer::redirect) gives; the consumer drains its
+    /// pending list there (the list moves with the key).
+    Moved {
+        /// The command refused.
+        command: Command,
+        /// The node now serving the slot: its host as the server names it (empty: the host
+        /// connected to) and port.
+        host: String,
+        /// The node's port.
+        port: u16,
+    },
+    /// Keys of one command hash to different cluster slots: the dead-letter stream must share
+    /// the stream's slot for the atomic move. Give both a common hash tag, e.g. `{orders}`
+    /// and `{orders}:dead`. Fatal.
+    CrossSlot {
+        /// The command refused.
+        command: Command,
+        /// The server's error text.
+        message: String,
+    },
 }
 
 impl Error {
     /// True if the consumer is finished; false if it reconnects after a backoff.
     pub fn is_fatal(&self) -> bool {
-        !matches!(self, Error::Unavailable { .. } | Error::Protocol { .. } | Error::Timeout { .. })
+        !matches!(
+            self,
+            Error::Unavailable { .. } | Error::Protocol { .. } | Error::Timeout { .. } | Error::Moved { .. }
+        )
     }
 }
 
@@ -161,6 +186,14 @@ impl fmt::Display for Error {
             }
             Error::TooDeep { limit } => write!(f, "a reply nested deeper than the limit of {limit}"),
             Error::Timeout { command } => write!(f, "no reply to {command} in time"),
+            Error::Moved { command, host, port } => {
+                write!(f, "{command}: the slot is served by {host}:{port}")
+            }
+            Error::CrossSlot { command, message } => write!(
+                f,
+                "{command} refused: {message}; in a cluster the stream and its dead-letter stream must \
+                 share a slot: give them a common hash tag, e.g. {{orders}} and {{orders}}:dead"
+            ),
         }
     }
 }
@@ -172,14 +205,11 @@ fn code(message: &[u8]) -> &[u8] {
     message.split(|b| *b == b' ').next().unwrap_or_default()
 }
 
-/// `NOGROUP …`, or `UNBLOCKED the stream key no longer exists` (Redis 7.0, key deleted while
-/// parked): both mean the group is gone.
+/// `NOGROUP …`: the group is gone. (`UNBLOCKED the stream key no longer exists`, which a
+/// parked read gets when its key is deleted, is no proof: Redis 7.0 says the same when the
+/// key's cluster slot migrates. It is transient: the next read says `NOGROUP` or `MOVED`.)
 pub(crate) fn is_group_gone(message: &[u8]) -> bool {
-    match code(message) {
-        b"NOGROUP" => true,
-        b"UNBLOCKED" => message.windows(16).any(|w| w == b"no longer exists"),
-        _ => false,
-    }
+    code(message) == b"NOGROUP"
 }
 
 /// Errors a later attempt can get past.
@@ -200,7 +230,8 @@ mod tests {
             b"NOGROUP No such key 's' or consumer group 'g' in XREADGROUP with GROUP option"
         ));
         assert!(is_group_gone(b"NOGROUP No such key 's' or consumer group 'g'"));
-        assert!(is_group_gone(b"UNBLOCKED the stream key no longer exists"));
+        assert!(!is_group_gone(b"UNBLOCKED the stream key no longer exists"));
+        assert!(is_transient(b"UNBLOCKED the stream key no longer exists"));
         assert!(!is_group_gone(b"UNBLOCKED client unblocked via CLIENT UNBLOCK"));
         assert!(!is_group_gone(b"ERR NOGROUP"));
     }

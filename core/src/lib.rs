@@ -87,6 +87,7 @@
 
 mod acks;
 mod backoff;
+mod cluster;
 mod commands;
 mod config;
 mod consumer;

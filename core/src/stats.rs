@@ -21,6 +21,8 @@ pub struct Stats {
     pub lost_to_peer: u64,
     /// Connections after the first.
     pub reconnects: u64,
+    /// Cluster redirects (`MOVED`) followed to the node now serving the stream's slot.
+    pub moved: u64,
     /// Errors that cost the connection or stopped the consumer.
     pub errors: u64,
     /// Times the group was created again after the server said it was gone.

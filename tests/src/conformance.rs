@@ -18,8 +18,10 @@ use pelican::{Config, Entry, GroupGone, Protocol, Source, Stats, Verdict};
 use crate::admin::Admin;
 use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
+pub mod cluster;
 pub mod handlers;
 pub mod tls;
+pub use cluster::*;
 pub use handlers::*;
 pub use tls::*;
 
@@ -647,9 +649,11 @@ macro_rules! conformance_suite {
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
             big_entries, entry_too_large_is_named);
-        $crate::conformance_suite!(@tls $t; tls_certificates_refused, tls_protocol_mismatch);
+        $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
+            cluster_lanes_find_their_masters, cluster_migration_while_parked,
+            cluster_migration_while_busy, cluster_failover);
     };
-    (@tls $t:ty; $($name:ident),*) => {
+    (@once $t:ty; $($name:ident),*) => {
         $(
             #[test]
             fn $name() {

@@ -20,10 +20,15 @@
 //! }
 //! ```
 //!
+//! - [`cluster`]: a cluster of three masters and three replicas of one flavor, formed with
+//!   plain commands; slot migration (whole, or in two steps to act while the slot is
+//!   half-moved) and manual failover, each waited for until every node agrees.
+//!
 //! - [`conformance`]: the scenario suite every transport must pass, on every server and
 //!   protocol (`conformance_suite!(MyTransport)` instantiates it).
 
 pub mod admin;
 pub mod certs;
+pub mod cluster;
 pub mod conformance;
 pub mod server;

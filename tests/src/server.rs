@@ -8,6 +8,10 @@
 //!
 //! With [`Options::tls`] (Redis 7.0 only), the server also serves TLS on a second port, with
 //! a [`Pki`] generated into its directory.
+//!
+//! With [`Options::cluster`], the server runs in cluster mode as a lone node (see
+//! [`crate::cluster`] for a whole cluster); its cluster bus listens on port + 10000
+//! ([`CLUSTER_BUS_OFFSET`]), which is reserved and retried like the port itself.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -35,6 +39,20 @@ pub const SERVERS_DIR_ENV: &str = "PELICAN_SERVERS_DIR";
 
 /// The name of the log file (server stdout and stderr) inside a server's directory.
 pub const LOG_FILE: &str = "server.log";
+
+/// The name of the cluster configuration file (`--cluster-config-file`) inside a cluster
+/// node's directory. It survives [`Server::restart`], so a restarted node keeps its id.
+pub const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
+
+/// How far a cluster node's bus port is from its port. Redis 6.2 has no `cluster-port`
+/// setting and always uses port + 10000; Redis 7.0 and Valkey 8.1 are told the same with
+/// `--cluster-port`, so one rule holds for every flavor.
+pub const CLUSTER_BUS_OFFSET: u16 = 10000;
+
+/// `--cluster-node-timeout` of a cluster node: how long a node may be unreachable before
+/// its peers flag it as failing. Short, so failure tests are quick; not so short that a busy
+/// machine makes nodes flap.
+pub const CLUSTER_NODE_TIMEOUT: Duration = Duration::from_millis(2000);
 
 /// Which server to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -102,6 +120,16 @@ pub struct Options {
     pub acl_users: Vec<String>,
     /// Also serve TLS on a second port (see [`Tls`]); only [`Flavor::Redis70`] can.
     pub tls: Option<Tls>,
+    /// Run in cluster mode: `--cluster-enabled yes`, `--cluster-config-file` in the server's
+    /// directory ([`CLUSTER_CONFIG_FILE`]), `--cluster-node-timeout`
+    /// ([`CLUSTER_NODE_TIMEOUT`]), `--repl-diskless-sync-delay 0` (a replica syncs at once),
+    /// `--repl-ping-replica-period 1` (Redis 7.0 and Valkey 8.1 list a replica in
+    /// `CLUSTER SLOTS` only once its replication offset is not 0, which on an idle master
+    /// takes one such ping: 10 s by default), and the bus on port + [`CLUSTER_BUS_OFFSET`]
+    /// (reserved with the port; `--cluster-port` on 7.0 and 8.1). The node starts alone,
+    /// owning no slots: [`crate::cluster::Cluster`] joins six of them. Not combinable with
+    /// [`Options::tls`].
+    pub cluster: bool,
 }
 
 /// How a [`Server`] serves TLS. The plain port stays open alongside (for [`Server::admin`]
@@ -134,6 +162,12 @@ impl Options {
     /// Serves TLS too (see [`Options::tls`]).
     pub fn with_tls(mut self, tls: Tls) -> Options {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Runs in cluster mode (see [`Options::cluster`]).
+    pub fn with_cluster(mut self) -> Options {
+        self.cluster = true;
         self
     }
 
@@ -171,6 +205,8 @@ pub struct Server {
     port: u16,
     /// Set whenever `options.tls` is (0 between failed attempts, like `port`).
     tls_port: Option<u16>,
+    /// `port + CLUSTER_BUS_OFFSET` whenever `options.cluster` is (0 between failed attempts).
+    bus_port: Option<u16>,
     pki: Option<Pki>,
     child: Option<Child>,
 }
@@ -198,12 +234,20 @@ impl Server {
     /// Starts the server binary at `binary`, labelled `flavor` (in messages and
     /// [`Server::flavor`]), with `options`. Panics like [`Server::start`].
     pub fn start_from(flavor: Flavor, binary: impl Into<PathBuf>, options: Options) -> Server {
-        Server::start_on(flavor, binary.into(), options, reserve_port)
+        let pick = if options.cluster { reserve_cluster_port } else { reserve_port };
+        Server::start_on(flavor, binary.into(), options, pick)
     }
 
     /// Starts on ports from `pick` (each one reserved in [`PORTS`]) until one works: the
-    /// plain port first, then (with TLS) the TLS port.
+    /// plain port first, then (with TLS) the TLS port. In cluster mode `pick` must have
+    /// reserved the bus port (port + [`CLUSTER_BUS_OFFSET`]) too, as [`reserve_cluster_port`]
+    /// does; both are released together.
     fn start_on(flavor: Flavor, binary: PathBuf, options: Options, mut pick: impl FnMut() -> u16) -> Server {
+        if options.cluster && options.tls.is_some() {
+            panic!(
+                "pelican-tests: cannot start {flavor} with both TLS and cluster mode (not supported here)"
+            );
+        }
         if options.tls.is_some() && flavor != Flavor::Redis70 {
             panic!(
                 "pelican-tests: cannot start {flavor} with TLS: only redis-7.0 serves TLS \
@@ -220,8 +264,18 @@ impl Server {
         }
         let dir = make_temp_dir(flavor);
         let tls = options.tls.is_some();
-        let mut server =
-            Server { flavor, binary, options, dir, port: 0, tls_port: None, pki: None, child: None };
+        let cluster = options.cluster;
+        let mut server = Server {
+            flavor,
+            binary,
+            options,
+            dir,
+            port: 0,
+            tls_port: None,
+            bus_port: None,
+            pki: None,
+            child: None,
+        };
         if tls {
             match Pki::generate(&server.dir) {
                 Ok(pki) => server.pki = Some(pki),
@@ -235,6 +289,7 @@ impl Server {
         for _ in 0..PORT_ATTEMPTS {
             server.port = pick();
             server.tls_port = tls.then(&mut pick);
+            server.bus_port = cluster.then(|| bus_port_of(server.port));
             match server.launch() {
                 Ok(()) => {
                     outcome = Ok(());
@@ -244,6 +299,7 @@ impl Server {
                     refused.push((server.ports(), why));
                     server.port = 0;
                     server.tls_port = tls.then_some(0);
+                    server.bus_port = cluster.then_some(0);
                 }
                 Err(LaunchError::Fatal(why)) => {
                     outcome = Err(why);
@@ -293,6 +349,12 @@ impl Server {
     /// The TLS port (unchanged by [`Server::restart`]), or `None` without [`Options::tls`].
     pub fn tls_port(&self) -> Option<u16> {
         self.tls_port
+    }
+
+    /// The cluster bus port (port + [`CLUSTER_BUS_OFFSET`]), or `None` without
+    /// [`Options::cluster`].
+    pub fn bus_port(&self) -> Option<u16> {
+        self.bus_port
     }
 
     /// `127.0.0.1:<tls port>`, or `None` without [`Options::tls`].
@@ -388,9 +450,9 @@ impl Server {
         }
     }
 
-    /// The plain port, then the TLS port if any.
+    /// The plain port, then the TLS port if any, then the cluster bus port if any.
     fn ports(&self) -> Vec<u16> {
-        std::iter::once(self.port).chain(self.tls_port).collect()
+        std::iter::once(self.port).chain(self.tls_port).chain(self.bus_port).collect()
     }
 
     /// The command line arguments for the current ports.
@@ -411,6 +473,30 @@ impl Server {
         args.extend(["--dir".into(), self.dir.display().to_string(), "--daemonize".into(), "no".into()]);
         if let Some(pass) = &self.options.requirepass {
             args.extend(["--requirepass".into(), pass.clone()]);
+        }
+        if let Some(bus_port) = self.bus_port {
+            args.extend([
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                self.dir.join(CLUSTER_CONFIG_FILE).display().to_string(),
+                "--cluster-node-timeout".into(),
+                CLUSTER_NODE_TIMEOUT.as_millis().to_string(),
+                // A replica's full sync starts at once (7.0 and 8.1 wait 5 s by default for
+                // more replicas to share a diskless transfer).
+                "--repl-diskless-sync-delay".into(),
+                "0".into(),
+                // A master pings its replicas every second (not 10), so their replication
+                // offset leaves 0 at once: 7.0 and 8.1 leave a replica at offset 0 out of
+                // `CLUSTER SLOTS`.
+                "--repl-ping-replica-period".into(),
+                "1".into(),
+            ]);
+            // 6.2 has no such setting (and refuses unknown ones): its bus is always
+            // port + 10000, which is what the others are told.
+            if self.flavor != Flavor::Redis62 {
+                args.extend(["--cluster-port".into(), bus_port.to_string()]);
+            }
         }
         for rule in &self.options.acl_users {
             let rule = rule.trim();
@@ -437,7 +523,8 @@ impl Server {
     }
 
     /// Spawns the process on its ports and waits until it is ready. Redis binds every port
-    /// before it accepts on any, so `PONG` on the plain port means the TLS port is up too.
+    /// before it accepts on any, so `PONG` on the plain port means the TLS port (and the
+    /// cluster bus) is up too.
     fn launch(&mut self) -> Result<(), LaunchError> {
         let log_path = self.log_path();
         let log = OpenOptions::new()
@@ -596,6 +683,38 @@ fn release_port(port: u16) {
     PORTS.lock().unwrap_or_else(|e| e.into_inner()).remove(&port);
 }
 
+/// The cluster bus port of a node on `port`.
+fn bus_port_of(port: u16) -> u16 {
+    port.checked_add(CLUSTER_BUS_OFFSET).expect("cluster ports leave room for the bus port")
+}
+
+/// A free loopback port for a cluster node whose bus port (port + [`CLUSTER_BUS_OFFSET`]) is
+/// free too (at the time of asking); both are reserved in [`PORTS`]. Ports too high to have
+/// a bus port are skipped. Like [`reserve_port`], the two can still be taken before the
+/// server binds them: [`Server::start`] then retries.
+fn reserve_cluster_port() -> u16 {
+    // Candidates turned down stay reserved until the end, so the kernel's picks move on.
+    let mut turned_down = Vec::new();
+    let mut found = None;
+    for _ in 0..100 {
+        let port = reserve_port();
+        if let Some(bus) = port.checked_add(CLUSTER_BUS_OFFSET) {
+            let free = TcpListener::bind((Ipv4Addr::LOCALHOST, bus)).is_ok();
+            if free && PORTS.lock().unwrap_or_else(|e| e.into_inner()).insert(bus) {
+                found = Some(port);
+                break;
+            }
+        }
+        turned_down.push(port);
+    }
+    for port in turned_down {
+        release_port(port);
+    }
+    found.unwrap_or_else(|| {
+        panic!("pelican-tests: no free loopback port with a free port + {CLUSTER_BUS_OFFSET}")
+    })
+}
+
 /// Creates a fresh, uniquely named directory under the system temp dir.
 fn make_temp_dir(flavor: Flavor) -> PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -643,6 +762,7 @@ mod tests {
             dir: PathBuf::from("/d"),
             port: 7,
             tls_port: None,
+            bus_port: None,
             pki: None,
             child: None,
         };
@@ -703,6 +823,7 @@ mod tests {
             dir: dir.clone(),
             port: 7,
             tls_port: Some(8),
+            bus_port: None,
             pki: Some(pki),
             child: None,
         };
@@ -713,6 +834,82 @@ mod tests {
         )));
         drop(server); // removes the directory; ports 7 and 8 were never reserved
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn cluster_args() {
+        for (flavor, cluster_port) in [
+            (Flavor::Redis62, ""),
+            (Flavor::Redis70, " --cluster-port 10007"),
+            (Flavor::Valkey81, " --cluster-port 10007"),
+        ] {
+            let server = Server {
+                flavor,
+                binary: PathBuf::from("/nowhere"),
+                options: Options::default().with_cluster(),
+                dir: PathBuf::from("/d"),
+                port: 7,
+                tls_port: None,
+                bus_port: Some(bus_port_of(7)),
+                pki: None,
+                child: None,
+            };
+            assert!(server.args().join(" ").ends_with(&format!(
+                "--daemonize no --cluster-enabled yes --cluster-config-file /d/nodes.conf \
+                 --cluster-node-timeout 2000 --repl-diskless-sync-delay 0 \
+                 --repl-ping-replica-period 1{cluster_port}"
+            )));
+            assert_eq!(server.ports(), [7, 10007]);
+            std::mem::forget(server); // nothing to clean up, and `/d` is not ours to remove
+        }
+    }
+
+    #[test]
+    fn cluster_ports_leave_room_for_the_bus() {
+        let ports: Vec<u16> = (0..20).map(|_| reserve_cluster_port()).collect();
+        for &port in &ports {
+            let bus = bus_port_of(port);
+            let reserved = PORTS.lock().unwrap();
+            assert!(reserved.contains(&port) && reserved.contains(&bus), "{port} and {bus} reserved");
+            drop(reserved);
+            release_port(port);
+            release_port(bus);
+        }
+    }
+
+    #[test]
+    fn cluster_retries_when_the_bus_port_is_taken() {
+        // Something listens on a bus port whose plain port is free.
+        let (listener, plain) = loop {
+            let (listener, taken) = occupied();
+            let plain = taken - CLUSTER_BUS_OFFSET;
+            let free = TcpListener::bind((Ipv4Addr::LOCALHOST, plain)).is_ok();
+            if free && PORTS.lock().unwrap().insert(plain) {
+                break (listener, plain);
+            }
+            release_port(taken);
+        };
+        let taken = listener.local_addr().unwrap().port();
+        for flavor in Flavor::ALL {
+            let mut first = Some(plain);
+            let server = Server::start_on(flavor, flavor.binary(), Options::default().with_cluster(), || {
+                first.take().unwrap_or_else(reserve_cluster_port)
+            });
+            assert_ne!(server.port(), plain, "{flavor}");
+            assert_eq!(server.bus_port(), Some(server.port() + CLUSTER_BUS_OFFSET), "{flavor}");
+            assert!(server.log_tail(100).contains("Address already in use"), "{flavor}");
+            let info = server.admin().call(&["CLUSTER", "INFO"]).as_text().unwrap();
+            assert_eq!(info_value(&info, "cluster_known_nodes").as_deref(), Some("1"), "{flavor}");
+            assert!(server.dir().join(CLUSTER_CONFIG_FILE).is_file(), "{flavor}");
+            assert!(TcpStream::connect((Ipv4Addr::LOCALHOST, server.bus_port().unwrap())).is_ok());
+            let mut ports = PORTS.lock().unwrap();
+            assert!(!ports.contains(&plain) && !ports.contains(&taken), "{flavor}: refused ports released");
+            // Hand the pair back for the next flavor.
+            ports.insert(plain);
+            ports.insert(taken);
+        }
+        release_port(plain);
+        release_port(taken);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -352,7 +352,7 @@ impl Driver {
                     self.heard = false;
                     match &self.tls {
                         None => self.up(Conn::Plain(stream), now),
-                        Some((tls, host)) => match tls.connect(host) {
+                        Some((tls, _)) => match tls.connect(&self.tls_host().unwrap_or_default()) {
                             Ok(session) => {
                                 let conn = Conn::Tls(stream, Box::new(session));
                                 self.link = Link::Securing { conn, deadline: now + self.connect_timeout };
@@ -420,7 +420,8 @@ impl Driver {
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        let attempt = TcpStream::connect(self.addr()).and_then(|mut stream| {
+        let to = self.target();
+        let attempt = TcpStream::connect(to).and_then(|mut stream| {
             stream.set_nodelay(true)?;
             registry.register(&mut stream, self.token, Interest::READABLE | Interest::WRITABLE)?;
             Ok(stream)
@@ -429,6 +430,25 @@ impl Driver {
             Ok(stream) => self.link = Link::Connecting { stream, deadline: now + self.connect_timeout },
             Err(_) => self.connect_failed(registry, now),
         }
+    }
+
+    /// Where to connect: the cluster node the consumer was redirected to, if any, else the
+    /// address in turn.
+    fn target(&self) -> SocketAddr {
+        match self.consumer.redirect() {
+            Some((host, port)) => redirect_addr(host, port, self.addr()).unwrap_or_else(|| self.addr()),
+            None => self.addr(),
+        }
+    }
+
+    /// The host the certificate must name: the redirect's, if any (cluster nodes are named
+    /// by IP address there), else the one configured.
+    fn tls_host(&self) -> Option<String> {
+        let (_, host) = self.tls.as_ref()?;
+        Some(match self.consumer.redirect() {
+            Some((redirected, _)) if !redirected.is_empty() => redirected.to_string(),
+            _ => host.clone(),
+        })
     }
 
     fn connect_failed(&mut self, registry: &Registry, now: Instant) {
@@ -630,4 +650,14 @@ fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
         Err(e) => Err(e),
     }
+}
+
+/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
+/// name themselves by IP address; a name is resolved here, blocking (`None` if it fails).
+pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+    if host.is_empty() {
+        return Some(SocketAddr::new(current.ip(), port));
+    }
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    (bare, port).to_socket_addrs().ok()?.next()
 }

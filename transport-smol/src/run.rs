@@ -401,7 +401,13 @@ impl Runner {
     /// request. Tells the consumer of the outcome (nothing, if cut short by a request: the
     /// loop decides again). A TLS failure is fatal.
     async fn connect(&mut self) -> Result<Option<Conn>, RunError> {
-        let addr = self.addrs[self.next_addr];
+        let configured = self.addrs[self.next_addr];
+        // A cluster redirect names the node serving the stream's slot (by IP address).
+        let redirect = self.consumer.redirect().map(|(host, port)| (host.to_string(), port));
+        let addr = match &redirect {
+            Some((host, port)) => redirect_addr(host, *port, configured).await.unwrap_or(configured),
+            None => configured,
+        };
         let Some(attempt) =
             bounded(self.connect_timeout, &self.stop, self.told, TcpStream::connect(addr)).await
         else {
@@ -414,6 +420,10 @@ impl Runner {
         let conn = match &self.tls {
             None => Conn::Plain(stream),
             Some((tls, host)) => {
+                let host = match &redirect {
+                    Some((redirected, _)) if !redirected.is_empty() => redirected,
+                    _ => host,
+                };
                 match bounded(self.connect_timeout, &self.stop, self.told, conn::secure(stream, tls, host))
                     .await
                 {
@@ -483,4 +493,15 @@ async fn bounded<T>(
         None
     })
     .await
+}
+
+/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
+/// name themselves by IP address; a name is resolved on smol's blocking pool (`None` if it
+/// fails).
+async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+    if host.is_empty() {
+        return Some(SocketAddr::new(current.ip(), port));
+    }
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    smol::net::resolve((bare, port)).await.ok()?.into_iter().next()
 }

@@ -1,0 +1,126 @@
+//! What the core knows about Redis/Valkey Cluster, sans-IO: which slot a key hashes to
+//! ([`slot`]), which master serves each slot ([`slot_map`], from `CLUSTER SHARDS` or
+//! `CLUSTER SLOTS`), and what the cluster's error replies ask for ([`redirect`]). Transports
+//! use it to pick the connection for each stream's lane and to follow redirects.
+
+// The consumer follows `MOVED` with `parse_redirect` and `key_slot`; the slot map and
+// `classify` wait for the transports' lanes (one `Consumer` per stream, DESIGN.md *Cluster*),
+// being built alongside. Until then their only callers are the tests.
+#![allow(dead_code)]
+
+pub(crate) mod redirect;
+pub(crate) mod slot;
+pub(crate) mod slot_map;
+
+#[allow(unused_imports)] // see above
+pub(crate) use redirect::{classify, parse_redirect, ClusterError, Redirect, RedirectKind};
+pub use slot::key_slot;
+#[allow(unused_imports)] // see above
+pub(crate) use slot_map::{Node, SlotMap};
+
+/// The cluster replies captured from real 3-master, 3-replica clusters
+/// (`scripts/capture-fixtures`); `cluster-myid` is the node the commands were sent to.
+#[cfg(test)]
+mod fixture_tests {
+    use super::*;
+    use crate::config::{Limits, Protocol};
+    use crate::decode::{Decoder, Frame, Value};
+
+    const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
+    const PROTOS: [(&str, Protocol); 2] = [("resp2", Protocol::Resp2), ("resp3", Protocol::Resp3)];
+
+    /// Runs `check` with a loader of one flavor and protocol's fixtures, for each of them.
+    fn each(mut check: impl FnMut(&str, &dyn Fn(&str) -> Value)) {
+        for flavor in FLAVORS {
+            for (proto_dir, proto) in PROTOS {
+                let load = move |name: &str| -> Value {
+                    let path = format!(
+                        "{}/tests/fixtures/{flavor}/{proto_dir}/{name}.resp",
+                        env!("CARGO_MANIFEST_DIR")
+                    );
+                    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+                    let mut d = Decoder::new(Limits::default());
+                    d.extend(&bytes);
+                    let frame = d.next(proto).unwrap_or_else(|e| panic!("{path}: {e:?}"));
+                    assert_eq!(d.buffered(), 0, "{path}: one frame per file");
+                    match frame {
+                        Some(Frame::Reply(v)) => v,
+                        other => panic!("{path}: {other:?}"),
+                    }
+                };
+                check(&format!("{flavor}/{proto_dir}"), &load);
+            }
+        }
+    }
+
+    /// Every slot has a master, and there are three of them at distinct addresses.
+    fn check_full(map: &SlotMap, what: &str) {
+        assert_eq!(map.covered(), 16384, "{what}");
+        let mut addresses: Vec<_> = map.masters().iter().map(|n| (n.host.as_str(), n.port)).collect();
+        addresses.sort();
+        addresses.dedup();
+        assert_eq!(addresses.len(), 3, "{what}: {:?}", map.masters());
+        assert!(map.masters().iter().all(|n| n.host == "127.0.0.1" && n.id.is_some()), "{what}");
+    }
+
+    fn slot_map(load: &dyn Fn(&str) -> Value, what: &str) -> SlotMap {
+        let map = SlotMap::from_slots(&load("cluster-slots")).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+        check_full(&map, &format!("{what} SLOTS"));
+        map
+    }
+
+    #[test]
+    fn slot_maps_from_slots_and_shards() {
+        each(|what, load| {
+            let slots = slot_map(load, what);
+            match load("cluster-shards") {
+                // Redis 6.2 has no CLUSTER SHARDS.
+                Value::Error(text) => {
+                    assert!(what.starts_with("redis-6.2/"), "{what}");
+                    assert!(text.starts_with(b"ERR Unknown subcommand"), "{what}");
+                }
+                reply => {
+                    let shards = SlotMap::from_shards(&reply).unwrap_or_else(|e| panic!("{what}: {e:?}"));
+                    check_full(&shards, &format!("{what} SHARDS"));
+                    // Both replies name the same master for every slot (in any order).
+                    for slot in 0..16384 {
+                        assert_eq!(slots.owner(slot), shards.owner(slot), "{what} slot {slot}");
+                    }
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn redirects_and_cross_slot() {
+        each(|what, load| {
+            let map = slot_map(load, what);
+            let error = |name: &str| match load(name) {
+                Value::Error(text) => text,
+                other => panic!("{what} {name}: {other:?}"),
+            };
+            let Value::Str(asked) = load("cluster-myid") else { panic!("{what}: cluster-myid") };
+            let asked = std::str::from_utf8(&asked).unwrap();
+
+            // MOVED names the slot's master in the map.
+            let Some(ClusterError::Redirect(moved)) = classify(&error("moved")) else {
+                panic!("{what}: moved")
+            };
+            assert_eq!(moved.kind, RedirectKind::Moved, "{what}");
+            let owner = map.owner(moved.slot).unwrap();
+            assert_eq!((owner.host.as_str(), owner.port), (moved.host.as_str(), moved.port), "{what}");
+            assert_ne!(owner.id.as_deref(), Some(asked), "{what}: MOVED away from the asked node");
+
+            // ASK: the asked node still owns the migrating slot and sends to another master.
+            let Some(ClusterError::Redirect(ask)) = classify(&error("ask")) else { panic!("{what}: ask") };
+            assert_eq!(ask.kind, RedirectKind::Ask, "{what}");
+            assert_eq!(map.owner(ask.slot).unwrap().id.as_deref(), Some(asked), "{what}");
+            let target =
+                map.masters().iter().find(|n| (n.host.as_str(), n.port) == (ask.host.as_str(), ask.port));
+            assert!(target.is_some_and(|n| n.id.as_deref() != Some(asked)), "{what}: {ask:?}");
+            assert_eq!(parse_redirect(&error("ask")), Some(ask), "{what}");
+
+            assert_eq!(classify(&error("crossslot")), Some(ClusterError::CrossSlot), "{what}");
+        });
+    }
+}

@@ -1,0 +1,189 @@
+//! Cluster stories (3 masters + 3 replicas of each server): lanes that find their master
+//! from any node, slot migrations while a lane is parked and while it is busy, a failover.
+//! Part of the conformance suite (see the parent module). Each story runs on the three
+//! servers at once, Redis 6.2 in RESP2, the others in RESP3.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use pelican::{Config, Entry, Protocol, Verdict};
+
+use super::{wait_until, Handler, Running, Transport, GROUP};
+use crate::cluster::Cluster;
+use crate::server::{Endpoint, Flavor};
+
+/// How long a story waits for its entries.
+const CONSUMED: Duration = Duration::from_secs(30);
+
+/// Runs `story` on a cluster of each server, in parallel; fails naming those that failed.
+pub fn on_every_cluster(name: &str, story: fn(&Cluster, Protocol)) {
+    let threads: Vec<_> = Flavor::ALL
+        .into_iter()
+        .map(|flavor| {
+            let label = format!("{name} on a {} cluster", flavor.name());
+            let protocol = if flavor == Flavor::Redis62 { Protocol::Resp2 } else { Protocol::Resp3 };
+            let run = move || story(&Cluster::start(flavor), protocol);
+            (label.clone(), thread::Builder::new().name(label).spawn(run).unwrap())
+        })
+        .collect();
+    let failed: Vec<String> =
+        threads.into_iter().filter_map(|(label, th)| th.join().is_err().then_some(label)).collect();
+    assert!(failed.is_empty(), "{} of 3 clusters failed: {failed:?}", failed.len());
+}
+
+/// Every delivery, per stream.
+#[derive(Clone, Default)]
+struct Deliveries(Arc<Mutex<BTreeMap<String, Vec<String>>>>);
+
+impl Deliveries {
+    fn handler(&self, stream: &str, pause: Duration) -> Handler {
+        let (all, stream) = (self.0.clone(), stream.to_string());
+        Box::new(move |e: &Entry| {
+            all.lock()
+                .unwrap()
+                .entry(stream.clone())
+                .or_default()
+                .push(String::from_utf8_lossy(e.id()).into());
+            thread::sleep(pause);
+            Verdict::Ack
+        })
+    }
+
+    fn of(&self, stream: &str) -> Vec<String> {
+        self.0.lock().unwrap().get(stream).cloned().unwrap_or_default()
+    }
+}
+
+fn config(stream: &str, protocol: Protocol) -> Config {
+    Config::new(stream, GROUP, "c1")
+        .protocol(protocol)
+        .count(50)
+        .beat(Duration::from_millis(200))
+        .min_idle(Duration::from_secs(3600))
+        .backoff(Duration::from_millis(20), Duration::from_millis(200))
+}
+
+fn lane<T: Transport>(
+    at: SocketAddr,
+    stream: &str,
+    protocol: Protocol,
+    seen: &Deliveries,
+    pause: Duration,
+) -> Running {
+    let to = Endpoint { addr: at, tls: None, connect_timeout: None };
+    T::spawn(to, config(stream, protocol), seen.handler(stream, pause))
+}
+
+/// `n` entries added to `stream` (on its owner), after its group.
+fn fill(cluster: &Cluster, stream: &str, n: usize) -> Vec<String> {
+    let mut admin = cluster.admin_for(stream);
+    admin.cmd(&["XGROUP", "CREATE", stream, GROUP, "0", "MKSTREAM"]);
+    admin.xadd_n(stream, n, 8)
+}
+
+/// Each of `ids` handled exactly once on `stream`, nothing pending on its owner now.
+fn consumed_once(cluster: &Cluster, seen: &Deliveries, stream: &str, ids: &[String]) {
+    assert!(
+        wait_until(CONSUMED, || seen.of(stream).len() >= ids.len()),
+        "{stream}: {} of {}",
+        seen.of(stream).len(),
+        ids.len()
+    );
+    let got = seen.of(stream);
+    let mut twice: Vec<&String> =
+        got.iter().filter(|id| got.iter().filter(|g| g == id).count() > 1).collect();
+    twice.dedup();
+    let missing: Vec<&String> = ids.iter().filter(|id| !got.contains(id)).collect();
+    assert!(twice.is_empty() && missing.is_empty(), "{stream}: handled twice {twice:?}, never {missing:?}");
+    assert_eq!(got.len(), ids.len(), "{stream}: only the entries added");
+    assert!(
+        wait_until(CONSUMED, || cluster.admin_for(stream).xpending_count(stream, GROUP) == 0),
+        "{stream}: acks confirmed on the owner"
+    );
+}
+
+/// Two streams on each master, one lane each, all started against one replica (which owns
+/// nothing): every lane finds its master by the `MOVED` it gets, and consumes its stream.
+pub fn cluster_lanes_find_their_masters<T: Transport>() {
+    on_every_cluster("cluster_lanes_find_their_masters", |cluster, protocol| {
+        let mut streams = Vec::new();
+        for master in cluster.masters() {
+            let mine = (0..).map(|i| format!("s{i}")).filter(|s| cluster.owner_of(s) == master).take(2);
+            streams.extend(mine);
+        }
+        let seen = Deliveries::default();
+        let ids: Vec<Vec<String>> = streams.iter().map(|s| fill(cluster, s, 100)).collect();
+        let seed = cluster.replicas()[0];
+        let lanes: Vec<Running> =
+            streams.iter().map(|s| lane::<T>(seed, s, protocol, &seen, Duration::ZERO)).collect();
+        for (stream, ids) in streams.iter().zip(&ids) {
+            consumed_once(cluster, &seen, stream, ids);
+        }
+        for (stream, lane) in streams.iter().zip(lanes) {
+            let stats = lane.finish();
+            assert!(stats.moved >= 1, "{stream}: {stats:?}");
+            assert_eq!(stats.acked, 100, "{stream}");
+        }
+    });
+}
+
+/// A lane parked on its stream while the stream's slot migrates to another master (each
+/// server tells it differently: `UNBLOCKED`, `ASK`, or `MOVED` after the move): it follows
+/// the slot and consumes what comes after, each entry once.
+pub fn cluster_migration_while_parked<T: Transport>() {
+    on_every_cluster("cluster_migration_while_parked", |cluster, protocol| {
+        let stream = "parked";
+        let mut ids = fill(cluster, stream, 20);
+        let seen = Deliveries::default();
+        let run = lane::<T>(cluster.owner_of(stream), stream, protocol, &seen, Duration::ZERO);
+        assert!(wait_until(CONSUMED, || seen.of(stream).len() >= 20));
+        thread::sleep(Duration::from_millis(300)); // parked
+        let from = cluster.owner_of(stream);
+        let to = cluster.masters().into_iter().find(|m| *m != from).unwrap();
+        let migration = cluster.begin_migration(cluster.slot_of(stream), to);
+        thread::sleep(Duration::from_millis(300));
+        migration.finish();
+        assert_eq!(cluster.owner_of(stream), to);
+        ids.extend(cluster.admin_for(stream).xadd_n(stream, 20, 8));
+        consumed_once(cluster, &seen, stream, &ids);
+        run.finish();
+    });
+}
+
+/// A lane working through a backlog while its slot migrates: acks owed go to the new owner,
+/// entries read but not handed out are drained again there; none lost, none twice.
+pub fn cluster_migration_while_busy<T: Transport>() {
+    on_every_cluster("cluster_migration_while_busy", |cluster, protocol| {
+        let stream = "busy";
+        let ids = fill(cluster, stream, 300);
+        let seen = Deliveries::default();
+        let run = lane::<T>(cluster.owner_of(stream), stream, protocol, &seen, Duration::from_millis(2));
+        assert!(wait_until(CONSUMED, || seen.of(stream).len() >= 60));
+        let from = cluster.owner_of(stream);
+        let to = cluster.masters().into_iter().find(|m| *m != from).unwrap();
+        cluster.migrate_slot(cluster.slot_of(stream), to);
+        consumed_once(cluster, &seen, stream, &ids);
+        assert!(run.finish().moved >= 1);
+    });
+}
+
+/// The master of a lane's stream fails over to its replica while the lane works: it
+/// reconnects, follows the `MOVED` to the new master (which has the pending list), and
+/// consumes everything, each entry once.
+pub fn cluster_failover<T: Transport>() {
+    on_every_cluster("cluster_failover", |cluster, protocol| {
+        let stream = "failover";
+        let mut ids = fill(cluster, stream, 100);
+        let seen = Deliveries::default();
+        let run = lane::<T>(cluster.owner_of(stream), stream, protocol, &seen, Duration::from_millis(1));
+        assert!(wait_until(CONSUMED, || seen.of(stream).len() >= 30));
+        let new_master = cluster.failover(cluster.owner_of(stream));
+        assert_eq!(cluster.owner_of(stream), new_master);
+        ids.extend(cluster.admin_for(stream).xadd_n(stream, 50, 8));
+        consumed_once(cluster, &seen, stream, &ids);
+        run.finish();
+    });
+}
