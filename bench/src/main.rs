@@ -9,6 +9,7 @@
 //! ```
 
 mod contenders;
+mod lanes;
 mod measure;
 mod raw;
 
@@ -18,6 +19,7 @@ use clap::Parser;
 use contenders::{Contender, Job};
 use measure::{median_range, Sample};
 use pelican_tests::admin::Admin;
+use pelican_tests::cluster::Cluster;
 use pelican_tests::server::{Flavor, Options, Server, Tls};
 
 /// Throughput of stream consumers against real servers, side by side.
@@ -42,6 +44,11 @@ struct Args {
     /// Contenders to run.
     #[arg(long, value_delimiter = ',', value_enum, default_values_t = Contender::ALL)]
     only: Vec<Contender>,
+    /// Instead: one thread consuming `--lanes` streams (one `pelican-mio` Driver each, on one
+    /// Poll) across a 3-master cluster and on one server, `--entries` in all, at the first
+    /// `--batch`.
+    #[arg(long)]
+    lanes: Option<usize>,
 }
 
 const STREAM: &str = "bench";
@@ -54,7 +61,11 @@ fn main() -> ExitCode {
             eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1)");
             return ExitCode::from(2);
         };
-        if let Err(e) = bench_server(flavor, &args) {
+        let outcome = match args.lanes {
+            Some(lanes) => bench_lanes(flavor, lanes, &args),
+            None => bench_server(flavor, &args),
+        };
+        if let Err(e) = outcome {
             eprintln!("pelican-bench: {e}");
             return ExitCode::FAILURE;
         }
@@ -90,6 +101,56 @@ fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
         }
         report(batch, args.entries, &samples);
     }
+    Ok(())
+}
+
+/// `lanes` streams, `--entries` in all, consumed by one thread from a 3+3 cluster (every lane
+/// starting at one master, following `MOVED` to its own) and from one server, interleaved.
+fn bench_lanes(flavor: Flavor, lanes: usize, args: &Args) -> Result<(), String> {
+    let cluster = Cluster::start(flavor);
+    let masters = cluster.masters();
+    let streams = lanes::spread(lanes, masters.len(), |key| {
+        let owner = cluster.owner_of(key);
+        masters.iter().position(|m| *m == owner).unwrap_or(0)
+    });
+    let single = Server::start(flavor);
+    let per_stream = args.entries / lanes;
+    let batch = args.batch.first().copied().unwrap_or(100);
+    let (mut on_cluster, mut on_one) = (Vec::new(), Vec::new());
+    for _ in 0..args.rounds {
+        for s in &streams {
+            lanes::fill(&mut cluster.admin_for(s), s, GROUP, per_stream, args.field_size);
+        }
+        let took = lanes::consume(masters[0], &streams, GROUP, per_stream, batch)?;
+        on_cluster.push((per_stream * lanes) as f64 / took.as_secs_f64());
+        let mut admin = single.admin();
+        for s in &streams {
+            lanes::fill(&mut admin, s, GROUP, per_stream, args.field_size);
+        }
+        let took = lanes::consume(single.addr(), &streams, GROUP, per_stream, batch)?;
+        on_one.push((per_stream * lanes) as f64 / took.as_secs_f64());
+    }
+    let (cluster_rate, lo_c, hi_c) = median_range(&mut on_cluster);
+    let (one_rate, lo_o, hi_o) = median_range(&mut on_one);
+    println!(
+        "\n{} — {lanes} streams, {} entries each, COUNT {batch}, one thread, {} rounds, medians (min–max)",
+        flavor.name(),
+        per_stream,
+        args.rounds
+    );
+    println!(
+        "  3-master cluster  {:>8.0}k ({:>5.0}k–{:>5.0}k) entries/s",
+        cluster_rate / 1e3,
+        lo_c / 1e3,
+        hi_c / 1e3
+    );
+    println!(
+        "  one server        {:>8.0}k ({:>5.0}k–{:>5.0}k) entries/s",
+        one_rate / 1e3,
+        lo_o / 1e3,
+        hi_o / 1e3
+    );
+    println!("  cluster / one     {:>8.2}×", cluster_rate / one_rate);
     Ok(())
 }
 

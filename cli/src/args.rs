@@ -29,6 +29,7 @@ pub struct Args {
 }
 
 impl Args {
+    /// `items`, the arguments after the subcommand whose usage is `usage`.
     pub fn new(items: Vec<String>, usage: &'static str) -> Args {
         Args { items, pos: 0, usage, inline: None, flag: String::new() }
     }

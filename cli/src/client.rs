@@ -2,9 +2,14 @@
 //! as RESP arrays of bulk strings over a `std::net::TcpStream` (wrapped in `rustls` for
 //! `rediss://`), replies come back through `redis-protocol`'s RESP2 decoder. Logs in and
 //! selects the database as the URL says. Every wait is bounded.
+//!
+//! In a Redis/Valkey Cluster, [`Client::call`] follows the redirects, a few at most: `-MOVED`
+//! reconnects to the node named and sends the command again there (that node is kept for
+//! the next commands); `-ASK` (the slot is being migrated) sends `ASKING` and the command
+//! once to the node named.
 
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use pelican_tls::rustls::{self, ClientConnection, StreamOwned};
@@ -13,7 +18,6 @@ use redis_protocol::resp2::decode::decode;
 pub use redis_protocol::resp2::types::OwnedFrame as Reply;
 
 use crate::server::{tls_message, Server};
-use crate::url::Target;
 
 /// How long a connect, a write or a reply may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,8 +61,18 @@ impl Write for Stream {
     }
 }
 
+/// How many redirects one command follows before giving up: a slot moves once, maybe twice
+/// (a migration, then a failover); more means the cluster is still settling.
+const MAX_REDIRECTS: usize = 5;
+
 /// A connection to the server, logged in, one command or pipeline at a time.
 pub struct Client {
+    /// The server as given (credentials, database, TLS): redirects connect the same way.
+    server: Server,
+    /// The address connected to.
+    peer: SocketAddr,
+    /// The node the last `ASK` named, connected (see [`Client::call`]).
+    asked: Option<Box<Client>>,
     stream: Stream,
     /// The TLS settings and the host they check, to explain TLS failures.
     tls: Option<(Tls, String)>,
@@ -75,34 +89,58 @@ impl Client {
     /// plaintext client, a TLS 1.3 server wanting a client certificate) is told apart from
     /// a refused command. A TLS failure is final: other addresses are not tried.
     pub fn connect(server: &Server) -> Result<Client, String> {
-        let target = &server.target;
         let mut last = String::new();
-        for addr in target.resolve()? {
-            let socket = match TcpStream::connect_timeout(&addr, TIMEOUT) {
-                Ok(socket) => socket,
-                Err(e) => {
-                    last = format!("cannot connect to {addr}: {e}");
-                    continue;
-                }
-            };
-            let _ = socket.set_nodelay(true);
-            socket.set_read_timeout(Some(TIMEOUT)).map_err(|e| e.to_string())?;
-            socket.set_write_timeout(Some(TIMEOUT)).map_err(|e| e.to_string())?;
-            let stream = match &server.tls {
-                None => Stream::Plain(socket),
-                Some(tls) => Stream::Tls(Box::new(handshake(tls, &target.host, socket)?)),
-            };
-            let tls = server.tls.clone().map(|tls| (tls, target.host.clone()));
-            let mut client = Client { stream, tls, heard: false, buf: Vec::new(), pos: 0 };
-            client.login(target)?;
-            return Ok(client);
+        for addr in server.target.resolve()? {
+            match Client::connect_to(server, addr, &server.target.host) {
+                Ok(client) => return Ok(client),
+                Err(Connect::Refused(e)) => last = e,
+                Err(Connect::Failed(e)) => return Err(e),
+            }
         }
         Err(last)
     }
 
+    /// Connects to `addr`, over TLS checking that the certificate names `host`, and logs in.
+    fn connect_to(server: &Server, addr: SocketAddr, host: &str) -> Result<Client, Connect> {
+        let socket = TcpStream::connect_timeout(&addr, TIMEOUT)
+            .map_err(|e| Connect::Refused(format!("cannot connect to {addr}: {e}")))?;
+        let _ = socket.set_nodelay(true);
+        socket.set_read_timeout(Some(TIMEOUT)).map_err(|e| Connect::Failed(e.to_string()))?;
+        socket.set_write_timeout(Some(TIMEOUT)).map_err(|e| Connect::Failed(e.to_string()))?;
+        let stream = match &server.tls {
+            None => Stream::Plain(socket),
+            Some(tls) => Stream::Tls(Box::new(handshake(tls, host, socket).map_err(Connect::Failed)?)),
+        };
+        let tls = server.tls.clone().map(|tls| (tls, host.to_string()));
+        let mut client = Client {
+            server: server.clone(),
+            peer: addr,
+            asked: None,
+            stream,
+            tls,
+            heard: false,
+            buf: Vec::new(),
+            pos: 0,
+        };
+        client.login().map_err(Connect::Failed)?;
+        Ok(client)
+    }
+
+    /// A connection like this one to the cluster node `host:port` (as a redirect names it;
+    /// an empty host is this connection's).
+    fn connect_node(&self, host: &str, port: u16) -> Result<Client, String> {
+        let addr = node_addr(host, port, self.peer)?;
+        // A node named by IP address has its certificate checked for that address.
+        let host = if host.is_empty() { self.tls.as_ref().map_or("", |(_, h)| h.as_str()) } else { host };
+        Client::connect_to(&self.server, addr, host).map_err(|e| match e {
+            Connect::Refused(e) | Connect::Failed(e) => format!("following a cluster redirect: {e}"),
+        })
+    }
+
     /// `AUTH` and `SELECT` as the URL says, else a `PING`; any reply to it proves the link
     /// (an error one too: `NOAUTH` is for the command to report).
-    fn login(&mut self, target: &Target) -> Result<(), String> {
+    fn login(&mut self) -> Result<(), String> {
+        let target = self.server.target.clone();
         if let Some(password) = &target.password {
             let mut auth: Vec<&[u8]> = vec![b"AUTH"];
             auth.extend(target.user.as_deref());
@@ -119,9 +157,48 @@ impl Client {
         Ok(())
     }
 
-    /// One command; an error reply is an `Err` with the server's text.
+    /// One command; an error reply is an `Err` with the server's text. Cluster redirects
+    /// are followed (see the module docs).
     pub fn call(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
-        refused(self.exchange(args)?)
+        let mut reply = self.exchange(args)?;
+        let mut followed = 0;
+        while let Some(to) = redirect(&reply) {
+            if followed == MAX_REDIRECTS {
+                return Err(format!(
+                    "the cluster redirected the command {followed} times: is it still settling?"
+                ));
+            }
+            followed += 1;
+            reply = match to {
+                Redirect::Moved { host, port } => {
+                    *self = self.connect_node(&host, port)?;
+                    self.exchange(args)?
+                }
+                Redirect::Ask { host, port } => {
+                    let again = self.ask(&host, port, args)?;
+                    if let Some(Redirect::Ask { .. }) = redirect(&again) {
+                        // `ASK` is followed once: the node asked sends the command on again.
+                        return refused(again);
+                    }
+                    again
+                }
+            };
+        }
+        refused(reply)
+    }
+
+    /// `ASKING`, then the command, on the node an `ASK` named (the slot is being migrated
+    /// there: it serves the key only when asked so). The node's connection is kept for the
+    /// next `ASK`, which is likely while the migration lasts.
+    fn ask(&mut self, host: &str, port: u16, args: &[&[u8]]) -> Result<Reply, String> {
+        let addr = node_addr(host, port, self.peer)?;
+        let node = match self.asked.take() {
+            Some(node) if node.peer == addr => node,
+            _ => Box::new(self.connect_node(host, port)?),
+        };
+        let node = self.asked.insert(node);
+        refused(node.exchange(&[b"ASKING"])?).map_err(|e| format!("ASKING: {e}"))?;
+        node.exchange(args)
     }
 
     /// One command and its reply, an error reply included; `Err` only for the connection.
@@ -181,6 +258,63 @@ impl Client {
             return format!("{what} failed: timed out after {} s", TIMEOUT.as_secs());
         }
         format!("{what} failed: {err}")
+    }
+}
+
+/// Why a connection failed: `Refused` (the connect itself) lets the next address be tried;
+/// `Failed` (TLS, the login) is final.
+enum Connect {
+    Refused(String),
+    Failed(String),
+}
+
+/// A cluster redirect, as an error reply says it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Redirect {
+    /// `MOVED <slot> <host>:<port>`: the slot is served there now.
+    Moved {
+        /// The node's host as the cluster names it (empty: the one connected to).
+        host: String,
+        /// The node's port.
+        port: u16,
+    },
+    /// `ASK <slot> <host>:<port>`: the slot is being migrated there; ask it after `ASKING`.
+    Ask {
+        /// The node's host as the cluster names it (empty: the one connected to).
+        host: String,
+        /// The node's port.
+        port: u16,
+    },
+}
+
+/// The redirect an error reply is, if it is one.
+pub fn redirect(reply: &Reply) -> Option<Redirect> {
+    let Reply::Error(text) = reply else { return None };
+    let mut words = text.split(' ');
+    let (kind, _slot, node) = (words.next()?, words.next()?, words.next()?);
+    let (host, port) = node.rsplit_once(':')?;
+    let (host, port) = (host.to_string(), port.parse().ok()?);
+    match kind {
+        "MOVED" => Some(Redirect::Moved { host, port }),
+        "ASK" => Some(Redirect::Ask { host, port }),
+        _ => None,
+    }
+}
+
+/// A redirect's node: `host` (an IP address, or a name the cluster announces; empty: the
+/// host of `current`) and `port`.
+fn node_addr(host: &str, port: u16, current: SocketAddr) -> Result<SocketAddr, String> {
+    match host {
+        "" => Ok(SocketAddr::new(current.ip(), port)),
+        // The cluster does not know the node's address (cluster-preferred-endpoint-type).
+        "?" => Err(format!("the cluster redirected to a node of unknown address (port {port})")),
+        host => {
+            let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+            let mut addrs = (bare, port)
+                .to_socket_addrs()
+                .map_err(|e| format!("cannot resolve {host} (a redirect): {e}"))?;
+            addrs.next().ok_or_else(|| format!("{host} (a redirect) resolves to no address"))
+        }
     }
 }
 
@@ -282,6 +416,30 @@ mod tests {
         let mut out = Vec::new();
         encode(&mut out, &[b"AUTH", b"a b", b""]);
         assert_eq!(out, b"*3\r\n$4\r\nAUTH\r\n$3\r\na b\r\n$0\r\n\r\n");
+    }
+
+    #[test]
+    fn reads_redirects() {
+        let error = |text: &str| Reply::Error(text.to_string());
+        assert_eq!(
+            redirect(&error("MOVED 3999 127.0.0.1:6381")),
+            Some(Redirect::Moved { host: "127.0.0.1".into(), port: 6381 })
+        );
+        assert_eq!(
+            redirect(&error("ASK 3999 :7000")),
+            Some(Redirect::Ask { host: String::new(), port: 7000 })
+        );
+        assert_eq!(
+            redirect(&error("MOVED 1 [::1]:7001")),
+            Some(Redirect::Moved { host: "[::1]".into(), port: 7001 })
+        );
+        assert_eq!(redirect(&error("ERR unknown command")), None);
+        assert_eq!(redirect(&error("MOVED 1 nowhere")), None);
+        assert_eq!(redirect(&Reply::SimpleString(b"MOVED 1 h:1".to_vec())), None);
+        let here: SocketAddr = "127.0.0.1:7000".parse().unwrap();
+        assert_eq!(node_addr("", 7001, here), Ok("127.0.0.1:7001".parse().unwrap()));
+        assert_eq!(node_addr("[::1]", 7001, here), Ok("[::1]:7001".parse().unwrap()));
+        assert!(node_addr("?", 7001, here).unwrap_err().contains("unknown address"));
     }
 
     #[test]

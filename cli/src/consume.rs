@@ -1,25 +1,38 @@
-//! `pelican consume`: one consumer of a group, handing each entry to a shell command or
-//! printing it, until SIGINT/SIGTERM.
+//! `pelican consume`: consumers of a group, one lane per `--stream`, handing each entry to a
+//! shell command or printing it, until SIGINT/SIGTERM.
+//!
+//! Each lane is one consumer on its own connection; all share the group, the consumer name,
+//! the command and the signals. `mio_lanes` runs them on one `mio::Poll`, `smol_lanes` as
+//! tasks on one executor. A lane that fails for good stops the others.
 
-use std::io::{IsTerminal, Write};
-use std::os::unix::process::CommandExt;
+mod handler;
+mod lane;
+mod mio_lanes;
+mod report;
+mod smol_lanes;
+
+use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Entry, GroupGone, Notice, Protocol, Source, Stats, Verdict};
+use pelican::{Config, Consumer, GroupGone, Protocol};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::args::{Args, Failure};
-use crate::json::{self, Object};
-use crate::server::{tls_message, Server, ServerArgs};
+use crate::server::{Server, ServerArgs};
+use crate::url::Target;
+use handler::{Handler, Shared, StopAll, EXITING};
+use lane::{Lane, LaneFailure, Net, Outcome};
+use report::{LaneCounts, Progress};
 
+/// `pelican consume --help`.
 pub const USAGE: &str = "\
-Usage: pelican consume --stream KEY --group G --consumer NAME [options]
+Usage: pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
 
 Consumes the stream KEY as consumer NAME of group G. First its own pending entries (a
 restart under the same name gets its backlog back at once), then, once per beat, entries
@@ -27,11 +40,19 @@ of dead peers idle longer than --min-idle-ms (XAUTOCLAIM), then new entries. Ent
 handled one at a time; each is acknowledged (XACK) only if handled successfully, else it
 stays pending and comes back later: at-least-once, so handlers must be idempotent.
 
+With several --stream flags, each stream gets its own lane: a consumer NAME of group G on
+that stream, with its own connection and one entry in hand at a time, all lanes in this
+one process, sharing the options below. A slow command on one stream holds up no other.
+
+A Redis/Valkey Cluster needs nothing more: --url may name any node (a replica too), and
+each stream's lane follows the cluster's redirects (MOVED) to the node serving it.
+
 Options:
-  --stream KEY          the stream key (required)
-  --group G             the consumer group (required)
+  --stream KEY          a stream key (required); repeat it for several streams
+  --group G             the consumer group (required; the same name on every stream)
   --consumer NAME       this consumer's name in the group (required)
-  --url URL             redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
+  --url URL             redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
+                        for a cluster, any node's URL
                         [default: $PELICAN_URL, else redis://127.0.0.1:6379]
                         `:password@` logs in as the default user; %XX escapes allowed
   --tls-ca FILE         rediss://: trust the CA certificates in FILE (PEM) instead of the
@@ -50,24 +71,29 @@ Options:
                         at the --create-group ID (default: stop with an error, exit 1)
   --dead-letter KEY     the dead-letter stream: where entries past --max-deliveries, and
                         those whose command exits 65, are moved (with their fields and
-                        pelican-stream/-group/-consumer/-id/-deliveries/-reason)
+                        pelican-stream/-group/-consumer/-id/-deliveries/-reason). %s in KEY
+                        stands for the stream's name (%% for a %): '%s:dead' gives each
+                        stream its own. In a cluster it must share its stream's hash slot:
+                        name the stream {orders} and its dead letters {orders}:dead
   --max-deliveries N    move an entry delivered more than N times to the --dead-letter
                         stream instead of handing it out again (needs --dead-letter)
   --resp3               speak RESP3 (HELLO 3) instead of RESP2
-  --transport T         mio (default) or smol
+  --transport T         mio (default: every lane on one event loop) or smol
   --exec CMD            run `sh -c CMD` for each entry (below); without it, print entries
   --progress            progress on stderr every second even when stderr is not a terminal
                         (on a terminal it is always shown)
-  --stats-json FILE     on a clean stop, write the final counters to FILE as one JSON object
+  --stats-json FILE     on a clean stop, write the final counters to FILE as one JSON object:
+                        the totals, and each stream's under \"streams\"
   -h, --help
 
 Without --exec, each entry is printed on stdout as one JSON line, then acknowledged:
-  {\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
+  {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
 
 With --exec, CMD runs for each entry with the entry's fields as one JSON object (and a
 newline) on its stdin, its stdout and stderr going to pelican's, and in its environment:
   PELICAN_ID        the entry id
-  PELICAN_STREAM, PELICAN_GROUP, PELICAN_CONSUMER
+  PELICAN_STREAM    the stream it came from
+  PELICAN_GROUP, PELICAN_CONSUMER
   PELICAN_SOURCE    pending (this consumer's own backlog), claimed (reclaimed from an idle
                     owner) or new
   PELICAN_DELIVERIES how many times the group has delivered it, this time included (the
@@ -79,8 +105,9 @@ or is not found) stops pelican with exit 1 and the entry left pending, rather th
 every entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
 only pelican, which lets CMD finish.
 
-On stderr, one line each: an entry moved to the dead-letter stream, an entry a peer took
-while this consumer held it (a lease lost), reads made smaller (slow handlers, big entries).
+On stderr, one line each (naming the stream when there are several): an entry moved to the
+dead-letter stream, an entry a peer took while this consumer held it (a lease lost), reads
+made smaller (slow handlers, big entries).
 
 JSON: a field name or value that is valid UTF-8 is a JSON string; one that is not is
 {\"base64\":\"…\"} (standard alphabet, padded). Fields keep stream order, and a repeated name
@@ -90,14 +117,15 @@ last). A name that is not UTF-8 cannot be an object key: then `fields` is an arr
 
 Signals: SIGINT or SIGTERM stops gracefully: the entry in hand (its command) finishes, the
 acknowledgements earned are confirmed by the server, then pelican exits 0. A second signal
-exits at once with status 130: the running command's process group gets SIGTERM and the
-entry in hand stays pending.
+exits at once with status 130: the running commands' process groups get SIGTERM and the
+entries in hand stay pending.
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
-closed, CMD cannot be run, an entry is over the frame limit; TLS failed: an untrusted,
-expired or misnamed certificate, a client certificate required, a TLS file that cannot be
-read, a plaintext port behind rediss:// or a TLS port behind redis://), 2 bad usage, 130 a
-second signal.";
+closed, CMD cannot be run, an entry is over the frame limit, the dead-letter stream is in
+another cluster slot; TLS failed: an untrusted, expired or misnamed certificate, a client
+certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
+a TLS port behind redis://), 2 bad usage, 130 a second signal. A stream that fails stops
+the others (each finishes its entry in hand and confirms its acks); the message names it.";
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Transport {
@@ -106,7 +134,7 @@ enum Transport {
 }
 
 struct Options {
-    stream: String,
+    streams: Vec<String>,
     group: String,
     consumer: String,
     count: u32,
@@ -114,6 +142,7 @@ struct Options {
     min_idle_ms: u64,
     create_group: Option<String>,
     recreate: bool,
+    /// `--dead-letter` as given: `%s` stands for the stream (see [`dead_letter_key`]).
     dead_letter: Option<String>,
     max_deliveries: Option<u64>,
     resp3: bool,
@@ -125,10 +154,10 @@ struct Options {
 
 /// The options, and the server (`--url` and the `--tls-*` flags) checked against each other.
 fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
-    let (mut stream, mut group, mut consumer) = (None, None, None);
+    let (mut group, mut consumer) = (None, None);
     let mut server_args = ServerArgs::default();
     let mut o = Options {
-        stream: String::new(),
+        streams: Vec::new(),
         group: String::new(),
         consumer: String::new(),
         count: 100,
@@ -146,7 +175,14 @@ fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
     };
     while let Some(flag) = args.next_flag()? {
         match flag.as_str() {
-            "--stream" => stream = Some(args.value()?),
+            "--stream" => {
+                let stream = args.value()?;
+                if o.streams.contains(&stream) {
+                    // Two lanes of one consumer on one stream would take each other's entries.
+                    return Err(args.error(format_args!("--stream {stream} is given twice")));
+                }
+                o.streams.push(stream);
+            }
             "--group" => group = Some(args.value()?),
             "--consumer" => consumer = Some(args.value()?),
             "--count" => o.count = args.number(1)?,
@@ -173,7 +209,9 @@ fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
             _ => return Err(args.unknown(&flag)),
         }
     }
-    o.stream = args.required(stream, "--stream")?;
+    if o.streams.is_empty() {
+        return Err(args.error("--stream is required"));
+    }
     o.group = args.required(group, "--group")?;
     o.consumer = args.required(consumer, "--consumer")?;
     if o.recreate && o.create_group.is_none() {
@@ -186,129 +224,33 @@ fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
     Ok((o, server))
 }
 
-/// What the handler counts, read by the progress line and the final report.
-#[derive(Default)]
-struct Counters {
-    handled: AtomicU64,
-    failed: AtomicU64,
-    drained: AtomicU64,
-    claimed: AtomicU64,
-    new: AtomicU64,
-}
-
-/// Handles one entry at a time; shared with the signal thread (the running command's pid).
-struct Handler {
-    exec: Option<String>,
-    stream: String,
-    group: String,
-    consumer: String,
-    counters: Arc<Counters>,
-    /// The running command's pid (its process group id), 0 when none runs.
-    child: Arc<AtomicU32>,
-    stdout_closed: AtomicBool,
-    /// The exit status of a command that could not be run (126, 127): the consumer stops.
-    unrunnable: AtomicI32,
-    /// Whether exit status 65 moves the entry to the dead-letter stream.
-    dead_letter: bool,
-    stop: Box<dyn Fn() + Send + Sync>,
-}
-
-impl Handler {
-    fn handle(&self, entry: &Entry) -> Verdict {
-        let verdict = match &self.exec {
-            Some(command) => self.run(command, entry),
-            None => self.print(entry),
-        };
-        let c = &self.counters;
-        match entry.source {
-            Source::Pending => c.drained.fetch_add(1, Relaxed),
-            Source::Claimed => c.claimed.fetch_add(1, Relaxed),
-            Source::New => c.new.fetch_add(1, Relaxed),
-        };
-        if verdict != Verdict::Ack {
-            c.failed.fetch_add(1, Relaxed);
-        }
-        // A second signal is exiting the process: no verdict for the entry in hand, not even
-        // if its command (killed) exited 0. Wait here for the exit.
-        while EXITING.load(std::sync::atomic::Ordering::SeqCst) {
-            thread::park();
-        }
-        c.handled.fetch_add(1, Relaxed);
-        verdict
-    }
-
-    /// Prints the entry and flushes before it is acknowledged: an acked entry was written.
-    fn print(&self, entry: &Entry) -> Verdict {
-        if self.stdout_closed.load(Relaxed) {
-            return Verdict::Retry;
-        }
-        let line = json::entry_line(entry);
-        let mut out = std::io::stdout().lock();
-        match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
-            Ok(()) => Verdict::Ack,
-            Err(_) => {
-                self.stdout_closed.store(true, Relaxed);
-                (self.stop)();
-                Verdict::Retry
-            }
+/// `--dead-letter`'s key for `stream`: each `%s` is the stream's name, `%%` is `%`; any
+/// other `%` stays as it is. Not `{stream}`: braces are the cluster's hash tags.
+fn dead_letter_key(template: &str, stream: &str) -> String {
+    let mut key = String::with_capacity(template.len() + stream.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('%') {
+        key.push_str(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix("%s") {
+            key.push_str(stream);
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix("%%") {
+            key.push('%');
+            rest = after;
+        } else {
+            key.push('%');
+            rest = &rest[1..];
         }
     }
-
-    fn run(&self, command: &str, entry: &Entry) -> Verdict {
-        let source = match entry.source {
-            Source::Pending => "pending",
-            Source::Claimed => "claimed",
-            Source::New => "new",
-        };
-        let mut child = match Command::new("sh")
-            .arg("-c")
-            .arg(command)
-            .stdin(Stdio::piped())
-            .env("PELICAN_ID", String::from_utf8_lossy(entry.id()).as_ref())
-            .env("PELICAN_STREAM", &self.stream)
-            .env("PELICAN_GROUP", &self.group)
-            .env("PELICAN_CONSUMER", &self.consumer)
-            .env("PELICAN_SOURCE", source)
-            .env("PELICAN_DELIVERIES", entry.deliveries.to_string())
-            .process_group(0)
-            .spawn()
-        {
-            Ok(child) => child,
-            Err(e) => {
-                eprintln!("pelican: cannot run sh: {e}");
-                return Verdict::Retry;
-            }
-        };
-        self.child.store(child.id(), Relaxed);
-        let mut input = String::new();
-        json::push_fields(&mut input, entry.fields());
-        input.push('\n');
-        if let Some(mut stdin) = child.stdin.take() {
-            // A command that does not read its input closes the pipe: not a failure.
-            let _ = stdin.write_all(input.as_bytes());
-        }
-        let status = child.wait();
-        self.child.store(0, Relaxed);
-        match status.map(|s| s.code()) {
-            Ok(Some(0)) => Verdict::Ack,
-            Ok(Some(EX_DATAERR)) if self.dead_letter => Verdict::DeadLetter,
-            Ok(Some(code @ (126 | 127))) => {
-                // A typo or a missing file would fail every entry in turn: stop instead.
-                self.unrunnable.store(code, Relaxed);
-                (self.stop)();
-                Verdict::Retry
-            }
-            _ => Verdict::Retry,
-        }
-    }
+    key.push_str(rest);
+    key
 }
 
-pub fn main(args: Args) -> Result<(), Failure> {
-    let (o, server) = parse(args)?;
-    let target = &server.target;
-    let addrs = target.resolve().map_err(Failure::Bad)?;
+/// The consumer settings of `stream`'s lane.
+fn config(o: &Options, target: &Target, stream: &str) -> Config {
     let mut config = target
-        .apply(Config::new(&o.stream, &o.group, &o.consumer))
+        .apply(Config::new(stream, &o.group, &o.consumer))
         .count(o.count)
         .beat(Duration::from_millis(o.beat_ms))
         .min_idle(Duration::from_millis(o.min_idle_ms));
@@ -321,92 +263,126 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if o.resp3 {
         config = config.protocol(Protocol::Resp3);
     }
-    if let Some(key) = &o.dead_letter {
-        config = config.dead_letter(key);
+    if let Some(template) = &o.dead_letter {
+        config = config.dead_letter(dead_letter_key(template, stream));
         config.max_deliveries = o.max_deliveries;
     }
+    config
+}
 
-    let counters = Arc::new(Counters::default());
-    let child = Arc::new(AtomicU32::new(0));
-    let handler = |stop: Box<dyn Fn() + Send + Sync>| {
-        Arc::new(Handler {
-            exec: o.exec.clone(),
-            stream: o.stream.clone(),
-            group: o.group.clone(),
-            consumer: o.consumer.clone(),
-            counters: counters.clone(),
-            child: child.clone(),
-            stdout_closed: AtomicBool::new(false),
-            unrunnable: AtomicI32::new(0),
-            dead_letter: o.dead_letter.is_some(),
-            stop,
+/// What the lanes share.
+fn shared(o: &Options, stop: &Arc<StopAll>) -> Arc<Shared> {
+    Arc::new(Shared {
+        exec: o.exec.clone(),
+        group: o.group.clone(),
+        consumer: o.consumer.clone(),
+        dead_letter: o.dead_letter.is_some(),
+        stdout_closed: AtomicBool::new(false),
+        unrunnable: AtomicI32::new(0),
+        stop: stop.clone(),
+    })
+}
+
+/// One lane per stream, their settings checked (a refused setting is bad usage, exit 2).
+fn lanes(o: &Options, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, Failure> {
+    o.streams
+        .iter()
+        .map(|stream| {
+            let config = config(o, target, stream);
+            Consumer::new(config.clone()).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
+            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())) })
         })
+        .collect()
+}
+
+/// Runs `consume`: one lane per `--stream` until a signal or a failure.
+pub fn main(args: Args) -> Result<(), Failure> {
+    let (o, server) = parse(args)?;
+    let target = &server.target;
+    let net = Net {
+        addrs: target.resolve().map_err(Failure::Bad)?,
+        tls: server.tls.clone().map(|tls| (tls, target.host.clone())),
     };
+    let stop = Arc::new(StopAll::default());
+    let shared = shared(&o, &stop);
+    let lanes = lanes(&o, target, &shared)?;
+    let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
+    on_signals(stop.clone(), handlers.clone())?;
     let tty = std::io::stderr().is_terminal();
     let start = Instant::now();
-    let progress = (o.progress || tty).then(|| Progress::spawn(counters.clone(), tty));
-
-    let (result, handler) = match o.transport {
-        Transport::Mio => {
-            let mut runner = pelican_mio::Runner::new(&addrs[..], config)
-                .map_err(|e| match e {
-                    pelican_mio::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
-                    e => Failure::Failed(e.to_string()),
-                })?
-                .on_notice(tell(tty));
-            if let Some(tls) = &server.tls {
-                runner = runner.tls(tls.clone(), &target.host);
-            }
-            let stop = runner.stop_handle();
-            on_signals(stop.clone(), child.clone())?;
-            let handler = handler(Box::new(move || stop.stop()));
-            let h = handler.clone();
-            let result = runner.run(move |entry| h.handle(entry)).map_err(mio_failure);
-            (result, handler)
-        }
-        Transport::Smol => {
-            let mut runner = pelican_smol::Runner::new(&addrs[..], config)
-                .map_err(|e| match e {
-                    pelican_smol::RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
-                    e => Failure::Failed(e.to_string()),
-                })?
-                .on_notice(tell(tty));
-            if let Some(tls) = &server.tls {
-                runner = runner.tls(tls.clone(), &target.host);
-            }
-            let stop = runner.stop_handle();
-            on_signals(stop.clone(), child.clone())?;
-            let handler = handler(Box::new(move || stop.stop()));
-            let h = handler.clone();
-            // The handler blocks (a command, a write): it runs on smol's blocking pool.
-            let run = runner.run(move |entry| {
-                let h = h.clone();
-                smol::unblock(move || h.handle(&entry))
-            });
-            let result = smol::block_on(run).map_err(smol_failure);
-            (result, handler)
-        }
+    // Dropped on an early return, which ends the line.
+    let progress = (o.progress || tty).then(|| Progress::spawn(&handlers, tty));
+    let outcomes = match o.transport {
+        Transport::Mio => mio_lanes::run(lanes, &net, &stop, tty)?,
+        Transport::Smol => smol_lanes::run(lanes, &net, &stop, tty)?,
     };
+    let counts = lane_counts(&handlers, &outcomes);
     if let Some(progress) = progress {
-        progress.finish(result.as_ref().ok(), start.elapsed());
+        progress.finish(&counts, start.elapsed());
     }
-    let stats = result.map_err(|(group_gone, e)| {
-        let hint = if group_gone && o.create_group.is_none() {
-            " (--create-group creates a missing group)"
-        } else {
-            ""
-        };
-        Failure::Failed(format!("{e}{hint}"))
-    })?;
+    failed(&o, &handlers, &outcomes)?;
     if let Some(path) = &o.stats_json {
-        let json = stats_json(&stats, &counters, start.elapsed());
+        let json = report::stats_json(&counts, start.elapsed());
         std::fs::write(path, json + "\n")
             .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
-    if handler.stdout_closed.load(Relaxed) {
+    stopped_early(&o, &shared)
+}
+
+/// Each lane's counts, for the report: its handler's, and its consumer's if it stopped.
+fn lane_counts<'a>(handlers: &'a [Arc<Handler>], outcomes: &'a [Outcome]) -> Vec<LaneCounts<'a>> {
+    let lane = |(h, outcome): (&'a Arc<Handler>, &'a Outcome)| LaneCounts {
+        stream: &h.stream,
+        counters: &h.counters,
+        stats: outcome.as_ref().ok(),
+    };
+    handlers.iter().zip(outcomes).map(lane).collect()
+}
+
+/// The lanes that failed, one line each naming its stream (lanes failing alike share a
+/// line), with a hint where one helps.
+fn failed(o: &Options, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
+    let mut lines: Vec<(Vec<&str>, String)> = Vec::new();
+    for (handler, outcome) in handlers.iter().zip(outcomes) {
+        let Err(failure) = outcome else { continue };
+        let text = format!("{}{}", failure.message, hint(o, failure));
+        match lines.iter_mut().find(|(_, t)| *t == text) {
+            Some((streams, _)) => streams.push(&handler.stream),
+            None => lines.push((vec![&handler.stream], text)),
+        }
+    }
+    if lines.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = lines
+        .into_iter()
+        .map(|(streams, text)| {
+            let which = if streams.len() == 1 { "stream" } else { "streams" };
+            format!("{which} {}: {text}", streams.join(", "))
+        })
+        .collect();
+    Err(Failure::Failed(lines.join("\npelican: ")))
+}
+
+/// What to do about a lane's failure, where the flags can fix it.
+fn hint(o: &Options, failure: &LaneFailure) -> &'static str {
+    match failure.error {
+        Some(pelican::Error::GroupGone { .. }) if o.create_group.is_none() => {
+            " (--create-group creates a missing group)"
+        }
+        Some(pelican::Error::CrossSlot { .. }) => {
+            " (--dead-letter '%s:dead' gives each stream its own: {orders}:dead for the stream {orders})"
+        }
+        _ => "",
+    }
+}
+
+/// Exit 1 if the lanes stopped because stdout closed or the command cannot run.
+fn stopped_early(o: &Options, shared: &Shared) -> Result<(), Failure> {
+    if shared.stdout_closed.load(Relaxed) {
         return Err(Failure::Failed("stopped: stdout is closed (the entry in hand stays pending)".into()));
     }
-    let code = handler.unrunnable.load(Relaxed);
+    let code = shared.unrunnable.load(Relaxed);
     if code != 0 {
         let why = if code == 127 { "not found" } else { "not executable" };
         let command = o.exec.as_deref().unwrap_or_default();
@@ -417,41 +393,9 @@ pub fn main(args: Args) -> Result<(), Failure> {
     Ok(())
 }
 
-/// Why the mio runner gave up, and whether the group is gone (a hint follows then). A TLS
-/// failure is told on its own, naming the flag that fixes it.
-fn mio_failure(e: pelican_mio::RunError) -> (bool, String) {
-    match e {
-        pelican_mio::RunError::Tls(e) => (false, tls_message(&e)),
-        pelican_mio::RunError::Consumer(pelican::Error::GroupGone { .. }) => (true, e.to_string()),
-        e => (false, e.to_string()),
-    }
-}
-
-/// [`mio_failure`], for the smol runner.
-fn smol_failure(e: pelican_smol::RunError) -> (bool, String) {
-    match e {
-        pelican_smol::RunError::Tls(e) => (false, tls_message(&e)),
-        pelican_smol::RunError::Consumer(pelican::Error::GroupGone { .. }) => (true, e.to_string()),
-        e => (false, e.to_string()),
-    }
-}
-
-/// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
-/// `EX_DATAERR`: the input data was incorrect).
-const EX_DATAERR: i32 = 65;
-
-/// Prints each notice on stderr, one line each (clearing the progress line on a terminal).
-fn tell(tty: bool) -> impl FnMut(&Notice) + Send + 'static {
-    let clear = if tty { "\r\x1b[K" } else { "" };
-    move |notice| eprintln!("{clear}pelican: {notice}")
-}
-
-/// Set by a second signal, just before the process exits with 130.
-static EXITING: AtomicBool = AtomicBool::new(false);
-
-/// The first SIGINT/SIGTERM stops the runner gracefully; the second exits at once (130),
-/// first sending SIGTERM to the running command's process group.
-fn on_signals(stop: impl StopLike, child: Arc<AtomicU32>) -> Result<(), Failure> {
+/// The first SIGINT/SIGTERM stops every lane gracefully; the second exits at once (130),
+/// first sending SIGTERM to the running commands' process groups.
+fn on_signals(stop: Arc<StopAll>, handlers: Vec<Arc<Handler>>) -> Result<(), Failure> {
     let mut signals =
         Signals::new([SIGINT, SIGTERM]).map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
     thread::Builder::new()
@@ -465,11 +409,9 @@ fn on_signals(stop: impl StopLike, child: Arc<AtomicU32>) -> Result<(), Failure>
                 stop.stop();
             }
             if signals.next().is_some() {
-                EXITING.store(true, std::sync::atomic::Ordering::SeqCst);
-                let pid = child.load(Relaxed);
-                if pid != 0 {
-                    // The command leads its own process group (process_group(0)): signal it all.
-                    let _ = Command::new("kill").args(["-TERM", "--", &format!("-{pid}")]).status();
+                EXITING.store(true, SeqCst);
+                for handler in &handlers {
+                    terminate(handler.child.load(Relaxed));
                 }
                 eprintln!("{clear}pelican: exiting at once; the entry in hand stays pending");
                 std::process::exit(130);
@@ -479,109 +421,48 @@ fn on_signals(stop: impl StopLike, child: Arc<AtomicU32>) -> Result<(), Failure>
     Ok(())
 }
 
-/// Both transports' stop handles.
-trait StopLike: Send + 'static {
-    fn stop(&self);
-}
-impl StopLike for pelican_mio::StopHandle {
-    fn stop(&self) {
-        pelican_mio::StopHandle::stop(self)
-    }
-}
-impl StopLike for pelican_smol::StopHandle {
-    fn stop(&self) {
-        pelican_smol::StopHandle::stop(self)
+/// SIGTERM to the process group a command leads (`process_group(0)`), if one runs (`pid` 0:
+/// none).
+fn terminate(pid: u32) {
+    if pid != 0 {
+        let _ = Command::new("kill").args(["-TERM", "--", &format!("-{pid}")]).status();
     }
 }
 
-/// Every [`Stats`] field, plus the handler's counts and the run time.
-fn stats_json(stats: &Stats, counters: &Counters, elapsed: Duration) -> String {
-    Object::new()
-        .num("drained", stats.drained)
-        .num("claimed", stats.claimed)
-        .num("new", stats.new)
-        .num("acked", stats.acked)
-        .num("retried", stats.retried)
-        .num("deleted_seen", stats.deleted_seen)
-        .num("lost_to_peer", stats.lost_to_peer)
-        .num("reconnects", stats.reconnects)
-        .num("errors", stats.errors)
-        .num("group_recreated", stats.group_recreated)
-        .num("abandoned_acks", stats.abandoned_acks)
-        .num("leases_renewed", stats.leases_renewed)
-        .num("leases_lost", stats.leases_lost)
-        .num("dead_lettered", stats.dead_lettered)
-        .num("reads_shrunk", stats.reads_shrunk)
-        .num("handled", counters.handled.load(Relaxed))
-        .num("failed", counters.failed.load(Relaxed))
-        .num("seconds", format_args!("{:.3}", elapsed.as_secs_f64()))
-        .finish()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// The progress line on stderr, once a second.
-struct Progress {
-    done: Arc<AtomicBool>,
-    thread: thread::JoinHandle<()>,
-    counters: Arc<Counters>,
-    tty: bool,
-}
-
-impl Progress {
-    fn spawn(counters: Arc<Counters>, tty: bool) -> Progress {
-        let done = Arc::new(AtomicBool::new(false));
-        let (c, d) = (counters.clone(), done.clone());
-        let thread = thread::spawn(move || {
-            let mut last = (Instant::now(), 0);
-            while !d.load(Relaxed) {
-                thread::park_timeout(Duration::from_secs(1));
-                if d.load(Relaxed) || last.0.elapsed() < Duration::from_millis(990) {
-                    continue;
-                }
-                let handled = c.handled.load(Relaxed);
-                let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
-                last = (Instant::now(), handled);
-                let line = format!(
-                    "{rate:.0} entries/s, {handled} handled, {} failed, {} reclaimed, {} drained",
-                    c.failed.load(Relaxed),
-                    c.claimed.load(Relaxed),
-                    c.drained.load(Relaxed)
-                );
-                if tty {
-                    eprint!("\r\x1b[K{line}");
-                } else {
-                    eprintln!("{line}");
-                }
-            }
-        });
-        Progress { done, thread, counters, tty }
+    #[test]
+    fn dead_letter_keys_per_stream() {
+        assert_eq!(dead_letter_key("%s:dead", "{orders}"), "{orders}:dead");
+        assert_eq!(dead_letter_key("dead", "s"), "dead");
+        assert_eq!(dead_letter_key("%s-%s", "a"), "a-a");
+        assert_eq!(dead_letter_key("100%%:%s", "a"), "100%:a");
+        assert_eq!(dead_letter_key("50% off %x%", "a"), "50% off %x%");
+        assert_eq!(dead_letter_key("é%s", "ü"), "éü");
     }
 
-    /// Ends the line and prints a summary.
-    fn finish(self, stats: Option<&Stats>, elapsed: Duration) {
-        self.done.store(true, Relaxed);
-        self.thread.thread().unpark();
-        let _ = self.thread.join();
-        if self.tty {
-            eprint!("\r\x1b[K");
+    fn parsed(items: &[&str]) -> Result<Options, Failure> {
+        let args = Args::new(items.iter().map(|s| s.to_string()).collect(), "usage");
+        parse(args).map(|(o, _)| o)
+    }
+
+    #[test]
+    fn streams_repeat_but_not_twice_the_same() {
+        let base = ["--group", "g", "--consumer", "c", "--url", "redis://h"];
+        let mut items = vec!["--stream", "a", "--stream", "{b}"];
+        items.extend(base);
+        assert_eq!(parsed(&items).ok().map(|o| o.streams), Some(vec!["a".to_string(), "{b}".to_string()]));
+        let mut items = vec!["--stream", "a", "--stream", "a"];
+        items.extend(base);
+        match parsed(&items) {
+            Err(Failure::Usage(message, _)) => assert_eq!(message, "--stream a is given twice"),
+            other => panic!("{:?}", other.map(|o| o.streams)),
         }
-        let c = &self.counters;
-        let acked = stats.map_or(String::new(), |s| {
-            let mut text = format!(", {} acked", s.acked);
-            if s.dead_lettered > 0 {
-                text += &format!(", {} dead-lettered", s.dead_lettered);
-            }
-            if s.leases_lost > 0 {
-                text += &format!(", {} taken by peers", s.leases_lost);
-            }
-            text
-        });
-        eprintln!(
-            "pelican: {} handled in {:.1} s{acked}, {} failed, {} reclaimed, {} drained",
-            c.handled.load(Relaxed),
-            elapsed.as_secs_f64(),
-            c.failed.load(Relaxed),
-            c.claimed.load(Relaxed),
-            c.drained.load(Relaxed)
-        );
+        match parsed(&base) {
+            Err(Failure::Usage(message, _)) => assert_eq!(message, "--stream is required"),
+            other => panic!("{:?}", other.map(|o| o.streams)),
+        }
     }
 }

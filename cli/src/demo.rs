@@ -19,6 +19,7 @@ use crate::args::{Args, Failure};
 use crate::client::{self, Client};
 use crate::server::{tls_message, Server, ServerArgs};
 
+/// `pelican demo --help`.
 pub const USAGE: &str = "\
 Usage: pelican demo [--url URL [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]
 
@@ -38,6 +39,7 @@ const GROUP: &str = "demo";
 /// No step of the tour may take longer than this.
 const STEP_LIMIT: Duration = Duration::from_secs(15);
 
+/// Runs the tour, on the simulator or the server `--url` names.
 pub fn main(mut args: Args) -> Result<(), Failure> {
     let mut flags = ServerArgs::default();
     while let Some(flag) = args.next_flag()? {
@@ -57,7 +59,10 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
         (Server::plain(addr.ip().to_string(), addr.port()), "orders".to_string(), Some(sim))
     };
     let addrs = server.target.resolve().map_err(Failure::Bad)?;
-    let admin = Client::connect(&server).map_err(Failure::Failed)?;
+    let mut admin = Client::connect(&server).map_err(Failure::Failed)?;
+    // In a cluster, this follows the stream to the node serving it, where the pipelined
+    // XADDs of the tour then go (a pipeline does not follow redirects).
+    admin.call(&[b"XLEN", stream.as_bytes()]).map_err(Failure::Failed)?;
     let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{}", addrs[0]) };
     let mut tour = Tour {
         server,

@@ -82,11 +82,14 @@ pub fn push_fields(out: &mut String, fields: Fields<'_>) {
     out.push(if as_object { '}' } else { ']' });
 }
 
-/// `{"id":"…","fields":{…}}` followed by a newline.
-pub fn entry_line(entry: &Entry) -> String {
-    let mut out =
-        String::with_capacity(32 + entry.fields().map(|(f, v)| f.len() + v.len() + 6).sum::<usize>());
-    out.push_str("{\"id\":");
+/// `{"stream":"…","id":"…","fields":{…}}` followed by a newline: the stream says which
+/// lane of a several-stream `consume` the entry came from.
+pub fn entry_line(stream: &str, entry: &Entry) -> String {
+    let fields = entry.fields().map(|(f, v)| f.len() + v.len() + 6).sum::<usize>();
+    let mut out = String::with_capacity(48 + stream.len() + fields);
+    out.push_str("{\"stream\":");
+    push_str(&mut out, stream);
+    out.push_str(",\"id\":");
     push_bytes(&mut out, entry.id());
     out.push_str(",\"fields\":");
     push_fields(&mut out, entry.fields());
@@ -101,6 +104,7 @@ pub struct Object {
 }
 
 impl Object {
+    /// An empty object, `{`.
     pub fn new() -> Object {
         Object { out: String::from("{"), empty: true }
     }
@@ -145,6 +149,7 @@ impl Object {
         self
     }
 
+    /// The object, closed.
     pub fn finish(mut self) -> String {
         self.out.push('}');
         self.out
@@ -201,17 +206,20 @@ mod tests {
 
     #[test]
     fn entries_keep_order_and_repeats() {
-        let line = entry_line(&entry(&[(b"b", b"1"), (b"a", b"\xc3"), (b"b", b"2")]));
+        let line = entry_line("s", &entry(&[(b"b", b"1"), (b"a", b"\xc3"), (b"b", b"2")]));
         assert_eq!(
             line,
-            "{\"id\":\"1-0\",\"fields\":{\"b\":\"1\",\"a\":{\"base64\":\"ww==\"},\"b\":\"2\"}}\n"
+            "{\"stream\":\"s\",\"id\":\"1-0\",\"fields\":{\"b\":\"1\",\"a\":{\"base64\":\"ww==\"},\"b\":\"2\"}}\n"
         );
     }
 
     #[test]
     fn non_utf8_names_make_pairs() {
-        let line = entry_line(&entry(&[(b"a", b"1"), (b"\xff", b"2")]));
-        assert_eq!(line, "{\"id\":\"1-0\",\"fields\":[[\"a\",\"1\"],[{\"base64\":\"/w==\"},\"2\"]]}\n");
+        let line = entry_line("{o}", &entry(&[(b"a", b"1"), (b"\xff", b"2")]));
+        assert_eq!(
+            line,
+            "{\"stream\":\"{o}\",\"id\":\"1-0\",\"fields\":[[\"a\",\"1\"],[{\"base64\":\"/w==\"},\"2\"]]}\n"
+        );
     }
 
     #[test]

@@ -19,9 +19,10 @@ const USAGE: &str = "\
 pelican: a worker for Redis/Valkey Streams consumer groups
 
 Usage:
-  pelican consume --stream KEY --group G --consumer NAME [options]
-                      consume the group: run a command per entry, or print entries as JSON
-  pelican pending --stream KEY --group G [--url URL] [--json]
+  pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
+                      consume the group on each stream: run a command per entry, or print
+                      entries as JSON
+  pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
                       the group's pending entries at a glance
   pelican produce --stream KEY --count N [--size BYTES] [--url URL]
                       append test entries, pipelined
@@ -32,7 +33,8 @@ Usage:
 The server is given as --url redis://[user[:password]@]host[:port][/db], or by
 $PELICAN_URL; the default is redis://127.0.0.1:6379. rediss://… is the same over TLS,
 with --tls-ca FILE (else the system's root certificates are trusted), and --tls-cert FILE
---tls-key FILE for servers that require a client certificate.
+--tls-key FILE for servers that require a client certificate. For a Redis/Valkey Cluster,
+any node's URL will do: every command follows the cluster's redirects.
 
 Exit status: 0 done, 1 failed, 2 bad usage, 130 interrupted twice.";
 

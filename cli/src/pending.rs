@@ -5,11 +5,13 @@ use crate::client::{array, bytes, field, int, Client, Reply};
 use crate::json::{self, Object};
 use crate::server::ServerArgs;
 
+/// `pelican pending --help`.
 pub const USAGE: &str = "\
-Usage: pelican pending --stream KEY --group G [--url URL] [--json]
+Usage: pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
                       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
-Shows group G's pending entries list (entries delivered but not yet acknowledged):
+Shows group G's pending entries list (entries delivered but not yet acknowledged) on each
+stream KEY:
   - the total, and the id range;
   - per consumer: its pending count, the idle time of its oldest pending entry, and how
     long ago the server last heard from it (XINFO CONSUMERS `idle`);
@@ -17,25 +19,30 @@ Shows group G's pending entries list (entries delivered but not yet acknowledged
   - the group's lag (entries not yet delivered), where the server reports it (XINFO GROUPS,
     Redis 7+/Valkey; unknown on Redis 6.2, and after some deletions).
 
+In a Redis/Valkey Cluster, any node's URL will do (a replica too): each stream is asked
+of the node serving it (MOVED and ASK are followed).
+
 Options:
-  --stream KEY   the stream key (required)
+  --stream KEY   a stream key (required); repeat it for several streams, shown in turn
   --group G      the consumer group (required)
-  --url URL      redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
+  --url URL      redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
+                 for a cluster, any node's URL
                  [default: $PELICAN_URL, else redis://127.0.0.1:6379]
   --tls-ca FILE  rediss://: trust the CA certificates in FILE (PEM) instead of the
                  system's root certificates
   --tls-cert FILE, --tls-key FILE
                  rediss://: present this client certificate and key (PEM; both or neither)
-  --json         one JSON object instead of text:
+  --json         one JSON object per stream (a line each) instead of text:
                  {\"stream\",\"group\",\"pending\",\"min_id\",\"max_id\",\"lag\",
                   \"consumers\":[{\"name\",\"pending\",\"oldest_id\",\"oldest_idle_ms\",\"seen_ms\"}],
                   \"oldest\":[{\"id\",\"consumer\",\"idle_ms\",\"deliveries\"}]}
                  names are strings, or {\"base64\":\"…\"} when not UTF-8; unknown numbers are null
   -h, --help
 
-Exit status: 0 shown, 1 the server failed or refused (no such key or group) or TLS failed (an
-untrusted, expired or misnamed certificate, a client certificate required, a TLS file that
-cannot be read, the wrong port for the scheme), 2 bad usage.";
+Exit status: 0 shown, 1 the server failed or refused (no such key or group: the other
+streams are still shown) or TLS failed (an untrusted, expired or misnamed certificate, a
+client certificate required, a TLS file that cannot be read, the wrong port for the scheme),
+2 bad usage.";
 
 /// How many of the oldest entries are listed.
 const OLDEST: usize = 10;
@@ -65,29 +72,40 @@ struct Report {
     oldest: Vec<PendingEntry>,
 }
 
+/// Runs `pending`: each stream's report, in turn.
 pub fn main(mut args: Args) -> Result<(), Failure> {
-    let (mut stream, mut group, mut server_args, mut as_json) = (None, None, ServerArgs::default(), false);
+    let (mut streams, mut group, mut server_args, mut as_json) =
+        (Vec::new(), None, ServerArgs::default(), false);
     while let Some(flag) = args.next_flag()? {
         match flag.as_str() {
-            "--stream" => stream = Some(args.value()?),
+            "--stream" => streams.push(args.value()?),
             "--group" => group = Some(args.value()?),
             "--json" => as_json = true,
             _ if server_args.take(&flag, &mut args)? => {}
             _ => return Err(args.unknown(&flag)),
         }
     }
-    let stream = args.required(stream, "--stream")?;
+    if streams.is_empty() {
+        return Err(args.error("--stream is required"));
+    }
     let group = args.required(group, "--group")?;
     let server = server_args.into_server(&args)?;
+    // One connection for every stream: in a cluster it follows each stream to its node.
     let mut client = Client::connect(&server).map_err(Failure::Failed)?;
-    let report = fetch(&mut client, stream.as_bytes(), group.as_bytes())
-        .map_err(|e| Failure::Failed(format!("{stream} {group}: {e}")))?;
-    if as_json {
-        println!("{}", to_json(&report, &stream, &group));
-    } else {
-        print!("{}", to_text(&report, &stream, &group));
+    let mut failures = Vec::new();
+    for (i, stream) in streams.iter().enumerate() {
+        match fetch(&mut client, stream.as_bytes(), group.as_bytes()) {
+            Ok(report) if as_json => println!("{}", to_json(&report, stream, &group)),
+            Ok(report) => print!("{}{}", if i > 0 { "\n" } else { "" }, to_text(&report, stream, &group)),
+            // The other streams are still worth showing: the failures are told at the end.
+            Err(e) => failures.push(format!("{stream} {group}: {e}")),
+        }
     }
-    Ok(())
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::Failed(failures.join("\npelican: ")))
+    }
 }
 
 fn shape(what: &str) -> String {

@@ -3,22 +3,25 @@
 use std::time::Instant;
 
 use crate::args::{Args, Failure};
-use crate::client::{self, Client, Reply};
+use crate::client::{self, Client, Redirect, Reply};
 use crate::server::ServerArgs;
 
+/// `pelican produce --help`.
 pub const USAGE: &str = "\
 Usage: pelican produce --stream KEY --count N [--size BYTES] [--url URL]
                       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
 
 Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined 1000 at a time, each
 with one field `p` whose value is BYTES bytes (a run of `x`), then prints how many were
-added and the rate.
+added and the rate. In a Redis/Valkey Cluster, any node's URL will do: the entries go to the
+node serving KEY (MOVED and ASK are followed).
 
 Options:
   --stream KEY    the stream key (required)
   --count N       how many entries (required, at least 1)
   --size BYTES    size of each value [16]
-  --url URL       redis://[user[:password]@]host[:port][/db], or rediss://… for TLS
+  --url URL       redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
+                  for a cluster, any node's URL
                   [default: $PELICAN_URL, else redis://127.0.0.1:6379]
   --tls-ca FILE   rediss://: trust the CA certificates in FILE (PEM) instead of the
                   system's root certificates
@@ -31,6 +34,7 @@ Exit status: 0 all added, 1 the server failed or refused, or TLS failed, 2 bad u
 /// Commands per pipelined write.
 const CHUNK: u64 = 1000;
 
+/// Runs `produce`: the `XADD`s, then the count and rate.
 pub fn main(mut args: Args) -> Result<(), Failure> {
     let (mut stream, mut count, mut size, mut server_args) = (None, None, 16usize, ServerArgs::default());
     while let Some(flag) = args.next_flag()? {
@@ -57,16 +61,28 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
             client::encode(&mut out, &[b"XADD", stream.as_bytes(), b"*", b"p", &value]);
         }
         client.write(&out).map_err(Failure::Failed)?;
-        let mut refused = None;
+        let (mut refused, mut moved, mut asked) = (None, 0, 0);
         for _ in 0..n {
             // Read every reply, so the count printed on failure is exact.
-            match client.read().map_err(Failure::Failed)? {
-                Reply::Error(e) => refused = refused.or(Some(e)),
-                _ => done += 1,
+            let reply = client.read().map_err(Failure::Failed)?;
+            match (client::redirect(&reply), reply) {
+                (Some(Redirect::Moved { .. }), _) => moved += 1,
+                (Some(Redirect::Ask { .. }), _) => asked += 1,
+                (None, Reply::Error(e)) => refused = refused.or(Some(e)),
+                (None, _) => done += 1,
             }
         }
         if let Some(e) = refused {
             return Err(Failure::Failed(format!("XADD {stream} refused after {done} entries: {e}")));
+        }
+        // A cluster node that does not serve the stream. After a MOVED, one XADD through
+        // `call` follows it, and the next pipelines go to the new node. Entries refused with
+        // ASK (the slot is being migrated) go one by one through `call`, to the node asked.
+        for _ in 0..asked + moved.min(1) {
+            client
+                .call(&[b"XADD", stream.as_bytes(), b"*", b"p", &value])
+                .map_err(|e| Failure::Failed(format!("XADD {stream} refused after {done} entries: {e}")))?;
+            done += 1;
         }
     }
     let secs = start.elapsed().as_secs_f64();

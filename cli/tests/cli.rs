@@ -3,11 +3,14 @@
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use pelican_tests::admin::Admin;
 use pelican_tests::certs::ServerCert;
+use pelican_tests::cluster::Cluster;
 use pelican_tests::server::{self, Flavor, Options, Server};
 use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
 
@@ -304,11 +307,11 @@ fn prints_entries_as_json_lines_non_utf8_as_base64() {
     assert_eq!(
         lines,
         vec![
-            format!(r#"{{"id":"{plain}","fields":{{"name":"alice","note":"say \"hi\"\n"}}}}"#),
-            format!(r#"{{"id":"{binary}","fields":{{"k":{{"base64":"//4AYQ=="}}}}}}"#),
-            format!(r#"{{"id":"{repeated}","fields":{{"a":"1","a":"2"}}}}"#),
+            format!(r#"{{"stream":"s","id":"{plain}","fields":{{"name":"alice","note":"say \"hi\"\n"}}}}"#),
+            format!(r#"{{"stream":"s","id":"{binary}","fields":{{"k":{{"base64":"//4AYQ=="}}}}}}"#),
+            format!(r#"{{"stream":"s","id":"{repeated}","fields":{{"a":"1","a":"2"}}}}"#),
             format!(
-                r#"{{"id":"{binary_name}","fields":[[{{"base64":"wyg="}},"v"],["ok",{{"base64":"gA=="}}]]}}"#
+                r#"{{"stream":"s","id":"{binary_name}","fields":[[{{"base64":"wyg="}},"v"],["ok",{{"base64":"gA=="}}]]}}"#
             ),
         ]
     );
@@ -766,4 +769,268 @@ fn tls_flag_misuse_exits_2() {
         assert!(stderr.contains("Usage:") && !stderr.contains("secret"), "{args:?}: {stderr}");
         assert!(stdout.is_empty(), "{args:?}: {stdout}");
     }
+}
+
+// ---- several streams, and clusters ----------------------------------------------------------
+
+/// `args` as `&str`s, for [`Pelican::spawn`] and [`run`].
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// `consume --url URL --stream S…` (each of `streams`), group `group`, consumer `c`, creating
+/// the group at 0, then `extra`.
+fn consume_streams(url: &str, streams: &[String], group: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec!["consume".into(), "--url".into(), url.into()];
+    for stream in streams {
+        args.extend(["--stream".into(), stream.clone()]);
+    }
+    args.extend(["--group", group, "--consumer", "c", "--create-group", "0"].map(String::from));
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+/// Two streams in one process, one of them with a command that takes 2 s: the other's
+/// entries are all handled meanwhile (the lanes do not wait on each other), each command
+/// is told its stream, and the summary counts each stream.
+#[test]
+fn a_slow_stream_holds_up_no_other() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    admin.xadd_n("slow", 1, 4);
+    let fast = admin.xadd_n("fast", 5, 4);
+    let url = url(&server);
+    for (transport, group) in [("mio", "g"), ("smol", "g2")] {
+        let dir = Scratch::new("lanes");
+        let log = dir.file("log");
+        let command = format!(
+            "echo \"$PELICAN_STREAM $PELICAN_ID\" >> {log}; [ \"$PELICAN_STREAM\" = fast ] || sleep 2"
+        );
+        let streams = ["slow".to_string(), "fast".to_string()];
+        let extra = ["--exec", &command, "--transport", transport, "--progress"];
+        let mut p = Pelican::spawn(&strs(&consume_streams(&url, &streams, group, &extra)));
+        let started = Instant::now();
+        wait_until("the fast stream handled and acked", || {
+            lines_of(&log).len() == 6 && admin.xpending_count("fast", group) == 0
+        });
+        assert!(started.elapsed() < Duration::from_millis(1800), "{transport}: {:?}", started.elapsed());
+        let fast_lines: Vec<String> = fast.iter().map(|id| format!("fast {id}")).collect();
+        let logged = lines_of(&log);
+        assert_eq!(logged.iter().filter(|l| l.starts_with("fast ")).cloned().collect::<Vec<_>>(), fast_lines);
+        p.stop();
+        assert_eq!(admin.xpending_count("slow", group), 0, "{transport}: the slow entry finished and acked");
+        let stderr = p.stderr();
+        assert!(stderr.contains("pelican: 6 handled in "), "{transport}: {stderr}");
+        assert!(stderr.contains("pelican:   slow: 1 handled, 1 acked"), "{transport}: {stderr}");
+        assert!(stderr.contains("pelican:   fast: 5 handled, 5 acked"), "{transport}: {stderr}");
+    }
+}
+
+/// `count` stream names per master of `cluster`: `{c0}`, `{c1}`… (hash-tagged, so that
+/// `--dead-letter '%s:dead'` would share each one's slot), with the master serving each.
+fn streams_per_master(cluster: &Cluster, count: usize) -> Vec<(String, SocketAddr)> {
+    let masters = cluster.masters();
+    let ranges = cluster.slot_ranges();
+    let mut picked: Vec<(String, SocketAddr)> = Vec::new();
+    for i in 0.. {
+        let name = format!("{{c{i}}}");
+        let slot = cluster.slot_of(&name);
+        let owner = ranges.iter().find(|r| r.contains(slot)).expect("every slot is served").master;
+        if picked.iter().filter(|(_, o)| *o == owner).count() < count {
+            picked.push((name, owner));
+        }
+        if picked.len() == count * masters.len() {
+            return picked;
+        }
+    }
+    unreachable!()
+}
+
+/// The story on one flavor: `produce` to six streams (two per master) through a replica's
+/// URL, one `consume` with the six `--stream`s and that URL takes each entry once on both
+/// transports, nothing left pending, its stats per stream summing to the totals; `pending`
+/// through the replica sees a stream's pending entries; and the demo runs through it.
+fn many_streams_through_a_replica(flavor: Flavor) {
+    let cluster = Cluster::start(flavor);
+    let picked = streams_per_master(&cluster, 2);
+    let streams: Vec<String> = picked.iter().map(|(name, _)| name.clone()).collect();
+    let replica = cluster.replicas()[0];
+    let url = format!("redis://{replica}");
+    let mut want: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (i, (stream, owner)) in picked.iter().enumerate() {
+        let count = (10 + 5 * i).to_string();
+        let (status, stdout, stderr) =
+            run(&["produce", "--url", &url, "--stream", stream, "--count", &count]);
+        assert_eq!(status.code(), Some(0), "{flavor} {stream}: {stderr}");
+        assert!(stdout.starts_with(&format!("produced {count} entries to {stream}")), "{stdout}");
+        let ids = Admin::connect(*owner).xrange(stream).into_iter().map(|(id, _)| id).collect();
+        want.insert(stream.clone(), ids);
+    }
+    let total: usize = want.values().map(BTreeSet::len).sum();
+    assert_eq!(total, 6 * 10 + 5 * 15, "{flavor}: every entry on its master");
+
+    let dir = Scratch::new("cluster");
+    for (transport, group) in [("mio", "g"), ("smol", "g2")] {
+        let stats = dir.file(&format!("{transport}.json"));
+        let extra = ["--transport", transport, "--stats-json", &stats, "--count", "7"];
+        let mut p = Pelican::spawn(&strs(&consume_streams(&url, &streams, group, &extra)));
+        let mut got: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for _ in 0..total {
+            let line = Json::parse(&p.line());
+            let fresh =
+                got.entry(line.get("stream").str().into()).or_default().insert(line.get("id").str().into());
+            assert!(fresh, "{flavor} {transport}: each entry once");
+        }
+        assert_eq!(got, want, "{flavor} {transport}: every entry of every stream");
+        wait_until("nothing pending on the masters", || {
+            picked.iter().all(|(stream, owner)| Admin::connect(*owner).xpending_count(stream, group) == 0)
+        });
+        p.stop();
+        let stats = Json::parse(&std::fs::read_to_string(&stats).expect("stats file"));
+        assert_eq!(stats.get("handled").num(), total as f64, "{flavor} {transport}");
+        assert_eq!(stats.get("acked").num(), total as f64, "{flavor} {transport}");
+        let Json::Obj(per_stream) = stats.get("streams") else { panic!("streams: {stats:?}") };
+        let names: Vec<&str> = per_stream.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, strs(&streams), "{flavor} {transport}: one member per stream, in order");
+        for (name, counts) in per_stream {
+            assert_eq!(counts.get("handled").num(), want[name].len() as f64, "{flavor} {transport} {name}");
+            assert_eq!(counts.get("acked").num(), want[name].len() as f64, "{flavor} {transport} {name}");
+            // A replica serves no slot: every lane was redirected to its master.
+            assert!(counts.get("moved").num() >= 1.0, "{flavor} {transport} {name}: {counts:?}");
+        }
+        let sum = |field: &str| per_stream.iter().map(|(_, c)| c.get(field).num()).sum::<f64>();
+        for field in ["handled", "acked", "new", "moved", "reconnects"] {
+            assert_eq!(sum(field), stats.get(field).num(), "{flavor} {transport}: {field} sums");
+        }
+    }
+
+    // Two entries of the first stream pending on alice; `pending` asks through the replica.
+    let (first, owner) = &picked[0];
+    let mut admin = Admin::connect(*owner);
+    admin.xadd_n(first, 3, 4);
+    admin.call(&["XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", first, ">"]);
+    let args =
+        ["pending", "--url", &url, "--stream", first, "--stream", &streams[1], "--group", "g", "--json"];
+    let (status, stdout, stderr) = run(&args);
+    assert_eq!(status.code(), Some(0), "{flavor}: {stderr}");
+    let reports: Vec<Json> = stdout.lines().map(Json::parse).collect();
+    assert_eq!(reports.len(), 2, "{flavor}: a line per stream: {stdout}");
+    assert_eq!(reports[0].get("stream").str(), first);
+    assert_eq!(reports[0].get("pending").num(), 2.0, "{flavor}");
+    assert_eq!(reports[0].get("consumers").arr()[0].get("name").str(), "alice");
+    assert_eq!(reports[1].get("stream").str(), streams[1]);
+    assert_eq!(reports[1].get("pending").num(), 0.0, "{flavor}");
+
+    // The demo's tour, its workers and its bookkeeping through the replica too.
+    let (status, stdout, stderr) = run(&["demo", "--url", &url]);
+    assert!(status.success(), "{flavor}: {status:?}\n{stdout}\n{stderr}");
+    assert!(stdout.contains("nothing lost"), "{flavor}: {stdout}");
+}
+
+/// [`many_streams_through_a_replica`] on Redis 7.0, Valkey 8.1 and Redis 6.2 at once.
+#[test]
+fn one_consumer_of_many_streams_through_any_cluster_node() {
+    let runs: Vec<_> = [Flavor::Redis70, Flavor::Valkey81, Flavor::Redis62]
+        .into_iter()
+        .map(|flavor| (flavor, std::thread::spawn(move || many_streams_through_a_replica(flavor))))
+        .collect();
+    for (flavor, run) in runs {
+        if let Err(panic) = run.join() {
+            eprintln!("{flavor} failed");
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+/// A dead-letter stream in another slot than its stream (`a` and `b`): the move is refused
+/// (CROSSSLOT), the lane fails for good and pelican exits 1 naming the stream with the
+/// hash-tag advice. The other lane stops cleanly meanwhile: the command in hand finishes and
+/// every entry whose command finished is acknowledged.
+#[test]
+fn a_dead_letter_stream_in_another_slot_stops_every_lane() {
+    let cluster = Cluster::start(Flavor::Redis70);
+    assert_ne!(cluster.slot_of("a"), cluster.slot_of("b"));
+    let ok = "{ok}";
+    cluster.admin_for("a").xadd_n("a", 1, 4);
+    let mut ok_admin = cluster.admin_for(ok);
+    ok_admin.xadd_n(ok, 20, 4);
+    let url = format!("redis://{}", cluster.masters()[0]);
+    let streams = ["a".to_string(), ok.to_string()];
+    for (transport, group) in [("mio", "g"), ("smol", "g2")] {
+        let dir = Scratch::new("crossslot");
+        let (started, finished) = (dir.file("started"), dir.file("finished"));
+        let command = format!(
+            "[ \"$PELICAN_STREAM\" = a ] && exit 1; echo \"$PELICAN_ID\" >> {started}; sleep 0.2; \
+             echo \"$PELICAN_ID\" >> {finished}"
+        );
+        let extra = [
+            "--exec",
+            &command,
+            "--transport",
+            transport,
+            "--beat-ms",
+            "100",
+            "--min-idle-ms",
+            "300",
+            "--max-deliveries",
+            "1",
+            "--dead-letter",
+            "b",
+        ];
+        let (status, _, stderr) = run(&strs(&consume_streams(&url, &streams, group, &extra)));
+        assert_eq!(status.code(), Some(1), "{transport}: {stderr}");
+        let line = stderr.lines().find(|l| l.contains("CROSSSLOT")).unwrap_or_else(|| panic!("{stderr}"));
+        assert!(line.starts_with("pelican: stream a: "), "{transport}: {line}");
+        assert!(line.contains("give them a common hash tag, e.g. {orders} and {orders}:dead"), "{line}");
+        assert!(line.contains("--dead-letter '%s:dead'"), "{transport}: {line}");
+        let finished = lines_of(&finished);
+        assert_eq!(lines_of(&started), finished, "{transport}: the command in hand finished");
+        assert!(finished.len() < 20, "{transport}: stopped before the end: {finished:?}");
+        let pending: BTreeSet<String> = ok_admin.xpending_all(ok, group).into_iter().map(|e| e.0).collect();
+        for id in &finished {
+            assert!(!pending.contains(id), "{transport}: {id} was handled, so acked");
+        }
+        assert_eq!(cluster.admin_for("b").xlen("b"), 0, "{transport}: nothing moved");
+    }
+}
+
+/// `pending` and `produce` through the node a stream's slot is leaving: while the slot is
+/// half-migrated (the source answers ASK for the moved key) and once it has moved (MOVED).
+#[test]
+fn pending_and_produce_follow_a_slot_migration() {
+    let cluster = Cluster::start(Flavor::Redis70);
+    let stream = "{m}";
+    let source = cluster.owner_of(stream);
+    let target = cluster.masters().into_iter().find(|&m| m != source).expect("another master");
+    let mut admin = Admin::connect(source);
+    admin.xadd_n(stream, 3, 4);
+    admin.call(&["XGROUP", "CREATE", stream, "g", "0"]);
+    admin.call(&["XREADGROUP", "GROUP", "g", "alice", "COUNT", "2", "STREAMS", stream, ">"]);
+    let url = format!("redis://{source}");
+    let pending = || {
+        let (status, stdout, stderr) =
+            run(&["pending", "--url", &url, "--stream", stream, "--group", "g", "--json"]);
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        Json::parse(&stdout).get("pending").num()
+    };
+    let produce = |count: &str| {
+        let (status, stdout, stderr) = run(&["produce", "--url", &url, "--stream", stream, "--count", count]);
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        assert!(stdout.starts_with(&format!("produced {count} entries to {stream}")), "{stdout}");
+    };
+    let mut on_target = Admin::connect(target);
+
+    let migration = cluster.begin_migration(cluster.slot_of(stream), target);
+    assert_eq!(migration.keys_moved(), 1);
+    assert!(admin.cmd(&["XLEN", stream]).is_error_with("ASK"), "the source sends clients on");
+    assert_eq!(pending(), 2.0, "ASK followed");
+    produce("1200");
+    on_target.call(&["ASKING"]);
+    assert_eq!(on_target.xlen(stream), 1203, "every entry on the node importing the slot");
+
+    migration.finish();
+    assert!(admin.cmd(&["XLEN", stream]).is_error_with("MOVED"));
+    assert_eq!(pending(), 2.0, "MOVED followed");
+    produce("1500");
+    assert_eq!(on_target.xlen(stream), 2703);
 }

@@ -1,0 +1,195 @@
+//! What happens to one entry: a shell command (`--exec`) or a JSON line on stdout, and the
+//! counts the progress line and the report read. One [`Handler`] per lane (stream); the
+//! flags that stop every lane ([`Shared`]) are common to all.
+
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, OnceLock};
+use std::thread;
+
+use pelican::{Entry, Source, Verdict};
+
+use crate::json;
+
+/// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
+/// `EX_DATAERR`: the input data was incorrect).
+pub const EX_DATAERR: i32 = 65;
+
+/// Set by a second signal, just before the process exits with 130.
+pub static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// What a lane's handler counts, read by the progress line and the final report.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Entries handled (a verdict given).
+    pub handled: AtomicU64,
+    /// Entries whose verdict was not an ack.
+    pub failed: AtomicU64,
+    /// Entries from this consumer's own pending list.
+    pub drained: AtomicU64,
+    /// Entries reclaimed from idle peers.
+    pub claimed: AtomicU64,
+    /// New entries.
+    pub new: AtomicU64,
+}
+
+/// A stop of every lane, asked from anywhere (a signal, a closed stdout, a command that
+/// cannot run, a lane that failed). The transport installs how to wake itself; a stop asked
+/// before that is seen when it starts (it checks [`StopAll::is_requested`]).
+#[derive(Default)]
+pub struct StopAll {
+    requested: AtomicBool,
+    wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl StopAll {
+    /// Asks every lane to stop after its entry in hand, and wakes the transport.
+    pub fn stop(&self) {
+        self.requested.store(true, SeqCst);
+        if let Some(wake) = self.wake.get() {
+            wake();
+        }
+    }
+
+    /// Whether a stop was asked.
+    pub fn is_requested(&self) -> bool {
+        self.requested.load(SeqCst)
+    }
+
+    /// How to get the transport's attention (once; a later call is ignored).
+    pub fn install(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.wake.set(Box::new(wake));
+    }
+}
+
+/// What every lane shares: the command, and why the run stopped if not by a signal.
+pub struct Shared {
+    /// `--exec CMD`; `None` prints entries.
+    pub exec: Option<String>,
+    /// The group, for the command's environment.
+    pub group: String,
+    /// This consumer's name (every lane's).
+    pub consumer: String,
+    /// Whether exit status 65 moves the entry to the dead-letter stream.
+    pub dead_letter: bool,
+    /// Stdout was closed: entries can no longer be printed, every lane stops.
+    pub stdout_closed: AtomicBool,
+    /// The exit status of a command that could not be run (126, 127): every lane stops.
+    pub unrunnable: AtomicI32,
+    /// Stops every lane.
+    pub stop: Arc<StopAll>,
+}
+
+/// Handles one lane's entries, one at a time.
+pub struct Handler {
+    /// The lane's stream.
+    pub stream: String,
+    /// Its counts.
+    pub counters: Arc<Counters>,
+    /// The pid of the command running for this lane (0: none), for a second signal to
+    /// terminate.
+    pub child: AtomicU32,
+    /// What the lanes share.
+    pub shared: Arc<Shared>,
+}
+
+impl Handler {
+    /// A handler for `stream`'s lane.
+    pub fn new(stream: &str, shared: Arc<Shared>) -> Handler {
+        Handler { stream: stream.to_string(), counters: Arc::default(), child: AtomicU32::new(0), shared }
+    }
+
+    /// Handles `entry` and gives the verdict, counting it.
+    pub fn handle(&self, entry: &Entry) -> Verdict {
+        let verdict = match &self.shared.exec {
+            Some(command) => self.run(command, entry),
+            None => self.print(entry),
+        };
+        let c = &self.counters;
+        match entry.source {
+            Source::Pending => c.drained.fetch_add(1, Relaxed),
+            Source::Claimed => c.claimed.fetch_add(1, Relaxed),
+            Source::New => c.new.fetch_add(1, Relaxed),
+        };
+        if verdict != Verdict::Ack {
+            c.failed.fetch_add(1, Relaxed);
+        }
+        // A second signal is exiting the process: no verdict for the entry in hand, not even
+        // if its command (killed) exited 0. Wait here for the exit.
+        while EXITING.load(SeqCst) {
+            thread::park();
+        }
+        c.handled.fetch_add(1, Relaxed);
+        verdict
+    }
+
+    /// Prints the entry and flushes before it is acknowledged: an acked entry was written.
+    fn print(&self, entry: &Entry) -> Verdict {
+        let shared = &self.shared;
+        if shared.stdout_closed.load(Relaxed) {
+            return Verdict::Retry;
+        }
+        let line = json::entry_line(&self.stream, entry);
+        // The lock keeps lanes' lines whole.
+        let mut out = std::io::stdout().lock();
+        match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
+            Ok(()) => Verdict::Ack,
+            Err(_) => {
+                shared.stdout_closed.store(true, Relaxed);
+                shared.stop.stop();
+                Verdict::Retry
+            }
+        }
+    }
+
+    fn run(&self, command: &str, entry: &Entry) -> Verdict {
+        let source = match entry.source {
+            Source::Pending => "pending",
+            Source::Claimed => "claimed",
+            Source::New => "new",
+        };
+        let shared = &self.shared;
+        let mut child = match Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(Stdio::piped())
+            .env("PELICAN_ID", String::from_utf8_lossy(entry.id()).as_ref())
+            .env("PELICAN_STREAM", &self.stream)
+            .env("PELICAN_GROUP", &shared.group)
+            .env("PELICAN_CONSUMER", &shared.consumer)
+            .env("PELICAN_SOURCE", source)
+            .env("PELICAN_DELIVERIES", entry.deliveries.to_string())
+            .process_group(0)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                eprintln!("pelican: cannot run sh: {e}");
+                return Verdict::Retry;
+            }
+        };
+        self.child.store(child.id(), Relaxed);
+        let mut input = String::new();
+        json::push_fields(&mut input, entry.fields());
+        input.push('\n');
+        if let Some(mut stdin) = child.stdin.take() {
+            // A command that does not read its input closes the pipe: not a failure.
+            let _ = stdin.write_all(input.as_bytes());
+        }
+        let status = child.wait();
+        self.child.store(0, Relaxed);
+        match status.map(|s| s.code()) {
+            Ok(Some(0)) => Verdict::Ack,
+            Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
+            Ok(Some(code @ (126 | 127))) => {
+                // A typo or a missing file would fail every entry in turn: stop instead.
+                shared.unrunnable.store(code, Relaxed);
+                shared.stop.stop();
+                Verdict::Retry
+            }
+            _ => Verdict::Retry,
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! What `consume` tells of its work: the progress line and summary on stderr, and the
+//! `--stats-json` file. Both give the total over the lanes and each stream's part.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pelican::Stats;
+
+use super::handler::{Counters, Handler};
+use crate::json::Object;
+
+/// A named counter: its name in the JSON, and how to read it.
+type Named<T> = (&'static str, fn(&T) -> u64);
+
+/// Every [`Stats`] counter, by its name in the JSON.
+const STATS: [Named<Stats>; 16] = [
+    ("drained", |s| s.drained),
+    ("claimed", |s| s.claimed),
+    ("new", |s| s.new),
+    ("acked", |s| s.acked),
+    ("retried", |s| s.retried),
+    ("deleted_seen", |s| s.deleted_seen),
+    ("lost_to_peer", |s| s.lost_to_peer),
+    ("reconnects", |s| s.reconnects),
+    ("moved", |s| s.moved),
+    ("errors", |s| s.errors),
+    ("group_recreated", |s| s.group_recreated),
+    ("abandoned_acks", |s| s.abandoned_acks),
+    ("leases_renewed", |s| s.leases_renewed),
+    ("leases_lost", |s| s.leases_lost),
+    ("dead_lettered", |s| s.dead_lettered),
+    ("reads_shrunk", |s| s.reads_shrunk),
+];
+
+/// The handler's counts, by their name in the JSON.
+const COUNTS: [Named<Counters>; 2] =
+    [("handled", |c| c.handled.load(Relaxed)), ("failed", |c| c.failed.load(Relaxed))];
+
+/// A lane's counts as the report reads them: its stream, the handler's counts, and the
+/// consumer's counters once it stopped.
+pub struct LaneCounts<'a> {
+    /// The lane's stream.
+    pub stream: &'a str,
+    /// Its handler's counts.
+    pub counters: &'a Counters,
+    /// The consumer's counters (`None`: it failed).
+    pub stats: Option<&'a Stats>,
+}
+
+/// A consumer counter summed over the lanes (those that failed count nothing).
+fn stat_total(lanes: &[LaneCounts<'_>], get: fn(&Stats) -> u64) -> u64 {
+    lanes.iter().filter_map(|lane| lane.stats.map(get)).sum()
+}
+
+/// A handler count summed over the lanes.
+fn count_total(lanes: &[LaneCounts<'_>], get: fn(&Counters) -> u64) -> u64 {
+    lanes.iter().map(|lane| get(lane.counters)).sum()
+}
+
+/// The `--stats-json` object: every [`Stats`] counter and the handler's `handled` and
+/// `failed`, summed over the lanes, the run time, and the same counters per stream under
+/// `streams` (one member per `--stream`, in the order given).
+pub fn stats_json(lanes: &[LaneCounts<'_>], elapsed: Duration) -> String {
+    let mut json = Object::new();
+    for (name, get) in STATS {
+        json = json.num(name, stat_total(lanes, get));
+    }
+    for (name, get) in COUNTS {
+        json = json.num(name, count_total(lanes, get));
+    }
+    let mut streams = Object::new();
+    for lane in lanes {
+        streams = streams.raw(lane.stream, &lane_json(lane));
+    }
+    json.num("seconds", format_args!("{:.3}", elapsed.as_secs_f64()))
+        .raw("streams", &streams.finish())
+        .finish()
+}
+
+/// One lane's counters, as in the totals.
+fn lane_json(lane: &LaneCounts<'_>) -> String {
+    let mut json = Object::new();
+    for (name, get) in STATS {
+        json = json.num(name, lane.stats.map_or(0, get));
+    }
+    for (name, get) in COUNTS {
+        json = json.num(name, get(lane.counters));
+    }
+    json.finish()
+}
+
+/// The progress line on stderr, once a second: the totals, then each stream's handled (and
+/// failed) count when there are several. Dropping it ends the line.
+pub struct Progress {
+    done: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+    tty: bool,
+}
+
+impl Progress {
+    /// Starts the line's thread, reading the lanes' counts; on a terminal the line is
+    /// rewritten in place.
+    pub fn spawn(handlers: &[Arc<Handler>], tty: bool) -> Progress {
+        let lanes: Vec<(String, Arc<Counters>)> =
+            handlers.iter().map(|h| (h.stream.clone(), h.counters.clone())).collect();
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let thread = thread::spawn(move || {
+            let mut last = (Instant::now(), 0);
+            while !d.load(Relaxed) {
+                thread::park_timeout(Duration::from_secs(1));
+                if d.load(Relaxed) || last.0.elapsed() < Duration::from_millis(990) {
+                    continue;
+                }
+                let handled = lanes.iter().map(|(_, c)| c.handled.load(Relaxed)).sum::<u64>();
+                let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
+                last = (Instant::now(), handled);
+                let line = progress_line(rate, &lanes);
+                if tty {
+                    eprint!("\r\x1b[K{line}");
+                } else {
+                    eprintln!("{line}");
+                }
+            }
+        });
+        Progress { done, thread: Some(thread), tty }
+    }
+
+    /// Stops the line's thread (clearing the line on a terminal); once.
+    fn end(&mut self) {
+        let Some(thread) = self.thread.take() else { return };
+        self.done.store(true, Relaxed);
+        thread.thread().unpark();
+        let _ = thread.join();
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+    }
+
+    /// Ends the line and prints a summary: the totals, and a line per stream when there are
+    /// several.
+    pub fn finish(mut self, lanes: &[LaneCounts<'_>], elapsed: Duration) {
+        self.end();
+        let c = |get: fn(&Counters) -> u64| count_total(lanes, get);
+        // The consumers' totals are known only if every lane stopped.
+        let stopped = lanes.iter().all(|l| l.stats.is_some());
+        let s = |get: fn(&Stats) -> u64| stopped.then(|| stat_total(lanes, get));
+        let (handled, secs) = (c(|c| c.handled.load(Relaxed)), elapsed.as_secs_f64());
+        eprintln!("pelican: {handled} handled in {secs:.1} s{}{}", outcome_text(s), counts_text(c));
+        if lanes.len() > 1 {
+            for lane in lanes {
+                let c = |get: fn(&Counters) -> u64| get(lane.counters);
+                let s = |get: fn(&Stats) -> u64| lane.stats.map(get);
+                let handled = c(|c| c.handled.load(Relaxed));
+                eprintln!(
+                    "pelican:   {}: {handled} handled{}{}",
+                    lane.stream,
+                    outcome_text(s),
+                    counts_text(c)
+                );
+            }
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// `N entries/s, H handled, F failed, C reclaimed, D drained`, then ` | a H, b H (F failed)`
+/// when there are several lanes.
+fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>)]) -> String {
+    let sum = |get: fn(&Counters) -> u64| lanes.iter().map(|(_, c)| get(c)).sum::<u64>();
+    let mut line =
+        format!("{rate:.0} entries/s, {} handled{}", sum(|c| c.handled.load(Relaxed)), counts_text(sum));
+    if lanes.len() > 1 {
+        let parts: Vec<String> = lanes
+            .iter()
+            .map(|(stream, c)| match c.failed.load(Relaxed) {
+                0 => format!("{stream} {}", c.handled.load(Relaxed)),
+                failed => format!("{stream} {} ({failed} failed)", c.handled.load(Relaxed)),
+            })
+            .collect();
+        let _ = write!(line, " | {}", parts.join(", "));
+    }
+    line
+}
+
+/// `, F failed, C reclaimed, D drained`.
+fn counts_text(count: impl Fn(fn(&Counters) -> u64) -> u64) -> String {
+    format!(
+        ", {} failed, {} reclaimed, {} drained",
+        count(|c| c.failed.load(Relaxed)),
+        count(|c| c.claimed.load(Relaxed)),
+        count(|c| c.drained.load(Relaxed))
+    )
+}
+
+/// `, A acked` and, when not zero, dead-lettered, taken by peers and cluster redirects
+/// followed; nothing if the consumer's counters are unknown (a lane failed).
+fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
+    let Some(acked) = stat(|s| s.acked) else { return String::new() };
+    let mut text = format!(", {acked} acked");
+    for (get, what) in [
+        ((|s| s.dead_lettered) as fn(&Stats) -> u64, "dead-lettered"),
+        (|s| s.leases_lost, "taken by peers"),
+        (|s| s.moved, "cluster redirects followed"),
+    ] {
+        match stat(get) {
+            Some(0) | None => {}
+            Some(n) => {
+                let _ = write!(text, ", {n} {what}");
+            }
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counters(handled: u64, failed: u64) -> Counters {
+        let c = Counters::default();
+        c.handled.store(handled, Relaxed);
+        c.failed.store(failed, Relaxed);
+        c
+    }
+
+    #[test]
+    fn stats_json_sums_lanes_and_shows_each() {
+        let (a, b) = (counters(3, 1), counters(2, 0));
+        let mut sa = Stats::default();
+        sa.acked = 2;
+        sa.moved = 1;
+        let mut sb = Stats::default();
+        sb.acked = 2;
+        let lanes = [
+            LaneCounts { stream: "{a}", counters: &a, stats: Some(&sa) },
+            LaneCounts { stream: "b", counters: &b, stats: Some(&sb) },
+        ];
+        let json = stats_json(&lanes, Duration::from_millis(1500));
+        assert!(json.starts_with(r#"{"drained":0,"claimed":0,"new":0,"acked":4,"#), "{json}");
+        assert!(json.contains(r#""moved":1,"#), "{json}");
+        assert!(json.contains(r#""handled":5,"failed":1,"seconds":1.500,"streams":{"{a}":{"#), "{json}");
+        assert!(json.ends_with(r#""handled":2,"failed":0}}}"#), "{json}");
+    }
+
+    #[test]
+    fn progress_names_streams_when_several() {
+        let lanes = vec![("a".to_string(), Arc::new(counters(3, 1))), ("b".into(), Arc::new(counters(2, 0)))];
+        assert_eq!(
+            progress_line(5.0, &lanes),
+            "5 entries/s, 5 handled, 1 failed, 0 reclaimed, 0 drained | a 3 (1 failed), b 2"
+        );
+        assert_eq!(
+            progress_line(1.0, &lanes[1..]),
+            "1 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained"
+        );
+    }
+}
