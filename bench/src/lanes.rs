@@ -10,8 +10,8 @@ use pelican::{Config, Consumer, Entry, Verdict};
 use pelican_mio::{Driver, Status};
 use pelican_tests::admin::Admin;
 
-/// Consumes `per_stream` entries from each of `streams` (group `group`, at 0), every lane
-/// starting at `seed` (a cluster lane follows `MOVED` to its master). Returns the wall time;
+/// Consumes `per_stream` entries from each of `streams` (group `group`, at 0), the lanes
+/// placed by asking `seed` (a cluster node) where each stream is served. Returns the wall time;
 /// fails if a lane errs or does not get its entries within a minute.
 pub fn consume(
     seed: SocketAddr,
@@ -21,11 +21,15 @@ pub fn consume(
     batch: usize,
 ) -> Result<Duration, String> {
     let mut poll = Poll::new().map_err(|e| e.to_string())?;
+    // Each lane starts at its master, where the cluster says it is (on one server: `seed`).
+    let keys: Vec<&[u8]> = streams.iter().map(|s| s.as_bytes()).collect();
+    let homes = pelican_mio::locate(seed, &keys, Duration::from_secs(2)).unwrap_or_default();
     let mut drivers: Vec<Driver> = Vec::new();
     for (i, stream) in streams.iter().enumerate() {
         let config = Config::new(stream.as_str(), group, "bench").count(batch as u32);
         let consumer = Consumer::new(config).map_err(|e| e.to_string())?;
-        drivers.push(Driver::new(seed, consumer, Token(i)));
+        let home = homes.get(i).copied().flatten().unwrap_or(seed);
+        drivers.push(Driver::new(home, consumer, Token(i)));
     }
     let mut handled = vec![0usize; streams.len()];
     let mut events = Events::with_capacity(256);
@@ -84,9 +88,10 @@ pub fn spread(n: usize, owners: usize, owner: impl Fn(&str) -> usize) -> Vec<Str
     unreachable!("the names never end")
 }
 
-/// A group at 0 and `n` entries on `stream`, through `admin` (connected to its owner).
+/// A fresh `stream` of `n` entries and a group at 0, through `admin` (connected to its
+/// owner).
 pub fn fill(admin: &mut Admin, stream: &str, group: &str, n: usize, field: usize) {
-    admin.cmd(&["XGROUP", "DESTROY", stream, group]);
+    admin.cmd(&["DEL", stream]);
     admin.xadd_n(stream, n, field);
     admin.call(&["XGROUP", "CREATE", stream, group, "0"]);
 }

@@ -302,10 +302,13 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let net = Net {
         addrs: target.resolve().map_err(Failure::Bad)?,
         tls: server.tls.clone().map(|tls| (tls, target.host.clone())),
+        homes: Vec::new(),
     };
     let stop = Arc::new(StopAll::default());
     let shared = shared(&o, &stop);
     let lanes = lanes(&o, target, &shared)?;
+    let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
+    let net = net.locate(&streams);
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     on_signals(stop.clone(), handlers.clone())?;
     let tty = std::io::stderr().is_terminal();

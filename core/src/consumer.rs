@@ -1092,7 +1092,7 @@ impl Consumer {
             self.keep_owed(sent);
             return Err(self.redirected(command, redirect, message));
         }
-        if message.starts_with(b"CROSSSLOT") || message.windows(9).any(|w| w == b"CROSSSLOT") {
+        if cluster::classify(message) == Some(cluster::ClusterError::CrossSlot) {
             return Err(Error::CrossSlot { command, message: text() });
         }
         if command == Command::CreateGroup && message.starts_with(b"BUSYGROUP") {

@@ -87,7 +87,7 @@
 
 mod acks;
 mod backoff;
-mod cluster;
+pub mod cluster;
 mod commands;
 mod config;
 mod consumer;

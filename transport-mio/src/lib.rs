@@ -9,6 +9,9 @@
 //! - [`Driver`]: one consumer and its socket, registered on *your* `mio::Poll` under *your*
 //!   `Token`, so that many consumers share one thread inside your own event loop.
 //!
+//! Cluster: a [`Driver`] started at any node follows `MOVED` to the master serving its
+//! stream; [`locate`] asks a node once where each stream belongs, so lanes start there.
+//!
 //! TLS (`rustls`, driven by the driver itself, so TLS consumers share a `Poll` too): build a
 //! [`pelican_tls::Tls`] and pass it to [`Runner::tls`] or [`Driver::tls`].
 //!
@@ -34,12 +37,14 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod cluster;
 mod conn;
 mod driver;
 mod error;
 mod run;
 mod stop;
 
+pub use cluster::locate;
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
 pub use run::{run, Runner};

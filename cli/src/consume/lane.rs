@@ -18,6 +18,29 @@ pub struct Net {
     pub addrs: Vec<SocketAddr>,
     /// `rediss://`: the TLS settings and the URL's host.
     pub tls: Option<(Tls, String)>,
+    /// In a cluster, the master serving each stream (see [`Net::locate`]).
+    pub homes: Vec<(Vec<u8>, SocketAddr)>,
+}
+
+impl Net {
+    /// Where the lane for `stream` connects first: the master serving it, when the URL's
+    /// node is a cluster node that says so (plaintext: `pelican_mio::locate`), then the URL's
+    /// addresses. Without that answer, the URL's node: the lane follows `MOVED` from there.
+    pub fn addrs_for(&self, stream: &[u8]) -> Vec<SocketAddr> {
+        let home = self.homes.iter().find(|(s, _)| s == stream).map(|(_, at)| *at);
+        home.into_iter().chain(self.addrs.iter().copied()).collect()
+    }
+
+    /// Asks the URL's node once where each of `streams` is served (nothing if it is not a
+    /// cluster node, wants TLS or a password first, or does not answer in 2 s).
+    pub fn locate(mut self, streams: &[&[u8]]) -> Net {
+        let (Some(seed), None) = (self.addrs.first(), &self.tls) else { return self };
+        if let Ok(found) = pelican_mio::locate(*seed, streams, std::time::Duration::from_secs(2)) {
+            self.homes =
+                streams.iter().zip(found).filter_map(|(stream, at)| Some((stream.to_vec(), at?))).collect();
+        }
+        self
+    }
 }
 
 /// One stream's consumer, ready to run.

@@ -117,10 +117,10 @@ impl Running {
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
         let tell = Box::new(teller(lane.stream(), several, tty));
+        let addrs = net.addrs_for(&lane.config.stream);
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
-        let mut driver =
-            Driver::new(net.addrs[0], consumer, Token(i)).fallback_addrs(net.addrs[1..].to_vec());
+        let mut driver = Driver::new(addrs[0], consumer, Token(i)).fallback_addrs(addrs[1..].to_vec());
         if let Some((tls, host)) = &net.tls {
             driver = driver.tls(tls.clone(), host);
         }

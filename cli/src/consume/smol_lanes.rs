@@ -43,10 +43,11 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Resul
 
 /// A lane's runner: its consumer, the URL's addresses, TLS, its notices told.
 fn runner(lane: &Lane, net: &Net, several: bool, tty: bool) -> Result<Runner, Failure> {
-    let runner = Runner::new(&net.addrs[..], lane.config.clone()).map_err(|e| match e {
-        RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
-        e => Failure::Failed(e.to_string()),
-    })?;
+    let runner =
+        Runner::new(&net.addrs_for(&lane.config.stream)[..], lane.config.clone()).map_err(|e| match e {
+            RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
+            e => Failure::Failed(e.to_string()),
+        })?;
     let mut runner = runner.on_notice(teller(lane.stream(), several, tty));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);

@@ -1,22 +1,24 @@
-//! What the core knows about Redis/Valkey Cluster, sans-IO: which slot a key hashes to
-//! ([`slot`]), which master serves each slot ([`slot_map`], from `CLUSTER SHARDS` or
-//! `CLUSTER SLOTS`), and what the cluster's error replies ask for ([`redirect`]). Transports
-//! use it to pick the connection for each stream's lane and to follow redirects.
+//! What pelican knows about Redis/Valkey Cluster, sans-IO: which slot a key hashes to
+//! ([`key_slot`]), which master serves each slot ([`SlotMap`], from `CLUSTER SLOTS` or
+//! `CLUSTER SHARDS`: write [`SLOTS_REQUEST`] to any node, pass what it answers to
+//! [`read_slot_map`]), and what the cluster's error replies ask for (the consumer follows
+//! `MOVED` itself: see [`Error::Moved`](crate::Error::Moved)).
+//!
+//! A lane (one [`Consumer`](crate::Consumer) per stream) may start at any node: a `MOVED`
+//! leads it to the master serving its stream. Transports that start many lanes look the
+//! masters up first, so that each lane starts where it belongs.
+//!
+//! Keys that one command touches must share a slot: a stream and its dead-letter stream
+//! take a common hash tag, e.g. `{orders}` and `{orders}:dead` (only the part between the
+//! first `{` and the next `}` is hashed).
 
-// The consumer follows `MOVED` with `parse_redirect` and `key_slot`; the slot map and
-// `classify` wait for the transports' lanes (one `Consumer` per stream, DESIGN.md *Cluster*),
-// being built alongside. Until then their only callers are the tests.
-#![allow(dead_code)]
+mod redirect;
+mod slot;
+mod slot_map;
 
-pub(crate) mod redirect;
-pub(crate) mod slot;
-pub(crate) mod slot_map;
-
-#[allow(unused_imports)] // see above
 pub(crate) use redirect::{classify, parse_redirect, ClusterError, Redirect, RedirectKind};
 pub use slot::key_slot;
-#[allow(unused_imports)] // see above
-pub(crate) use slot_map::{Node, SlotMap};
+pub use slot_map::{read_slot_map, Node, SlotMap, SlotMapError, SLOTS_REQUEST};
 
 /// The cluster replies captured from real 3-master, 3-replica clusters
 /// (`scripts/capture-fixtures`); `cluster-myid` is the node the commands were sent to.
@@ -89,6 +91,33 @@ mod fixture_tests {
                 }
             }
         });
+    }
+
+    /// The public reader, on the raw RESP2 bytes: nothing until whole, then the same map;
+    /// an error reply is the server's text.
+    #[test]
+    fn read_slot_map_from_raw_replies() {
+        for flavor in FLAVORS {
+            let raw = |name: &str| {
+                let path =
+                    format!("{}/tests/fixtures/{flavor}/resp2/{name}.resp", env!("CARGO_MANIFEST_DIR"));
+                std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+            };
+            let slots = raw("cluster-slots");
+            for cut in [0, 1, slots.len() / 2, slots.len() - 1] {
+                assert_eq!(read_slot_map(&slots[..cut]), Ok(None), "{flavor} cut at {cut}");
+            }
+            let map = read_slot_map(&slots).unwrap().unwrap();
+            check_full(&map, flavor);
+            match read_slot_map(&raw("cluster-shards")) {
+                Err(SlotMapError::Server(text)) => {
+                    assert!(flavor == "redis-6.2" && text.starts_with("ERR"), "{text}")
+                }
+                Ok(Some(shards)) => assert_eq!(shards.masters().len(), 3, "{flavor}"),
+                other => panic!("{flavor}: {other:?}"),
+            }
+            assert!(matches!(read_slot_map(b"+OK\r\n"), Err(SlotMapError::Invalid(_))));
+        }
     }
 
     #[test]

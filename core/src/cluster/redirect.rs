@@ -57,19 +57,6 @@ pub(crate) fn parse_redirect(error_text: &[u8]) -> Option<Redirect> {
     Some(Redirect { kind, slot, host, port })
 }
 
-impl Redirect {
-    /// Where to send the command: the named host (or `asked_host`, the one the command went
-    /// to, when the server left it empty) and port. `None` when the server named no endpoint
-    /// (`?`): fetch the slot map again, its `ip` fields still say where the node is.
-    pub(crate) fn target<'a>(&'a self, asked_host: &'a str) -> Option<(&'a str, u16)> {
-        match self.host.as_str() {
-            "?" => None,
-            "" => Some((asked_host, self.port)),
-            host => Some((host, self.port)),
-        }
-    }
-}
-
 /// A cluster error reply, classified.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum ClusterError {
@@ -83,13 +70,6 @@ pub(crate) enum ClusterError {
     /// `CROSSSLOT …`: the command's keys hash to different slots. A configuration error
     /// (the stream and dead-letter keys need a common hash tag); retrying cannot help.
     CrossSlot,
-}
-
-impl ClusterError {
-    /// True for the errors that a retry after a backoff can get past.
-    pub(crate) fn is_retryable(&self) -> bool {
-        matches!(self, ClusterError::Down | ClusterError::TryAgain)
-    }
 }
 
 /// Classifies an error reply's text (with or without its leading `-`); `None` if it is not
@@ -153,14 +133,6 @@ mod tests {
     }
 
     #[test]
-    fn targets() {
-        let r = |host: &str| redirect(RedirectKind::Moved, 1, host, 7000);
-        assert_eq!(r("10.0.0.2").target("10.0.0.1"), Some(("10.0.0.2", 7000)));
-        assert_eq!(r("").target("10.0.0.1"), Some(("10.0.0.1", 7000)));
-        assert_eq!(r("?").target("10.0.0.1"), None);
-    }
-
-    #[test]
     fn malformed_redirects() {
         for bad in [
             &b""[..],
@@ -202,10 +174,6 @@ mod tests {
             classify(b"-CROSSSLOT Keys in request don't hash to the same slot\r\n"),
             Some(ClusterError::CrossSlot)
         );
-        assert!(classify(b"CLUSTERDOWN x").unwrap().is_retryable());
-        assert!(classify(b"TRYAGAIN x").unwrap().is_retryable());
-        assert!(!classify(b"CROSSSLOT x").unwrap().is_retryable());
-        assert!(!classify(b"ASK 1 h:1").unwrap().is_retryable());
         for other in
             [&b"NOGROUP No such key"[..], b"ERR unknown command", b"", b"-", b"MOVED garbage", b"CLUSTER"]
         {

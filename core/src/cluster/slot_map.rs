@@ -13,7 +13,7 @@ type Result<T> = std::result::Result<T, ShapeError>;
 
 /// A master node, as the cluster describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Node {
+pub struct Node {
     /// The endpoint the server gave (an IP address, or a host name when the cluster prefers
     /// them), else its `ip`. Empty when the server knew neither (a node that has met no
     /// peer, or `cluster-preferred-endpoint-type unknown-endpoint` without an `ip`): then it
@@ -31,7 +31,7 @@ pub(crate) struct Node {
 
 /// For each of the 16384 slots, the master serving it, if the reply named one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct SlotMap {
+pub struct SlotMap {
     /// The distinct masters, in the order the reply named them.
     nodes: Vec<Node>,
     /// Per slot, an index into `nodes`, or [`NO_OWNER`]. Flat rather than ranges: 32 KiB
@@ -113,7 +113,7 @@ impl SlotMap {
     }
 
     /// The master serving `slot`, if the reply named one (`None` too for a slot past 16383).
-    pub(crate) fn owner(&self, slot: u16) -> Option<&Node> {
+    pub fn owner(&self, slot: u16) -> Option<&Node> {
         match *self.owners.get(usize::from(slot))? {
             NO_OWNER => None,
             i => self.nodes.get(usize::from(i)),
@@ -121,19 +121,75 @@ impl SlotMap {
     }
 
     /// The master serving `key`'s slot.
-    pub(crate) fn owner_of_key(&self, key: &[u8]) -> Option<&Node> {
+    pub fn owner_of_key(&self, key: &[u8]) -> Option<&Node> {
         self.owner(key_slot(key))
     }
 
     /// The distinct masters the reply gave slots to, in the order it named them.
-    pub(crate) fn masters(&self) -> &[Node] {
+    pub fn masters(&self) -> &[Node] {
         &self.nodes
     }
 
     /// How many of the 16384 slots have a master (all of them in a healthy cluster).
-    pub(crate) fn covered(&self) -> usize {
+    pub fn covered(&self) -> usize {
         self.owners.iter().filter(|&&o| o != NO_OWNER).count()
     }
+}
+
+/// `CLUSTER SLOTS`, to ask any node of a cluster for its slot map (on a fresh connection:
+/// RESP2; every server here answers it, Redis 6.2 included).
+pub const SLOTS_REQUEST: &[u8] = b"*2\r\n$7\r\nCLUSTER\r\n$5\r\nSLOTS\r\n";
+
+/// Why [`read_slot_map`] found no map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlotMapError {
+    /// The server answered an error: not a cluster node (`ERR This instance has cluster
+    /// support disabled`), or it wants authentication first.
+    Server(String),
+    /// The reply is not RESP, or not the shape of a slot map.
+    Invalid(String),
+}
+
+impl std::fmt::Display for SlotMapError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SlotMapError::Server(text) => write!(f, "CLUSTER SLOTS refused: {text}"),
+            SlotMapError::Invalid(detail) => write!(f, "CLUSTER SLOTS answered oddly: {detail}"),
+        }
+    }
+}
+
+impl std::error::Error for SlotMapError {}
+
+/// The slot map in the RESP2 reply to [`SLOTS_REQUEST`] (or to `CLUSTER SHARDS`), sans-IO:
+/// `Ok(None)` until the reply is whole; `bytes` is everything read so far.
+pub fn read_slot_map(bytes: &[u8]) -> std::result::Result<Option<SlotMap>, SlotMapError> {
+    use crate::config::{Limits, Protocol};
+    use crate::decode::{Budget, Decoder, Frame};
+    let limits = Limits::default();
+    let mut decoder = Decoder::new(limits);
+    decoder.extend(bytes);
+    let budget = Budget { bytes: limits.max_frame, skip: None, raw: false };
+    let value = match decoder.next_within(Protocol::Resp2, budget) {
+        Ok(None) => return Ok(None),
+        Ok(Some((Frame::Reply(value), _))) => value,
+        Ok(Some(other)) => return Err(SlotMapError::Invalid(format!("{other:?}"))),
+        Err(e) => return Err(SlotMapError::Invalid(format!("{e:?}"))),
+    };
+    let shards = matches!(&value, Value::Array(items) if items.first().is_some_and(|s| !is_slots_entry(s)));
+    match value {
+        Value::Error(text) => Err(SlotMapError::Server(String::from_utf8_lossy(&text).into_owned())),
+        value if shards => {
+            SlotMap::from_shards(&value).map(Some).map_err(|e| SlotMapError::Invalid(e.0.into()))
+        }
+        value => SlotMap::from_slots(&value).map(Some).map_err(|e| SlotMapError::Invalid(e.0.into())),
+    }
+}
+
+/// A `CLUSTER SLOTS` entry starts with its first slot, a number.
+fn is_slots_entry(value: &Value) -> bool {
+    matches!(value, Value::Array(items) if matches!(items.first(), Some(Value::Int(_))))
 }
 
 /// A [`SlotMap`] being filled in.
