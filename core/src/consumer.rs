@@ -137,6 +137,12 @@ pub struct Consumer {
     redirect: Option<(String, u16)>,
     /// Whether the group was found or created once (a later creation is a re-creation).
     group_made: bool,
+    /// The redirect was an `ASK`: the stream's slot is migrating to that node, which serves
+    /// a command for it only right after `ASKING`.
+    asking: bool,
+    /// How much of `out` is commands already tracked: what follows is the command being
+    /// tracked (see `track`).
+    tracked_upto: usize,
     /// The latest time passed in, for the calls that take none.
     last_now: Option<Instant>,
     stats: Stats,
@@ -238,6 +244,8 @@ impl Consumer {
             connected_before: false,
             redirect: None,
             group_made: false,
+            asking: false,
+            tracked_upto: 0,
             last_now: None,
             stats: Stats::default(),
         })
@@ -266,7 +274,8 @@ impl Consumer {
     }
 
     /// Where the next connection should go when the server is a cluster node that said the
-    /// stream's slot is served elsewhere (`MOVED`): a host as the cluster names it (empty:
+    /// stream's slot is served elsewhere (`MOVED`), or is moving there (`ASK`: each command
+    /// there then follows `ASKING`): a host as the cluster names it (empty:
     /// the host last connected to) and a port. `None`: the address configured. A connect
     /// that fails there forgets it (the configured address leads to the slot's owner again).
     pub fn redirect(&self) -> Option<(&str, u16)> {
@@ -354,6 +363,7 @@ impl Consumer {
         if self.link != Link::Up {
             // A connect failed: the node a redirect named may be gone (a failover).
             self.redirect = None;
+            self.asking = false;
         }
         let scheduled = matches!(self.link, Link::Down { retry_at } if now < retry_at);
         if self.is_live() && !scheduled {
@@ -548,6 +558,7 @@ impl Consumer {
     pub fn advance_transmit(&mut self, written: usize) {
         let n = written.min(self.out.len());
         let _ = self.out.split_to(n);
+        self.tracked_upto = self.tracked_upto.saturating_sub(n);
     }
 
     /// The next event: a notice, an entry to handle (only when none is in hand and its lease
@@ -838,6 +849,7 @@ impl Consumer {
         }
         self.staged = None;
         self.out.clear();
+        self.tracked_upto = 0;
         self.decoder.reset();
     }
 
@@ -1147,8 +1159,9 @@ impl Consumer {
 
     /// A cluster redirect. `MOVED` for the stream's slot: reconnect to the node named (and
     /// drain there). `MOVED` for another slot: a command touched another key (the
-    /// dead-letter stream), which must share the stream's slot. `ASK`: the slot is migrating;
-    /// asked again after the backoff, the source answers `MOVED` once the move is done.
+    /// dead-letter stream), which must share the stream's slot. `ASK`: the slot is migrating
+    /// and the key is already on the node named: reconnect there and send each command
+    /// after `ASKING` (once the move is done, that node owns the slot and `ASKING` is moot).
     fn redirected(&mut self, command: Command, redirect: cluster::Redirect, message: &[u8]) -> Error {
         let text = String::from_utf8_lossy(message).into_owned();
         if redirect.slot != cluster::key_slot(&self.config.stream) {
@@ -1162,10 +1175,18 @@ impl Consumer {
             }
             cluster::RedirectKind::Moved => {
                 self.stats.moved += 1;
+                self.asking = false;
                 self.redirect = Some((redirect.host.clone(), redirect.port));
                 Error::Moved { command, host: redirect.host, port: redirect.port }
             }
-            cluster::RedirectKind::Ask => Error::Unavailable { command, message: text },
+            cluster::RedirectKind::Ask if redirect.host == "?" => {
+                Error::Unavailable { command, message: text }
+            }
+            cluster::RedirectKind::Ask => {
+                self.asking = true;
+                self.redirect = Some((redirect.host, redirect.port));
+                Error::Unavailable { command, message: text }
+            }
         }
     }
 
@@ -1326,6 +1347,16 @@ impl Consumer {
     }
 
     fn track(&mut self, sent: Sent, now: Instant) {
+        if self.asking && !matches!(sent, Sent::Handshake(_)) {
+            // The command just encoded is the tail of `out`: `ASKING` goes in front of it,
+            // and its `+OK` is awaited (and ignored) in its place.
+            let command = self.out.split_off(self.tracked_upto);
+            crate::encode::command(&mut self.out, &[b"ASKING"]);
+            self.out.unsplit(command);
+            let deadline = now + self.config.read_grace;
+            self.in_flight.push(InFlight { sent: Sent::Discard(Command::Asking), sent_at: now, deadline });
+        }
+        self.tracked_upto = self.out.len();
         // A parked read answers after up to `beat`; anything else at once.
         let wait = match sent {
             Sent::ReadNew { block: true, .. } => self.config.beat + self.config.read_grace,

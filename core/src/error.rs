@@ -31,6 +31,8 @@ pub enum Command {
     Lease,
     /// `EVAL …`: moving an entry to the dead-letter stream.
     DeadLetter,
+    /// `ASKING`: the next command is for a slot migrating to this node.
+    Asking,
 }
 
 impl fmt::Display for Command {
@@ -48,6 +50,7 @@ impl fmt::Display for Command {
             Command::Counts => "XPENDING",
             Command::Lease => "XCLAIM (lease)",
             Command::DeadLetter => "EVAL (dead letter)",
+            Command::Asking => "ASKING",
         })
     }
 }

@@ -493,7 +493,7 @@ impl Harness {
 
     fn check_command(&self, args: &[&[u8]]) {
         let name = args[0];
-        let known: [&[u8]; 11] = [
+        let known: [&[u8]; 12] = [
             b"HELLO",
             b"AUTH",
             b"CLIENT",
@@ -505,6 +505,7 @@ impl Harness {
             b"XPENDING",
             b"XCLAIM",
             b"EVAL",
+            b"ASKING",
         ];
         assert!(known.contains(&name), "unknown command {args:?}");
         if name == b"XREADGROUP" || name == b"XAUTOCLAIM" {

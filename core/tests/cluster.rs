@@ -91,18 +91,34 @@ fn acks_a_moved_node_refused_go_first_on_the_new_node() {
 }
 
 #[test]
-fn ask_is_asked_again_after_the_backoff() {
+fn ask_leads_to_the_target_where_each_command_follows_asking() {
     for flavor in FLAVORS {
         for protocol in PROTOCOLS {
             // `k` is the key the captured `ASK` is about (slot 7629, half-moved).
             let mut rig = Rig::new(config("k", protocol), flavor);
             assert_eq!(rig.start(), drain("k"));
+            let port = port_in(&rig, "ask");
             let err = rig.reply("ask").unwrap_err();
-            assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
-            assert_eq!(rig.consumer.redirect(), None, "the source answers MOVED once the move is done");
-            assert!(!rig.consumer.connect_due(rig.now), "after the backoff");
+            assert!(matches!(err, Error::Unavailable { .. }) && !err.is_fatal(), "{err:?}");
+            assert_eq!(rig.consumer.redirect(), Some(("127.0.0.1", port)), "the node the key is on now");
+            assert_eq!(rig.consumer.stats().moved, 0);
             rig.advance(Duration::from_secs(1));
-            assert_eq!(rig.start(), drain("k"));
+            let asking = cmd("ASKING");
+            let [read, counts] = <[Vec<String>; 2]>::try_from(drain("k")).unwrap();
+            assert_eq!(rig.start(), [asking.clone(), read, asking.clone(), counts], "{flavor} {protocol:?}");
+            // Each `+OK` is taken for its `ASKING`; the replies line up.
+            let mut bytes = b"+OK\r\n".to_vec();
+            bytes.extend(rig.fixture("read_pending_empty"));
+            bytes.extend(b"+OK\r\n");
+            bytes.extend(rig.fixture("pending_counts_empty"));
+            rig.raw(&bytes).unwrap();
+            let sent = rig.sent();
+            assert_eq!(sent.len(), 2, "{sent:?}");
+            assert_eq!(
+                (&sent[0], &sent[1][0]),
+                (&asking, &"XAUTOCLAIM".to_string()),
+                "{flavor} {protocol:?}"
+            );
         }
     }
 }
