@@ -289,16 +289,14 @@ pub enum Redirect {
 
 /// The redirect an error reply is, if it is one.
 pub fn redirect(reply: &Reply) -> Option<Redirect> {
+    // The core reads cluster replies; this client only follows them.
     let Reply::Error(text) = reply else { return None };
-    let mut words = text.split(' ');
-    let (kind, _slot, node) = (words.next()?, words.next()?, words.next()?);
-    let (host, port) = node.rsplit_once(':')?;
-    let (host, port) = (host.to_string(), port.parse().ok()?);
-    match kind {
-        "MOVED" => Some(Redirect::Moved { host, port }),
-        "ASK" => Some(Redirect::Ask { host, port }),
-        _ => None,
-    }
+    let pelican::cluster::Redirect { kind, host, port, .. } =
+        pelican::cluster::parse_redirect(text.as_bytes())?;
+    Some(match kind {
+        pelican::cluster::RedirectKind::Moved => Redirect::Moved { host, port },
+        pelican::cluster::RedirectKind::Ask => Redirect::Ask { host, port },
+    })
 }
 
 /// A redirect's node: `host` (an IP address, or a name the cluster announces; empty: the
@@ -309,8 +307,7 @@ fn node_addr(host: &str, port: u16, current: SocketAddr) -> Result<SocketAddr, S
         // The cluster does not know the node's address (cluster-preferred-endpoint-type).
         "?" => Err(format!("the cluster redirected to a node of unknown address (port {port})")),
         host => {
-            let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-            let mut addrs = (bare, port)
+            let mut addrs = (host, port)
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve {host} (a redirect): {e}"))?;
             addrs.next().ok_or_else(|| format!("{host} (a redirect) resolves to no address"))
@@ -431,14 +428,14 @@ mod tests {
         );
         assert_eq!(
             redirect(&error("MOVED 1 [::1]:7001")),
-            Some(Redirect::Moved { host: "[::1]".into(), port: 7001 })
+            Some(Redirect::Moved { host: "::1".into(), port: 7001 })
         );
         assert_eq!(redirect(&error("ERR unknown command")), None);
         assert_eq!(redirect(&error("MOVED 1 nowhere")), None);
         assert_eq!(redirect(&Reply::SimpleString(b"MOVED 1 h:1".to_vec())), None);
         let here: SocketAddr = "127.0.0.1:7000".parse().unwrap();
         assert_eq!(node_addr("", 7001, here), Ok("127.0.0.1:7001".parse().unwrap()));
-        assert_eq!(node_addr("[::1]", 7001, here), Ok("[::1]:7001".parse().unwrap()));
+        assert_eq!(node_addr("::1", 7001, here), Ok("[::1]:7001".parse().unwrap()));
         assert!(node_addr("?", 7001, here).unwrap_err().contains("unknown address"));
     }
 

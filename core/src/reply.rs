@@ -103,7 +103,7 @@ mod tests {
 
 /// Every reply shape parsed from bytes captured on the real servers (`scripts/capture-fixtures`).
 #[cfg(test)]
-mod fixture_tests {
+pub(crate) mod fixture_tests {
     use super::*;
     use crate::config::{Limits, Protocol};
     use crate::decode::{Decoder, Frame};
@@ -112,7 +112,9 @@ mod fixture_tests {
     const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
     const PROTOS: [(&str, Protocol); 2] = [("resp2", Protocol::Resp2), ("resp3", Protocol::Resp3)];
 
-    fn each(mut check: impl FnMut(&str, &dyn Fn(&str) -> Value)) {
+    /// Runs `check` with each flavor's name and a loader of its captured replies, in both
+    /// protocols.
+    pub(crate) fn each(mut check: impl FnMut(&str, &dyn Fn(&str) -> Value)) {
         for flavor in FLAVORS {
             for (proto_dir, proto) in PROTOS {
                 let load = move |name: &str| -> Value {

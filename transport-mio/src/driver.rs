@@ -658,6 +658,5 @@ pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Optio
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    (bare, port).to_socket_addrs().ok()?.next()
+    (host, port).to_socket_addrs().ok()?.next()
 }

@@ -502,6 +502,5 @@ async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<Soc
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }
-    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
-    smol::net::resolve((bare, port)).await.ok()?.into_iter().next()
+    smol::net::resolve((host, port)).await.ok()?.into_iter().next()
 }

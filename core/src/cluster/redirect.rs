@@ -5,7 +5,7 @@ use super::slot::SLOTS;
 
 /// Which redirect the server sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum RedirectKind {
+pub enum RedirectKind {
     /// `MOVED`: the slot now lives on that node for good; update the slot map.
     Moved,
     /// `ASK`: the slot is migrating; send this one command there, preceded by `ASKING`, and
@@ -15,15 +15,14 @@ pub(crate) enum RedirectKind {
 
 /// A parsed `MOVED <slot> <host>:<port>` or `ASK <slot> <host>:<port>` error.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Redirect {
+pub struct Redirect {
     /// `MOVED` or `ASK`.
     pub kind: RedirectKind,
     /// The key's hash slot.
     pub slot: u16,
     /// The endpoint as the server wrote it. Empty (`MOVED 1 :7000`, a cluster with
     /// `cluster-preferred-endpoint-type unknown-endpoint`) means the host the command was sent
-    /// to; `?` means the server knows no endpoint of the preferred type (see
-    /// [`Redirect::target`]).
+    /// to; `?` means the server knows no endpoint of the preferred type.
     pub host: String,
     /// The port to connect to (the TLS port when the cluster redirects TLS clients there).
     pub port: u16,
@@ -31,7 +30,7 @@ pub(crate) struct Redirect {
 
 /// Parses an error reply's text, with or without its leading `-` (and trailing CRLF);
 /// `None` if it is not a well-formed `MOVED` or `ASK`.
-pub(crate) fn parse_redirect(error_text: &[u8]) -> Option<Redirect> {
+pub fn parse_redirect(error_text: &[u8]) -> Option<Redirect> {
     let text = trim(error_text);
     let mut words = text.split(|&b| b == b' ');
     let kind = match words.next()? {
