@@ -161,3 +161,14 @@ pub(crate) fn after(id: &[u8]) -> Vec<u8> {
     bound.extend_from_slice(id);
     bound
 }
+
+/// The group's health: `XINFO GROUPS key`, `XPENDING key group - + 1` (the oldest pending
+/// entry), `TIME` (to date it).
+pub(crate) fn health(out: &mut BytesMut, c: &Config, part: crate::in_flight::HealthPart) {
+    use crate::in_flight::HealthPart;
+    match part {
+        HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", &c.stream]),
+        HealthPart::Oldest => command(out, &[b"XPENDING", &c.stream, &c.group, b"-", b"+", b"1"]),
+        HealthPart::Time => command(out, &[b"TIME"]),
+    }
+}

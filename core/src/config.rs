@@ -87,7 +87,9 @@ pub struct Config {
     pub protocol: Protocol,
     /// Credentials, if the server wants them.
     pub auth: Option<Auth>,
-    /// `CLIENT SETNAME` value (no spaces). Default `None`.
+    /// The connection's name (`CLIENT SETNAME`, or `HELLO … SETNAME`), shown by
+    /// `CLIENT LIST`; printable ASCII without spaces. Default `pelican:<group>:<consumer>`
+    /// (any byte that a name cannot hold shown as `?`); `None` sends no name.
     pub client_name: Option<Bytes>,
     /// Database index (`SELECT`); 0 sends nothing.
     pub db: u32,
@@ -127,6 +129,11 @@ pub struct Config {
     /// that outgrows this with more than one entry is skipped and asked again, smaller.
     /// A single entry may still be as large as `max_frame`.
     pub read_bytes: usize,
+    /// How often to ask after the group's health — pending count, oldest pending entry,
+    /// lag ([`Notice::Health`](crate::Notice::Health)) — with three commands pipelined
+    /// between reads (`XINFO GROUPS`, `XPENDING key group - + 1`, `TIME`). `None` (the
+    /// default): never.
+    pub health_every: Option<Duration>,
 }
 
 fn bytes(b: impl AsRef<[u8]>) -> Bytes {
@@ -136,6 +143,26 @@ fn bytes(b: impl AsRef<[u8]>) -> Bytes {
 /// The shortest accepted [`Config::read_grace`].
 pub const MIN_READ_GRACE: Duration = Duration::from_secs(1);
 
+/// The longest duration any setting accepts: 365 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `pelican:<group>:<consumer>`, each byte a connection name cannot hold (a space, a control
+/// or a non-ASCII byte) shown as `?`.
+fn default_client_name(group: &[u8], consumer: &[u8]) -> Bytes {
+    let name = [&b"pelican:"[..], group, b":", consumer].concat();
+    name.into_iter().map(|b| if b.is_ascii_graphic() { b } else { b'?' }).collect::<Vec<u8>>().into()
+}
+
+/// A group's start id as `XGROUP CREATE` takes it: `$`, or `<ms>` or `<ms>-<seq>`.
+fn is_start_id(id: &[u8]) -> bool {
+    let number = |n: &[u8]| !n.is_empty() && n.len() <= 20 && n.iter().all(u8::is_ascii_digit);
+    match id.iter().position(|b| *b == b'-') {
+        _ if id == b"$" => true,
+        Some(dash) => number(&id[..dash]) && number(&id[dash + 1..]),
+        None => number(id),
+    }
+}
+
 /// The shortest accepted [`Config::min_idle`]: below it, a peer could reclaim an entry during
 /// the round trip that delivers or renews it.
 pub const MIN_MIN_IDLE: Duration = Duration::from_millis(100);
@@ -143,6 +170,7 @@ pub const MIN_MIN_IDLE: Duration = Duration::from_millis(100);
 impl Config {
     /// A configuration with the defaults for everything but the names.
     pub fn new(stream: impl AsRef<[u8]>, group: impl AsRef<[u8]>, consumer: impl AsRef<[u8]>) -> Config {
+        let name = default_client_name(group.as_ref(), consumer.as_ref());
         Config {
             stream: bytes(stream),
             group: bytes(group),
@@ -154,7 +182,7 @@ impl Config {
             on_group_gone: GroupGone::Fail,
             protocol: Protocol::Resp2,
             auth: None,
-            client_name: None,
+            client_name: Some(name),
             db: 0,
             read_grace: Duration::from_secs(2),
             backoff_min: Duration::from_millis(100),
@@ -166,7 +194,14 @@ impl Config {
             max_deliveries: None,
             dead_letter: None,
             read_bytes: 16 << 20,
+            health_every: None,
         }
+    }
+
+    /// Sets [`Config::health_every`].
+    pub fn health_every(mut self, interval: Duration) -> Self {
+        self.health_every = Some(interval);
+        self
     }
 
     /// Sets [`Config::count`].
@@ -208,6 +243,12 @@ impl Config {
     /// Sets [`Config::client_name`].
     pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
         self.client_name = Some(bytes(name));
+        self
+    }
+
+    /// Sends no connection name (see [`Config::client_name`]).
+    pub fn no_client_name(mut self) -> Self {
+        self.client_name = None;
         self
     }
     /// Sets [`Config::db`].
@@ -288,6 +329,21 @@ impl Config {
         if self.beat > Duration::from_secs(24 * 3600) {
             return Err(BeatTooLong);
         }
+        for (what, d) in [
+            ("min_idle", Some(self.min_idle)),
+            ("read_grace", Some(self.read_grace)),
+            ("backoff_max", Some(self.backoff_max)),
+            ("ack_delay", Some(self.ack_delay)),
+            ("health_every", self.health_every),
+        ] {
+            // Past this, deadlines would overflow the clock; no sane setting comes near it.
+            if d.is_some_and(|d| d > MAX_DURATION) {
+                return Err(DurationTooLong(what));
+            }
+        }
+        if self.health_every.is_some_and(|d| d.is_zero()) {
+            return Err(DurationTooShort("health_every"));
+        }
         if self.min_idle < MIN_MIN_IDLE {
             return Err(MinIdleTooShort { given: self.min_idle, min: MIN_MIN_IDLE });
         }
@@ -314,6 +370,9 @@ impl Config {
         }
         if matches!(&self.create_group, Some(start) if start.is_empty()) {
             return Err(EmptyName("create_group start id"));
+        }
+        if matches!(&self.create_group, Some(start) if !is_start_id(start)) {
+            return Err(BadStartId);
         }
         if let Some(name) = &self.client_name {
             if name.is_empty() || name.iter().any(|b| *b <= b' ' || *b == 0x7f) {
@@ -382,6 +441,12 @@ pub enum ConfigError {
     BadBackoff,
     /// A decoder limit is too low to read stream replies.
     LimitTooLow(&'static str),
+    /// A duration is over [`MAX_DURATION`] (the setting is named).
+    DurationTooLong(&'static str),
+    /// A duration is zero where it must not be (the setting is named).
+    DurationTooShort(&'static str),
+    /// The `create_group` start id is not `$`, `<ms>` or `<ms>-<seq>`.
+    BadStartId,
 }
 
 impl fmt::Display for ConfigError {
@@ -417,6 +482,11 @@ impl fmt::Display for ConfigError {
             }
             ConfigError::BadBackoff => f.write_str("backoff_min must be above zero and at most backoff_max"),
             ConfigError::LimitTooLow(what) => write!(f, "decoder limit too low: {what}"),
+            ConfigError::DurationTooLong(what) => write!(f, "{what} must be at most 365 days"),
+            ConfigError::DurationTooShort(what) => write!(f, "{what} must be more than zero"),
+            ConfigError::BadStartId => f.write_str(
+                "the group's start id must be $ (new entries), 0 (the whole stream), <ms> or <ms>-<seq>",
+            ),
         }
     }
 }
@@ -470,6 +540,11 @@ mod tests {
             (base().on_group_gone(GroupGone::Recreate), ConfigError::RecreateWithoutStart),
             (base().create_group(""), ConfigError::EmptyName("create_group start id")),
             (base().client_name("a b"), ConfigError::BadClientName),
+            (base().create_group("notanid"), ConfigError::BadStartId),
+            (base().create_group("1-"), ConfigError::BadStartId),
+            (base().min_idle(Duration::from_millis(u64::MAX)), ConfigError::DurationTooLong("min_idle")),
+            (base().health_every(Duration::ZERO), ConfigError::DurationTooShort("health_every")),
+            (base().health_every(MAX_DURATION * 2), ConfigError::DurationTooLong("health_every")),
             (base().backoff(Duration::ZERO, Duration::from_secs(1)), ConfigError::BadBackoff),
             (base().backoff(Duration::from_secs(2), Duration::from_secs(1)), ConfigError::BadBackoff),
             (
@@ -495,6 +570,18 @@ mod tests {
     fn recreate_with_start_is_valid() {
         let config = base().create_group("0").on_group_gone(GroupGone::Recreate);
         assert_eq!(config.validate(), Ok(()));
+    }
+
+    #[test]
+    fn start_ids_and_names() {
+        for start in ["$", "0", "1700000000000", "1700000000000-3"] {
+            assert_eq!(base().create_group(start).validate(), Ok(()), "{start}");
+        }
+        assert_eq!(base().client_name.as_deref(), Some(&b"pelican:g:c"[..]));
+        let odd = Config::new("s", "my group", b"caf\xc3\xa9");
+        assert_eq!(odd.client_name.as_deref(), Some(&b"pelican:my?group:caf??"[..]));
+        assert_eq!(odd.validate(), Ok(()));
+        assert_eq!(base().no_client_name().client_name, None);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! park for new ones, settle each by the application's verdict.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -15,9 +16,9 @@ use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
-use crate::in_flight::{InFlight, Pipeline, Sent};
+use crate::in_flight::{HealthPart, InFlight, Pipeline, Sent};
 use crate::lease;
-use crate::notice::{DeadLetterReason, Notice};
+use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::reply;
 use crate::stats::Stats;
@@ -145,6 +146,11 @@ pub struct Consumer {
     tracked_upto: usize,
     /// The latest time passed in, for the calls that take none.
     last_now: Option<Instant>,
+    /// When the group's health is next asked after (`Config::health_every`); `None`: at
+    /// the first chance.
+    health_at: Option<Instant>,
+    /// The health being gathered from its three replies.
+    health: Option<GroupHealth>,
     stats: Stats,
 }
 
@@ -247,6 +253,8 @@ impl Consumer {
             asking: false,
             tracked_upto: 0,
             last_now: None,
+            health_at: None,
+            health: None,
             stats: Stats::default(),
         })
     }
@@ -339,6 +347,7 @@ impl Consumer {
         if self.connected_before {
             self.stats.reconnects += 1;
         }
+        self.notices.push_back(Notice::Connected { reconnect: self.connected_before });
         self.connected_before = true;
         self.link = Link::Up;
         for command in commands::handshake(&mut self.out, &self.config) {
@@ -354,11 +363,17 @@ impl Consumer {
     /// The connection was lost, or an attempt to connect failed. Commands in flight are
     /// forgotten (acks and dead-letter moves among them are kept and sent again: both are
     /// idempotent); entries read but not handed out stay pending on the server. A reconnect
-    /// is scheduled.
+    /// is scheduled, told as [`Notice::ConnectionLost`] or [`Notice::ConnectFailed`].
     ///
     /// After an `Err` from `handle_input`/`handle_timeout` the consumer has already done
     /// this; calling it again before the scheduled reconnect time changes nothing.
     pub fn on_disconnected(&mut self, now: Instant) {
+        self.on_disconnected_because(now, "the connection closed");
+    }
+
+    /// [`on_disconnected`](Self::on_disconnected), saying why (an I/O error, a refused
+    /// connect, a TLS failure…): the reason is carried by the notice it produces.
+    pub fn on_disconnected_because(&mut self, now: Instant, reason: impl fmt::Display) {
         self.last_now = Some(now);
         if self.link != Link::Up {
             // A connect failed: the node a redirect named may be gone (a failover).
@@ -367,7 +382,7 @@ impl Consumer {
         }
         let scheduled = matches!(self.link, Link::Down { retry_at } if now < retry_at);
         if self.is_live() && !scheduled {
-            self.lose_link(now);
+            self.lose_link(now, reason.to_string());
         }
     }
 
@@ -641,6 +656,7 @@ impl Consumer {
         if self.stop != Stop::Running {
             return; // the entry in hand finishes; nothing more is read
         }
+        self.ask_health(now);
         // Reads of new entries that answer at once may overlap; anything else that decides
         // what comes next is waited for.
         if self.in_flight.holding() || self.staged.is_some() {
@@ -682,6 +698,62 @@ impl Consumer {
                 ahead += 1;
             }
         }
+    }
+
+    /// Asks after the group's health when it is due — never behind a parked read, which
+    /// would hold the answers for up to a beat.
+    fn ask_health(&mut self, now: Instant) {
+        let Some(every) = self.config.health_every else { return };
+        if self.health_at.is_some_and(|at| now < at) || self.health.is_some() || self.in_flight.parked() {
+            return;
+        }
+        self.health_at = Some(now + every);
+        self.health = Some(GroupHealth { pending: 0, lag: None, consumers: 0, oldest: None });
+        for part in [HealthPart::Groups, HealthPart::Oldest, HealthPart::Time] {
+            commands::health(&mut self.out, &self.config, part);
+            self.track(Sent::Health(part), now);
+        }
+    }
+
+    /// One of the three health replies; the last completes the notice. A reply of another
+    /// shape drops this round (health is for watching, not worth a connection).
+    fn on_health(&mut self, part: HealthPart, value: Value) {
+        let Some(mut health) = self.health.take() else { return };
+        match part {
+            HealthPart::Groups => match reply::group_info(value, &self.config.group) {
+                Ok(Some((pending, lag, consumers))) => {
+                    (health.pending, health.lag, health.consumers) = (pending, lag, consumers);
+                }
+                _ => return,
+            },
+            HealthPart::Oldest => match reply::oldest_pending(value) {
+                Ok(oldest) => {
+                    health.oldest = oldest.map(|(id, owner, idle, deliveries)| OldestPending {
+                        id,
+                        age: Duration::ZERO,
+                        idle: Duration::from_millis(idle),
+                        deliveries,
+                        owner,
+                    })
+                }
+                Err(_) => return,
+            },
+            HealthPart::Time => {
+                let Ok(now_ms) = reply::time_ms(value) else { return };
+                if let Some(oldest) = &mut health.oldest {
+                    // An id's first part is the time it was added, in ms since the epoch.
+                    let id_ms = oldest
+                        .id
+                        .split(|b| *b == b'-')
+                        .next()
+                        .and_then(|ms| std::str::from_utf8(ms).ok()?.parse::<u64>().ok());
+                    oldest.age = Duration::from_millis(now_ms.saturating_sub(id_ms.unwrap_or(now_ms)));
+                }
+                self.notices.push_back(Notice::Health(health));
+                return;
+            }
+        }
+        self.health = Some(health);
     }
 
     /// True if the next read is one of new entries (no drain page or reclaim due).
@@ -848,16 +920,25 @@ impl Consumer {
             }
         }
         self.staged = None;
+        self.health = None;
         self.out.clear();
         self.tracked_upto = 0;
         self.decoder.reset();
     }
 
-    fn lose_link(&mut self, now: Instant) {
+    fn lose_link(&mut self, now: Instant, reason: String) {
+        let was_up = self.link == Link::Up;
         self.reset_link();
         self.drop_buffer();
-        self.link = Link::Down { retry_at: now + self.backoff.next_delay() };
+        let retry_in = self.backoff.next_delay();
+        self.link = Link::Down { retry_at: now + retry_in };
         self.finish_stop_if_clear();
+        if self.is_live() {
+            self.notices.push_back(match was_up {
+                true => Notice::ConnectionLost { reason, retry_in },
+                false => Notice::ConnectFailed { reason, retry_in },
+            });
+        }
     }
 
     /// Records an error; returns it for the caller to pass on.
@@ -869,7 +950,7 @@ impl Consumer {
             self.buffer.clear();
             self.link = Link::Closed;
         } else {
-            self.lose_link(now);
+            self.lose_link(now, error.to_string());
         }
         error
     }
@@ -948,6 +1029,7 @@ impl Consumer {
                 self.on_lease(ids, kept, now);
             }
             Sent::GiveBack => {}
+            Sent::Health(part) => self.on_health(part, value),
             Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
@@ -1021,6 +1103,9 @@ impl Consumer {
                 })
                 .map_err(shape)?;
                 let claimed = live.len() + claim.bare_nils as usize;
+                if !live.is_empty() {
+                    self.notices.push_back(Notice::Reclaimed { count: live.len() as u64 });
+                }
                 self.pace.record_read(len, claimed);
                 self.backlog = claimed >= count as usize;
                 self.stats.deleted_seen += claim.deleted.len() as u64;
@@ -1113,6 +1198,10 @@ impl Consumer {
         }
         if let Sent::GiveBack = sent {
             return Ok(()); // best effort: the counts stay one higher
+        }
+        if let Sent::Health(_) = sent {
+            self.health = None; // no such key or group yet: nothing to tell this round
+            return Ok(());
         }
         if let Sent::DeadLetter(_) = sent {
             // The script's own errors name the failing call after the code (6.2: `ERR Error
@@ -1319,6 +1408,7 @@ impl Consumer {
             | Sent::Lease(_)
             | Sent::GiveBack
             | Sent::FindTooLarge
+            | Sent::Health(_)
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => acks.encode(out, &c.stream, &c.group),

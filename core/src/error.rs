@@ -33,6 +33,11 @@ pub enum Command {
     DeadLetter,
     /// `ASKING`: the next command is for a slot migrating to this node.
     Asking,
+    /// `XINFO GROUPS`, `XPENDING key group - + 1`, `TIME`: the group's health, when asked
+    /// for ([`Config::health_every`](crate::Config::health_every)).
+    Health,
+    /// `EVAL …`: retiring idle consumers ([`Retirement`](crate::retire::Retirement)).
+    Retire,
 }
 
 impl fmt::Display for Command {
@@ -51,6 +56,8 @@ impl fmt::Display for Command {
             Command::Lease => "XCLAIM (lease)",
             Command::DeadLetter => "EVAL (dead letter)",
             Command::Asking => "ASKING",
+            Command::Health => "XINFO GROUPS (health)",
+            Command::Retire => "EVAL (retire)",
         })
     }
 }

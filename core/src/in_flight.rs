@@ -49,6 +49,19 @@ pub(crate) enum Sent {
     FindTooLarge,
     /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
     Discard(Command),
+    /// One of the group-health commands.
+    Health(HealthPart),
+}
+
+/// The three commands that ask after the group's health, pipelined in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HealthPart {
+    /// `XINFO GROUPS key`.
+    Groups,
+    /// `XPENDING key group - + 1`.
+    Oldest,
+    /// `TIME`.
+    Time,
 }
 
 impl Sent {
@@ -63,6 +76,7 @@ impl Sent {
             Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
             Sent::Lease(_) | Sent::GiveBack => Command::Lease,
             Sent::DeadLetter(_) => Command::DeadLetter,
+            Sent::Health(_) => Command::Health,
         }
     }
 

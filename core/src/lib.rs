@@ -106,13 +106,16 @@ mod notice;
 mod oracle;
 mod pace;
 mod reply;
+pub mod retire;
 mod stats;
 mod stream_reply;
 
-pub use config::{Auth, Config, ConfigError, GroupGone, Limits, Protocol, MIN_MIN_IDLE, MIN_READ_GRACE};
+pub use config::{
+    Auth, Config, ConfigError, GroupGone, Limits, Protocol, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+};
 pub use consumer::{Consumer, Event};
 pub use dead_letter::DEAD_LETTER_SCRIPT;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
-pub use notice::{DeadLetterReason, Notice, ShrinkCause};
+pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::Stats;

@@ -1,14 +1,45 @@
 //! Happenings worth telling the application or the operator about, that need no answer.
 
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 
-/// Something that happened to the consumer's entries, reported through
-/// [`Event::Notice`](crate::Event::Notice) and counted in [`Stats`](crate::Stats).
+/// Something that happened to the consumer's connection or entries, reported through
+/// [`Event::Notice`](crate::Event::Notice) (most are also counted in [`Stats`](crate::Stats)).
+/// Each has a one-line [`Display`](fmt::Display) for logs; [`Notice::is_trouble`] tells
+/// those worth a warning.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Notice {
+    /// A connection is up (the handshake and the drain of the own pending list follow).
+    Connected {
+        /// True for every connection after the first.
+        reconnect: bool,
+    },
+    /// A connect attempt failed (the server is down, refused, unreachable…).
+    ConnectFailed {
+        /// Why, as the transport or the consumer saw it.
+        reason: String,
+        /// When the next attempt is (backoff with jitter).
+        retry_in: Duration,
+    },
+    /// A working connection was lost, or closed by the consumer (a reply overdue, bytes
+    /// that are not RESP, a server error a reconnect may fix).
+    ConnectionLost {
+        /// Why.
+        reason: String,
+        /// When the next attempt is.
+        retry_in: Duration,
+    },
+    /// `XAUTOCLAIM` took entries idle past `min_idle` from their owners (dead peers, or
+    /// this consumer's own failed entries coming back for another try).
+    Reclaimed {
+        /// How many (deleted ones not included).
+        count: u64,
+    },
+    /// The group's health, every [`Config::health_every`](crate::Config::health_every).
+    Health(GroupHealth),
     /// A peer took an entry this consumer had read (its `XAUTOCLAIM` found it idle past
     /// `min_idle`), or it was deleted. From the buffer, it is dropped and never handed out;
     /// in hand (`in_hand`), the handler was already running: its ack may count 0
@@ -36,6 +67,38 @@ pub enum Notice {
         /// Why.
         cause: ShrinkCause,
     },
+}
+
+/// A group's state on the server, as `XINFO GROUPS`, `XPENDING` and `TIME` tell it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupHealth {
+    /// Entries delivered to the group's consumers and not yet acknowledged (all consumers).
+    pub pending: u64,
+    /// Entries in the stream not yet delivered to the group; `None` on Redis 6.2 (no `lag`
+    /// before 7.0) or when the server cannot tell (after some deletions).
+    pub lag: Option<u64>,
+    /// The group's consumers.
+    pub consumers: u64,
+    /// The oldest pending entry, if any.
+    pub oldest: Option<OldestPending>,
+}
+
+/// The oldest entry of a group's pending list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OldestPending {
+    /// Its id.
+    pub id: Bytes,
+    /// Its age: the server's time now less the time in its id (zero for an id from the
+    /// future, e.g. an explicit id).
+    pub age: Duration,
+    /// Since it was last delivered (or claimed).
+    pub idle: Duration,
+    /// Times it was delivered.
+    pub deliveries: u64,
+    /// The consumer that holds it.
+    pub owner: Bytes,
 }
 
 /// Why an entry went to the dead-letter stream.
@@ -68,9 +131,36 @@ pub enum ShrinkCause {
     BigEntries,
 }
 
+impl Notice {
+    /// True for what an operator should hear about at once (a warning rather than
+    /// information): a failed connect, a lost connection, a lost lease, a dead letter.
+    pub fn is_trouble(&self) -> bool {
+        matches!(
+            self,
+            Notice::ConnectFailed { .. }
+                | Notice::ConnectionLost { .. }
+                | Notice::LeaseLost { .. }
+                | Notice::DeadLettered { .. }
+        )
+    }
+}
+
 impl fmt::Display for Notice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Notice::Connected { reconnect: false } => f.write_str("connected"),
+            Notice::Connected { reconnect: true } => f.write_str("reconnected"),
+            Notice::ConnectFailed { reason, retry_in } => {
+                write!(f, "cannot connect: {reason}; retrying in {}", Secs(*retry_in))
+            }
+            Notice::ConnectionLost { reason, retry_in } => {
+                write!(f, "connection lost: {reason}; reconnecting in {}", Secs(*retry_in))
+            }
+            Notice::Reclaimed { count } => {
+                let entries = if *count == 1 { "entry" } else { "entries" };
+                write!(f, "reclaimed {count} idle {entries} from their owners")
+            }
+            Notice::Health(health) => health.fmt(f),
             Notice::LeaseLost { id, in_hand: false } => {
                 write!(f, "lease lost: {} was taken by a peer before it was handed out", Id(id))
             }
@@ -92,6 +182,40 @@ impl fmt::Display for Notice {
                 let entries = if *count == 1 { "entry" } else { "entries" };
                 write!(f, "reads shrunk to {count} {entries}: {why}")
             }
+        }
+    }
+}
+
+impl fmt::Display for GroupHealth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "group: {} pending", self.pending)?;
+        if let Some(oldest) = &self.oldest {
+            write!(
+                f,
+                ", oldest {} old ({} held by {})",
+                Secs(oldest.age),
+                Id(&oldest.id),
+                Id(&oldest.owner)
+            )?;
+        }
+        if let Some(lag) = self.lag {
+            write!(f, ", lag {lag}")?;
+        }
+        let s = if self.consumers == 1 { "" } else { "s" };
+        write!(f, ", {} consumer{s}", self.consumers)
+    }
+}
+
+/// A duration for messages: `0.25 s`, `12 s`, `3 min 5 s`.
+pub(crate) struct Secs(pub Duration);
+
+impl fmt::Display for Secs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        match ms {
+            0..=9_999 => write!(f, "{} s", ms as f64 / 1000.0),
+            10_000..=119_999 => write!(f, "{} s", ms / 1000),
+            _ => write!(f, "{} min {} s", ms / 60_000, ms / 1000 % 60),
         }
     }
 }
@@ -121,5 +245,36 @@ mod tests {
         assert_eq!(dead.to_string(), "dead-lettered 5-1 after 4 deliveries, past the delivery cap");
         let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::BigEntries };
         assert_eq!(shrunk.to_string(), "reads shrunk to 3 entries: entries are big");
+    }
+
+    #[test]
+    fn connection_and_health_messages() {
+        let lost = Notice::ConnectionLost {
+            reason: "Connection reset by peer (os error 104)".into(),
+            retry_in: Duration::from_millis(250),
+        };
+        assert_eq!(
+            lost.to_string(),
+            "connection lost: Connection reset by peer (os error 104); reconnecting in 0.25 s"
+        );
+        assert!(lost.is_trouble());
+        let failed = Notice::ConnectFailed { reason: "refused".into(), retry_in: Duration::from_secs(5) };
+        assert_eq!(failed.to_string(), "cannot connect: refused; retrying in 5 s");
+        assert!(!Notice::Connected { reconnect: true }.is_trouble());
+        assert_eq!(Notice::Reclaimed { count: 1 }.to_string(), "reclaimed 1 idle entry from their owners");
+        let oldest = OldestPending {
+            id: Bytes::from_static(b"1-0"),
+            age: Duration::from_secs(185),
+            idle: Duration::from_secs(3),
+            deliveries: 2,
+            owner: Bytes::from_static(b"w1"),
+        };
+        let health = GroupHealth { pending: 4, lag: Some(10), consumers: 2, oldest: Some(oldest) };
+        assert_eq!(
+            health.to_string(),
+            "group: 4 pending, oldest 3 min 5 s old (1-0 held by w1), lag 10, 2 consumers"
+        );
+        let quiet = GroupHealth { pending: 0, lag: None, consumers: 1, oldest: None };
+        assert_eq!(Notice::Health(quiet).to_string(), "group: 0 pending, 1 consumer");
     }
 }

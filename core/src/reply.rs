@@ -70,6 +70,76 @@ pub(crate) fn ok(value: Value) -> Result<()> {
     }
 }
 
+/// The fields of one group in `XINFO GROUPS`: a flat `[name, value, …]` list (RESP2) or a
+/// map (RESP3).
+fn group_fields(group: Value) -> Result<Vec<(Value, Value)>> {
+    match group {
+        Value::Map(pairs) => Ok(pairs),
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            let mut it = flat.into_iter();
+            Ok(std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect())
+        }
+        _ => Err(ShapeError("XINFO GROUPS: a group is neither a map nor a flat list")),
+    }
+}
+
+/// `XINFO GROUPS key`, for the group `name`: (pending, lag, consumers). `lag` is absent
+/// before Redis 7.0 and nil when the server cannot tell. `None`: no such group.
+pub(crate) fn group_info(value: Value, name: &[u8]) -> Result<Option<(u64, Option<u64>, u64)>> {
+    let Value::Array(groups) = value else { return Err(ShapeError("XINFO GROUPS: not an array")) };
+    for group in groups {
+        let (mut found, mut pending, mut lag, mut consumers) = (false, None, None, None);
+        for (key, value) in group_fields(group)? {
+            let (Value::Str(key) | Value::Text(key)) = key else { continue };
+            match (&key[..], value) {
+                (b"name", Value::Str(n) | Value::Text(n)) => found = &n[..] == name,
+                (b"pending", Value::Int(n)) if n >= 0 => pending = Some(n as u64),
+                (b"consumers", Value::Int(n)) if n >= 0 => consumers = Some(n as u64),
+                (b"lag", Value::Int(n)) if n >= 0 => lag = Some(n as u64),
+                _ => {}
+            }
+        }
+        if found {
+            return match (pending, consumers) {
+                (Some(p), Some(c)) => Ok(Some((p, lag, c))),
+                _ => Err(ShapeError("XINFO GROUPS: no pending or consumers count")),
+            };
+        }
+    }
+    Ok(None)
+}
+
+/// `XPENDING key group - + 1`: the oldest pending entry as (id, owner, idle ms, deliveries).
+pub(crate) fn oldest_pending(value: Value) -> Result<Option<(Bytes, Bytes, u64, u64)>> {
+    let Value::Array(items) = value else { return Err(ShapeError("XPENDING: not an array")) };
+    let Some(first) = items.into_iter().next() else { return Ok(None) };
+    let Value::Array(fields) = first else { return Err(ShapeError("XPENDING: an entry is not an array")) };
+    let mut it = fields.into_iter();
+    match (it.next(), it.next(), it.next(), it.next()) {
+        (Some(Value::Str(id)), Some(Value::Str(owner)), Some(Value::Int(idle)), Some(Value::Int(n)))
+            if idle >= 0 && n >= 0 =>
+        {
+            Ok(Some((id, owner, idle as u64, n as u64)))
+        }
+        _ => Err(ShapeError("XPENDING: an entry is not [id, owner, idle, count]")),
+    }
+}
+
+/// `TIME`: `[seconds, microseconds]`, as milliseconds since the epoch.
+pub(crate) fn time_ms(value: Value) -> Result<u64> {
+    let number = |v: &Value| match v {
+        Value::Str(s) | Value::Text(s) => std::str::from_utf8(s).ok()?.parse::<u64>().ok(),
+        _ => None,
+    };
+    match value {
+        Value::Array(parts) if parts.len() == 2 => match (number(&parts[0]), number(&parts[1])) {
+            (Some(secs), Some(micros)) => Ok(secs.saturating_mul(1000).saturating_add(micros / 1000)),
+            _ => Err(ShapeError("TIME: not two numbers")),
+        },
+        _ => Err(ShapeError("TIME: not [seconds, microseconds]")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +205,28 @@ pub(crate) mod fixture_tests {
                 check(flavor, &load);
             }
         }
+    }
+
+    #[test]
+    fn group_health_replies() {
+        each(|flavor, load| {
+            let info = group_info(load("xinfo_groups"), b"g").unwrap();
+            let oldest = oldest_pending(load("xpending_extended")).unwrap();
+            if flavor == "redis-6.2" {
+                // No lag before 7.0; the deleted 2-0 stays in B's pending list.
+                assert_eq!(info, Some((1, None, 2)), "{flavor}");
+                let (id, owner, _idle, n) = oldest.unwrap();
+                assert_eq!((&id[..], &owner[..], n), (&b"2-0"[..], &b"B"[..], 3));
+            } else {
+                assert_eq!(info, Some((0, Some(0), 2)), "{flavor}");
+                assert_eq!(oldest, None, "{flavor}");
+            }
+            assert_eq!(group_info(load("xinfo_groups"), b"other"), Ok(None));
+            let ms = time_ms(load("time")).unwrap();
+            assert!(ms > 1_600_000_000_000, "{flavor}: {ms}");
+        });
+        assert!(group_info(Value::Array(vec![Value::Array(vec![Value::Nil])]), b"g").is_err());
+        assert!(time_ms(Value::Array(vec![Value::Int(1), Value::Int(2)])).is_err());
     }
 
     #[test]

@@ -11,7 +11,7 @@ use pelican::{
 use support::*;
 
 fn config(protocol: Protocol) -> Config {
-    Config::new("s", "g", "A").count(10).beat(Duration::from_secs(2)).protocol(protocol)
+    Config::new("s", "g", "A").count(10).beat(Duration::from_secs(2)).protocol(protocol).no_client_name()
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {
@@ -153,6 +153,8 @@ fn an_owed_move_is_sent_again_after_a_reconnect_and_before_a_stop_ends() {
     assert_eq!(sent(&mut rig), [dead_letter("1-0", 2, "verdict")]);
     rig.consumer.on_disconnected(rig.now);
     rig.consumer.stop();
+    let lost = rig.consumer.poll_event();
+    assert!(matches!(lost, Some(Event::Notice(Notice::ConnectionLost { .. }))), "{lost:?}");
     assert_eq!(rig.consumer.poll_event(), None, "the move is owed");
     rig.advance(Duration::from_secs(1));
     rig.connect();

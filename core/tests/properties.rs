@@ -221,6 +221,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
         now: origin(),
     };
     let config = Config::new("s", "g", "c")
+        .no_client_name()
         .count(story.count)
         .protocol(story.protocol)
         .min_idle(Duration::from_secs(3));
@@ -432,7 +433,7 @@ proptest! {
         chunks in prop::collection::vec(1usize..64, 1..8),
         settle_ack in any::<bool>(),
     ) {
-        let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol)).unwrap();
+        let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol).no_client_name()).unwrap();
         let mut now = origin();
         c.on_connected(now);
         let mut rest = &bytes[..];
@@ -466,7 +467,7 @@ proptest! {
         bytes.truncate(cut.index(bytes.len() + 1));
         let now = origin();
         for prefix in [&b""[..], b"*2\r\n$3\r\n0-0\r\n*0\r\n"] {
-            let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol)).unwrap();
+            let mut c = Consumer::new(Config::new("s", "g", "c").protocol(protocol).no_client_name()).unwrap();
             c.on_connected(now);
             let _ = c.handle_input(prefix, now);
             let _ = c.handle_input(&bytes, now);

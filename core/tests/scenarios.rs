@@ -4,13 +4,13 @@ mod support;
 
 use std::time::Duration;
 
-use pelican::{Command, Config, Error, Event, GroupGone, Protocol, Source, Verdict};
+use pelican::{Command, Config, Error, Event, GroupGone, Notice, Protocol, Source, Verdict};
 use support::*;
 
 const BEAT: Duration = Duration::from_secs(2);
 
 fn config(consumer: &str, protocol: Protocol) -> Config {
-    Config::new("s", "g", consumer).count(10).beat(BEAT).protocol(protocol)
+    Config::new("s", "g", consumer).count(10).beat(BEAT).protocol(protocol).no_client_name()
 }
 
 /// A drain page: the read and, pipelined behind it, the `XPENDING` for its delivery counts.
@@ -197,6 +197,7 @@ fn claimed_deleted_entries_per_server_shape() {
         rig.reply("autoclaim").unwrap();
         // The claimed entries' delivery counts are asked for before they are handed out.
         assert_eq!(rig.sent(), [cmd("XPENDING s g 1-0 3-0 2 B")]);
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 }, "deleted ones not counted");
         assert_eq!(rig.consumer.poll_event(), None);
         rig.reply("pending_counts_claimed").unwrap();
         if flavor == "redis-6.2" {
@@ -235,6 +236,7 @@ fn a_drain_from_the_top_waits_for_the_batch_to_be_handed_out() {
         rig.sent();
         rig.reply("autoclaim").unwrap();
         assert_eq!(rig.sent(), [cmd("XPENDING s g 1-0 3-0 2 B")]);
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
         rig.reply("pending_counts_claimed").unwrap();
         assert_eq!(rig.sent(), [cmd("XPENDING s g (2-0 3-0 1 B")]);
         rig.reply("pending_counts_claimed_next").unwrap();
@@ -380,7 +382,8 @@ fn a_second_disconnect_report_does_not_push_the_reconnect_back() {
 #[test]
 fn stop_while_disconnected_with_nothing_owed_stops_at_once() {
     let mut rig = parked("redis-7.0", Protocol::Resp2);
-    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.on_disconnected_because(rig.now, "reset by peer");
+    assert!(matches!(rig.notice(), Notice::ConnectionLost { reason, .. } if reason == "reset by peer"));
     rig.consumer.stop();
     assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
     assert!(!rig.consumer.wants_connection());
@@ -391,7 +394,8 @@ fn stop_then_retry_while_disconnected_stops_without_reconnecting() {
     let mut rig = parked("redis-7.0", Protocol::Resp2);
     rig.reply("read_new").unwrap();
     rig.entry();
-    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.on_disconnected_because(rig.now, "reset by peer");
+    assert!(matches!(rig.notice(), Notice::ConnectionLost { reason, .. } if reason == "reset by peer"));
     rig.consumer.stop();
     assert_eq!(rig.consumer.poll_event(), None, "the entry in hand finishes first");
     rig.settle(Verdict::Retry);
@@ -405,7 +409,8 @@ fn stop_while_disconnected_with_acks_owed_reconnects_to_confirm_them() {
     rig.reply("read_new").unwrap();
     rig.entry();
     rig.settle(Verdict::Ack);
-    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.on_disconnected_because(rig.now, "reset by peer");
+    assert!(matches!(rig.notice(), Notice::ConnectionLost { reason, .. } if reason == "reset by peer"));
     rig.consumer.stop();
     assert_eq!(rig.consumer.poll_event(), None);
     assert!(rig.consumer.wants_connection());
@@ -449,7 +454,8 @@ fn abandon_while_disconnected_gives_up_owed_acks_at_once() {
     rig.reply("read_new").unwrap();
     rig.handle_all(Verdict::Ack);
     assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park("A")]);
-    rig.consumer.on_disconnected(rig.now);
+    rig.consumer.on_disconnected_because(rig.now, "reset by peer");
+    assert!(matches!(rig.notice(), Notice::ConnectionLost { reason, .. } if reason == "reset by peer"));
     rig.consumer.stop();
     assert_eq!(rig.consumer.poll_event(), None, "a stop waits to confirm the acks");
     rig.consumer.abandon();
@@ -604,4 +610,66 @@ fn an_unknown_reply_shape_is_fatal() {
     let err = rig.raw(b":1\r\n").unwrap_err();
     assert!(matches!(err, Error::Shape { command: Command::ReadPending, .. }), "{err:?}");
     assert!(err.is_fatal());
+}
+
+#[test]
+fn connections_are_named_by_default() {
+    for protocol in PROTOCOLS {
+        let config = Config::new("s", "g", "A").count(10).protocol(protocol);
+        let mut rig = Rig::new(config, "redis-7.0");
+        rig.connect();
+        let opening = rig.sent();
+        match protocol {
+            Protocol::Resp2 => assert_eq!(opening[0], cmd("CLIENT SETNAME pelican:g:A")),
+            Protocol::Resp3 => assert_eq!(opening[0], cmd("HELLO 3 SETNAME pelican:g:A")),
+        }
+        let answer = if protocol == Protocol::Resp3 { "hello" } else { "setname" };
+        rig.reply(answer).unwrap();
+        assert_eq!(&opening[1..], drain_from("A", "0"));
+    }
+}
+
+/// The three health commands, in order.
+fn health() -> Vec<Vec<String>> {
+    cmds(&["XINFO GROUPS s", "XPENDING s g - + 1", "TIME"])
+}
+
+#[test]
+fn group_health_is_asked_every_interval_and_never_behind_a_parked_read() {
+    each(|flavor, protocol| {
+        let every = Duration::from_secs(3); // within the parked read's beat + grace
+        let mut rig = Rig::new(config("A", protocol).health_every(every), flavor);
+        assert_eq!(rig.start(), then(&health(), &drain_from("A", "0")));
+        rig.reply("xinfo_groups").unwrap();
+        rig.reply("xpending_extended").unwrap();
+        assert_eq!(rig.consumer.poll_event(), None, "told once all three are in");
+        rig.reply("time").unwrap();
+        let Notice::Health(h) = rig.notice() else { panic!("not health") };
+        assert_eq!(h.consumers, 2);
+        if flavor == "redis-6.2" {
+            // No lag before 7.0; the oldest pending entry (2-0) is dated by its id.
+            assert_eq!((h.pending, h.lag), (1, None));
+            let oldest = h.oldest.expect("2-0 pending");
+            assert_eq!((&oldest.id[..], &oldest.owner[..], oldest.deliveries), (&b"2-0"[..], &b"B"[..], 3));
+            assert!(oldest.age > Duration::from_secs(50 * 365 * 24 * 3600), "id 2-0 is from 1970");
+        } else {
+            assert_eq!((h.pending, h.lag, h.oldest), (0, Some(0), None));
+        }
+        rig.drain_reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")]);
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent(), [park("A")]);
+        // Due while parked: held until the park answers, then sent before the next read.
+        rig.advance(every);
+        rig.consumer.handle_timeout(rig.now).unwrap();
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nothing behind a parked read");
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), then(&health(), &[claim("A", "0-0")]));
+        // A refusal (no such key yet) drops this round only; the connection stays.
+        rig.raw(b"-ERR no such key\r\n").unwrap();
+        rig.reply("xpending_extended").unwrap();
+        rig.reply("time").unwrap();
+        assert_eq!(rig.consumer.poll_event(), None);
+        assert!(rig.consumer.is_connected());
+    });
 }

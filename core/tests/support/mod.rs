@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, Entry, Error, Event, Protocol, Verdict};
+use pelican::{Config, Consumer, Entry, Error, Event, Notice, Protocol, Verdict};
 
 pub const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
 pub const PROTOCOLS: [Protocol; 2] = [Protocol::Resp2, Protocol::Resp3];
@@ -76,9 +76,19 @@ impl Rig {
         Rig { consumer: Consumer::new(config).expect("valid config"), now: origin(), flavor, protocol }
     }
 
+    /// Connects, taking the connection notices (the one before, if any, and `Connected`).
     pub fn connect(&mut self) {
         assert!(self.consumer.connect_due(self.now));
         self.consumer.on_connected(self.now);
+        let mut connected = false;
+        while let Some(event) = self.consumer.poll_event() {
+            connected = match event {
+                Event::Notice(Notice::Connected { .. }) => true,
+                Event::Notice(Notice::ConnectionLost { .. } | Notice::ConnectFailed { .. }) => false,
+                other => panic!("unexpected {other:?} at a connect"),
+            };
+        }
+        assert!(connected, "a Connected notice comes last");
     }
 
     /// Connects and answers the RESP3 `HELLO` (captured reply); returns the other commands
@@ -131,6 +141,14 @@ impl Rig {
 
     pub fn advance(&mut self, d: Duration) {
         self.now += d;
+    }
+
+    /// The next event, which must be a notice.
+    pub fn notice(&mut self) -> Notice {
+        match self.consumer.poll_event() {
+            Some(Event::Notice(n)) => n,
+            other => panic!("expected a notice, got {other:?}"),
+        }
     }
 
     /// The next event, which must be an entry.
