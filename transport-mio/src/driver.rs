@@ -366,9 +366,14 @@ impl Driver {
                     }
                 }
                 Ok(false) if now < deadline => self.link = Link::Connecting { stream, deadline },
-                Ok(false) | Err(_) => {
+                Ok(false) => {
                     self.link = Link::Connecting { stream, deadline };
-                    self.connect_failed(registry, now);
+                    let reason = format!("no answer within {:?}", self.connect_timeout);
+                    self.connect_failed(registry, now, reason);
+                }
+                Err(e) => {
+                    self.link = Link::Connecting { stream, deadline };
+                    self.connect_failed(registry, now, e);
                 }
             },
             securing @ Link::Securing { .. } => {
@@ -399,7 +404,8 @@ impl Driver {
                     let host = self.tls.as_ref().map_or_else(String::new, |(_, host)| host.clone());
                     self.fail_tls(registry, TlsError::NoTlsAnswer { host, attempts: self.quiet });
                 } else {
-                    self.connect_failed(registry, now);
+                    let reason = format!("the TLS handshake got no answer within {:?}", self.connect_timeout);
+                    self.connect_failed(registry, now, reason);
                 }
             }
             Err(e) => {
@@ -415,12 +421,14 @@ impl Driver {
 
     /// TLS failed for good: the driver ends.
     fn fail_tls(&mut self, registry: &Registry, err: TlsError) {
+        log::error!("{}: gave up: {err}", self.name());
         self.close(registry);
         self.tls_failed = Some(err);
     }
 
     fn connect(&mut self, registry: &Registry, now: Instant) {
         let to = self.target();
+        log::debug!("{}: connecting to {to}", self.name());
         let attempt = TcpStream::connect(to).and_then(|mut stream| {
             stream.set_nodelay(true)?;
             registry.register(&mut stream, self.token, Interest::READABLE | Interest::WRITABLE)?;
@@ -428,8 +436,13 @@ impl Driver {
         });
         match attempt {
             Ok(stream) => self.link = Link::Connecting { stream, deadline: now + self.connect_timeout },
-            Err(_) => self.connect_failed(registry, now),
+            Err(e) => self.connect_failed(registry, now, e),
         }
+    }
+
+    /// The stream's name, for logs.
+    fn name(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.consumer.config().stream)
     }
 
     /// Where to connect: the cluster node the consumer was redirected to, if any, else the
@@ -451,22 +464,24 @@ impl Driver {
         })
     }
 
-    fn connect_failed(&mut self, registry: &Registry, now: Instant) {
+    fn connect_failed(&mut self, registry: &Registry, now: Instant, reason: impl std::fmt::Display) {
         self.close(registry);
+        let tried = self.addr();
         self.next_addr = (self.next_addr + 1) % self.addrs.len();
-        self.consumer.on_disconnected(now);
+        self.consumer.on_disconnected_because(now, format_args!("{tried}: {reason}"));
     }
 
     /// The connection is lost: close it, tell the consumer (which schedules a reconnect).
-    fn disconnected(&mut self, registry: &Registry, now: Instant) {
+    fn disconnected(&mut self, registry: &Registry, now: Instant, reason: impl std::fmt::Display) {
         self.close(registry);
-        self.consumer.on_disconnected(now);
+        self.consumer.on_disconnected_because(now, reason);
     }
 
     /// The consumer returned an error: the connection is done. Fatal errors end the driver.
     fn failed(&mut self, registry: &Registry, err: pelican::Error) -> Result<Status, DriveError> {
         self.close(registry);
         if err.is_fatal() {
+            log::error!("{}: gave up: {err}", self.name());
             Err(DriveError::Consumer(err))
         } else {
             Ok(Status::Running)
@@ -506,7 +521,7 @@ impl Driver {
                 return Err(DriveError::Tls(err));
             }
         }
-        self.disconnected(registry, now);
+        self.disconnected(registry, now, err);
         Ok(Status::Running)
     }
 
@@ -558,7 +573,10 @@ impl Driver {
                         // write shows again at the next flush.
                         let _ = self.flush();
                     }
-                    Event::Notice(notice) => observe(notice),
+                    Event::Notice(notice) => {
+                        log_notice(&self.name(), &notice);
+                        observe(notice)
+                    }
                     Event::Stopped => {
                         self.close(registry);
                         self.stopped = true;
@@ -580,7 +598,7 @@ impl Driver {
             }
             match conn.read(&mut self.buf) {
                 Ok(0) => {
-                    self.disconnected(registry, now);
+                    self.disconnected(registry, now, "the server closed the connection");
                     return Ok(Status::Running);
                 }
                 Ok(n) => {
@@ -641,6 +659,17 @@ fn keep_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
 
 /// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
 /// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
+/// A notice through the `log` facade: trouble (a lost connection, a lost lease, a dead
+/// letter) as a warning, the rest as information; the group's health at debug level.
+fn log_notice(stream: &str, notice: &Notice) {
+    let level = match notice {
+        _ if notice.is_trouble() => log::Level::Warn,
+        Notice::Health(_) => log::Level::Debug,
+        _ => log::Level::Info,
+    };
+    log::log!(level, "{stream}: {notice}");
+}
+
 fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
     if let Some(err) = stream.take_error()? {
         return Err(err);

@@ -41,11 +41,13 @@ mod cluster;
 mod conn;
 mod driver;
 mod error;
+mod retire;
 mod run;
 mod stop;
 
 pub use cluster::locate;
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
+pub use retire::retire;
 pub use run::{run, Runner};
 pub use stop::StopHandle;

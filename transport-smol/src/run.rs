@@ -210,7 +210,24 @@ impl Runner {
     /// of those waiting) is renewed, so a peer does not take it however long it takes. A stop
     /// requested meanwhile waits for it: the entry is settled, its ack confirmed, then `run`
     /// returns. An [`abandon`](StopHandle::abandon) drops the handler's future instead.
-    pub async fn run<H, F>(mut self, mut handler: H) -> Result<Stats, RunError>
+    pub async fn run<H, F>(mut self, handler: H) -> Result<Stats, RunError>
+    where
+        H: FnMut(Entry) -> F,
+        F: Future<Output = Verdict>,
+    {
+        let outcome = self.serve(handler).await;
+        if let Err(err) = &outcome {
+            log::error!("{}: gave up: {err}", self.name());
+        }
+        outcome
+    }
+
+    /// The stream's name, for logs.
+    fn name(&self) -> String {
+        String::from_utf8_lossy(&self.consumer.config().stream).into_owned()
+    }
+
+    async fn serve<H, F>(&mut self, mut handler: H) -> Result<Stats, RunError>
     where
         H: FnMut(Entry) -> F,
         F: Future<Output = Verdict>,
@@ -280,6 +297,13 @@ impl Runner {
     }
 
     fn observe(&mut self, notice: &Notice) {
+        // Trouble as a warning, the rest as information; the group's health at debug level.
+        let level = match notice {
+            _ if notice.is_trouble() => log::Level::Warn,
+            Notice::Health(_) => log::Level::Debug,
+            _ => log::Level::Info,
+        };
+        log::log!(level, "{}: {notice}", self.name());
         if let Some(observer) = self.observer.as_mut() {
             observer(notice);
         }
@@ -338,7 +362,7 @@ impl Runner {
         let now = Instant::now();
         let result = match wake {
             Wake::Stop => return Ok(()),
-            Wake::Io(Ok(0)) => Err(None),
+            Wake::Io(Ok(0)) => Err(Cut::Lost("the server closed the connection".into())),
             Wake::Io(Ok(n)) if writing => {
                 self.consumer.advance_transmit(n);
                 return Ok(());
@@ -348,7 +372,7 @@ impl Runner {
                     self.heard = true;
                     self.quiet = 0;
                 }
-                self.consumer.handle_input(&self.buf[..n], now).map_err(Some)
+                self.consumer.handle_input(&self.buf[..n], now).map_err(Cut::Consumer)
             }
             Wake::Io(Err(e)) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
             Wake::Io(Err(e)) => {
@@ -365,20 +389,20 @@ impl Runner {
                         return Err(RunError::Tls(TlsError::ServerWantsTls { addr, attempts: self.quiet }));
                     }
                 }
-                Err(None)
+                Err(Cut::Lost(e.to_string()))
             }
-            Wake::Timer => self.consumer.handle_timeout(now).map_err(Some),
+            Wake::Timer => self.consumer.handle_timeout(now).map_err(Cut::Consumer),
         };
         match result {
             Ok(()) => Ok(()),
             // EOF or an I/O error: the connection is lost; reconnect after the backoff.
-            Err(None) => {
+            Err(Cut::Lost(reason)) => {
                 self.link = None;
-                self.consumer.on_disconnected(now);
+                self.consumer.on_disconnected_because(now, reason);
                 Ok(())
             }
             // The consumer closed the connection; it scheduled a reconnect unless fatal.
-            Err(Some(err)) => {
+            Err(Cut::Consumer(err)) => {
                 self.link = None;
                 if err.is_fatal() {
                     return Err(RunError::Consumer(err));
@@ -408,12 +432,15 @@ impl Runner {
             Some((host, port)) => redirect_addr(host, *port, configured).await.unwrap_or(configured),
             None => configured,
         };
-        let Some(attempt) =
-            bounded(self.connect_timeout, &self.stop, self.told, TcpStream::connect(addr)).await
-        else {
-            return Ok(self.attempt_failed(true));
+        log::debug!("{}: connecting to {addr}", self.name());
+        let timeout = self.connect_timeout;
+        let Some(attempt) = bounded(timeout, &self.stop, self.told, TcpStream::connect(addr)).await else {
+            return Ok(self.attempt_failed(true, format_args!("{addr}: no answer within {timeout:?}")));
         };
-        let Ok(stream) = attempt else { return Ok(self.attempt_failed(false)) };
+        let stream = match attempt {
+            Ok(stream) => stream,
+            Err(e) => return Ok(self.attempt_failed(false, format_args!("{addr}: {e}"))),
+        };
         // Small commands go out at once; a failure here costs only latency.
         let _ = stream.set_nodelay(true);
         self.heard = false;
@@ -432,7 +459,11 @@ impl Runner {
                         conn
                     }
                     Some(Err(HandshakeError::Tls(err))) => return Err(RunError::Tls(err)),
-                    Some(Err(HandshakeError::Io)) => return Ok(self.attempt_failed(false)),
+                    Some(Err(HandshakeError::Io)) => {
+                        return Ok(
+                            self.attempt_failed(false, format_args!("{addr}: the TLS handshake failed"))
+                        );
+                    }
                     None if self.stop.request() > self.told => return Ok(None),
                     None => {
                         // A plaintext server takes the hello for an unfinished command and waits.
@@ -441,7 +472,9 @@ impl Runner {
                             let host = host.clone();
                             return Err(RunError::Tls(TlsError::NoTlsAnswer { host, attempts: self.quiet }));
                         }
-                        return Ok(self.attempt_failed(false));
+                        let reason =
+                            format_args!("{addr}: the TLS handshake got no answer within {timeout:?}");
+                        return Ok(self.attempt_failed(false, reason));
                     }
                 }
             }
@@ -452,12 +485,12 @@ impl Runner {
 
     /// A connect attempt failed, or was `cut_short` by its timeout or a stop request: the
     /// next address, after the consumer's backoff (nothing, for a stop: the loop decides).
-    fn attempt_failed(&mut self, cut_short: bool) -> Option<Conn> {
+    fn attempt_failed(&mut self, cut_short: bool, reason: std::fmt::Arguments<'_>) -> Option<Conn> {
         if cut_short && self.stop.request() > self.told {
             return None;
         }
         self.next_addr = (self.next_addr + 1) % self.addrs.len();
-        self.consumer.on_disconnected(Instant::now());
+        self.consumer.on_disconnected_because(Instant::now(), reason);
         None
     }
 
@@ -503,4 +536,12 @@ async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<Soc
         return Some(SocketAddr::new(current.ip(), port));
     }
     smol::net::resolve((host, port)).await.ok()?.into_iter().next()
+}
+
+/// Why a step cost the connection.
+enum Cut {
+    /// The connection was lost (end of file, an I/O error): the reason.
+    Lost(String),
+    /// The consumer closed it (fatal or not).
+    Consumer(pelican::Error),
 }
