@@ -201,8 +201,9 @@ fn counts_text(count: impl Fn(fn(&Counters) -> u64) -> u64) -> String {
     )
 }
 
-/// `, A acked` and, when not zero, dead-lettered, taken by peers and cluster redirects
-/// followed; nothing if the consumer's counters are unknown (a lane failed).
+/// `, A acked` and, when not zero, dead-lettered, taken by peers, cluster redirects
+/// followed and reconnects (an outage is worth knowing of after the fact); nothing if the
+/// consumer's counters are unknown (a lane failed).
 fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
     let Some(acked) = stat(|s| s.acked) else { return String::new() };
     let mut text = format!(", {acked} acked");
@@ -216,6 +217,13 @@ fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
             Some(n) => {
                 let _ = write!(text, ", {n} {what}");
             }
+        }
+    }
+    match stat(|s| s.reconnects) {
+        Some(0) | None => {}
+        Some(1) => text.push_str(", 1 reconnect"),
+        Some(n) => {
+            let _ = write!(text, ", {n} reconnects");
         }
     }
     text
@@ -249,6 +257,22 @@ mod tests {
         assert!(json.contains(r#""moved":1,"#), "{json}");
         assert!(json.contains(r#""handled":5,"failed":1,"seconds":1.500,"streams":{"{a}":{"#), "{json}");
         assert!(json.ends_with(r#""handled":2,"failed":0}}}"#), "{json}");
+    }
+
+    #[test]
+    fn the_summary_tells_reconnects_when_any() {
+        let mut stats = Stats::default();
+        stats.acked = 3;
+        assert_eq!(outcome_text(|get| Some(get(&stats))), ", 3 acked");
+        stats.reconnects = 1;
+        assert_eq!(outcome_text(|get| Some(get(&stats))), ", 3 acked, 1 reconnect");
+        stats.reconnects = 4;
+        stats.moved = 2;
+        assert_eq!(
+            outcome_text(|get| Some(get(&stats))),
+            ", 3 acked, 2 cluster redirects followed, 4 reconnects"
+        );
+        assert_eq!(outcome_text(|_| None), "");
     }
 
     #[test]
