@@ -1,9 +1,17 @@
-//! `pelican consume` at a stop and what it writes: the binary against real servers.
+//! `pelican consume` and signals, the commands it starts, what it writes: the binary against
+//! real servers, signalled as users signal it (`kill`, `timeout`).
 
 mod support;
 
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
 use pelican_tests::server::{Flavor, Server};
-use support::{wait_until, Pelican};
+use rustix::process::{kill_process, Pid, Signal};
+use support::{lines_of, run, wait_until, Pelican, Scratch, BIN, WAIT};
 
 fn url(server: &Server) -> String {
     format!("redis://{}", server.addr())
@@ -31,6 +39,161 @@ fn consume_as<'a>(url: &'a str, group: &'a str, extra: &[&'a str]) -> Vec<&'a st
     ];
     args.extend_from_slice(extra);
     args
+}
+
+/// Sends `signal` to `pid` from this test process: the same sender every time.
+fn signal(pid: u32, signal: Signal) {
+    let pid = Pid::from_raw(pid as i32).expect("a pid");
+    kill_process(pid, signal).expect("signal pelican");
+}
+
+/// A process's state letter (`R`, `S`, `Z`…) and process group, from `/proc/<pid>/stat`;
+/// `None` if there is no such process (not even a zombie).
+fn proc_stat(pid: u32) -> Option<(char, u32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
+}
+
+/// The processes of process group `group` that are not zombies.
+fn live_members(group: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| matches!(proc_stat(pid), Some((state, g)) if g == group && state != 'Z'))
+        .collect()
+}
+
+/// Waits (bounded) for `child` to exit; kills it if it does not.
+fn wait_child(child: &mut Child, what: &str) -> ExitStatus {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {WAIT:?}");
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// What a pipe yielded so far, read in the background, and whether it has ended.
+#[derive(Clone, Default)]
+struct Collected(Arc<Mutex<(Vec<u8>, bool)>>);
+
+impl Collected {
+    fn from(mut pipe: impl Read + Send + 'static) -> Collected {
+        let collected = Collected::default();
+        let into = collected.clone();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = pipe.read(&mut buf) {
+                into.0.lock().unwrap().0.extend_from_slice(&buf[..n]);
+            }
+            into.0.lock().unwrap().1 = true;
+        });
+        collected
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap().0).into_owned()
+    }
+
+    /// Everything, once the writers have closed the pipe (bounded).
+    fn all(&self) -> String {
+        wait_until("the pipe's end", || self.0.lock().unwrap().1);
+        self.text()
+    }
+}
+
+#[test]
+fn a_second_signal_leaves_no_command_running() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let url = url(&server);
+    for transport in ["mio", "smol"] {
+        let stream_ids = admin.xadd_n("s", 1, 4);
+        let dir = Scratch::new("orphan");
+        let pidfile = dir.file("pid");
+        // Ignores SIGTERM, as a careless or stuck handler does; bounded, should the test fail.
+        let command = format!("trap '' TERM; echo $$ > {pidfile}; sleep 30");
+        let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--transport", transport]));
+        wait_until("the command to start", || lines_of(&pidfile).len() == 1);
+        let pid: u32 = lines_of(&pidfile)[0].parse().expect("a pid");
+        p.term();
+        wait_until("the first signal to be seen", || p.stderr().contains("stopping after the entry in hand"));
+        p.term();
+        let status = p.wait();
+        let stderr = p.stderr();
+        assert_eq!(status.code(), Some(130), "{transport}; stderr:\n{stderr}");
+        assert!(stderr.contains("SIGKILL if still running in 3 s"), "{transport}; stderr:\n{stderr}");
+        // Reaped before pelican exited: not even a zombie left, nor anything in its group.
+        assert_eq!(proc_stat(pid), None, "{transport}: the command {pid} outlived pelican");
+        assert_eq!(live_members(pid), Vec::<u32>::new(), "{transport}: its process group outlived pelican");
+        let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+        assert_eq!(pending, stream_ids, "{transport}: the entry in hand stays pending");
+        // The next round starts clean.
+        admin.call(&["DEL", "s"]);
+    }
+}
+
+#[test]
+fn timeout_sigint_is_one_stop_request() {
+    // `timeout` signals pelican, then its own process group, pelican among it: one request
+    // delivered twice, which must stop gracefully (0), never as a second signal (130). The
+    // kernel merges the two unless pelican takes the first before the second is sent: it
+    // must be busy, running, for the race to be run at all.
+    let server = Server::start(Flavor::Valkey81);
+    let url = url(&server);
+    let (status, _, stderr) = run(&["produce", "--url", &url, "--stream", "s", "--count", "200000"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    for round in 0..20 {
+        let group = format!("g{round}");
+        let transport = if round % 2 == 0 { "mio" } else { "smol" };
+        let mut args = vec!["--preserve-status", "-s", "INT", "1", BIN];
+        args.extend(consume_as(&url, &group, &["--transport", transport]));
+        let mut child = Command::new("timeout")
+            .args(&args)
+            .env_remove("PELICAN_URL")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run timeout");
+        let stderr = Collected::from(child.stderr.take().expect("piped stderr"));
+        let status = wait_child(&mut child, "timeout pelican");
+        let stderr = stderr.all();
+        assert_eq!(status.code(), Some(0), "round {round} ({transport}): stderr:\n{stderr}");
+        assert!(stderr.contains("pelican: stopping after the entry in hand"), "round {round}: {stderr}");
+        assert!(!stderr.contains("exiting"), "round {round}: {stderr}");
+    }
+}
+
+#[test]
+fn two_deliberate_signals_from_one_process_exit_130() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    admin.xadd_n("s", 1, 4);
+    let dir = Scratch::new("deliberate");
+    let log = dir.file("log");
+    let command = format!("echo started >> {log}; sleep 20");
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command]));
+    wait_until("the command to start", || lines_of(&log).len() == 1);
+    signal(p.pid(), Signal::INT);
+    wait_until("the first signal to be seen", || p.stderr().contains("stopping after the entry in hand"));
+    // Past the window in which the same sender's signal is taken for the same request.
+    thread::sleep(Duration::from_millis(1500));
+    signal(p.pid(), Signal::INT);
+    let status = p.wait();
+    assert_eq!(status.code(), Some(130), "stderr:\n{}", p.stderr());
+    assert!(p.stderr().contains("pelican: exiting"), "stderr:\n{}", p.stderr());
 }
 
 #[test]

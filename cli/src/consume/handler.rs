@@ -5,8 +5,8 @@
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 
 use pelican::{Entry, Source, Verdict};
@@ -17,7 +17,7 @@ use crate::json;
 /// `EX_DATAERR`: the input data was incorrect).
 pub const EX_DATAERR: i32 = 65;
 
-/// Set by a second signal, just before the process exits with 130.
+/// Set by a second signal, before its commands are ended and the process exits with 130.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// What a lane's handler counts, read by the progress line and the final report.
@@ -88,9 +88,10 @@ pub struct Handler {
     pub stream: String,
     /// Its counts.
     pub counters: Arc<Counters>,
-    /// The pid of the command running for this lane (0: none), for a second signal to
-    /// terminate.
-    pub child: AtomicU32,
+    /// The pid of the command running for this lane, which leads its process group (0:
+    /// none), for a second signal to end. Locked while a command starts, so that a second
+    /// signal sees every command started (see [`Handler::child`]).
+    child: Mutex<u32>,
     /// What the lanes share.
     pub shared: Arc<Shared>,
 }
@@ -98,7 +99,15 @@ pub struct Handler {
 impl Handler {
     /// A handler for `stream`'s lane.
     pub fn new(stream: &str, shared: Arc<Shared>) -> Handler {
-        Handler { stream: stream.to_string(), counters: Arc::default(), child: AtomicU32::new(0), shared }
+        Handler { stream: stream.to_string(), counters: Arc::default(), child: Mutex::new(0), shared }
+    }
+
+    /// The running command's slot. Held while a command starts: a second signal sets
+    /// [`EXITING`] and then takes each slot, so either it finds the pid, or the handler
+    /// (taking the slot after it) finds `EXITING` set and starts nothing.
+    pub fn child(&self) -> MutexGuard<'_, u32> {
+        // A panic while the slot was held left a pid or 0 in it: either is right.
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Handles `entry` and gives the verdict, counting it.
@@ -151,6 +160,10 @@ impl Handler {
             Source::New => "new",
         };
         let shared = &self.shared;
+        let mut slot = self.child();
+        if EXITING.load(SeqCst) {
+            return Verdict::Retry; // a second signal is ending the commands: start none
+        }
         let mut child = match Command::new("sh")
             .arg("-c")
             .arg(command)
@@ -166,11 +179,13 @@ impl Handler {
         {
             Ok(child) => child,
             Err(e) => {
+                drop(slot);
                 eprintln!("pelican: cannot run sh: {e}");
                 return Verdict::Retry;
             }
         };
-        self.child.store(child.id(), Relaxed);
+        *slot = child.id();
+        drop(slot);
         let mut input = String::new();
         json::push_fields(&mut input, entry.fields());
         input.push('\n');
@@ -178,8 +193,10 @@ impl Handler {
             // A command that does not read its input closes the pipe: not a failure.
             let _ = stdin.write_all(input.as_bytes());
         }
+        // Reaped here, on every path: a second signal waits for the slot to empty before
+        // the process exits, so no command outlives pelican.
         let status = child.wait();
-        self.child.store(0, Relaxed);
+        *self.child() = 0;
         match status.map(|s| s.code()) {
             Ok(Some(0)) => Verdict::Ack,
             Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
