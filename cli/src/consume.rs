@@ -9,10 +9,10 @@ mod handler;
 mod lane;
 mod mio_lanes;
 mod report;
+mod screen;
 mod signals;
 mod smol_lanes;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -26,6 +26,7 @@ use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
 use lane::{Lane, LaneFailure, Net, Outcome};
 use report::{LaneCounts, Progress};
+use screen::Screen;
 
 /// `pelican consume --help`.
 pub const USAGE: &str = "\
@@ -268,7 +269,7 @@ fn config(o: &Options, target: &Target, stream: &str) -> Config {
 }
 
 /// What the lanes share.
-fn shared(o: &Options, stop: &Arc<StopAll>) -> Arc<Shared> {
+fn shared(o: &Options, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     Arc::new(Shared {
         exec: o.exec.clone(),
         group: o.group.clone(),
@@ -277,6 +278,7 @@ fn shared(o: &Options, stop: &Arc<StopAll>) -> Arc<Shared> {
         stdout_closed: AtomicBool::new(false),
         unrunnable: AtomicI32::new(0),
         stop: stop.clone(),
+        screen,
     })
 }
 
@@ -302,21 +304,21 @@ pub fn main(args: Args) -> Result<(), Failure> {
         homes: Vec::new(),
     };
     let stop = Arc::new(StopAll::default());
-    let shared = shared(&o, &stop);
+    let screen = Arc::new(Screen::new());
+    let shared = shared(&o, &stop, screen.clone());
     let lanes = lanes(&o, target, &shared)?;
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
-    signals::on_signals(stop.clone(), handlers.clone())?;
+    signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
     let net = net.locate(&streams);
-    let tty = std::io::stderr().is_terminal();
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
-    let progress = (o.progress || tty).then(|| Progress::spawn(&handlers, tty));
+    let progress = (o.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
     let outcomes = match o.transport {
-        Transport::Mio => mio_lanes::run(lanes, &net, &stop, tty)?,
-        Transport::Smol => smol_lanes::run(lanes, &net, &stop, tty)?,
+        Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
+        Transport::Smol => smol_lanes::run(lanes, &net, &stop)?,
     };
     let counts = lane_counts(&handlers, &outcomes);
     if let Some(progress) = progress {

@@ -1,5 +1,5 @@
 //! `pelican consume` and signals, the commands it starts, what it writes: the binary against
-//! real servers, signalled as users signal it (`kill`, `timeout`).
+//! real servers, signalled as users signal it (`kill`, `timeout`), on a terminal (`script`).
 
 mod support;
 
@@ -219,4 +219,58 @@ fn the_summary_counts_reconnects() {
     let stderr = p.stderr();
     let summary = stderr.lines().find(|l| l.contains(" handled in ")).unwrap_or_default();
     assert!(summary.contains(", 2 acked, 1 reconnect, "), "{stderr}");
+}
+
+/// The bytes just before each occurrence of `what` in `screen` end a line (or clear one).
+fn starts_lines(screen: &str, what: &str) -> usize {
+    let mut found = 0;
+    for (at, _) in screen.match_indices(what) {
+        let before = &screen[..at];
+        assert!(
+            before.is_empty() || before.ends_with('\n') || before.ends_with("\r\x1b[K"),
+            "`{what}` runs on from {:?}",
+            &before[before.len().saturating_sub(60)..]
+        );
+        found += 1;
+    }
+    found
+}
+
+#[test]
+fn on_a_terminal_output_never_runs_into_the_progress_line() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` (util-linux) to give pelican a terminal");
+        return;
+    }
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let dir = Scratch::new("tty");
+    let pidfile = dir.file("pid");
+    let url = url(&server);
+    let pelican = consume(&url, &[]).join(" ");
+    // A terminal on stdout and stderr, as a user's; `exec` makes pelican the pid written.
+    let mut child = Command::new("script")
+        .args(["-qfec", &format!("echo $$ > {pidfile}; exec {BIN} {pelican}"), "/dev/null"])
+        .env("SHELL", "/bin/sh")
+        .env_remove("PELICAN_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run script");
+    let screen = Collected::from(child.stdout.take().expect("piped stdout"));
+    wait_until("the progress line to be drawn", || screen.text().contains("entries/s"));
+    admin.xadd_n("s", 3, 4);
+    wait_until("3 entries printed", || screen.text().matches("{\"stream\"").count() == 3);
+    wait_until("the pid file", || lines_of(&pidfile).len() == 1);
+    signal(lines_of(&pidfile)[0].parse().expect("a pid"), Signal::TERM);
+    let status = wait_child(&mut child, "script pelican");
+    assert_eq!(status.code(), Some(0));
+    let screen = screen.all();
+    let first_entry = screen.find("{\"stream\"").unwrap_or_default();
+    assert!(screen[..first_entry].contains("entries/s"), "the line was shown before the entries: {screen:?}");
+    assert_eq!(starts_lines(&screen, "{\"stream\""), 3, "{screen:?}");
+    // The stop message and the summary.
+    assert_eq!(starts_lines(&screen, "pelican: "), 2, "{screen:?}");
+    assert!(screen.contains(" 3 handled in "), "{screen:?}");
 }

@@ -11,6 +11,7 @@ use std::thread;
 
 use pelican::{Entry, Source, Verdict};
 
+use super::screen::Screen;
 use crate::json;
 
 /// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
@@ -80,6 +81,8 @@ pub struct Shared {
     pub unrunnable: AtomicI32,
     /// Stops every lane.
     pub stop: Arc<StopAll>,
+    /// The terminal the progress line shares.
+    pub screen: Arc<Screen>,
 }
 
 /// Handles one lane's entries, one at a time.
@@ -141,6 +144,7 @@ impl Handler {
             return Verdict::Retry;
         }
         let line = json::entry_line(&self.stream, entry);
+        let _hold = shared.screen.clear_for_stdout();
         // The lock keeps lanes' lines whole.
         let mut out = std::io::stdout().lock();
         match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
@@ -160,6 +164,9 @@ impl Handler {
             Source::New => "new",
         };
         let shared = &self.shared;
+        // What the command writes on the terminal starts on a clean line. Not under the
+        // slot: a second signal must never wait on the screen to take it.
+        drop(shared.screen.clear());
         let mut slot = self.child();
         if EXITING.load(SeqCst) {
             return Verdict::Retry; // a second signal is ending the commands: start none
@@ -180,7 +187,7 @@ impl Handler {
             Ok(child) => child,
             Err(e) => {
                 drop(slot);
-                eprintln!("pelican: cannot run sh: {e}");
+                shared.screen.tell(format_args!("pelican: cannot run sh: {e}"));
                 return Verdict::Retry;
             }
         };

@@ -30,7 +30,7 @@ type Settled = (usize, Verdict);
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order, once every worker has finished its entry.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Result<Vec<Outcome>, Failure> {
+pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
     let io_failure = |e: io::Error| Failure::Failed(format!("event loop failed: {e}"));
     let mut poll = Poll::new().map_err(io_failure)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_failure)?);
@@ -41,7 +41,7 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Resul
     let several = lanes.len() > 1;
     let mut running = Vec::with_capacity(lanes.len());
     for (i, lane) in lanes.into_iter().enumerate() {
-        running.push(Running::start(i, lane, net, several, tty, &settled_tx, &waker)?);
+        running.push(Running::start(i, lane, net, several, &settled_tx, &waker)?);
     }
     let result = drive_all(&mut poll, &mut running, &settled, stop).map_err(io_failure);
     // Workers end when their queue closes, after the entry they hold (a lane that failed
@@ -112,11 +112,10 @@ impl Running {
         lane: Lane,
         net: &Net,
         several: bool,
-        tty: bool,
         settled: &Sender<Settled>,
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
-        let tell = Box::new(teller(lane.stream(), several, tty));
+        let tell = Box::new(teller(lane.stream(), several, lane.handler.shared.screen.clone()));
         let addrs = net.addrs_for(&lane.config.stream);
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;

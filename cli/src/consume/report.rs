@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pelican::Stats;
 
 use super::handler::{Counters, Handler};
+use super::screen::Screen;
 use crate::json::Object;
 
 /// A named counter: its name in the JSON, and how to read it.
@@ -97,17 +98,18 @@ fn lane_json(lane: &LaneCounts<'_>) -> String {
 pub struct Progress {
     done: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
-    tty: bool,
+    screen: Arc<Screen>,
 }
 
 impl Progress {
     /// Starts the line's thread, reading the lanes' counts; on a terminal the line is
     /// rewritten in place.
-    pub fn spawn(handlers: &[Arc<Handler>], tty: bool) -> Progress {
+    pub fn spawn(handlers: &[Arc<Handler>], screen: &Arc<Screen>) -> Progress {
         let lanes: Vec<(String, Arc<Counters>)> =
             handlers.iter().map(|h| (h.stream.clone(), h.counters.clone())).collect();
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
+        let on = screen.clone();
         let thread = thread::spawn(move || {
             let mut last = (Instant::now(), 0);
             while !d.load(Relaxed) {
@@ -118,15 +120,10 @@ impl Progress {
                 let handled = lanes.iter().map(|(_, c)| c.handled.load(Relaxed)).sum::<u64>();
                 let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), handled);
-                let line = progress_line(rate, &lanes);
-                if tty {
-                    eprint!("\r\x1b[K{line}");
-                } else {
-                    eprintln!("{line}");
-                }
+                on.draw(&progress_line(rate, &lanes));
             }
         });
-        Progress { done, thread: Some(thread), tty }
+        Progress { done, thread: Some(thread), screen: screen.clone() }
     }
 
     /// Stops the line's thread (clearing the line on a terminal); once.
@@ -135,9 +132,7 @@ impl Progress {
         self.done.store(true, Relaxed);
         thread.thread().unpark();
         let _ = thread.join();
-        if self.tty {
-            eprint!("\r\x1b[K");
-        }
+        drop(self.screen.clear());
     }
 
     /// Ends the line and prints a summary: the totals, and a line per stream when there are

@@ -1,7 +1,6 @@
 //! SIGINT and SIGTERM: the first stops gracefully, a second exits with 130 once every
 //! command pelican started has ended.
 
-use std::io::IsTerminal;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::thread;
@@ -13,6 +12,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 
 use super::handler::{Handler, StopAll, EXITING};
+use super::screen::Screen;
 use crate::args::Failure;
 
 /// How long a repeat of the first signal by the same process is taken for the same stop
@@ -61,23 +61,25 @@ impl Request {
 /// The first SIGINT/SIGTERM stops every lane gracefully; a second ends the running commands
 /// (see [`end_commands`]) and exits with 130. A repeat of the first is ignored
 /// ([`Request::repeats`]).
-pub fn on_signals(stop: Arc<StopAll>, handlers: Vec<Arc<Handler>>) -> Result<(), Failure> {
+pub fn on_signals(
+    stop: Arc<StopAll>,
+    handlers: Vec<Arc<Handler>>,
+    screen: Arc<Screen>,
+) -> Result<(), Failure> {
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
         .map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
     thread::Builder::new()
         .name("pelican-signals".into())
         .spawn(move || {
-            // On a terminal, clear the progress line first.
-            let clear = if std::io::stderr().is_terminal() { "\r\x1b[K" } else { "" };
             let mut first = None;
             for origin in signals.forever() {
                 let request = Request::new(origin.signal, origin.process.map(|p| p.pid), Instant::now());
                 match &first {
                     None => {
                         first = Some(request);
-                        eprintln!(
-                            "{clear}pelican: stopping after the entry in hand (signal again to exit at once)"
-                        );
+                        screen.tell(format_args!(
+                            "pelican: stopping after the entry in hand (signal again to exit at once)"
+                        ));
                         stop.stop();
                     }
                     Some(first) if request.repeats(first) => {}
@@ -87,13 +89,13 @@ pub fn on_signals(stop: Arc<StopAll>, handlers: Vec<Arc<Handler>>) -> Result<(),
             EXITING.store(true, SeqCst);
             let groups = running_groups(&handlers);
             if groups.is_empty() {
-                eprintln!("{clear}pelican: exiting at once; the entry in hand stays pending");
+                screen.tell_now(format_args!("pelican: exiting at once; the entry in hand stays pending"));
             } else {
-                eprintln!(
-                    "{clear}pelican: exiting: the running commands get SIGTERM, and SIGKILL if still running \
+                screen.tell_now(format_args!(
+                    "pelican: exiting: the running commands get SIGTERM, and SIGKILL if still running \
                      in {} s; the entries in hand stay pending",
                     GRACE.as_secs()
-                );
+                ));
                 end_commands(&groups, &handlers);
             }
             std::process::exit(130);

@@ -14,11 +14,11 @@ use crate::server::tls_message;
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Result<Vec<Outcome>, Failure> {
+pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
     let mut runners = Vec::with_capacity(lanes.len());
     for lane in lanes {
-        let runner = runner(&lane, net, several, tty)?;
+        let runner = runner(&lane, net, several)?;
         runners.push((lane, runner));
     }
     let handles: Vec<StopHandle> = runners.iter().map(|(_, runner)| runner.stop_handle()).collect();
@@ -42,13 +42,14 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Resul
 }
 
 /// A lane's runner: its consumer, the URL's addresses, TLS, its notices told.
-fn runner(lane: &Lane, net: &Net, several: bool, tty: bool) -> Result<Runner, Failure> {
+fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
     let runner =
         Runner::new(&net.addrs_for(&lane.config.stream)[..], lane.config.clone()).map_err(|e| match e {
             RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
             e => Failure::Failed(e.to_string()),
         })?;
-    let mut runner = runner.on_notice(teller(lane.stream(), several, tty));
+    let screen = lane.handler.shared.screen.clone();
+    let mut runner = runner.on_notice(teller(lane.stream(), several, screen));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
     }
