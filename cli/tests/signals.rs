@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use pelican_tests::server::{Flavor, Server};
 use rustix::process::{kill_process, Pid, Signal};
-use support::{lines_of, run, wait_until, Pelican, Scratch, BIN, WAIT};
+use support::{lines_of, run, wait_until, Json, Pelican, Scratch, BIN, WAIT};
 
 fn url(server: &Server) -> String {
     format!("redis://{}", server.addr())
@@ -194,6 +194,51 @@ fn two_deliberate_signals_from_one_process_exit_130() {
     let status = p.wait();
     assert_eq!(status.code(), Some(130), "stderr:\n{}", p.stderr());
     assert!(p.stderr().contains("pelican: exiting"), "stderr:\n{}", p.stderr());
+}
+
+/// Reads `count` entry lines of `pelican consume` over smol and checks them against the
+/// stream: each entry once, in stream order.
+fn check_in_order(lines: &[String], ids: &[String]) {
+    let got: Vec<String> = lines.iter().map(|l| Json::parse(l).get("id").str().to_string()).collect();
+    assert_eq!(got.len(), ids.len(), "as many lines as entries");
+    assert!(got == ids, "every entry once, in stream order");
+}
+
+#[test]
+fn smol_prints_every_entry_once_in_order() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let url = url(&server);
+    let (status, _, stderr) = run(&["produce", "--url", &url, "--stream", "s", "--count", "20000"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let ids: Vec<String> = admin.xrange("s").into_iter().map(|e| e.0).collect();
+    assert_eq!(ids.len(), 20000);
+
+    // Into a pipe read as it comes (it may fill: then lines go through the blocking pool).
+    let mut p = Pelican::spawn(&consume(&url, &["--transport", "smol"]));
+    let lines: Vec<String> = (0..ids.len()).map(|_| p.line()).collect();
+    wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
+    p.stop();
+    check_in_order(&lines, &ids);
+
+    // Into a file, which always has room: every line written on the executor.
+    let dir = Scratch::new("smol-file");
+    let out = dir.file("out");
+    let mut child = Command::new(BIN)
+        .args(consume_as(&url, "g2", &["--transport", "smol"]))
+        .env_remove("PELICAN_URL")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).expect("create the output file"))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn pelican");
+    wait_until("XPENDING 0 and every entry read", || {
+        lines_of(&out).len() == ids.len() && admin.xpending_count("s", "g2") == 0
+    });
+    signal(child.id(), Signal::TERM);
+    let status = wait_child(&mut child, "pelican");
+    assert_eq!(status.code(), Some(0));
+    check_in_order(&lines_of(&out), &ids);
 }
 
 #[test]

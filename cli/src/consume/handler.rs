@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 
 use pelican::{Entry, Source, Verdict};
+use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::screen::Screen;
 use crate::json;
@@ -20,6 +21,10 @@ pub const EX_DATAERR: i32 = 65;
 
 /// Set by a second signal, before its commands are ended and the process exits with 130.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// The longest line written to stdout on the executor's thread (`--transport smol`): a
+/// pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
+const PIPE_BUF: usize = 4096;
 
 /// What a lane's handler counts, read by the progress line and the final report.
 #[derive(Debug, Default)]
@@ -119,6 +124,33 @@ impl Handler {
             Some(command) => self.run(command, entry),
             None => self.print(entry),
         };
+        self.count(entry, verdict)
+    }
+
+    /// Handles `entry` on the calling thread if that cannot block: an entry printed (no
+    /// `--exec`) while stdout has room for its line. `None`: hand it to [`handle`](Self::handle)
+    /// on a thread that may block.
+    ///
+    /// This is how `--transport smol` prints without a hop to the blocking pool per entry,
+    /// yet with each line written to stdout before its verdict, as on mio: the runner may
+    /// send the `XACK` right after the settle (the batch's end, the ack delay, a read ahead),
+    /// so a line held in a buffer past its verdict could be acknowledged and then lost with
+    /// the process. One `write` per entry is the price; a blocked stdout never stalls the
+    /// executor, whose connections keep renewing leases and confirming acks.
+    pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
+        if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
+            return None;
+        }
+        let line = json::entry_line(&self.stream, entry);
+        if line.len() > PIPE_BUF || !stdout_has_room() {
+            return None;
+        }
+        let verdict = self.write_line(&line);
+        Some(self.count(entry, verdict))
+    }
+
+    /// Counts `entry` and its verdict.
+    fn count(&self, entry: &Entry, verdict: Verdict) -> Verdict {
         let c = &self.counters;
         match entry.source {
             Source::Pending => c.drained.fetch_add(1, Relaxed),
@@ -139,11 +171,15 @@ impl Handler {
 
     /// Prints the entry and flushes before it is acknowledged: an acked entry was written.
     fn print(&self, entry: &Entry) -> Verdict {
-        let shared = &self.shared;
-        if shared.stdout_closed.load(Relaxed) {
+        if self.shared.stdout_closed.load(Relaxed) {
             return Verdict::Retry;
         }
-        let line = json::entry_line(&self.stream, entry);
+        self.write_line(&json::entry_line(&self.stream, entry))
+    }
+
+    /// Writes `line` to stdout and flushes it: `Ack` once it is written.
+    fn write_line(&self, line: &str) -> Verdict {
+        let shared = &self.shared;
         let _hold = shared.screen.clear_for_stdout();
         // The lock keeps lanes' lines whole.
         let mut out = std::io::stdout().lock();
@@ -216,4 +252,16 @@ impl Handler {
             _ => Verdict::Retry,
         }
     }
+}
+
+/// Whether a line of up to [`PIPE_BUF`] bytes can be written to stdout now without blocking:
+/// a pipe or terminal with room, a file. No answer (an error) counts as no room: the blocking
+/// path then finds out what is wrong.
+fn stdout_has_room() -> bool {
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(1))
+        && fds[0].revents().contains(PollFlags::OUT)
+        && !fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
 }

@@ -1,6 +1,7 @@
 //! The lanes on `pelican-smol`: one `Runner` per lane, each a task on one executor on this
-//! thread. Handlers block (a command, a write), so each runs on smol's blocking pool while
-//! its runner goes on working the connection.
+//! thread. Commands block, so each runs on smol's blocking pool while its runner goes on
+//! working the connection; entries printed are written on the executor's thread when
+//! stdout has room (see `Handler::handle_here`), which spares a hop per entry.
 
 use std::sync::Arc;
 
@@ -62,7 +63,12 @@ async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>) -> Outcome {
     let result = runner
         .run(move |entry| {
             let handler = handler.clone();
-            smol::unblock(move || handler.handle(&entry))
+            async move {
+                match handler.handle_here(&entry) {
+                    Some(verdict) => verdict,
+                    None => smol::unblock(move || handler.handle(&entry)).await,
+                }
+            }
         })
         .await;
     result.map_err(|e| {
