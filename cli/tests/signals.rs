@@ -242,6 +242,48 @@ fn smol_prints_every_entry_once_in_order() {
 }
 
 #[test]
+fn a_stop_during_an_outage_says_what_it_waits_for() {
+    for transport in ["mio", "smol"] {
+        let mut server = Server::start(Flavor::Valkey81);
+        let mut admin = server.admin();
+        admin.xadd_n("s", 1, 4);
+        let dir = Scratch::new("outage");
+        let (log, go) = (dir.file("log"), dir.file("go"));
+        // Finishes (exit 0: an ack earned) once `go` exists, after the server is gone.
+        let command = format!(
+            "cat >/dev/null; echo started >> {log}; i=0; \
+             while [ ! -e {go} ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; echo done >> {log}"
+        );
+        let url = url(&server);
+        let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--transport", transport]));
+        wait_until("the command to start", || lines_of(&log).len() == 1);
+        server.kill9();
+        std::fs::write(&go, "").expect("create the go file");
+        wait_until("the command to finish", || lines_of(&log).len() == 2);
+        p.term();
+        wait_until("the wait on the server to be told", || {
+            p.stderr().contains("stopping: waiting for the server")
+        });
+        let stderr = p.stderr();
+        let told: Vec<&str> = stderr.lines().filter(|l| l.contains("waiting for the server")).collect();
+        let want = match transport {
+            "mio" => {
+                "pelican: stopping: waiting for the server (unreachable) to confirm 1 acknowledgement; \
+                      signal again to exit now"
+            }
+            _ => {
+                "pelican: stopping: waiting for the server to confirm the acknowledgements earned; \
+                  signal again to exit now"
+            }
+        };
+        assert_eq!(told, [want], "{transport}: told once");
+        p.term();
+        let status = p.wait();
+        assert_eq!(status.code(), Some(130), "{transport}; stderr:\n{}", p.stderr());
+    }
+}
+
+#[test]
 fn the_summary_counts_reconnects() {
     let server = Server::start(Flavor::Valkey81);
     let mut admin = server.admin();

@@ -39,6 +39,8 @@ pub struct Counters {
     pub claimed: AtomicU64,
     /// New entries.
     pub new: AtomicU64,
+    /// Entries whose verdict was an ack (the acks earned, to be confirmed by the server).
+    pub earned: AtomicU64,
 }
 
 /// A stop of every lane, asked from anywhere (a signal, a closed stdout, a command that
@@ -100,6 +102,8 @@ pub struct Handler {
     /// none), for a second signal to end. Locked while a command starts, so that a second
     /// signal sees every command started (see [`Handler::child`]).
     child: Mutex<u32>,
+    /// Whether an entry is being handled (read by the stop's wait on the server).
+    pub busy: AtomicBool,
     /// What the lanes share.
     pub shared: Arc<Shared>,
 }
@@ -107,7 +111,13 @@ pub struct Handler {
 impl Handler {
     /// A handler for `stream`'s lane.
     pub fn new(stream: &str, shared: Arc<Shared>) -> Handler {
-        Handler { stream: stream.to_string(), counters: Arc::default(), child: Mutex::new(0), shared }
+        Handler {
+            stream: stream.to_string(),
+            counters: Arc::default(),
+            child: Mutex::new(0),
+            busy: AtomicBool::new(false),
+            shared,
+        }
     }
 
     /// The running command's slot. Held while a command starts: a second signal sets
@@ -120,6 +130,7 @@ impl Handler {
 
     /// Handles `entry` and gives the verdict, counting it.
     pub fn handle(&self, entry: &Entry) -> Verdict {
+        self.busy.store(true, SeqCst);
         let verdict = match &self.shared.exec {
             Some(command) => self.run(command, entry),
             None => self.print(entry),
@@ -145,6 +156,7 @@ impl Handler {
         if line.len() > PIPE_BUF || !stdout_has_room() {
             return None;
         }
+        self.busy.store(true, SeqCst);
         let verdict = self.write_line(&line);
         Some(self.count(entry, verdict))
     }
@@ -157,7 +169,9 @@ impl Handler {
             Source::Claimed => c.claimed.fetch_add(1, Relaxed),
             Source::New => c.new.fetch_add(1, Relaxed),
         };
-        if verdict != Verdict::Ack {
+        if verdict == Verdict::Ack {
+            c.earned.fetch_add(1, Relaxed);
+        } else {
             c.failed.fetch_add(1, Relaxed);
         }
         // A second signal is exiting the process: no verdict for the entry in hand, not even
@@ -166,6 +180,7 @@ impl Handler {
             thread::park();
         }
         c.handled.fetch_add(1, Relaxed);
+        self.busy.store(false, SeqCst);
         verdict
     }
 
