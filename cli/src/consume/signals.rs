@@ -111,19 +111,23 @@ fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
 }
 
 /// SIGTERM to each group; SIGKILL to those with a process left after [`GRACE`]; then waits
-/// (bounded) until each command is reaped by its handler. A group is signalled only while
-/// it has a process: an empty group's id may be reused.
+/// (bounded) until each command is reaped by its handler. A group once found empty is not
+/// signalled again: its id may be reused.
 fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     for &group in groups {
         let _ = kill_process_group(group, Signal::TERM);
     }
-    let alive = |group: &&Pid| test_kill_process_group(**group).is_ok();
+    let mut left = groups.to_vec();
     let deadline = Instant::now() + GRACE;
-    while groups.iter().any(|g| alive(&g)) && Instant::now() < deadline {
+    loop {
+        left.retain(|&group| test_kill_process_group(group).is_ok());
+        if left.is_empty() || Instant::now() >= deadline {
+            break;
+        }
         thread::sleep(Duration::from_millis(20));
     }
-    for group in groups.iter().filter(alive) {
-        let _ = kill_process_group(*group, Signal::KILL);
+    for &group in &left {
+        let _ = kill_process_group(group, Signal::KILL);
     }
     let deadline = Instant::now() + REAP_WAIT;
     while handlers.iter().any(|h| *h.child() != 0) && Instant::now() < deadline {
