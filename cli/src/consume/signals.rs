@@ -23,8 +23,9 @@ const REPEAT_WINDOW: Duration = Duration::from_secs(1);
 /// SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(3);
 
-/// How long to wait for the commands killed to be reaped. A process that survives SIGKILL
-/// this long is stuck in the kernel; waiting longer would not help.
+/// How long to wait for the commands killed to be gone. A process that survives SIGKILL this
+/// long is stuck in the kernel, or a zombie its new parent does not reap; waiting longer
+/// would not help.
 const REAP_WAIT: Duration = Duration::from_secs(2);
 
 /// One signal received: which, from which process (if a process sent it), when.
@@ -111,8 +112,8 @@ fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
 }
 
 /// SIGTERM to each group; SIGKILL to those with a process left after [`GRACE`]; then waits
-/// (bounded) until each command is reaped by its handler. A group once found empty is not
-/// signalled again: its id may be reused.
+/// (bounded) until the groups are empty and each command is reaped by its handler. A group
+/// once found empty is not signalled again: its id may be reused.
 fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     for &group in groups {
         let _ = kill_process_group(group, Signal::TERM);
@@ -120,7 +121,7 @@ fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     let mut left = groups.to_vec();
     let deadline = Instant::now() + GRACE;
     loop {
-        left.retain(|&group| test_kill_process_group(group).is_ok());
+        left.retain(|&group| has_live_process(group));
         if left.is_empty() || Instant::now() >= deadline {
             break;
         }
@@ -129,15 +130,55 @@ fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     for &group in &left {
         let _ = kill_process_group(group, Signal::KILL);
     }
+    // SIGKILL is sent, not yet acted on: wait for the groups' processes to die and every
+    // command to be reaped by its handler.
     let deadline = Instant::now() + REAP_WAIT;
-    while handlers.iter().any(|h| *h.child() != 0) && Instant::now() < deadline {
+    loop {
+        left.retain(|&group| has_live_process(group));
+        let unreaped = handlers.iter().any(|h| *h.child() != 0);
+        if (left.is_empty() && !unreaped) || Instant::now() >= deadline {
+            break;
+        }
         thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Whether process group `group` has a process that is not a zombie. kill(2) counts
+/// zombies, which are dead but wait to be reaped by their parent: for a command's orphans,
+/// init, which may take its time. /proc tells them apart, where there is one.
+fn has_live_process(group: Pid) -> bool {
+    if test_kill_process_group(group).is_err() {
+        return false;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    let group = group.as_raw_pid();
+    dir.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .any(|pid| matches!(proc_state(pid), Some((state, pgrp)) if pgrp == group && state != 'Z'))
+}
+
+/// A process's state letter (`R`, `S`, `Z`…) and process group, from `/proc/<pid>/stat`.
+fn proc_state(pid: i32) -> Option<(char, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp …`; comm may hold spaces and parentheses.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split(' ');
+    let state = fields.next()?.chars().next()?;
+    let pgrp = fields.nth(1)?.parse().ok()?;
+    Some((state, pgrp))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_state_and_group_from_proc() {
+        let me = std::process::id() as i32;
+        let Some((state, group)) = proc_state(me) else { return }; // no /proc here
+        assert!(state == 'R' || state == 'S', "{state}");
+        assert_eq!(Pid::from_raw(group), rustix::process::getpgid(None).ok());
+        assert!(has_live_process(Pid::from_raw(group).expect("a group")));
+    }
 
     #[test]
     fn one_request_delivered_twice_counts_once() {
