@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pelican_tests::server::{Flavor, Server};
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use support::{lines_of, run, wait_until, Json, Pelican, Scratch, BIN, WAIT};
 
 fn url(server: &Server) -> String {
@@ -67,19 +67,37 @@ fn live_members(group: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Waits (bounded) for `child` to exit; kills it if it does not.
-fn wait_child(child: &mut Child, what: &str) -> ExitStatus {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
+/// A child process (not `pelican` itself, or not through [`Pelican`]) killed and reaped on
+/// drop if still running, so a failing test leaves nothing behind: with `group`, its whole
+/// process group (`timeout` makes one of its own, pelican in it).
+struct Spawned {
+    child: Child,
+    group: bool,
+}
+
+impl Spawned {
+    /// Waits (bounded) for it to exit.
+    fn wait(&mut self, what: &str) -> ExitStatus {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "{what} did not exit within {WAIT:?}");
+            thread::sleep(Duration::from_millis(10));
         }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {WAIT:?}");
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            match Pid::from_raw(self.child.id() as i32) {
+                Some(group) if self.group => drop(kill_process_group(group, Signal::KILL)),
+                _ => drop(self.child.kill()),
+            }
+            let _ = self.child.wait();
         }
-        thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -158,7 +176,7 @@ fn timeout_sigint_is_one_stop_request() {
         let transport = if round % 2 == 0 { "mio" } else { "smol" };
         let mut args = vec!["--preserve-status", "-s", "INT", "1", BIN];
         args.extend(consume_as(&url, &group, &["--transport", transport]));
-        let mut child = Command::new("timeout")
+        let child = Command::new("timeout")
             .args(&args)
             .env_remove("PELICAN_URL")
             .stdin(Stdio::null())
@@ -166,8 +184,9 @@ fn timeout_sigint_is_one_stop_request() {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run timeout");
-        let stderr = Collected::from(child.stderr.take().expect("piped stderr"));
-        let status = wait_child(&mut child, "timeout pelican");
+        let mut child = Spawned { child, group: true };
+        let stderr = Collected::from(child.child.stderr.take().expect("piped stderr"));
+        let status = child.wait("timeout pelican");
         let stderr = stderr.all();
         assert_eq!(status.code(), Some(0), "round {round} ({transport}): stderr:\n{stderr}");
         assert!(stderr.contains("pelican: stopping after the entry in hand"), "round {round}: {stderr}");
@@ -224,7 +243,7 @@ fn smol_prints_every_entry_once_in_order() {
     // Into a file, which always has room: every line written on the executor.
     let dir = Scratch::new("smol-file");
     let out = dir.file("out");
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(consume_as(&url, "g2", &["--transport", "smol"]))
         .env_remove("PELICAN_URL")
         .stdin(Stdio::null())
@@ -232,11 +251,12 @@ fn smol_prints_every_entry_once_in_order() {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn pelican");
+    let mut child = Spawned { child, group: false };
     wait_until("XPENDING 0 and every entry read", || {
         lines_of(&out).len() == ids.len() && admin.xpending_count("s", "g2") == 0
     });
-    signal(child.id(), Signal::TERM);
-    let status = wait_child(&mut child, "pelican");
+    signal(child.child.id(), Signal::TERM);
+    let status = child.wait("pelican");
     assert_eq!(status.code(), Some(0));
     check_in_order(&lines_of(&out), &ids);
 }
@@ -336,7 +356,7 @@ fn on_a_terminal_output_never_runs_into_the_progress_line() {
     let url = url(&server);
     let pelican = consume(&url, &[]).join(" ");
     // A terminal on stdout and stderr, as a user's; `exec` makes pelican the pid written.
-    let mut child = Command::new("script")
+    let child = Command::new("script")
         .args(["-qfec", &format!("echo $$ > {pidfile}; exec {BIN} {pelican}"), "/dev/null"])
         .env("SHELL", "/bin/sh")
         .env_remove("PELICAN_URL")
@@ -345,13 +365,15 @@ fn on_a_terminal_output_never_runs_into_the_progress_line() {
         .stderr(Stdio::null())
         .spawn()
         .expect("run script");
-    let screen = Collected::from(child.stdout.take().expect("piped stdout"));
+    // Killed, script closes the terminal: pelican gets SIGHUP and dies.
+    let mut child = Spawned { child, group: false };
+    let screen = Collected::from(child.child.stdout.take().expect("piped stdout"));
     wait_until("the progress line to be drawn", || screen.text().contains("entries/s"));
     admin.xadd_n("s", 3, 4);
     wait_until("3 entries printed", || screen.text().matches("{\"stream\"").count() == 3);
     wait_until("the pid file", || lines_of(&pidfile).len() == 1);
     signal(lines_of(&pidfile)[0].parse().expect("a pid"), Signal::TERM);
-    let status = wait_child(&mut child, "script pelican");
+    let status = child.wait("script pelican");
     assert_eq!(status.code(), Some(0));
     let screen = screen.all();
     let first_entry = screen.find("{\"stream\"").unwrap_or_default();
