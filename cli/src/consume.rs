@@ -9,26 +9,24 @@ mod handler;
 mod lane;
 mod mio_lanes;
 mod report;
+mod screen;
+mod signals;
 mod smol_lanes;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 use std::sync::Arc;
-use std::thread;
 use std::time::{Duration, Instant};
 
 use pelican::{Config, Consumer, GroupGone, Protocol};
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 
 use crate::args::{Args, Failure};
 use crate::server::{Server, ServerArgs};
 use crate::url::Target;
-use handler::{Handler, Shared, StopAll, EXITING};
+use handler::{Handler, Shared, StopAll};
 use lane::{Lane, LaneFailure, Net, Outcome};
 use report::{LaneCounts, Progress};
+use screen::Screen;
 
 /// `pelican consume --help`.
 pub const USAGE: &str = "\
@@ -271,7 +269,7 @@ fn config(o: &Options, target: &Target, stream: &str) -> Config {
 }
 
 /// What the lanes share.
-fn shared(o: &Options, stop: &Arc<StopAll>) -> Arc<Shared> {
+fn shared(o: &Options, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     Arc::new(Shared {
         exec: o.exec.clone(),
         group: o.group.clone(),
@@ -280,6 +278,7 @@ fn shared(o: &Options, stop: &Arc<StopAll>) -> Arc<Shared> {
         stdout_closed: AtomicBool::new(false),
         unrunnable: AtomicI32::new(0),
         stop: stop.clone(),
+        screen,
     })
 }
 
@@ -305,19 +304,21 @@ pub fn main(args: Args) -> Result<(), Failure> {
         homes: Vec::new(),
     };
     let stop = Arc::new(StopAll::default());
-    let shared = shared(&o, &stop);
+    let screen = Arc::new(Screen::new());
+    let shared = shared(&o, &stop, screen.clone());
     let lanes = lanes(&o, target, &shared)?;
+    let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
+    // Before anything that may take a while (asking the cluster where the streams are): a
+    // signal meanwhile is a stop, not death by the signal's default action.
+    signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
     let net = net.locate(&streams);
-    let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
-    on_signals(stop.clone(), handlers.clone())?;
-    let tty = std::io::stderr().is_terminal();
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
-    let progress = (o.progress || tty).then(|| Progress::spawn(&handlers, tty));
+    let progress = (o.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
     let outcomes = match o.transport {
-        Transport::Mio => mio_lanes::run(lanes, &net, &stop, tty)?,
-        Transport::Smol => smol_lanes::run(lanes, &net, &stop, tty)?,
+        Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
+        Transport::Smol => smol_lanes::run(lanes, &net, &stop)?,
     };
     let counts = lane_counts(&handlers, &outcomes);
     if let Some(progress) = progress {
@@ -394,42 +395,6 @@ fn stopped_early(o: &Options, shared: &Shared) -> Result<(), Failure> {
         )));
     }
     Ok(())
-}
-
-/// The first SIGINT/SIGTERM stops every lane gracefully; the second exits at once (130),
-/// first sending SIGTERM to the running commands' process groups.
-fn on_signals(stop: Arc<StopAll>, handlers: Vec<Arc<Handler>>) -> Result<(), Failure> {
-    let mut signals =
-        Signals::new([SIGINT, SIGTERM]).map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
-    thread::Builder::new()
-        .name("pelican-signals".into())
-        .spawn(move || {
-            let mut signals = signals.forever();
-            // On a terminal, clear the progress line first.
-            let clear = if std::io::stderr().is_terminal() { "\r\x1b[K" } else { "" };
-            if signals.next().is_some() {
-                eprintln!("{clear}pelican: stopping after the entry in hand (signal again to exit at once)");
-                stop.stop();
-            }
-            if signals.next().is_some() {
-                EXITING.store(true, SeqCst);
-                for handler in &handlers {
-                    terminate(handler.child.load(Relaxed));
-                }
-                eprintln!("{clear}pelican: exiting at once; the entry in hand stays pending");
-                std::process::exit(130);
-            }
-        })
-        .map_err(|e| Failure::Failed(format!("cannot start the signal thread: {e}")))?;
-    Ok(())
-}
-
-/// SIGTERM to the process group a command leads (`process_group(0)`), if one runs (`pid` 0:
-/// none).
-fn terminate(pid: u32) {
-    if pid != 0 {
-        let _ = Command::new("kill").args(["-TERM", "--", &format!("-{pid}")]).status();
-    }
 }
 
 #[cfg(test)]

@@ -5,20 +5,26 @@
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 
 use pelican::{Entry, Source, Verdict};
+use rustix::event::{PollFd, PollFlags, Timespec};
 
+use super::screen::Screen;
 use crate::json;
 
 /// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
 /// `EX_DATAERR`: the input data was incorrect).
 pub const EX_DATAERR: i32 = 65;
 
-/// Set by a second signal, just before the process exits with 130.
+/// Set by a second signal, before its commands are ended and the process exits with 130.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
+
+/// The longest line written to stdout on the executor's thread (`--transport smol`): a
+/// pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
+const PIPE_BUF: usize = 4096;
 
 /// What a lane's handler counts, read by the progress line and the final report.
 #[derive(Debug, Default)]
@@ -33,6 +39,8 @@ pub struct Counters {
     pub claimed: AtomicU64,
     /// New entries.
     pub new: AtomicU64,
+    /// Entries whose verdict was an ack (the acks earned, to be confirmed by the server).
+    pub earned: AtomicU64,
 }
 
 /// A stop of every lane, asked from anywhere (a signal, a closed stdout, a command that
@@ -80,6 +88,8 @@ pub struct Shared {
     pub unrunnable: AtomicI32,
     /// Stops every lane.
     pub stop: Arc<StopAll>,
+    /// The terminal the progress line shares.
+    pub screen: Arc<Screen>,
 }
 
 /// Handles one lane's entries, one at a time.
@@ -88,9 +98,12 @@ pub struct Handler {
     pub stream: String,
     /// Its counts.
     pub counters: Arc<Counters>,
-    /// The pid of the command running for this lane (0: none), for a second signal to
-    /// terminate.
-    pub child: AtomicU32,
+    /// The pid of the command running for this lane, which leads its process group (0:
+    /// none), for a second signal to end. Locked while a command starts, so that a second
+    /// signal sees every command started (see [`Handler::child`]).
+    child: Mutex<u32>,
+    /// Whether an entry is being handled (read by the stop's wait on the server).
+    pub busy: AtomicBool,
     /// What the lanes share.
     pub shared: Arc<Shared>,
 }
@@ -98,22 +111,67 @@ pub struct Handler {
 impl Handler {
     /// A handler for `stream`'s lane.
     pub fn new(stream: &str, shared: Arc<Shared>) -> Handler {
-        Handler { stream: stream.to_string(), counters: Arc::default(), child: AtomicU32::new(0), shared }
+        Handler {
+            stream: stream.to_string(),
+            counters: Arc::default(),
+            child: Mutex::new(0),
+            busy: AtomicBool::new(false),
+            shared,
+        }
+    }
+
+    /// The running command's slot. Held while a command starts: a second signal sets
+    /// [`EXITING`] and then takes each slot, so either it finds the pid, or the handler
+    /// (taking the slot after it) finds `EXITING` set and starts nothing.
+    pub fn child(&self) -> MutexGuard<'_, u32> {
+        // A panic while the slot was held left a pid or 0 in it: either is right.
+        self.child.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Handles `entry` and gives the verdict, counting it.
     pub fn handle(&self, entry: &Entry) -> Verdict {
+        self.busy.store(true, SeqCst);
         let verdict = match &self.shared.exec {
             Some(command) => self.run(command, entry),
             None => self.print(entry),
         };
+        self.count(entry, verdict)
+    }
+
+    /// Handles `entry` on the calling thread if that cannot block: an entry printed (no
+    /// `--exec`) while stdout has room for its line. `None`: hand it to [`handle`](Self::handle)
+    /// on a thread that may block.
+    ///
+    /// This is how `--transport smol` prints without a hop to the blocking pool per entry,
+    /// yet with each line written to stdout before its verdict, as on mio: the runner may
+    /// send the `XACK` right after the settle (the batch's end, the ack delay, a read ahead),
+    /// so a line held in a buffer past its verdict could be acknowledged and then lost with
+    /// the process. One `write` per entry is the price; a blocked stdout never stalls the
+    /// executor, whose connections keep renewing leases and confirming acks.
+    pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
+        if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
+            return None;
+        }
+        let line = json::entry_line(&self.stream, entry);
+        if line.len() > PIPE_BUF || !stdout_has_room() {
+            return None;
+        }
+        self.busy.store(true, SeqCst);
+        let verdict = self.write_line(&line);
+        Some(self.count(entry, verdict))
+    }
+
+    /// Counts `entry` and its verdict.
+    fn count(&self, entry: &Entry, verdict: Verdict) -> Verdict {
         let c = &self.counters;
         match entry.source {
             Source::Pending => c.drained.fetch_add(1, Relaxed),
             Source::Claimed => c.claimed.fetch_add(1, Relaxed),
             Source::New => c.new.fetch_add(1, Relaxed),
         };
-        if verdict != Verdict::Ack {
+        if verdict == Verdict::Ack {
+            c.earned.fetch_add(1, Relaxed);
+        } else {
             c.failed.fetch_add(1, Relaxed);
         }
         // A second signal is exiting the process: no verdict for the entry in hand, not even
@@ -122,16 +180,22 @@ impl Handler {
             thread::park();
         }
         c.handled.fetch_add(1, Relaxed);
+        self.busy.store(false, SeqCst);
         verdict
     }
 
     /// Prints the entry and flushes before it is acknowledged: an acked entry was written.
     fn print(&self, entry: &Entry) -> Verdict {
-        let shared = &self.shared;
-        if shared.stdout_closed.load(Relaxed) {
+        if self.shared.stdout_closed.load(Relaxed) {
             return Verdict::Retry;
         }
-        let line = json::entry_line(&self.stream, entry);
+        self.write_line(&json::entry_line(&self.stream, entry))
+    }
+
+    /// Writes `line` to stdout and flushes it: `Ack` once it is written.
+    fn write_line(&self, line: &str) -> Verdict {
+        let shared = &self.shared;
+        let _hold = shared.screen.clear_for_stdout();
         // The lock keeps lanes' lines whole.
         let mut out = std::io::stdout().lock();
         match out.write_all(line.as_bytes()).and_then(|()| out.flush()) {
@@ -151,6 +215,13 @@ impl Handler {
             Source::New => "new",
         };
         let shared = &self.shared;
+        // What the command writes on the terminal starts on a clean line. Not under the
+        // slot: a second signal must never wait on the screen to take it.
+        drop(shared.screen.clear());
+        let mut slot = self.child();
+        if EXITING.load(SeqCst) {
+            return Verdict::Retry; // a second signal is ending the commands: start none
+        }
         let mut child = match Command::new("sh")
             .arg("-c")
             .arg(command)
@@ -166,11 +237,13 @@ impl Handler {
         {
             Ok(child) => child,
             Err(e) => {
-                eprintln!("pelican: cannot run sh: {e}");
+                drop(slot);
+                shared.screen.tell(format_args!("pelican: cannot run sh: {e}"));
                 return Verdict::Retry;
             }
         };
-        self.child.store(child.id(), Relaxed);
+        *slot = child.id();
+        drop(slot);
         let mut input = String::new();
         json::push_fields(&mut input, entry.fields());
         input.push('\n');
@@ -178,8 +251,10 @@ impl Handler {
             // A command that does not read its input closes the pipe: not a failure.
             let _ = stdin.write_all(input.as_bytes());
         }
+        // Reaped here, on every path: a second signal waits for the slot to empty before
+        // the process exits, so no command outlives pelican.
         let status = child.wait();
-        self.child.store(0, Relaxed);
+        *self.child() = 0;
         match status.map(|s| s.code()) {
             Ok(Some(0)) => Verdict::Ack,
             Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
@@ -192,4 +267,16 @@ impl Handler {
             _ => Verdict::Retry,
         }
     }
+}
+
+/// Whether a line of up to [`PIPE_BUF`] bytes can be written to stdout now without blocking:
+/// a pipe or terminal with room, a file. No answer (an error) counts as no room: the blocking
+/// path then finds out what is wrong.
+fn stdout_has_room() -> bool {
+    let stdout = std::io::stdout();
+    let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
+    let now = Timespec { tv_sec: 0, tv_nsec: 0 };
+    matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(1))
+        && fds[0].revents().contains(PollFlags::OUT)
+        && !fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
 }

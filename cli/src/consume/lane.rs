@@ -9,6 +9,7 @@ use pelican::{Config, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
+use super::screen::Screen;
 
 /// Where every lane connects: the URL's addresses (a failed connect tries the next) and TLS
 /// with the host its certificate must name. In a cluster this is any node: each lane
@@ -73,8 +74,7 @@ pub type Outcome = Result<Stats, LaneFailure>;
 
 /// Prints a lane's notices on stderr, one line each, clearing the progress line on a
 /// terminal. With several lanes each line names its stream, as failures do.
-pub fn teller(stream: &str, several: bool, tty: bool) -> impl FnMut(&Notice) + Send + 'static {
-    let clear = if tty { "\r\x1b[K" } else { "" };
+pub fn teller(stream: &str, several: bool, screen: Arc<Screen>) -> impl FnMut(&Notice) + Send + 'static {
     let prefix = if several { format!("stream {stream}: ") } else { String::new() };
-    move |notice| eprintln!("{clear}pelican: {prefix}{notice}")
+    move |notice| screen.tell(format_args!("pelican: {prefix}{notice}"))
 }

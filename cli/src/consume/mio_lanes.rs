@@ -8,6 +8,7 @@
 //! the command runs. The worker sends the verdict back and wakes the poll, which settles it.
 
 use std::io;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -30,7 +31,7 @@ type Settled = (usize, Verdict);
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order, once every worker has finished its entry.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Result<Vec<Outcome>, Failure> {
+pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
     let io_failure = |e: io::Error| Failure::Failed(format!("event loop failed: {e}"));
     let mut poll = Poll::new().map_err(io_failure)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_failure)?);
@@ -41,7 +42,7 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Resul
     let several = lanes.len() > 1;
     let mut running = Vec::with_capacity(lanes.len());
     for (i, lane) in lanes.into_iter().enumerate() {
-        running.push(Running::start(i, lane, net, several, tty, &settled_tx, &waker)?);
+        running.push(Running::start(i, lane, net, several, &settled_tx, &waker)?);
     }
     let result = drive_all(&mut poll, &mut running, &settled, stop).map_err(io_failure);
     // Workers end when their queue closes, after the entry they hold (a lane that failed
@@ -59,6 +60,8 @@ fn drive_all(
 ) -> io::Result<()> {
     let mut events = Events::with_capacity(256);
     let mut stopping = false;
+    // Whether the wait on an unreachable server was told (once).
+    let mut told = false;
     loop {
         if !stopping && stop.is_requested() {
             stopping = true;
@@ -85,6 +88,9 @@ fn drive_all(
         if lanes.iter().all(|lane| lane.outcome.is_some()) {
             return Ok(());
         }
+        if stopping && !told {
+            told = tell_wait(lanes);
+        }
         let next = lanes.iter().filter_map(|lane| lane.driver.next_deadline()).min();
         let timeout = next.map(|at| at.saturating_duration_since(Instant::now()));
         match poll.poll(&mut events, timeout) {
@@ -94,9 +100,29 @@ fn drive_all(
     }
 }
 
+/// While stopping: if lanes wait for an unreachable server to confirm their acks, which may
+/// take as long as the outage, says so (with how many, as far as the counts tell) and how
+/// not to wait. True once told.
+fn tell_wait(lanes: &[Running]) -> bool {
+    let waiting: Vec<&Running> = lanes.iter().filter(|lane| lane.waits_on_server()).collect();
+    let Some(first) = waiting.first() else { return false };
+    let owed: u64 = waiting.iter().map(|lane| lane.acks_unconfirmed()).sum();
+    let what = match owed {
+        0 => "the acknowledgements earned".to_string(),
+        1 => "1 acknowledgement".to_string(),
+        n => format!("{n} acknowledgements"),
+    };
+    first.handler.shared.screen.tell(format_args!(
+        "pelican: stopping: waiting for the server (unreachable) to confirm {what}; signal again to exit now"
+    ));
+    true
+}
+
 /// A lane under way: its driver on the poll, its worker thread, its outcome once known.
 struct Running {
     driver: Driver,
+    /// The lane's handler (its worker holds it too), for its counts.
+    handler: Arc<Handler>,
     /// The worker's queue (one entry at a time: the driver hands out no other until the
     /// verdict is settled).
     work: Option<Sender<Entry>>,
@@ -112,11 +138,10 @@ impl Running {
         lane: Lane,
         net: &Net,
         several: bool,
-        tty: bool,
         settled: &Sender<Settled>,
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
-        let tell = Box::new(teller(lane.stream(), several, tty));
+        let tell = Box::new(teller(lane.stream(), several, lane.handler.shared.screen.clone()));
         let addrs = net.addrs_for(&lane.config.stream);
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
@@ -125,8 +150,25 @@ impl Running {
             driver = driver.tls(tls.clone(), host);
         }
         let (work, queue) = mpsc::channel();
-        let worker = spawn_worker(i, lane.handler, queue, settled.clone(), waker.clone())?;
-        Ok(Running { driver, work: Some(work), worker: Some(worker), tell, outcome: None })
+        let handler = lane.handler;
+        let worker = spawn_worker(i, handler.clone(), queue, settled.clone(), waker.clone())?;
+        Ok(Running { driver, handler, work: Some(work), worker: Some(worker), tell, outcome: None })
+    }
+
+    /// Whether the lane, stopping, waits on the server with no connection to it: nothing
+    /// in hand, and not stopped (with nothing owed, a stop ends without a connection).
+    fn waits_on_server(&self) -> bool {
+        let consumer = self.driver.consumer();
+        self.outcome.is_none() && !consumer.is_connected() && consumer.in_hand().is_none()
+    }
+
+    /// Acks earned by the handler that the server has not counted yet (acked, or found
+    /// acked by a peer). Deleted entries' acks count as acked without being earned, so this
+    /// may fall short, never over.
+    fn acks_unconfirmed(&self) -> u64 {
+        let stats = self.driver.consumer().stats();
+        let earned = self.handler.counters.earned.load(Relaxed);
+        earned.saturating_sub(stats.acked + stats.lost_to_peer)
     }
 
     /// One turn of the driver: an entry handed out goes to the worker, notices are told.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use pelican::Stats;
 
 use super::handler::{Counters, Handler};
+use super::screen::Screen;
 use crate::json::Object;
 
 /// A named counter: its name in the JSON, and how to read it.
@@ -97,17 +98,18 @@ fn lane_json(lane: &LaneCounts<'_>) -> String {
 pub struct Progress {
     done: Arc<AtomicBool>,
     thread: Option<thread::JoinHandle<()>>,
-    tty: bool,
+    screen: Arc<Screen>,
 }
 
 impl Progress {
     /// Starts the line's thread, reading the lanes' counts; on a terminal the line is
     /// rewritten in place.
-    pub fn spawn(handlers: &[Arc<Handler>], tty: bool) -> Progress {
+    pub fn spawn(handlers: &[Arc<Handler>], screen: &Arc<Screen>) -> Progress {
         let lanes: Vec<(String, Arc<Counters>)> =
             handlers.iter().map(|h| (h.stream.clone(), h.counters.clone())).collect();
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
+        let on = screen.clone();
         let thread = thread::spawn(move || {
             let mut last = (Instant::now(), 0);
             while !d.load(Relaxed) {
@@ -118,15 +120,10 @@ impl Progress {
                 let handled = lanes.iter().map(|(_, c)| c.handled.load(Relaxed)).sum::<u64>();
                 let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), handled);
-                let line = progress_line(rate, &lanes);
-                if tty {
-                    eprint!("\r\x1b[K{line}");
-                } else {
-                    eprintln!("{line}");
-                }
+                on.draw(&progress_line(rate, &lanes));
             }
         });
-        Progress { done, thread: Some(thread), tty }
+        Progress { done, thread: Some(thread), screen: screen.clone() }
     }
 
     /// Stops the line's thread (clearing the line on a terminal); once.
@@ -135,9 +132,7 @@ impl Progress {
         self.done.store(true, Relaxed);
         thread.thread().unpark();
         let _ = thread.join();
-        if self.tty {
-            eprint!("\r\x1b[K");
-        }
+        drop(self.screen.clear());
     }
 
     /// Ends the line and prints a summary: the totals, and a line per stream when there are
@@ -201,8 +196,9 @@ fn counts_text(count: impl Fn(fn(&Counters) -> u64) -> u64) -> String {
     )
 }
 
-/// `, A acked` and, when not zero, dead-lettered, taken by peers and cluster redirects
-/// followed; nothing if the consumer's counters are unknown (a lane failed).
+/// `, A acked` and, when not zero, dead-lettered, taken by peers, cluster redirects
+/// followed and reconnects (an outage is worth knowing of after the fact); nothing if the
+/// consumer's counters are unknown (a lane failed).
 fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
     let Some(acked) = stat(|s| s.acked) else { return String::new() };
     let mut text = format!(", {acked} acked");
@@ -216,6 +212,13 @@ fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
             Some(n) => {
                 let _ = write!(text, ", {n} {what}");
             }
+        }
+    }
+    match stat(|s| s.reconnects) {
+        Some(0) | None => {}
+        Some(1) => text.push_str(", 1 reconnect"),
+        Some(n) => {
+            let _ = write!(text, ", {n} reconnects");
         }
     }
     text
@@ -249,6 +252,22 @@ mod tests {
         assert!(json.contains(r#""moved":1,"#), "{json}");
         assert!(json.contains(r#""handled":5,"failed":1,"seconds":1.500,"streams":{"{a}":{"#), "{json}");
         assert!(json.ends_with(r#""handled":2,"failed":0}}}"#), "{json}");
+    }
+
+    #[test]
+    fn the_summary_tells_reconnects_when_any() {
+        let mut stats = Stats::default();
+        stats.acked = 3;
+        assert_eq!(outcome_text(|get| Some(get(&stats))), ", 3 acked");
+        stats.reconnects = 1;
+        assert_eq!(outcome_text(|get| Some(get(&stats))), ", 3 acked, 1 reconnect");
+        stats.reconnects = 4;
+        stats.moved = 2;
+        assert_eq!(
+            outcome_text(|get| Some(get(&stats))),
+            ", 3 acked, 2 cluster redirects followed, 4 reconnects"
+        );
+        assert_eq!(outcome_text(|_| None), "");
     }
 
     #[test]

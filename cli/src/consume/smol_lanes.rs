@@ -1,36 +1,58 @@
 //! The lanes on `pelican-smol`: one `Runner` per lane, each a task on one executor on this
-//! thread. Handlers block (a command, a write), so each runs on smol's blocking pool while
-//! its runner goes on working the connection.
+//! thread. Commands block, so each runs on smol's blocking pool while its runner goes on
+//! working the connection; entries printed are written on the executor's thread when
+//! stdout has room (see [`Handler::handle_here`]), which spares a hop per entry.
 
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pelican_smol::{RunError, Runner, StopHandle};
-use smol::LocalExecutor;
+use smol::{LocalExecutor, Timer};
 
-use super::handler::StopAll;
+use super::handler::{Handler, StopAll};
 use super::lane::{teller, Lane, LaneFailure, Net, Outcome};
 use crate::args::Failure;
 use crate::server::tls_message;
 
+/// How long a stop may wait on the server before that is told: a stop that is confirmed
+/// at once says nothing.
+const QUIET_WAIT: Duration = Duration::from_secs(1);
+
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Result<Vec<Outcome>, Failure> {
+pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
     let mut runners = Vec::with_capacity(lanes.len());
     for lane in lanes {
-        let runner = runner(&lane, net, several, tty)?;
+        let runner = runner(&lane, net, several)?;
         runners.push((lane, runner));
     }
     let handles: Vec<StopHandle> = runners.iter().map(|(_, runner)| runner.stop_handle()).collect();
-    stop.install(move || handles.iter().for_each(StopHandle::stop));
+    // The watch of the stop (below) hears of it too; one message is enough.
+    let (stopped_tx, stopped_rx) = smol::channel::bounded::<()>(1);
+    stop.install(move || {
+        handles.iter().for_each(StopHandle::stop);
+        let _ = stopped_tx.try_send(());
+    });
     if stop.is_requested() {
         stop.stop(); // asked before the handles were installed: pass it on
     }
     let executor = LocalExecutor::new();
+    let lanes: Vec<(Arc<Handler>, Rc<Cell<bool>>)> =
+        runners.iter().map(|(lane, _)| (lane.handler.clone(), Rc::new(Cell::new(false)))).collect();
     let tasks: Vec<_> = runners
         .into_iter()
-        .map(|(lane, runner)| executor.spawn(run_lane(lane, runner, stop.clone())))
+        .zip(&lanes)
+        .map(|((lane, runner), (_, done))| executor.spawn(run_lane(lane, runner, stop.clone(), done.clone())))
         .collect();
+    let watch = executor.spawn(async move {
+        if stopped_rx.recv().await.is_ok() {
+            tell_wait(&lanes).await;
+        }
+    });
     let outcomes = smol::block_on(executor.run(async {
         let mut outcomes = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -38,32 +60,60 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>, tty: bool) -> Resul
         }
         outcomes
     }));
+    drop(watch);
     Ok(outcomes)
 }
 
+/// Once stopping: if lanes still run [`QUIET_WAIT`] after the stop with no entry in hand,
+/// they wait on the server to confirm their acks (reachable or not: the runner does not
+/// say), which may take as long as an outage. Says so once, and how not to wait.
+async fn tell_wait(lanes: &[(Arc<Handler>, Rc<Cell<bool>>)]) {
+    Timer::after(QUIET_WAIT).await;
+    loop {
+        let running: Vec<&Arc<Handler>> =
+            lanes.iter().filter(|(_, done)| !done.get()).map(|(handler, _)| handler).collect();
+        let Some(first) = running.first() else { return };
+        if running.iter().any(|handler| !handler.busy.load(SeqCst)) {
+            first.shared.screen.tell(format_args!(
+                "pelican: stopping: waiting for the server to confirm the acknowledgements earned; \
+                 signal again to exit now"
+            ));
+            return;
+        }
+        Timer::after(Duration::from_millis(100)).await;
+    }
+}
+
 /// A lane's runner: its consumer, the URL's addresses, TLS, its notices told.
-fn runner(lane: &Lane, net: &Net, several: bool, tty: bool) -> Result<Runner, Failure> {
+fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
     let runner =
         Runner::new(&net.addrs_for(&lane.config.stream)[..], lane.config.clone()).map_err(|e| match e {
             RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
             e => Failure::Failed(e.to_string()),
         })?;
-    let mut runner = runner.on_notice(teller(lane.stream(), several, tty));
+    let screen = lane.handler.shared.screen.clone();
+    let mut runner = runner.on_notice(teller(lane.stream(), several, screen));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
     }
     Ok(runner)
 }
 
-/// Runs one lane to its end; a failure stops every other lane.
-async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>) -> Outcome {
+/// Runs one lane to its end (then sets `done`); a failure stops every other lane.
+async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<bool>>) -> Outcome {
     let handler = lane.handler;
     let result = runner
         .run(move |entry| {
             let handler = handler.clone();
-            smol::unblock(move || handler.handle(&entry))
+            async move {
+                match handler.handle_here(&entry) {
+                    Some(verdict) => verdict,
+                    None => smol::unblock(move || handler.handle(&entry)).await,
+                }
+            }
         })
         .await;
+    done.set(true);
     result.map_err(|e| {
         stop.stop();
         failure(e)
