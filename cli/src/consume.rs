@@ -148,7 +148,7 @@ pub struct Args {
     dead_letter: Option<OsString>,
     /// move an entry delivered more than N times to the --dead-letter
     /// stream instead of handing it out again (needs --dead-letter)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..), verbatim_doc_comment)]
+    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=u64::MAX), verbatim_doc_comment)]
     max_deliveries: Option<u64>,
     /// speak RESP3 (HELLO 3) instead of RESP2
     #[arg(long)]
