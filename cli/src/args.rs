@@ -1,167 +1,118 @@
-//! Hand-rolled argument parsing: `--flag value`, `--flag=value`, switches, numbers, and the
-//! ways a command line can end a run early (help, bad usage, failure).
+//! The command line, parsed by clap: `pelican <command> [flags]`, each command's flags with
+//! its module (`consume::Args`…), and the ways a command ends other than in success.
 
-use std::fmt::Display;
-use std::str::FromStr;
+use std::process::ExitCode;
+
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use crate::{consume, demo, pending, produce};
 
 /// How a command ends other than in success; `main` turns it into a message and exit code.
 #[derive(Debug)]
 pub enum Failure {
-    /// `--help`: print this usage on stdout, exit 0.
-    Help(&'static str),
-    /// Bad command line: the message and this usage on stderr, exit 2.
-    Usage(String, &'static str),
-    /// A bad setting found past parsing (a URL, a host, a value the consumer refuses): the
-    /// message on stderr, exit 2.
+    /// Flags that do not go together: the message and the command's usage on stderr, exit 2.
+    Usage(String),
+    /// A bad setting found past parsing (a URL, a host, a value the consumer refuses, a file
+    /// that cannot be written): the message on stderr, exit 2.
     Bad(String),
     /// The work failed (connection, server, handler I/O): the message on stderr, exit 1.
     Failed(String),
 }
 
-/// The arguments after the subcommand, consumed flag by flag.
-pub struct Args {
-    items: Vec<String>,
-    pos: usize,
-    usage: &'static str,
-    /// The value of the last `--flag=value`, until taken.
-    inline: Option<String>,
-    flag: String,
+/// Every command's help: its usage, what it does, its flags, then the rest.
+pub const TEMPLATE: &str = "{usage-heading} {usage}\n\n{before-help}{all-args}{after-help}";
+
+const USAGE: &str = "\
+pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
+       pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
+       pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+       pelican demo [--url URL]
+       pelican <command> --help";
+
+const AFTER: &str = "\
+The server is given as --url redis://[user[:password]@]host[:port][/db], or by
+$PELICAN_URL; the default is redis://127.0.0.1:6379. rediss://… is the same over TLS,
+with --tls-ca FILE (else the system's root certificates are trusted), and --tls-cert FILE
+--tls-key FILE for servers that require a client certificate. For a Redis/Valkey Cluster,
+any node's URL will do: every command follows the cluster's redirects. $PELICAN_GROUP and
+$PELICAN_CONSUMER stand for --group and --consumer when those are not given.
+
+Exit status: 0 done, 1 failed, 2 bad usage (a bad URL or a host that does not resolve
+included), 130 interrupted twice.";
+
+/// `pelican`: a command and its flags.
+#[derive(Parser, Debug)]
+#[command(
+    name = "pelican",
+    version,
+    about = "pelican: a worker for Redis/Valkey Streams consumer groups",
+    override_usage = USAGE,
+    after_help = AFTER,
+    subcommand_required = true,
+    // A missing command is told as such, not with the whole help.
+    arg_required_else_help = false,
+    help_template = "{about}\n\n{usage-heading} {usage}\n\nCommands:\n{subcommands}\n\nOptions:\n{options}{after-help}"
+)]
+pub struct Cli {
+    /// The command to run.
+    #[command(subcommand)]
+    pub command: Command,
 }
 
-impl Args {
-    /// `items`, the arguments after the subcommand whose usage is `usage`.
-    pub fn new(items: Vec<String>, usage: &'static str) -> Args {
-        Args { items, pos: 0, usage, inline: None, flag: String::new() }
-    }
+/// The commands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// consume the group on each stream: run a command per entry, or print entries as JSON
+    Consume(consume::Args),
+    /// the group's pending entries at a glance
+    Pending(pending::Args),
+    /// append test entries, pipelined
+    Produce(produce::Args),
+    /// the recovery tour, on the embedded simulator or a server
+    Demo(demo::Args),
+}
 
-    /// A usage error for this subcommand.
-    pub fn error(&self, message: impl Display) -> Failure {
-        Failure::Usage(message.to_string(), self.usage)
-    }
-
-    /// The next flag (`--name`; `-h` and `--help` end with [`Failure::Help`]), or `None`
-    /// at the end.
-    pub fn next_flag(&mut self) -> Result<Option<String>, Failure> {
-        if self.inline.is_some() {
-            return Err(self.error(format_args!("{} takes no value", self.flag)));
-        }
-        let Some(item) = self.items.get(self.pos).cloned() else { return Ok(None) };
-        self.pos += 1;
-        if item == "-h" || item == "--help" {
-            return Err(Failure::Help(self.usage));
-        }
-        if !item.starts_with("--") || item.len() == 2 {
-            return Err(self.error(format_args!("unexpected argument `{item}`")));
-        }
-        let flag = match item.split_once('=') {
-            Some((flag, value)) => {
-                self.inline = Some(value.to_string());
-                flag.to_string()
-            }
-            None => item,
+/// Parses the command line. Help, `--version` and clap's errors are told here: `Err` is
+/// the exit status then.
+pub fn parse() -> Result<Cli, ExitCode> {
+    let matches = Cli::command().try_get_matches().map_err(exit)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(exit)?;
+    // A bad URL is told as $PELICAN_URL's when it came from there.
+    if let Some((_, command)) = matches.subcommand() {
+        let server = match &mut cli.command {
+            Command::Consume(args) => &mut args.server,
+            Command::Pending(args) => &mut args.server,
+            Command::Produce(args) => &mut args.server,
+            Command::Demo(args) => &mut args.server,
         };
-        self.flag.clone_from(&flag);
-        Ok(Some(flag))
+        server.url_from_env = command.value_source("url") == Some(ValueSource::EnvVariable);
     }
-
-    /// The value of the current flag: its `=value`, or the next argument (which must not
-    /// look like a flag; write `--flag=--value` for that).
-    pub fn value(&mut self) -> Result<String, Failure> {
-        if let Some(value) = self.inline.take() {
-            return Ok(value);
-        }
-        match self.items.get(self.pos) {
-            Some(next) if !next.starts_with("--") => {
-                self.pos += 1;
-                Ok(next.clone())
-            }
-            _ => Err(self.error(format_args!("{} needs a value", self.flag))),
-        }
-    }
-
-    /// The current flag's value if one follows (`=value`, or a next argument that is not a
-    /// flag), else `None`.
-    pub fn optional_value(&mut self) -> Option<String> {
-        if let Some(value) = self.inline.take() {
-            return Some(value);
-        }
-        let next = self.items.get(self.pos).filter(|next| !next.starts_with('-'))?.clone();
-        self.pos += 1;
-        Some(next)
-    }
-
-    /// The current flag's value as a number of type `T`, at least `min`.
-    pub fn number<T: FromStr + PartialOrd + Display>(&mut self, min: T) -> Result<T, Failure> {
-        let text = self.value()?;
-        match text.parse::<T>() {
-            Ok(n) if n >= min => Ok(n),
-            Ok(_) => Err(self.error(format_args!("{}: {text} is below the minimum, {min}", self.flag))),
-            Err(_) => Err(self.error(format_args!("{}: `{text}` is not a whole number", self.flag))),
-        }
-    }
-
-    /// The error for a flag this subcommand does not know.
-    pub fn unknown(&self, flag: &str) -> Failure {
-        self.error(format_args!("unknown option {flag}"))
-    }
-
-    /// `value`, or the error for a missing required flag.
-    pub fn required(&self, value: Option<String>, flag: &str) -> Result<String, Failure> {
-        value.ok_or_else(|| self.error(format_args!("{flag} is required")))
-    }
+    Ok(cli)
 }
 
-/// The `--url` default: `$PELICAN_URL`, else the local server.
-pub fn default_url() -> String {
-    std::env::var("PELICAN_URL").ok().filter(|u| !u.is_empty()).unwrap_or_else(|| crate::url::DEFAULT.into())
+/// Tells a clap error and gives the exit status: help and version on stdout, 0; errors on
+/// stderr, 2, led by `pelican: ` as every other message is.
+pub fn exit(err: clap::Error) -> ExitCode {
+    if !err.use_stderr() {
+        let _ = err.print();
+        return ExitCode::SUCCESS;
+    }
+    let text = err.render().to_string();
+    match text.strip_prefix("error: ") {
+        Some(message) => eprint!("pelican: {message}"),
+        None => eprint!("{text}"),
+    }
+    ExitCode::from(2)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(items: &[&str]) -> Args {
-        Args::new(items.iter().map(|s| s.to_string()).collect(), "usage")
-    }
-
-    fn message(f: Failure) -> String {
-        match f {
-            Failure::Usage(m, _) => m,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn flags_values_and_numbers() {
-        let mut a = args(&["--stream", "s", "--count=5", "--create-group", "--resp3"]);
-        assert_eq!(a.next_flag().unwrap().as_deref(), Some("--stream"));
-        assert_eq!(a.value().unwrap(), "s");
-        assert_eq!(a.next_flag().unwrap().as_deref(), Some("--count"));
-        assert_eq!(a.number(1u32).unwrap(), 5);
-        assert_eq!(a.next_flag().unwrap().as_deref(), Some("--create-group"));
-        assert_eq!(a.optional_value(), None);
-        assert_eq!(a.next_flag().unwrap().as_deref(), Some("--resp3"));
-        assert!(a.next_flag().unwrap().is_none());
-    }
-
-    #[test]
-    fn errors_are_clear() {
-        let mut a = args(&["--count", "x"]);
-        a.next_flag().unwrap();
-        assert_eq!(message(a.number(1u32).unwrap_err()), "--count: `x` is not a whole number");
-        let mut a = args(&["--count", "0"]);
-        a.next_flag().unwrap();
-        assert_eq!(message(a.number(1u32).unwrap_err()), "--count: 0 is below the minimum, 1");
-        let mut a = args(&["--stream"]);
-        a.next_flag().unwrap();
-        assert_eq!(message(a.value().unwrap_err()), "--stream needs a value");
-        let mut a = args(&["--stream", "--group"]);
-        a.next_flag().unwrap();
-        assert_eq!(message(a.value().unwrap_err()), "--stream needs a value");
-        let mut a = args(&["--resp3=yes", "--x"]);
-        a.next_flag().unwrap();
-        assert_eq!(message(a.next_flag().unwrap_err()), "--resp3 takes no value");
-        assert_eq!(message(args(&["stray"]).next_flag().unwrap_err()), "unexpected argument `stray`");
-        assert!(matches!(args(&["-h"]).next_flag(), Err(Failure::Help(_))));
+/// A usage error of `pelican <command>`: `message`, then that command's usage.
+pub fn usage_error(command: &str, message: &str) -> clap::Error {
+    let mut cli = Cli::command();
+    cli.build();
+    match cli.find_subcommand_mut(command) {
+        Some(command) => command.error(ErrorKind::ArgumentConflict, message),
+        None => cli.error(ErrorKind::ArgumentConflict, message),
     }
 }

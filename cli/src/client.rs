@@ -8,7 +8,7 @@
 //! the next commands); `-ASK` (the slot is being migrated) sends `ASKING` and the command
 //! once to the node named.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -17,10 +17,14 @@ use pelican_tls::Tls;
 use redis_protocol::resp2::decode::decode;
 pub use redis_protocol::resp2::types::OwnedFrame as Reply;
 
-use crate::server::{tls_message, Server};
+use crate::server::{login_refused, tls_message, Server};
 
 /// How long a connect, a write or a reply may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the first reply may take: a Redis server answers the login at once; a port
+/// that accepts and says nothing is not one.
+const FIRST_REPLY: Duration = Duration::from_secs(5);
 
 /// How long a TLS handshake may take. A TLS server answers the hello at once; a plaintext
 /// Redis takes it for the start of a command and waits for the rest, forever.
@@ -41,6 +45,15 @@ impl Read for Stream {
         match self {
             Stream::Plain(s) => s.read(buf),
             Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Stream {
+    fn set_read_timeout(&self, timeout: Duration) -> io::Result<()> {
+        match self {
+            Stream::Plain(s) => s.set_read_timeout(Some(timeout)),
+            Stream::Tls(s) => s.sock.set_read_timeout(Some(timeout)),
         }
     }
 }
@@ -78,6 +91,8 @@ pub struct Client {
     tls: Option<(Tls, String)>,
     /// Whether the server has said anything yet (a reset before that means a TLS port).
     heard: bool,
+    /// Whether a whole reply has come yet (bytes that are not one are no Redis server's).
+    replied: bool,
     buf: Vec<u8>,
     pos: usize,
 }
@@ -90,7 +105,7 @@ impl Client {
     /// a refused command. A TLS failure is final: other addresses are not tried.
     pub fn connect(server: &Server) -> Result<Client, String> {
         let mut last = String::new();
-        for addr in server.target.resolve()? {
+        for &addr in &server.addrs {
             match Client::connect_to(server, addr, &server.target.host) {
                 Ok(client) => return Ok(client),
                 Err(Connect::Refused(e)) => last = e,
@@ -112,6 +127,7 @@ impl Client {
             Some(tls) => Stream::Tls(Box::new(handshake(tls, host, socket).map_err(Connect::Failed)?)),
         };
         let tls = server.tls.clone().map(|tls| (tls, host.to_string()));
+        stream.set_read_timeout(FIRST_REPLY).map_err(|e| Connect::Failed(e.to_string()))?;
         let mut client = Client {
             server: server.clone(),
             peer: addr,
@@ -119,10 +135,12 @@ impl Client {
             stream,
             tls,
             heard: false,
+            replied: false,
             buf: Vec::new(),
             pos: 0,
         };
         client.login().map_err(Connect::Failed)?;
+        client.stream.set_read_timeout(TIMEOUT).map_err(|e| Connect::Failed(e.to_string()))?;
         Ok(client)
     }
 
@@ -137,22 +155,27 @@ impl Client {
         })
     }
 
-    /// `AUTH` and `SELECT` as the URL says, else a `PING`; any reply to it proves the link
-    /// (an error one too: `NOAUTH` is for the command to report).
+    /// `AUTH` and `SELECT` as the URL says, else a `PING`; any reply to it proves the link.
+    /// A login refused, or wanted (`NOAUTH`), is told with its fix.
     fn login(&mut self) -> Result<(), String> {
         let target = self.server.target.clone();
+        let who = self.peer.to_string();
+        let login = |e: String| login_refused(&who, &e);
         if let Some(password) = &target.password {
             let mut auth: Vec<&[u8]> = vec![b"AUTH"];
             auth.extend(target.user.as_deref());
             auth.push(password);
-            refused(self.exchange(&auth)?).map_err(|e| format!("AUTH: {e}"))?;
+            refused(self.exchange(&auth)?).map_err(|e| login(e.clone()).unwrap_or(format!("AUTH: {e}")))?;
         }
         if target.db != 0 {
             let select = self.exchange(&[b"SELECT", target.db.to_string().as_bytes()])?;
-            refused(select).map_err(|e| format!("SELECT: {e}"))?;
+            refused(select).map_err(|e| login(e.clone()).unwrap_or(format!("SELECT: {e}")))?;
         }
         if !self.heard {
-            self.exchange(&[b"PING"])?;
+            // Another error (a command renamed away…) is for the command to tell.
+            if let Err(e) = refused(self.exchange(&[b"PING"])?) {
+                return login(e).map_or(Ok(()), Err);
+            }
         }
         Ok(())
     }
@@ -205,14 +228,18 @@ impl Client {
     fn exchange(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
         let mut out = Vec::new();
         encode(&mut out, args);
-        self.write(&out)?;
+        self.write(&[&out])?;
         self.read()
     }
 
-    /// Writes pipelined commands (already encoded).
-    pub fn write(&mut self, bytes: &[u8]) -> Result<(), String> {
-        // rustls may still hold records the socket did not take: the flush hands them over.
-        let written = self.stream.write_all(bytes).and_then(|()| self.stream.flush());
+    /// Writes pipelined commands (already encoded), in parts: small ones are gathered into
+    /// few writes, big ones (a big value) go out from where they are, uncopied.
+    pub fn write(&mut self, parts: &[&[u8]]) -> Result<(), String> {
+        let mut out = BufWriter::with_capacity(64 << 10, &mut self.stream);
+        // The flush reaches rustls too, which may still hold records the socket did not take.
+        let written = parts.iter().try_for_each(|part| out.write_all(part)).and_then(|()| out.flush());
+        // Not flushed again on drop: a dead connection would be waited on twice.
+        let _ = out.into_parts();
         written.map_err(|e| self.link_error(&e, "write"))
     }
 
@@ -223,10 +250,21 @@ impl Client {
                 match decode(&self.buf[self.pos..]) {
                     Ok(Some((frame, used))) => {
                         self.pos += used;
+                        self.replied = true;
                         return Ok(frame);
                     }
                     Ok(None) => {}
-                    Err(e) => return Err(format!("undecodable reply: {e:?}")),
+                    Err(e) if self.replied => {
+                        return Err(format!("{} sent a reply that is not RESP: {}", self.peer, e.details()))
+                    }
+                    Err(_) => {
+                        // Its first line tells what it is (`HTTP/1.1 400 Bad Request`).
+                        let line =
+                            self.buf[self.pos..].split(|b| b"\r\n".contains(b)).next().unwrap_or_default();
+                        let said: String = String::from_utf8_lossy(line).chars().take(60).collect();
+                        let peer = self.peer;
+                        return Err(format!("{peer} did not answer as a Redis server (it said {said:?})"));
+                    }
                 }
             }
             self.buf.drain(..self.pos);
@@ -255,7 +293,8 @@ impl Client {
             return RESET_BY_TLS_PORT.into();
         }
         if timed_out(err) {
-            return format!("{what} failed: timed out after {} s", TIMEOUT.as_secs());
+            let limit = if self.replied { TIMEOUT } else { FIRST_REPLY };
+            return format!("{} did not answer within {} s", self.peer, limit.as_secs());
         }
         format!("{what} failed: {err}")
     }

@@ -13,25 +13,29 @@ mod screen;
 mod signals;
 mod smol_lanes;
 
+use std::ffi::OsString;
+use std::fs::OpenOptions;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, GroupGone, Protocol};
+use clap::value_parser;
+use pelican::{Config, GroupGone, Protocol};
 
-use crate::args::{Args, Failure};
-use crate::server::{Server, ServerArgs};
+use crate::args::{Failure, TEMPLATE};
+use crate::name::show;
+use crate::server::{login_refused, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
 use lane::{Lane, LaneFailure, Net, Outcome};
 use report::{LaneCounts, Progress};
 use screen::Screen;
 
-/// `pelican consume --help`.
-pub const USAGE: &str = "\
-Usage: pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
+const USAGE: &str = "pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]";
 
+const ABOUT: &str = "\
 Consumes the stream KEY as consumer NAME of group G. First its own pending entries (a
 restart under the same name gets its backlog back at once), then, once per beat, entries
 of dead peers idle longer than --min-idle-ms (XAUTOCLAIM), then new entries. Entries are
@@ -45,52 +49,16 @@ one process, sharing the options below. A slow command on one stream holds up no
 A Redis/Valkey Cluster needs nothing more: --url may name any node (a replica too), and
 each stream's lane follows the cluster's redirects (MOVED) to the node serving it.
 
-Options:
-  --stream KEY          a stream key (required); repeat it for several streams
-  --group G             the consumer group (required; the same name on every stream)
-  --consumer NAME       this consumer's name in the group (required)
-  --url URL             redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
-                        for a cluster, any node's URL
-                        [default: $PELICAN_URL, else redis://127.0.0.1:6379]
-                        `:password@` logs in as the default user; %XX escapes allowed
-  --tls-ca FILE         rediss://: trust the CA certificates in FILE (PEM) instead of the
-                        system's root certificates
-  --tls-cert FILE       rediss://: present this client certificate (PEM), for servers that
-                        require one (tls-auth-clients); needs --tls-key
-  --tls-key FILE        the client certificate's private key (PEM); needs --tls-cert
-  --count N             entries per read and per reclaim [100]
-  --beat-ms MS          how long a read blocks, and how often peers' entries are
-                        reclaimed [2000]
-  --min-idle-ms MS      reclaim entries idle longer than this (this consumer's own failed
-                        entries included: that is how they are retried) [30000]
-  --create-group [ID]   create the group at ID (XGROUP CREATE … MKSTREAM) if it is missing
-                        [$: new entries only; 0: the whole stream]
-  --recreate-group      if the group or the key is deleted while running, create it again
-                        at the --create-group ID (default: stop with an error, exit 1)
-  --dead-letter KEY     the dead-letter stream: where entries past --max-deliveries, and
-                        those whose command exits 65, are moved (with their fields and
-                        pelican-stream/-group/-consumer/-id/-deliveries/-reason). %s in KEY
-                        stands for the stream's name (%% for a %): '%s:dead' gives each
-                        stream its own. In a cluster it must share its stream's hash slot:
-                        name the stream {orders} and its dead letters {orders}:dead
-  --max-deliveries N    move an entry delivered more than N times to the --dead-letter
-                        stream instead of handing it out again (needs --dead-letter)
-  --resp3               speak RESP3 (HELLO 3) instead of RESP2
-  --transport T         mio (default: every lane on one event loop) or smol
-  --exec CMD            run `sh -c CMD` for each entry (below); without it, print entries
-  --progress            progress on stderr every second even when stderr is not a terminal
-                        (on a terminal it is always shown)
-  --stats-json FILE     on a clean stop, write the final counters to FILE as one JSON object:
-                        the totals, and each stream's under \"streams\"
-  -h, --help
+Names (KEY, G, NAME) may be any bytes, UTF-8 or not.";
 
+const AFTER: &str = "\
 Without --exec, each entry is printed on stdout as one JSON line, then acknowledged:
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
 
 With --exec, CMD runs for each entry with the entry's fields as one JSON object (and a
 newline) on its stdin, its stdout and stderr going to pelican's, and in its environment:
   PELICAN_ID        the entry id
-  PELICAN_STREAM    the stream it came from
+  PELICAN_STREAM    the stream it came from (escaped, \\xNN, if it is not UTF-8)
   PELICAN_GROUP, PELICAN_CONSUMER
   PELICAN_SOURCE    pending (this consumer's own backlog), claimed (reclaimed from an idle
                     owner) or new
@@ -101,17 +69,18 @@ to the --dead-letter stream at once (without --dead-letter it is a failure); any
 (or death by a signal) leaves it pending. A status of 126 or 127 (the command cannot be run,
 or is not found) stops pelican with exit 1 and the entry left pending, rather than failing
 every entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
-only pelican, which lets CMD finish.
+only pelican, which lets CMD finish. An empty CMD is refused: it would acknowledge every
+entry unhandled.
 
 On stderr, one line each (naming the stream when there are several): an entry moved to the
 dead-letter stream, an entry a peer took while this consumer held it (a lease lost), reads
 made smaller (slow handlers, big entries).
 
 JSON: a field name or value that is valid UTF-8 is a JSON string; one that is not is
-{\"base64\":\"…\"} (standard alphabet, padded). Fields keep stream order, and a repeated name
-is kept each time, in order (JSON allows repeated keys, but many parsers keep only the
-last). A name that is not UTF-8 cannot be an object key: then `fields` is an array of
-[name, value] pairs instead, each element written by the same rule.
+{\"base64\":\"…\"} (standard alphabet, padded), and so is a stream name. Fields keep stream
+order, and a repeated name is kept each time, in order (JSON allows repeated keys, but many
+parsers keep only the last). A name that is not UTF-8 cannot be an object key: then
+`fields` is an array of [name, value] pairs instead, each element written by the same rule.
 
 Signals: SIGINT or SIGTERM stops gracefully: the entry in hand (its command) finishes, the
 acknowledgements earned are confirmed by the server, then pelican exits 0. A second signal
@@ -122,159 +91,199 @@ Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is g
 closed, CMD cannot be run, an entry is over the frame limit, the dead-letter stream is in
 another cluster slot; TLS failed: an untrusted, expired or misnamed certificate, a client
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
-a TLS port behind redis://), 2 bad usage, 130 a second signal. A stream that fails stops
-the others (each finishes its entry in hand and confirms its acks); the message names it.";
+a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
+a host that does not resolve, a --stats-json FILE that cannot be written), 130 a second
+signal. A stream that fails stops the others (each finishes its entry in hand and confirms
+its acks); the message names it.";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// The largest millisecond count a server takes (a signed 64-bit integer).
+const MAX_MS: u64 = i64::MAX as u64;
+/// The longest beat the consumer takes.
+const DAY_MS: u64 = 24 * 3600 * 1000;
+/// The shortest `min_idle` the consumer takes.
+const MIN_IDLE_MS: u64 = pelican::MIN_MIN_IDLE.as_millis() as u64;
+
+/// `pelican consume`'s flags.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = USAGE, before_help = ABOUT, after_help = AFTER, help_template = TEMPLATE)]
+pub struct Args {
+    /// a stream key (required); repeat it for several streams
+    #[arg(long = "stream", value_name = "KEY", required = true)]
+    streams: Vec<OsString>,
+    /// the group (required; the same on every stream)
+    #[arg(long, value_name = "G", env = "PELICAN_GROUP", hide_env_values = true)]
+    group: OsString,
+    /// this consumer's name in the group (required)
+    #[arg(long, value_name = "NAME", env = "PELICAN_CONSUMER", hide_env_values = true)]
+    consumer: OsString,
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// entries per read and per reclaim
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = value_parser!(u32).range(1..))]
+    count: u32,
+    /// how long a read blocks, and how often peers' entries are reclaimed
+    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = value_parser!(u64).range(1..=DAY_MS))]
+    beat_ms: u64,
+    /// reclaim entries idle longer than this (this consumer's own failed
+    /// entries included: that is how they are retried)
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = value_parser!(u64).range(MIN_IDLE_MS..=MAX_MS), verbatim_doc_comment)]
+    min_idle_ms: u64,
+    /// create the group at ID if it is missing (XGROUP CREATE … MKSTREAM):
+    /// $ (new entries only; the default), 0 (the whole stream), <ms>[-<seq>]
+    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "$", value_parser = group_start, verbatim_doc_comment)]
+    create_group: Option<String>,
+    /// if the group or the key is deleted while running, create it again
+    /// at the --create-group ID (default: stop with an error, exit 1)
+    #[arg(long, verbatim_doc_comment)]
+    recreate_group: bool,
+    /// the dead-letter stream: where entries past --max-deliveries, and
+    /// those whose command exits 65, are moved (with their fields and
+    /// pelican-stream/-group/-consumer/-id/-deliveries/-reason). %s in KEY
+    /// stands for the stream's name (%% for a %): '%s:dead' gives each
+    /// stream its own. In a cluster it must share its stream's hash slot:
+    /// name the stream {orders} and its dead letters {orders}:dead
+    #[arg(long, value_name = "KEY", verbatim_doc_comment)]
+    dead_letter: Option<OsString>,
+    /// move an entry delivered more than N times to the --dead-letter
+    /// stream instead of handing it out again (needs --dead-letter)
+    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=u64::MAX), verbatim_doc_comment)]
+    max_deliveries: Option<u64>,
+    /// speak RESP3 (HELLO 3) instead of RESP2
+    #[arg(long)]
+    resp3: bool,
+    /// mio (every lane on one event loop) or smol
+    #[arg(long, value_name = "T", value_enum, default_value_t = Transport::Mio, hide_possible_values = true)]
+    transport: Transport,
+    /// run `sh -c CMD` for each entry (below); without it, print entries
+    #[arg(long, value_name = "CMD", value_parser = command)]
+    exec: Option<String>,
+    /// progress on stderr every second even when stderr is not a terminal
+    /// (on a terminal it is always shown)
+    #[arg(long, verbatim_doc_comment)]
+    progress: bool,
+    /// on a clean stop, write the final counters to FILE as one JSON object:
+    /// the totals, and each stream's under "streams"
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    stats_json: Option<PathBuf>,
+}
+
+/// A group's start id as `XGROUP CREATE` takes it: `$`, `0`, `<ms>` or `<ms>-<seq>`.
+fn group_start(id: &str) -> Result<String, String> {
+    let number = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && n.parse::<u64>().is_ok();
+    let valid = id == "$" || id.split_once('-').map_or(number(id), |(ms, seq)| number(ms) && number(seq));
+    match valid {
+        true => Ok(id.to_string()),
+        false => {
+            Err("a group start id is $ (new entries only), 0 (the whole stream), <ms> or <ms>-<seq>".into())
+        }
+    }
+}
+
+/// `--exec`'s command, refused if blank: `sh -c ''` exits 0, which would acknowledge every
+/// entry without handling it (the command was likely an unset variable).
+fn command(text: &str) -> Result<String, String> {
+    match text.trim().is_empty() {
+        true => Err("the command is empty: it would acknowledge every entry without handling it \
+                     (an unset variable?); to print entries instead, leave --exec out"
+            .into()),
+        false => Ok(text.to_string()),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Transport {
     Mio,
     Smol,
 }
 
-struct Options {
-    streams: Vec<String>,
-    group: String,
-    consumer: String,
-    count: u32,
-    beat_ms: u64,
-    min_idle_ms: u64,
-    create_group: Option<String>,
-    recreate: bool,
-    /// `--dead-letter` as given: `%s` stands for the stream (see [`dead_letter_key`]).
-    dead_letter: Option<String>,
-    max_deliveries: Option<u64>,
-    resp3: bool,
-    transport: Transport,
-    exec: Option<String>,
-    progress: bool,
-    stats_json: Option<PathBuf>,
-}
-
-/// The options, and the server (`--url` and the `--tls-*` flags) checked against each other.
-fn parse(mut args: Args) -> Result<(Options, Server), Failure> {
-    let (mut group, mut consumer) = (None, None);
-    let mut server_args = ServerArgs::default();
-    let mut o = Options {
-        streams: Vec::new(),
-        group: String::new(),
-        consumer: String::new(),
-        count: 100,
-        beat_ms: 2000,
-        min_idle_ms: 30_000,
-        create_group: None,
-        recreate: false,
-        dead_letter: None,
-        max_deliveries: None,
-        resp3: false,
-        transport: Transport::Mio,
-        exec: None,
-        progress: false,
-        stats_json: None,
-    };
-    while let Some(flag) = args.next_flag()? {
-        match flag.as_str() {
-            "--stream" => {
-                let stream = args.value()?;
-                if o.streams.contains(&stream) {
-                    // Two lanes of one consumer on one stream would take each other's entries.
-                    return Err(args.error(format_args!("--stream {stream} is given twice")));
-                }
-                o.streams.push(stream);
-            }
-            "--group" => group = Some(args.value()?),
-            "--consumer" => consumer = Some(args.value()?),
-            "--count" => o.count = args.number(1)?,
-            "--beat-ms" => o.beat_ms = args.number(1)?,
-            "--min-idle-ms" => o.min_idle_ms = args.number(1)?,
-            "--create-group" => o.create_group = Some(args.optional_value().unwrap_or_else(|| "$".into())),
-            "--recreate-group" => o.recreate = true,
-            "--dead-letter" => o.dead_letter = Some(args.value()?),
-            "--max-deliveries" => o.max_deliveries = Some(args.number(1)?),
-            "--resp3" => o.resp3 = true,
-            "--transport" => {
-                o.transport = match args.value()?.as_str() {
-                    "mio" => Transport::Mio,
-                    "smol" => Transport::Smol,
-                    other => {
-                        return Err(args.error(format_args!("--transport: `{other}` is not mio or smol")))
-                    }
-                }
-            }
-            "--exec" => o.exec = Some(args.value()?),
-            "--progress" => o.progress = true,
-            "--stats-json" => o.stats_json = Some(args.value()?.into()),
-            _ if server_args.take(&flag, &mut args)? => {}
-            _ => return Err(args.unknown(&flag)),
+/// The flags checked against each other, the consumer's settings by the consumer's own
+/// rules, `--stats-json` for being writable: bad usage is told before any connection.
+fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
+    for (i, stream) in a.streams.iter().enumerate() {
+        // Lanes are told apart by the name shown; two lanes of one consumer on one stream
+        // would take each other's entries.
+        if a.streams[..i].iter().any(|s| show(s.as_bytes()) == show(stream.as_bytes())) {
+            return Err(Failure::Usage(format!("--stream {} is given twice", show(stream.as_bytes()))));
         }
     }
-    if o.streams.is_empty() {
-        return Err(args.error("--stream is required"));
+    if a.recreate_group && a.create_group.is_none() {
+        return Err(Failure::Usage("--recreate-group needs --create-group (the ID to create it at)".into()));
     }
-    o.group = args.required(group, "--group")?;
-    o.consumer = args.required(consumer, "--consumer")?;
-    if o.recreate && o.create_group.is_none() {
-        return Err(args.error("--recreate-group needs --create-group (the ID to create it at)"));
+    if a.max_deliveries.is_some() && a.dead_letter.is_none() {
+        return Err(Failure::Usage(
+            "--max-deliveries needs --dead-letter (the stream to move entries to)".into(),
+        ));
     }
-    if o.max_deliveries.is_some() && o.dead_letter.is_none() {
-        return Err(args.error("--max-deliveries needs --dead-letter (the stream to move entries to)"));
+    let server = a.server.to_server()?;
+    let stop = Arc::new(StopAll::default());
+    let shared = shared(a, &stop, Arc::new(Screen::new()));
+    let lanes = lanes(a, &server.target, &shared)?;
+    if let Some(path) = &a.stats_json {
+        // Opened for appending, not truncated: the last run's counters stay until replaced.
+        let existed = path.exists();
+        let opened = OpenOptions::new().append(true).create(true).open(path);
+        opened.map_err(|e| Failure::Bad(format!("--stats-json: cannot write {}: {e}", path.display())))?;
+        if !existed {
+            let _ = std::fs::remove_file(path);
+        }
     }
-    let server = server_args.into_server(&args)?;
-    Ok((o, server))
+    Ok((server, lanes, shared))
 }
 
 /// `--dead-letter`'s key for `stream`: each `%s` is the stream's name, `%%` is `%`; any
 /// other `%` stays as it is. Not `{stream}`: braces are the cluster's hash tags.
-fn dead_letter_key(template: &str, stream: &str) -> String {
-    let mut key = String::with_capacity(template.len() + stream.len());
+fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(template.len() + stream.len());
     let mut rest = template;
-    while let Some(at) = rest.find('%') {
-        key.push_str(&rest[..at]);
+    while let Some(at) = rest.iter().position(|b| *b == b'%') {
+        key.extend_from_slice(&rest[..at]);
         rest = &rest[at..];
-        if let Some(after) = rest.strip_prefix("%s") {
-            key.push_str(stream);
+        if let Some(after) = rest.strip_prefix(b"%s") {
+            key.extend_from_slice(stream);
             rest = after;
-        } else if let Some(after) = rest.strip_prefix("%%") {
-            key.push('%');
+        } else if let Some(after) = rest.strip_prefix(b"%%") {
+            key.push(b'%');
             rest = after;
         } else {
-            key.push('%');
+            key.push(b'%');
             rest = &rest[1..];
         }
     }
-    key.push_str(rest);
+    key.extend_from_slice(rest);
     key
 }
 
-/// The consumer settings of `stream`'s lane.
-fn config(o: &Options, target: &Target, stream: &str) -> Config {
+/// The consumer settings of `stream`'s lane. Names go on as the bytes given: one that
+/// `pending --json` printed in base64 can be given back as it is.
+fn config(a: &Args, target: &Target, stream: &[u8]) -> Config {
     let mut config = target
-        .apply(Config::new(stream, &o.group, &o.consumer))
-        .count(o.count)
-        .beat(Duration::from_millis(o.beat_ms))
-        .min_idle(Duration::from_millis(o.min_idle_ms));
-    if let Some(start) = &o.create_group {
+        .apply(Config::new(stream, a.group.as_bytes(), a.consumer.as_bytes()))
+        .count(a.count)
+        .beat(Duration::from_millis(a.beat_ms))
+        .min_idle(Duration::from_millis(a.min_idle_ms));
+    if let Some(start) = &a.create_group {
         config = config.create_group(start);
     }
-    if o.recreate {
+    if a.recreate_group {
         config = config.on_group_gone(GroupGone::Recreate);
     }
-    if o.resp3 {
+    if a.resp3 {
         config = config.protocol(Protocol::Resp3);
     }
-    if let Some(template) = &o.dead_letter {
-        config = config.dead_letter(dead_letter_key(template, stream));
-        config.max_deliveries = o.max_deliveries;
+    if let Some(template) = &a.dead_letter {
+        config = config.dead_letter(dead_letter_key(template.as_bytes(), stream));
+        config.max_deliveries = a.max_deliveries;
     }
     config
 }
 
 /// What the lanes share.
-fn shared(o: &Options, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
+fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     Arc::new(Shared {
-        exec: o.exec.clone(),
-        group: o.group.clone(),
-        consumer: o.consumer.clone(),
-        dead_letter: o.dead_letter.is_some(),
+        exec: a.exec.clone(),
+        group: show(a.group.as_bytes()).into_owned(),
+        consumer: show(a.consumer.as_bytes()).into_owned(),
+        dead_letter: a.dead_letter.is_some(),
         stdout_closed: AtomicBool::new(false),
         unrunnable: AtomicI32::new(0),
         stop: stop.clone(),
@@ -283,30 +292,32 @@ fn shared(o: &Options, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> 
 }
 
 /// One lane per stream, their settings checked (a refused setting is bad usage, exit 2).
-fn lanes(o: &Options, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, Failure> {
-    o.streams
+fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, Failure> {
+    let streams: Vec<&[u8]> = a.streams.iter().map(|s| s.as_bytes()).collect();
+    // The handlers name their streams as shown: entry lines name those shown otherwise by
+    // their bytes.
+    let escaped = streams.iter().filter(|s| show(s).as_bytes() != **s);
+    crate::json::escaped_streams(escaped.map(|s| (show(s).into_owned(), s.to_vec())).collect());
+    streams
         .iter()
         .map(|stream| {
-            let config = config(o, target, stream);
-            Consumer::new(config.clone()).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
-            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())) })
+            let config = config(a, target, stream);
+            config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
+            Ok(Lane { config, handler: Arc::new(Handler::new(&show(stream), shared.clone())) })
         })
         .collect()
 }
 
 /// Runs `consume`: one lane per `--stream` until a signal or a failure.
 pub fn main(args: Args) -> Result<(), Failure> {
-    let (o, server) = parse(args)?;
-    let target = &server.target;
+    let (server, lanes, shared) = check(&args)?;
+    let stop = shared.stop.clone();
     let net = Net {
-        addrs: target.resolve().map_err(Failure::Bad)?,
-        tls: server.tls.clone().map(|tls| (tls, target.host.clone())),
+        addrs: server.addrs.clone(),
+        tls: server.tls.clone().map(|tls| (tls, server.target.host.clone())),
         homes: Vec::new(),
     };
-    let stop = Arc::new(StopAll::default());
-    let screen = Arc::new(Screen::new());
-    let shared = shared(&o, &stop, screen.clone());
-    let lanes = lanes(&o, target, &shared)?;
+    let screen = shared.screen.clone();
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
@@ -315,8 +326,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let net = net.locate(&streams);
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
-    let progress = (o.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
-    let outcomes = match o.transport {
+    let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
+    let outcomes = match args.transport {
         Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
         Transport::Smol => smol_lanes::run(lanes, &net, &stop)?,
     };
@@ -324,13 +335,13 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if let Some(progress) = progress {
         progress.finish(&counts, start.elapsed());
     }
-    failed(&o, &handlers, &outcomes)?;
-    if let Some(path) = &o.stats_json {
+    failed(&args, &handlers, &outcomes)?;
+    if let Some(path) = &args.stats_json {
         let json = report::stats_json(&counts, start.elapsed());
         std::fs::write(path, json + "\n")
             .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
-    stopped_early(&o, &shared)
+    stopped_early(&args, &shared)
 }
 
 /// Each lane's counts, for the report: its handler's, and its consumer's if it stopped.
@@ -344,12 +355,12 @@ fn lane_counts<'a>(handlers: &'a [Arc<Handler>], outcomes: &'a [Outcome]) -> Vec
 }
 
 /// The lanes that failed, one line each naming its stream (lanes failing alike share a
-/// line), with a hint where one helps.
-fn failed(o: &Options, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
+/// line), with what fixes it where the flags can.
+fn failed(a: &Args, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
     let mut lines: Vec<(Vec<&str>, String)> = Vec::new();
     for (handler, outcome) in handlers.iter().zip(outcomes) {
         let Err(failure) = outcome else { continue };
-        let text = format!("{}{}", failure.message, hint(o, failure));
+        let text = explain(a, handler, failure);
         match lines.iter_mut().find(|(_, t)| *t == text) {
             Some((streams, _)) => streams.push(&handler.stream),
             None => lines.push((vec![&handler.stream], text)),
@@ -368,21 +379,39 @@ fn failed(o: &Options, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Resul
     Err(Failure::Failed(lines.join("\npelican: ")))
 }
 
-/// What to do about a lane's failure, where the flags can fix it.
-fn hint(o: &Options, failure: &LaneFailure) -> &'static str {
-    match failure.error {
-        Some(pelican::Error::GroupGone { .. }) if o.create_group.is_none() => {
-            " (--create-group creates a missing group)"
+/// A lane's failure in words, with what fixes it where the flags can.
+fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
+    let group = show(a.group.as_bytes());
+    match &failure.error {
+        Some(pelican::Error::GroupGone { command, message }) => {
+            // A lane that handled nothing and fails its first read (the drain of its own
+            // pending list) never had the group; one that was reading had it deleted.
+            let first = *command == pelican::Command::ReadPending && handler.counters.handled.load(Relaxed) == 0;
+            let fix = match (&a.create_group, first) {
+                (Some(_), _) => "--recreate-group creates it again",
+                (None, false) => "--create-group ID --recreate-group creates it again",
+                (None, true) => {
+                    return format!(
+                        "there is no group {group} ({message}); --create-group creates it (and the stream \
+                         if missing): --create-group for new entries only, --create-group 0 for all"
+                    )
+                }
+            };
+            format!("the group {group} was deleted ({message}); {fix}")
         }
-        Some(pelican::Error::CrossSlot { .. }) => {
-            " (--dead-letter '%s:dead' gives each stream its own: {orders}:dead for the stream {orders})"
+        Some(pelican::Error::Server { message, .. }) => {
+            login_refused("the server", message).unwrap_or_else(|| failure.message.clone())
         }
-        _ => "",
+        Some(pelican::Error::CrossSlot { .. }) => format!(
+            "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",
+            failure.message
+        ),
+        _ => failure.message.clone(),
     }
 }
 
 /// Exit 1 if the lanes stopped because stdout closed or the command cannot run.
-fn stopped_early(o: &Options, shared: &Shared) -> Result<(), Failure> {
+fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
     if shared.stdout_closed.load(Relaxed) {
         return Err(Failure::Failed("stopped: stdout is closed (the entry in hand stays pending)".into()));
     }
@@ -403,34 +432,23 @@ mod tests {
 
     #[test]
     fn dead_letter_keys_per_stream() {
-        assert_eq!(dead_letter_key("%s:dead", "{orders}"), "{orders}:dead");
-        assert_eq!(dead_letter_key("dead", "s"), "dead");
-        assert_eq!(dead_letter_key("%s-%s", "a"), "a-a");
-        assert_eq!(dead_letter_key("100%%:%s", "a"), "100%:a");
-        assert_eq!(dead_letter_key("50% off %x%", "a"), "50% off %x%");
-        assert_eq!(dead_letter_key("é%s", "ü"), "éü");
-    }
-
-    fn parsed(items: &[&str]) -> Result<Options, Failure> {
-        let args = Args::new(items.iter().map(|s| s.to_string()).collect(), "usage");
-        parse(args).map(|(o, _)| o)
+        let key = |template: &str, stream: &[u8]| dead_letter_key(template.as_bytes(), stream);
+        assert_eq!(key("%s:dead", b"{orders}"), b"{orders}:dead");
+        assert_eq!(key("dead", b"s"), b"dead");
+        assert_eq!(key("%s-%s", b"a"), b"a-a");
+        assert_eq!(key("100%%:%s", b"a"), b"100%:a");
+        assert_eq!(key("50% off %x%", b"a"), b"50% off %x%");
+        assert_eq!(key("é%s", "ü".as_bytes()), "éü".as_bytes());
+        assert_eq!(key("%s:dead", b"\xff"), b"\xff:dead");
     }
 
     #[test]
-    fn streams_repeat_but_not_twice_the_same() {
-        let base = ["--group", "g", "--consumer", "c", "--url", "redis://h"];
-        let mut items = vec!["--stream", "a", "--stream", "{b}"];
-        items.extend(base);
-        assert_eq!(parsed(&items).ok().map(|o| o.streams), Some(vec!["a".to_string(), "{b}".to_string()]));
-        let mut items = vec!["--stream", "a", "--stream", "a"];
-        items.extend(base);
-        match parsed(&items) {
-            Err(Failure::Usage(message, _)) => assert_eq!(message, "--stream a is given twice"),
-            other => panic!("{:?}", other.map(|o| o.streams)),
+    fn group_start_ids() {
+        for good in ["$", "0", "1700000000000", "1700000000000-5", "0-0"] {
+            assert_eq!(group_start(good).as_deref(), Ok(good));
         }
-        match parsed(&base) {
-            Err(Failure::Usage(message, _)) => assert_eq!(message, "--stream is required"),
-            other => panic!("{:?}", other.map(|o| o.streams)),
+        for bad in ["notanid", "", "-", "1-", "-1", "+5", "1-2-3", "99999999999999999999", "$-1"] {
+            assert!(group_start(bad).is_err(), "{bad}");
         }
     }
 }

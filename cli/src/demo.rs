@@ -15,14 +15,13 @@ use mio::{Events, Poll, Token};
 use pelican::{Config, Consumer, Entry, GroupGone, Source, Stats, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
-use crate::args::{Args, Failure};
+use crate::args::{Failure, TEMPLATE};
 use crate::client::{self, Client};
 use crate::server::{tls_message, Server, ServerArgs};
 
-/// `pelican demo --help`.
-pub const USAGE: &str = "\
-Usage: pelican demo [--url URL [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]
+const USAGE: &str = "pelican demo [--url URL [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]";
 
+const ABOUT: &str = "\
 The recovery tour, as a timeline: a cold start; a worker crashing mid-batch and restarting
 under its name (its backlog back at once, no idle wait); a worker dying for good and a peer
 reclaiming its entries after min_idle; a pending entry deleted under a worker; a clean stop.
@@ -33,36 +32,53 @@ With --url it runs against that server, on keys of its own (pelican-demo:<pid>),
 deletes at the end: redis://[user[:password]@]host[:port][/db], or rediss://… over TLS,
 trusting the CA certificates in --tls-ca FILE (PEM; else the system's root certificates),
 presenting --tls-cert FILE and --tls-key FILE (PEM) to a server that requires a client
-certificate.";
+certificate. $PELICAN_URL is not read: without --url, the tour is the simulator's.";
+
+const AFTER: &str = "Exit status: 0 nothing lost, 1 a step failed (the message says which), 2 bad usage.";
+
+/// `pelican demo`'s flags.
+#[derive(clap::Args, Debug)]
+#[command(
+    override_usage = USAGE,
+    before_help = ABOUT,
+    after_help = AFTER,
+    help_template = TEMPLATE,
+    // Neither $PELICAN_URL nor a default: without --url, the tour runs on the simulator.
+    mut_arg("url", |url| url.env(None).default_value(None).help(
+        "run the tour on this server: redis://[user[:password]@]host[:port][/db],\n\
+         or rediss://… for TLS (default: the embedded simulator)"
+    ))
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+}
 
 const GROUP: &str = "demo";
 /// No step of the tour may take longer than this.
 const STEP_LIMIT: Duration = Duration::from_secs(15);
 
 /// Runs the tour, on the simulator or the server `--url` names.
-pub fn main(mut args: Args) -> Result<(), Failure> {
-    let mut flags = ServerArgs::default();
-    while let Some(flag) = args.next_flag()? {
-        if !flags.take(&flag, &mut args)? {
-            return Err(args.unknown(&flag));
-        }
-    }
+pub fn main(args: Args) -> Result<(), Failure> {
+    let flags = args.server;
     let (server, stream, _sim) = if flags.has_url() {
-        (flags.into_server(&args)?, format!("pelican-demo:{}", std::process::id()), None)
+        (flags.to_server()?, format!("pelican-demo:{}", std::process::id()), None)
     } else if let Some(flag) = flags.tls_flag() {
-        // Not $PELICAN_URL: without --url the demo is the simulator's, which has no TLS.
-        return Err(args.error(format_args!("{flag} needs --url rediss://… (the simulator has no TLS)")));
+        return Err(Failure::Usage(format!("{flag} needs --url rediss://… (the simulator has no TLS)")));
     } else {
         let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| Failure::Failed(format!("bind: {e}")))?;
         let sim = pelican_sim::serve(listener, pelican_sim::SimOptions::valkey81());
-        let addr = sim.addr();
-        (Server::plain(addr.ip().to_string(), addr.port()), "orders".to_string(), Some(sim))
+        (Server::plain(sim.addr()), "orders".to_string(), Some(sim))
     };
-    let addrs = server.target.resolve().map_err(Failure::Bad)?;
+    let addrs = server.addrs.clone();
     let mut admin = Client::connect(&server).map_err(Failure::Failed)?;
-    // In a cluster, this follows the stream to the node serving it, where the pipelined
-    // XADDs of the tour then go (a pipeline does not follow redirects).
-    admin.call(&[b"XLEN", stream.as_bytes()]).map_err(Failure::Failed)?;
+    // A write of no consequence (the key is the tour's own, new): a replica, or a server
+    // refusing writes, says so now, where the workers would retry until a step timed out.
+    // In a cluster, it follows the stream to the node serving it, where the pipelined XADDs
+    // of the tour then go (a pipeline does not follow redirects).
+    admin
+        .call(&[b"DEL", stream.as_bytes()])
+        .map_err(|e| fail(&format!("{} refused a write: {e}", addrs[0])))?;
     let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{}", addrs[0]) };
     let mut tour = Tour {
         server,
@@ -226,7 +242,7 @@ impl Tour {
         if let Some(tls) = &self.server.tls {
             driver = driver.tls(tls.clone(), &self.server.target.host);
         }
-        Worker::new(driver)
+        Worker::new(name, driver)
     }
 
     fn note(&mut self, w: &Worker) {
@@ -240,7 +256,7 @@ impl Tour {
             let order = format!("order-{}", self.added.len() + i + 1);
             client::encode(&mut out, &[b"XADD", self.stream.as_bytes(), b"*", b"order", order.as_bytes()]);
         }
-        self.admin.write(&out).map_err(Failure::Failed)?;
+        self.admin.write(&[&out]).map_err(Failure::Failed)?;
         for _ in 0..n {
             let reply = self.admin.read().map_err(Failure::Failed)?;
             let id = client::bytes(&reply).ok_or_else(|| fail(&format!("XADD answered {reply:?}")))?;
@@ -286,6 +302,7 @@ fn drive_failure(e: DriveError) -> Failure {
 
 /// One worker: a `pelican-mio` driver on a poll of its own, stepped by the tour.
 struct Worker {
+    name: String,
     poll: Poll,
     events: Events,
     driver: Option<Driver>,
@@ -295,8 +312,9 @@ struct Worker {
 }
 
 impl Worker {
-    fn new(driver: Driver) -> Worker {
+    fn new(name: &str, driver: Driver) -> Worker {
         Worker {
+            name: name.to_string(),
             poll: Poll::new().expect("a mio Poll"),
             events: Events::with_capacity(16),
             driver: Some(driver),
@@ -325,7 +343,7 @@ impl Worker {
         let end = Instant::now() + STEP_LIMIT;
         while !done(self) {
             if Instant::now() > end {
-                return Err(fail(&format!("a step took too long ({:?})", self.consumer().stats())));
+                return Err(fail(&self.stuck()));
             }
             let (seen, acked) = (&mut self.seen, &mut self.acked);
             let driver = self.driver.as_mut().expect("a live worker");
@@ -351,6 +369,23 @@ impl Worker {
             self.poll.poll(&mut self.events, Some(timeout)).map_err(|e| fail(&e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// What held the worker up, in words, when a step took too long.
+    fn stuck(&self) -> String {
+        let (name, limit) = (&self.name, STEP_LIMIT.as_secs());
+        let Some(driver) = &self.driver else { return format!("{name} is gone") };
+        let (consumer, addr) = (driver.consumer(), driver.addr());
+        let (errors, reconnects) = (consumer.stats().errors, consumer.stats().reconnects);
+        let why = match (consumer.is_connected(), errors) {
+            (false, 0) => format!("it could not connect to {addr}"),
+            (true, 0) => format!("connected to {addr}, it handled {} entries, too few", self.seen.len()),
+            (_, errors) => format!(
+                "{addr} failed or refused its commands {errors} times ({reconnects} reconnects; a replica? a \
+                 server still loading?)"
+            ),
+        };
+        format!("{name} got nowhere within {limit} s: {why}")
     }
 
     /// Handles entries until `n` have been seen, then crashes on the next one: the handler

@@ -1,4 +1,4 @@
-//! JSON output, written by hand: strings, byte strings, stream entries, flat objects.
+//! JSON output, through serde_json: byte strings, stream entries, ordered objects.
 //!
 //! Byte strings (field names and values, stream and group names) are written as a JSON string
 //! when they are valid UTF-8, and as `{"base64":"…"}` (standard alphabet, padded) when they
@@ -7,159 +7,126 @@
 //! fields are written as an array of `[name, value]` pairs instead.
 
 use std::fmt::Display;
+use std::sync::OnceLock;
 
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
 use pelican::{Entry, Fields};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::value::RawValue;
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+/// A byte string: a JSON string when it is UTF-8, else `{"base64":"…"}`.
+pub struct Bytes<'a>(pub &'a [u8]);
 
-/// Standard base64 (RFC 4648 §4) with `=` padding.
-pub fn base64(input: &[u8]) -> String {
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let byte = |i: usize| u32::from(chunk.get(i).copied().unwrap_or(0));
-        let n = byte(0) << 16 | byte(1) << 8 | byte(2);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
+impl Serialize for Bytes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match std::str::from_utf8(self.0) {
+            Ok(text) => s.serialize_str(text),
+            Err(_) => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("base64", &STANDARD.encode(self.0))?;
+                map.end()
             }
         }
     }
-    out
 }
 
-/// Appends `s` as a JSON string.
-pub fn push_str(out: &mut String, s: &str) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 || c == '\u{7f}' => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
+/// [`Bytes`], for `#[serde(serialize_with)]`.
+pub fn bytes<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    Bytes(bytes).serialize(s)
 }
 
-/// Appends `bytes` as a JSON string if they are UTF-8, else as `{"base64":"…"}`.
-pub fn push_bytes(out: &mut String, bytes: &[u8]) {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => push_str(out, s),
-        Err(_) => {
-            out.push_str("{\"base64\":\"");
-            out.push_str(&base64(bytes));
-            out.push_str("\"}");
+/// [`Bytes`] or `null`, for `#[serde(serialize_with)]`.
+pub fn opt_bytes<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    bytes.as_deref().map(Bytes).serialize(s)
+}
+
+/// An entry's fields: an object in stream order with repeated names kept (serde_json's
+/// `Map` would keep one), or `[name, value]` pairs if some name is not UTF-8.
+struct FieldsJson<'a>(Fields<'a>);
+
+impl Serialize for FieldsJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let pairs = self.0.clone().map(|(name, value)| (Bytes(name), Bytes(value)));
+        if self.0.clone().all(|(name, _)| std::str::from_utf8(name).is_ok()) {
+            s.collect_map(pairs)
+        } else {
+            s.collect_seq(pairs)
         }
     }
+}
+
+/// `value` as JSON text.
+pub fn to_string(value: &impl Serialize) -> String {
+    // Only a map key that is not a string fails, and every key here is one.
+    serde_json::to_string(value).expect("JSON object keys are strings")
 }
 
 /// Appends an entry's fields: an object in stream order (repeated names kept), or an array
 /// of `[name, value]` pairs if some name is not UTF-8.
 pub fn push_fields(out: &mut String, fields: Fields<'_>) {
-    let as_object = fields.clone().all(|(name, _)| std::str::from_utf8(name).is_ok());
-    out.push(if as_object { '{' } else { '[' });
-    for (i, (name, value)) in fields.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        if as_object {
-            push_bytes(out, name);
-            out.push(':');
-            push_bytes(out, value);
-        } else {
-            out.push('[');
-            push_bytes(out, name);
-            out.push(',');
-            push_bytes(out, value);
-            out.push(']');
-        }
-    }
-    out.push(if as_object { '}' } else { ']' });
+    out.push_str(&to_string(&FieldsJson(fields)));
 }
 
-/// `{"stream":"…","id":"…","fields":{…}}` followed by a newline: the stream says which
+/// `consume`'s streams whose lanes carry an escaped name ([`crate::name::show`]; a lane's
+/// handler holds its stream as a `String`), with their bytes.
+static ESCAPED: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
+
+/// Records `consume`'s streams shown otherwise than as their bytes (each as shown, and its
+/// bytes), so that [`entry_line`] names them by their bytes, as `pending --json` does.
+pub fn escaped_streams(names: Vec<(String, Vec<u8>)>) {
+    let _ = ESCAPED.set(names);
+}
+
+/// `{"stream":…,"id":"…","fields":{…}}` followed by a newline: the stream says which
 /// lane of a several-stream `consume` the entry came from.
 pub fn entry_line(stream: &str, entry: &Entry) -> String {
-    let fields = entry.fields().map(|(f, v)| f.len() + v.len() + 6).sum::<usize>();
-    let mut out = String::with_capacity(48 + stream.len() + fields);
-    out.push_str("{\"stream\":");
-    push_str(&mut out, stream);
-    out.push_str(",\"id\":");
-    push_bytes(&mut out, entry.id());
-    out.push_str(",\"fields\":");
-    push_fields(&mut out, entry.fields());
-    out.push_str("}\n");
-    out
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        stream: Bytes<'a>,
+        id: Bytes<'a>,
+        fields: FieldsJson<'a>,
+    }
+    let escaped = ESCAPED.get().and_then(|names| names.iter().find(|(shown, _)| shown == stream));
+    let stream = escaped.map_or(stream.as_bytes(), |(_, bytes)| bytes);
+    let mut line =
+        to_string(&Line { stream: Bytes(stream), id: Bytes(entry.id()), fields: FieldsJson(entry.fields()) });
+    line.push('\n');
+    line
 }
 
-/// A JSON object written field by field.
-pub struct Object {
-    out: String,
-    empty: bool,
-}
+/// A JSON object written member by member, in order.
+pub struct Object(Vec<(String, Box<RawValue>)>);
 
 impl Object {
-    /// An empty object, `{`.
+    /// An empty object.
     pub fn new() -> Object {
-        Object { out: String::from("{"), empty: true }
+        Object(Vec::new())
     }
 
-    fn key(&mut self, key: &str) -> &mut String {
-        if !self.empty {
-            self.out.push(',');
-        }
-        self.empty = false;
-        push_str(&mut self.out, key);
-        self.out.push(':');
-        &mut self.out
+    /// A number (or anything whose `Display` is JSON, like `true`), written as displayed:
+    /// `1.500` stays `1.500`.
+    pub fn num(self, key: &str, value: impl Display) -> Object {
+        self.raw(key, &value.to_string())
     }
 
-    /// A number (or anything whose `Display` is valid JSON, like `true`).
-    pub fn num(mut self, key: &str, value: impl Display) -> Object {
-        let out = self.key(key);
-        out.push_str(&value.to_string());
-        self
-    }
-
-    /// A number, or `null`.
-    pub fn opt_num(self, key: &str, value: Option<impl Display>) -> Object {
-        match value {
-            Some(v) => self.num(key, v),
-            None => self.raw(key, "null"),
-        }
-    }
-
-    /// A byte string (see [`push_bytes`]), or `null`.
-    pub fn bytes(mut self, key: &str, value: Option<&[u8]>) -> Object {
-        match value {
-            Some(v) => push_bytes(self.key(key), v),
-            None => self.key(key).push_str("null"),
-        }
-        self
-    }
-
-    /// Already-encoded JSON.
+    /// Already-encoded JSON (`null` if it is not JSON).
     pub fn raw(mut self, key: &str, json: &str) -> Object {
-        self.key(key).push_str(json);
+        let value = RawValue::from_string(json.to_string()).unwrap_or_else(|_| RawValue::NULL.to_owned());
+        self.0.push((key.to_string(), value));
         self
     }
 
-    /// The object, closed.
-    pub fn finish(mut self) -> String {
-        self.out.push('}');
-        self.out
+    /// The object as JSON text.
+    pub fn finish(self) -> String {
+        to_string(&self)
     }
 }
 
-/// `[a,b,…]` from already-encoded JSON values.
-pub fn array(items: impl IntoIterator<Item = String>) -> String {
-    let items: Vec<String> = items.into_iter().collect();
-    format!("[{}]", items.join(","))
+impl Serialize for Object {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(key, value)| (key, value)))
+    }
 }
 
 #[cfg(test)]
@@ -168,36 +135,10 @@ mod tests {
     use pelican::Source;
 
     #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (input, want) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), want);
-        }
-        assert_eq!(base64(&[0xff, 0xfe, 0xfd]), "//79");
-        assert_eq!(base64(&[0xfb, 0xff]), "+/8=");
-    }
-
-    #[test]
-    fn strings_are_escaped() {
-        let mut out = String::new();
-        push_str(&mut out, "a\"b\\c\nd\u{1}é");
-        assert_eq!(out, r#""a\"b\\c\nd\u0001é""#);
-    }
-
-    #[test]
     fn bytes_are_text_or_base64() {
-        let mut out = String::new();
-        push_bytes(&mut out, b"ok");
-        out.push(' ');
-        push_bytes(&mut out, b"\xff\x00");
-        assert_eq!(out, r#""ok" {"base64":"/wA="}"#);
+        assert_eq!(to_string(&Bytes(b"ok \"q\"\n")), r#""ok \"q\"\n""#);
+        assert_eq!(to_string(&Bytes(b"\xff\x00")), r#"{"base64":"/wA="}"#);
+        assert_eq!(to_string(&Bytes(b"\xfb\xff")), r#"{"base64":"+/8="}"#);
     }
 
     fn entry(fields: &[(&[u8], &[u8])]) -> Entry {
@@ -220,12 +161,15 @@ mod tests {
             line,
             "{\"stream\":\"{o}\",\"id\":\"1-0\",\"fields\":[[\"a\",\"1\"],[{\"base64\":\"/w==\"},\"2\"]]}\n"
         );
+        let mut input = String::new();
+        push_fields(&mut input, entry(&[(b"k", b"v"), (b"k", b"w")]).fields());
+        assert_eq!(input, r#"{"k":"v","k":"w"}"#);
     }
 
     #[test]
-    fn objects() {
-        let json = Object::new().num("n", 3).opt_num("lag", None::<u64>).bytes("s", Some(b"x")).finish();
-        assert_eq!(json, r#"{"n":3,"lag":null,"s":"x"}"#);
-        assert_eq!(array(vec!["1".to_string(), "{}".to_string()]), "[1,{}]");
+    fn objects_keep_members_as_written() {
+        let json = Object::new().num("n", 3).num("s", format_args!("{:.3}", 1.5)).raw("o", "{}").finish();
+        assert_eq!(json, r#"{"n":3,"s":1.500,"o":{}}"#);
+        assert_eq!(Object::new().raw("bad", "{").raw("k\"", "1").finish(), r#"{"bad":null,"k\"":1}"#);
     }
 }

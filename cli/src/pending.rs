@@ -1,15 +1,22 @@
 //! `pelican pending`: a group's pending entries list at a glance.
 
-use crate::args::{Args, Failure};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use serde::Serialize;
+
+use crate::args::{Failure, TEMPLATE};
 use crate::client::{array, bytes, field, int, Client, Reply};
-use crate::json::{self, Object};
+use crate::json::{self, Bytes};
+use crate::name::show;
 use crate::server::ServerArgs;
+use unicode_width::UnicodeWidthStr as _;
 
-/// `pelican pending --help`.
-pub const USAGE: &str = "\
-Usage: pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
-                      [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]
+const USAGE: &str = "\
+pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
+                      [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]";
 
+const ABOUT: &str = "\
 Shows group G's pending entries list (entries delivered but not yet acknowledged) on each
 stream KEY:
   - the total, and the id range;
@@ -18,54 +25,73 @@ stream KEY:
   - the 10 oldest pending entries, with owner, idle time and delivery count;
   - the group's lag (entries not yet delivered), where the server reports it (XINFO GROUPS,
     Redis 7+/Valkey; unknown on Redis 6.2, and after some deletions).
+Names that are not UTF-8 are shown escaped (\\xNN) in the text, and in base64 in JSON;
+either way, the bytes can be given back as KEY or G.
 
 In a Redis/Valkey Cluster, any node's URL will do (a replica too): each stream is asked
-of the node serving it (MOVED and ASK are followed).
+of the node serving it (MOVED and ASK are followed).";
 
-Options:
-  --stream KEY   a stream key (required); repeat it for several streams, shown in turn
-  --group G      the consumer group (required)
-  --url URL      redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
-                 for a cluster, any node's URL
-                 [default: $PELICAN_URL, else redis://127.0.0.1:6379]
-  --tls-ca FILE  rediss://: trust the CA certificates in FILE (PEM) instead of the
-                 system's root certificates
-  --tls-cert FILE, --tls-key FILE
-                 rediss://: present this client certificate and key (PEM; both or neither)
-  --json         one JSON object per stream (a line each) instead of text:
-                 {\"stream\",\"group\",\"pending\",\"min_id\",\"max_id\",\"lag\",
-                  \"consumers\":[{\"name\",\"pending\",\"oldest_id\",\"oldest_idle_ms\",\"seen_ms\"}],
-                  \"oldest\":[{\"id\",\"consumer\",\"idle_ms\",\"deliveries\"}]}
-                 names are strings, or {\"base64\":\"…\"} when not UTF-8; unknown numbers are null
-  -h, --help
-
+const AFTER: &str = "\
 Exit status: 0 shown, 1 the server failed or refused (no such key or group: the other
 streams are still shown) or TLS failed (an untrusted, expired or misnamed certificate, a
 client certificate required, a TLS file that cannot be read, the wrong port for the scheme),
-2 bad usage.";
+2 bad usage (a bad URL, a host that does not resolve).";
+
+/// `pelican pending`'s flags.
+#[derive(clap::Args, Debug)]
+#[command(override_usage = USAGE, before_help = ABOUT, after_help = AFTER, help_template = TEMPLATE)]
+pub struct Args {
+    /// a stream key (required); repeat it for several streams, shown in turn
+    #[arg(long = "stream", value_name = "KEY", required = true)]
+    streams: Vec<OsString>,
+    /// the consumer group (required)
+    #[arg(long, value_name = "G", env = "PELICAN_GROUP", hide_env_values = true)]
+    group: OsString,
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// one JSON object per stream (a line each) instead of text:
+    /// {"stream","group","pending","min_id","max_id","lag",
+    ///  "consumers":[{"name","pending","oldest_id","oldest_idle_ms","seen_ms"}],
+    ///  "oldest":[{"id","consumer","idle_ms","deliveries"}]}
+    /// names are strings, or {"base64":"…"} when not UTF-8; unknown numbers are null
+    #[arg(long, verbatim_doc_comment)]
+    json: bool,
+}
 
 /// How many of the oldest entries are listed.
 const OLDEST: usize = 10;
 
+#[derive(Serialize)]
 struct Consumer {
+    #[serde(serialize_with = "json::bytes")]
     name: Vec<u8>,
     pending: i64,
     /// The oldest pending entry's id and idle time.
-    oldest: Option<(Vec<u8>, i64)>,
+    #[serde(serialize_with = "json::opt_bytes")]
+    oldest_id: Option<Vec<u8>>,
+    oldest_idle_ms: Option<i64>,
     /// XINFO CONSUMERS `idle`: since the server last heard from it.
     seen_ms: Option<i64>,
 }
 
+#[derive(Serialize)]
 struct PendingEntry {
+    #[serde(serialize_with = "json::bytes")]
     id: Vec<u8>,
+    #[serde(serialize_with = "json::bytes")]
     consumer: Vec<u8>,
     idle_ms: i64,
     deliveries: i64,
 }
 
+/// A stream's report; its JSON members in the documented order.
+#[derive(Serialize)]
 struct Report {
+    #[serde(rename = "pending")]
     total: i64,
+    #[serde(serialize_with = "json::opt_bytes")]
     min_id: Option<Vec<u8>>,
+    #[serde(serialize_with = "json::opt_bytes")]
     max_id: Option<Vec<u8>>,
     lag: Option<i64>,
     consumers: Vec<Consumer>,
@@ -73,32 +99,18 @@ struct Report {
 }
 
 /// Runs `pending`: each stream's report, in turn.
-pub fn main(mut args: Args) -> Result<(), Failure> {
-    let (mut streams, mut group, mut server_args, mut as_json) =
-        (Vec::new(), None, ServerArgs::default(), false);
-    while let Some(flag) = args.next_flag()? {
-        match flag.as_str() {
-            "--stream" => streams.push(args.value()?),
-            "--group" => group = Some(args.value()?),
-            "--json" => as_json = true,
-            _ if server_args.take(&flag, &mut args)? => {}
-            _ => return Err(args.unknown(&flag)),
-        }
-    }
-    if streams.is_empty() {
-        return Err(args.error("--stream is required"));
-    }
-    let group = args.required(group, "--group")?;
-    let server = server_args.into_server(&args)?;
+pub fn main(args: Args) -> Result<(), Failure> {
+    let group = args.group.as_bytes();
+    let server = args.server.to_server()?;
     // One connection for every stream: in a cluster it follows each stream to its node.
     let mut client = Client::connect(&server).map_err(Failure::Failed)?;
     let mut failures = Vec::new();
-    for (i, stream) in streams.iter().enumerate() {
-        match fetch(&mut client, stream.as_bytes(), group.as_bytes()) {
-            Ok(report) if as_json => println!("{}", to_json(&report, stream, &group)),
-            Ok(report) => print!("{}{}", if i > 0 { "\n" } else { "" }, to_text(&report, stream, &group)),
+    for (i, stream) in args.streams.iter().map(|s| s.as_bytes()).enumerate() {
+        match fetch(&mut client, stream, group) {
+            Ok(report) if args.json => println!("{}", to_json(&report, stream, group)),
+            Ok(report) => print!("{}{}", if i > 0 { "\n" } else { "" }, to_text(&report, stream, group)),
             // The other streams are still worth showing: the failures are told at the end.
-            Err(e) => failures.push(format!("{stream} {group}: {e}")),
+            Err(e) => failures.push(format!("{} {}: {e}", show(stream), show(group))),
         }
     }
     if failures.is_empty() {
@@ -123,7 +135,8 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
             Some([name, count]) => consumers.push(Consumer {
                 name: bytes(name).ok_or_else(|| shape("XPENDING"))?.to_vec(),
                 pending: int(count).ok_or_else(|| shape("XPENDING"))?,
-                oldest: None,
+                oldest_id: None,
+                oldest_idle_ms: None,
                 seen_ms: None,
             }),
             _ => return Err(shape("XPENDING")),
@@ -137,12 +150,20 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
         let seen_ms = field(row, "idle").and_then(int);
         match consumers.iter_mut().find(|c| c.name == name) {
             Some(c) => c.seen_ms = seen_ms,
-            None => consumers.push(Consumer { name: name.to_vec(), pending: 0, oldest: None, seen_ms }),
+            None => consumers.push(Consumer {
+                name: name.to_vec(),
+                pending: 0,
+                oldest_id: None,
+                oldest_idle_ms: None,
+                seen_ms,
+            }),
         }
     }
     for c in consumers.iter_mut().filter(|c| c.pending > 0) {
         let rows = client.call(&[b"XPENDING", stream, group, b"-", b"+", b"1", &c.name])?;
-        c.oldest = pending_rows(&rows)?.into_iter().next().map(|e| (e.id, e.idle_ms));
+        if let Some(e) = pending_rows(&rows)?.into_iter().next() {
+            (c.oldest_id, c.oldest_idle_ms) = (Some(e.id), Some(e.idle_ms));
+        }
     }
     consumers.sort_by(|a, b| b.pending.cmp(&a.pending).then_with(|| a.name.cmp(&b.name)));
     let oldest = pending_rows(&client.call(&[
@@ -189,38 +210,15 @@ fn pending_rows(reply: &Reply) -> Result<Vec<PendingEntry>, String> {
         .ok_or_else(|| shape("XPENDING (extended)"))
 }
 
-fn to_json(r: &Report, stream: &str, group: &str) -> String {
-    let consumers = r.consumers.iter().map(|c| {
-        Object::new()
-            .bytes("name", Some(&c.name))
-            .num("pending", c.pending)
-            .bytes("oldest_id", c.oldest.as_ref().map(|(id, _)| &id[..]))
-            .opt_num("oldest_idle_ms", c.oldest.as_ref().map(|(_, idle)| *idle))
-            .opt_num("seen_ms", c.seen_ms)
-            .finish()
-    });
-    let oldest = r.oldest.iter().map(|e| {
-        Object::new()
-            .bytes("id", Some(&e.id))
-            .bytes("consumer", Some(&e.consumer))
-            .num("idle_ms", e.idle_ms)
-            .num("deliveries", e.deliveries)
-            .finish()
-    });
-    Object::new()
-        .bytes("stream", Some(stream.as_bytes()))
-        .bytes("group", Some(group.as_bytes()))
-        .num("pending", r.total)
-        .bytes("min_id", r.min_id.as_deref())
-        .bytes("max_id", r.max_id.as_deref())
-        .opt_num("lag", r.lag)
-        .raw("consumers", &json::array(consumers))
-        .raw("oldest", &json::array(oldest))
-        .finish()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+fn to_json(r: &Report, stream: &[u8], group: &[u8]) -> String {
+    #[derive(Serialize)]
+    struct Line<'a> {
+        stream: Bytes<'a>,
+        group: Bytes<'a>,
+        #[serde(flatten)]
+        report: &'a Report,
+    }
+    json::to_string(&Line { stream: Bytes(stream), group: Bytes(group), report: r })
 }
 
 /// `850ms`, `31.2s`, `5m12s`, `3h04m`, `2d03h`.
@@ -239,42 +237,64 @@ pub fn duration(ms: i64) -> String {
     }
 }
 
-fn to_text(r: &Report, stream: &str, group: &str) -> String {
+fn to_text(r: &Report, stream: &[u8], group: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let range = match (&r.min_id, &r.max_id) {
-        (Some(min), Some(max)) => format!(" (ids {} … {})", text(min), text(max)),
+        (Some(min), Some(max)) => format!(" (ids {} … {})", show(min), show(max)),
         _ => String::new(),
     };
     let lag = match r.lag {
         Some(lag) => format!("lag {lag}"),
         None => "lag unknown".to_string(),
     };
-    let _ = writeln!(out, "stream {stream}, group {group}: {} pending{range}; {lag}", r.total);
+    let _ =
+        writeln!(out, "stream {}, group {}: {} pending{range}; {lag}", show(stream), show(group), r.total);
     if !r.consumers.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n{:<24} {:>9}  {:>11}  {:>9}  oldest id",
-            "consumer", "pending", "oldest idle", "seen"
-        );
+        let mut rows = vec![["consumer", "pending", "oldest idle", "seen", "oldest id"].map(String::from)];
         for c in &r.consumers {
-            let (id, idle) = match &c.oldest {
-                Some((id, idle)) => (text(id), duration(*idle)),
-                None => ("-".into(), "-".into()),
-            };
+            let id = c.oldest_id.as_deref().map_or("-".into(), |id| show(id).into_owned());
+            let idle = c.oldest_idle_ms.map_or("-".into(), duration);
             let seen = c.seen_ms.map_or("-".into(), |ms| format!("{} ago", duration(ms)));
-            let _ = writeln!(out, "{:<24} {:>9}  {:>11}  {:>9}  {id}", text(&c.name), c.pending, idle, seen);
+            rows.push([show(&c.name).into_owned(), c.pending.to_string(), idle, seen, id]);
         }
+        out.push('\n');
+        table(&mut out, &rows, &[(24, false, " "), (9, true, "  "), (11, true, "  "), (9, true, "  ")]);
     }
     if !r.oldest.is_empty() {
-        let _ =
-            writeln!(out, "\noldest pending:\n{:<24} {:<24} {:>11}  deliveries", "id", "consumer", "idle");
+        let mut rows = vec![["id", "consumer", "idle", "deliveries"].map(String::from)];
         for e in &r.oldest {
-            let (id, consumer, idle) = (text(&e.id), text(&e.consumer), duration(e.idle_ms));
-            let _ = writeln!(out, "{id:<24} {consumer:<24} {idle:>11}  {}", e.deliveries);
+            rows.push([
+                show(&e.id).into_owned(),
+                show(&e.consumer).into_owned(),
+                duration(e.idle_ms),
+                e.deliveries.to_string(),
+            ]);
         }
+        out.push_str("\noldest pending:\n");
+        table(&mut out, &rows, &[(24, false, " "), (24, false, " "), (11, true, "  ")]);
     }
     out
+}
+
+/// `rows` as lines, each column but the last as wide as its widest cell on screen (names
+/// are neither cut nor let to push the next columns out of line), at least `min`, then
+/// `gap`; `right`: right-aligned.
+fn table<const N: usize>(out: &mut String, rows: &[[String; N]], columns: &[(usize, bool, &str)]) {
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            let Some(&(min, right, gap)) = columns.get(i) else {
+                line.push_str(cell);
+                continue;
+            };
+            let width = rows.iter().map(|row| row[i].width()).max().unwrap_or(0).max(min);
+            let pad = " ".repeat(width - cell.width());
+            line.extend(if right { [pad.as_str(), cell, gap] } else { [cell.as_str(), &pad, gap] });
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
 }
 
 #[cfg(test)]
@@ -300,7 +320,8 @@ mod tests {
             consumers: vec![Consumer {
                 name: b"c".to_vec(),
                 pending: 1,
-                oldest: Some((b"1-0".to_vec(), 5)),
+                oldest_id: Some(b"1-0".to_vec()),
+                oldest_idle_ms: Some(5),
                 seen_ms: Some(7),
             }],
             oldest: vec![PendingEntry {
@@ -311,8 +332,8 @@ mod tests {
             }],
         };
         assert_eq!(
-            to_json(&report, "s", "g"),
-            r#"{"stream":"s","group":"g","pending":1,"min_id":"1-0","max_id":"1-0","lag":null,"consumers":[{"name":"c","pending":1,"oldest_id":"1-0","oldest_idle_ms":5,"seen_ms":7}],"oldest":[{"id":"1-0","consumer":"c","idle_ms":5,"deliveries":2}]}"#
+            to_json(&report, b"s", b"\xffg"),
+            r#"{"stream":"s","group":{"base64":"/2c="},"pending":1,"min_id":"1-0","max_id":"1-0","lag":null,"consumers":[{"name":"c","pending":1,"oldest_id":"1-0","oldest_idle_ms":5,"seen_ms":7}],"oldest":[{"id":"1-0","consumer":"c","idle_ms":5,"deliveries":2}]}"#
         );
     }
 }

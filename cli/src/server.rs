@@ -1,11 +1,12 @@
 //! The server a command talks to: `--url` and the `--tls-*` flags every command shares,
-//! checked together, and TLS failures told in terms of those flags.
+//! checked together, and failures told in terms of those flags.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use pelican_tls::{Tls, TlsConfig, TlsError};
 
-use crate::args::{default_url, Args, Failure};
+use crate::args::Failure;
 use crate::url::{self, Target};
 
 /// Where to connect, and how.
@@ -15,81 +16,101 @@ pub struct Server {
     pub target: Target,
     /// The TLS settings, for a `rediss://` URL; `None` for `redis://`.
     pub tls: Option<Tls>,
+    /// The host's addresses, resolved once: a host that does not resolve is a bad setting.
+    pub addrs: Vec<SocketAddr>,
 }
 
 impl Server {
     /// A plaintext server with nothing but an address (the demo's simulator).
-    pub fn plain(host: String, port: u16) -> Server {
-        Server { target: Target { host, port, tls: false, user: None, password: None, db: 0 }, tls: None }
+    pub fn plain(addr: SocketAddr) -> Server {
+        let target = Target {
+            host: addr.ip().to_string(),
+            port: addr.port(),
+            tls: false,
+            user: None,
+            password: None,
+            db: 0,
+        };
+        Server { target, tls: None, addrs: vec![addr] }
     }
 }
 
-/// `--url` and the `--tls-*` flags, as given, until [`ServerArgs::into_server`] checks them.
-#[derive(Debug, Default)]
+/// `--url` and the `--tls-*` flags, as given, until [`ServerArgs::to_server`] checks them.
+#[derive(clap::Args, Debug)]
 pub struct ServerArgs {
+    /// redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
+    /// any node's URL for a cluster; `:password@` logs in as the default user;
+    /// %XX escapes allowed; default redis://127.0.0.1:6379
+    // The value is hidden: it may hold a password.
+    #[arg(long, value_name = "URL", env = "PELICAN_URL", hide_env_values = true, default_value = url::DEFAULT, hide_default_value = true, verbatim_doc_comment)]
     url: Option<String>,
-    ca: Option<PathBuf>,
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
+    /// rediss://: trust the CA certificates in FILE (PEM) instead of the
+    /// system's root certificates
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    tls_ca: Option<PathBuf>,
+    /// rediss://: present this client certificate (PEM), for servers that
+    /// require one (tls-auth-clients); needs --tls-key
+    #[arg(long, value_name = "FILE", verbatim_doc_comment)]
+    tls_cert: Option<PathBuf>,
+    /// the client certificate's private key (PEM); needs --tls-cert
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Whether `--url` came from `$PELICAN_URL` (set by [`crate::args::parse`]), for messages.
+    #[arg(skip)]
+    pub url_from_env: bool,
 }
 
 impl ServerArgs {
-    /// Takes `flag` and its value if it is `--url` or a `--tls-*` flag (then `Ok(true)`).
-    pub fn take(&mut self, flag: &str, args: &mut Args) -> Result<bool, Failure> {
-        let slot = match flag {
-            "--url" => {
-                self.url = Some(args.value()?);
-                return Ok(true);
-            }
-            "--tls-ca" => &mut self.ca,
-            "--tls-cert" => &mut self.cert,
-            "--tls-key" => &mut self.key,
-            _ => return Ok(false),
-        };
-        *slot = Some(args.value()?.into());
-        Ok(true)
-    }
-
-    /// Whether `--url` was given (without it, `demo` runs on its own simulator).
+    /// Whether a URL was given (`demo` takes neither `$PELICAN_URL` nor a default: without
+    /// `--url` it runs on its own simulator).
     pub fn has_url(&self) -> bool {
         self.url.is_some()
     }
 
     /// The first `--tls-*` flag given, if any.
     pub fn tls_flag(&self) -> Option<&'static str> {
-        [(&self.ca, "--tls-ca"), (&self.cert, "--tls-cert"), (&self.key, "--tls-key")]
+        [(&self.tls_ca, "--tls-ca"), (&self.tls_cert, "--tls-cert"), (&self.tls_key, "--tls-key")]
             .into_iter()
             .find_map(|(value, flag)| value.as_ref().map(|_| flag))
     }
 
-    /// The server: the URL (`--url`, else `$PELICAN_URL`, else the local server) parsed, the
-    /// TLS flags checked against it, their files read. Misused flags are usage errors (exit
-    /// 2), as is a bad URL; a TLS file that cannot be used fails the command (exit 1).
-    pub fn into_server(self, args: &Args) -> Result<Server, Failure> {
-        if self.cert.is_some() != self.key.is_some() {
-            return Err(args.error("--tls-cert and --tls-key go together: give both, or neither"));
+    /// The server: the URL parsed and its host resolved, the TLS flags checked against it,
+    /// their files read. Misused flags, a bad URL and a host that does not resolve are bad
+    /// usage (exit 2); a TLS file that cannot be used fails the command (exit 1).
+    pub fn to_server(&self) -> Result<Server, Failure> {
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(Failure::Usage("--tls-cert and --tls-key go together: give both, or neither".into()));
         }
-        let target = url::parse(&self.url.clone().unwrap_or_else(default_url)).map_err(Failure::Bad)?;
-        if !target.tls {
-            return match self.tls_flag() {
+        // An empty $PELICAN_URL is as good as none, as shells have it.
+        let url =
+            self.url.as_deref().filter(|url| !url.is_empty() || !self.url_from_env).unwrap_or(url::DEFAULT);
+        let from = if self.url_from_env { " in $PELICAN_URL" } else { "" };
+        let target = url::parse(url).map_err(|why| Failure::Bad(format!("bad URL{from}: {why}")))?;
+        let tls = if !target.tls {
+            if let Some(flag) = self.tls_flag() {
                 // The URL is not repeated: it may hold a password.
-                Some(flag) => Err(args.error(format_args!(
+                return Err(Failure::Usage(format!(
                     "{flag} is for TLS, but the URL is redis:// (plaintext): use rediss://"
-                ))),
-                None => Ok(Server { target, tls: None }),
-            };
-        }
-        let tls = self.tls_config().build().map_err(|e| Failure::Failed(tls_message(&e)))?;
-        Ok(Server { target, tls: Some(tls) })
+                )));
+            }
+            None
+        } else {
+            Some(self.tls_config().build().map_err(|e| Failure::Failed(tls_message(&e)))?)
+        };
+        let addrs = target.resolve().map_err(|e| match self.url_from_env {
+            true => Failure::Bad(format!("{e} (the host in $PELICAN_URL)")),
+            false => Failure::Bad(e),
+        })?;
+        Ok(Server { target, tls, addrs })
     }
 
     /// What the flags ask for: the CA file, else the system roots; the client certificate.
     fn tls_config(&self) -> TlsConfig {
         let mut config = TlsConfig::new();
-        if let Some(ca) = &self.ca {
+        if let Some(ca) = &self.tls_ca {
             config = config.ca_file(ca);
         }
-        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             config = config.client_cert(cert, key);
         }
         config
@@ -106,31 +127,51 @@ pub fn tls_message(err: &TlsError) -> String {
     format!("{err}{flag}")
 }
 
+/// A login that `who` (the server) refused, told with its fix, if the server's error
+/// `text` is one: a password wanted (`NOAUTH`), a wrong one (`WRONGPASS`), one given to a
+/// server that has none.
+pub fn login_refused(who: &str, text: &str) -> Option<String> {
+    const FORMS: &str = "redis://:PASSWORD@host:port, or redis://USER:PASSWORD@host:port for an ACL user";
+    if text.starts_with("NOAUTH") {
+        Some(format!("{who} wants a password ({text}): give it in the URL, {FORMS}"))
+    } else if text.starts_with("WRONGPASS") {
+        Some(format!("{who} refused the login ({text}): check the user and password in the URL, {FORMS}"))
+    } else if text.contains("without any password configured") {
+        Some(format!("{who} has no password ({text}): leave it out of the URL"))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Parses `items` as a command's flags, then checks them as [`ServerArgs::into_server`] does.
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        server: ServerArgs,
+    }
+
+    /// Parses `items` as a command's flags, then checks them as [`ServerArgs::to_server`] does.
     fn server(items: &[&str]) -> Result<Server, Failure> {
-        let mut args = Args::new(items.iter().map(|s| s.to_string()).collect(), "usage");
-        let mut flags = ServerArgs::default();
-        while let Some(flag) = args.next_flag()? {
-            assert!(flags.take(&flag, &mut args)?, "{flag} is a server flag");
-        }
-        flags.into_server(&args)
+        let flags =
+            <Flags as clap::Parser>::try_parse_from(std::iter::once("pelican").chain(items.iter().copied()));
+        flags.unwrap_or_else(|e| panic!("{items:?}: {e}")).server.to_server()
     }
 
     fn usage(items: &[&str]) -> String {
         match server(items) {
-            Err(Failure::Usage(message, _)) => message,
+            Err(Failure::Usage(message)) => message,
             other => panic!("{items:?}: {other:?}"),
         }
     }
 
     #[test]
     fn plaintext_needs_no_tls_flag() {
-        let server = server(&["--url", "redis://h:7"]).unwrap();
+        let server = server(&["--url", "redis://127.0.0.1:7"]).unwrap();
         assert!(server.tls.is_none() && !server.target.tls);
+        assert_eq!(server.addrs, vec!["127.0.0.1:7".parse().unwrap()]);
         assert_eq!(
             usage(&["--url", "redis://h", "--tls-ca", "ca.pem"]),
             "--tls-ca is for TLS, but the URL is redis:// (plaintext): use rediss://"
@@ -142,7 +183,7 @@ mod tests {
     #[test]
     fn cert_and_key_go_together() {
         for flags in [&["--tls-cert", "c.pem"][..], &["--tls-key", "k.pem"]] {
-            let mut items = vec!["--url", "rediss://h"];
+            let mut items = vec!["--url", "rediss://127.0.0.1"];
             items.extend_from_slice(flags);
             assert_eq!(usage(&items), "--tls-cert and --tls-key go together: give both, or neither");
         }
@@ -150,7 +191,7 @@ mod tests {
 
     #[test]
     fn unreadable_files_fail_naming_the_file() {
-        let failure = server(&["--url", "rediss://h", "--tls-ca", "/no/such/ca.pem"]).unwrap_err();
+        let failure = server(&["--url", "rediss://127.0.0.1", "--tls-ca", "/no/such/ca.pem"]).unwrap_err();
         match failure {
             Failure::Failed(message) => assert!(message.contains("/no/such/ca.pem"), "{message}"),
             other => panic!("{other:?}"),

@@ -28,9 +28,9 @@ pub struct Target {
 
 /// Parses a URL. User and password may hold `%XX` escapes (and raw `@`, `:` or `/` in the
 /// password); `:password@` logs in as the default user; `user@` without a password is refused.
-/// The message never repeats the URL, which may hold a password.
+/// The message says what is wrong, never repeating the URL, which may hold a password.
 pub fn parse(url: &str) -> Result<Target, String> {
-    let bad = |why: &str| format!("bad URL: {why} ({FORM})");
+    let bad = |why: &str| format!("{why} ({FORM})");
     let (tls, rest) = match url.split_once("://") {
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("redis") => (false, rest),
         Some((scheme, rest)) if scheme.eq_ignore_ascii_case("rediss") => (true, rest),
