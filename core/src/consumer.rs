@@ -133,6 +133,11 @@ pub struct Consumer {
     failed: Option<Error>,
     backoff: Backoff,
     connected_before: bool,
+    /// The server has answered on this connection: it is up and speaks RESP
+    /// ([`Notice::Connected`] is told then, not at the TCP connect).
+    heard: bool,
+    /// A connection was announced before (the next one is a reconnect).
+    announced_before: bool,
     /// The cluster node a `MOVED` named, where the next connection goes (see
     /// [`Consumer::redirect`]).
     redirect: Option<(String, u16)>,
@@ -248,6 +253,8 @@ impl Consumer {
             failing: None,
             failed: None,
             connected_before: false,
+            heard: false,
+            announced_before: false,
             redirect: None,
             group_made: false,
             asking: false,
@@ -347,7 +354,7 @@ impl Consumer {
         if self.connected_before {
             self.stats.reconnects += 1;
         }
-        self.notices.push_back(Notice::Connected { reconnect: self.connected_before });
+        self.heard = false;
         self.connected_before = true;
         self.link = Link::Up;
         for command in commands::handshake(&mut self.out, &self.config) {
@@ -409,12 +416,26 @@ impl Consumer {
                     break;
                 }
                 Ok(Some((Frame::Push, _))) => continue,
-                Ok(Some(frame)) => frame,
+                Ok(Some(frame)) => {
+                    if !self.heard {
+                        self.heard = true;
+                        self.notices.push_back(Notice::Connected { reconnect: self.announced_before });
+                        self.announced_before = true;
+                    }
+                    frame
+                }
                 Err(e) => {
                     let limits = self.config.limits;
                     return Err(self.fail(
                         now,
                         match e {
+                            // The first words on a connection: likely not a Redis server at all.
+                            DecodeError::Invalid(_) if !self.heard => Error::Protocol {
+                                detail: format!(
+                                    "not a Redis server? it answered \"{}\"",
+                                    bytes[..bytes.len().min(40)].escape_ascii()
+                                ),
+                            },
                             DecodeError::Invalid(detail) => Error::Protocol { detail },
                             DecodeError::TooLarge => Error::FrameTooLarge { limit: limits.max_frame },
                             DecodeError::TooDeep => Error::TooDeep { limit: limits.max_depth },
@@ -927,7 +948,8 @@ impl Consumer {
     }
 
     fn lose_link(&mut self, now: Instant, reason: String) {
-        let was_up = self.link == Link::Up;
+        // A connection the server never answered on counts as a failed connect.
+        let was_up = self.link == Link::Up && self.heard;
         self.reset_link();
         self.drop_buffer();
         let retry_in = self.backoff.next_delay();

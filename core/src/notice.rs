@@ -12,12 +12,15 @@ use bytes::Bytes;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Notice {
-    /// A connection is up (the handshake and the drain of the own pending list follow).
+    /// The server answered on a new connection: it is up and speaks RESP (told at its first
+    /// reply, not at the TCP connect, so that a port that accepts and never answers, or
+    /// answers in another protocol, is never called connected).
     Connected {
         /// True for every connection after the first.
         reconnect: bool,
     },
-    /// A connect attempt failed (the server is down, refused, unreachable…).
+    /// A connect attempt failed (the server is down, refused, unreachable…), or the
+    /// connection was lost before the server ever answered on it.
     ConnectFailed {
         /// Why, as the transport or the consumer saw it.
         reason: String,

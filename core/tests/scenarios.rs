@@ -591,6 +591,9 @@ fn garbage_and_unasked_replies_cost_the_connection_only() {
     rig.start();
     let err = rig.raw(b"?what\r\n").unwrap_err();
     assert!(matches!(err, Error::Protocol { .. }) && !err.is_fatal());
+    // Never answered in RESP: not called connected, and the words it sent are shown.
+    let Notice::ConnectFailed { reason, .. } = rig.notice() else { panic!("not ConnectFailed") };
+    assert_eq!(reason, r#"protocol error: not a Redis server? it answered "?what\r\n""#);
     rig.advance(Duration::from_secs(1));
     rig.start();
     rig.drain_reply("read_pending_empty").unwrap();
