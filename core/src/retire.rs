@@ -59,6 +59,8 @@ pub struct ConsumerState {
 /// the reader of its reply.
 #[derive(Debug)]
 pub struct Retirement {
+    /// The script's `EVAL` and its arguments.
+    args: Vec<Bytes>,
     request: Bytes,
     /// Replies before the script's: the handshake's.
     skip: usize,
@@ -76,11 +78,14 @@ impl Retirement {
         let skip = commands::handshake(&mut out, config).len();
         let ms = Decimal::new(min_idle.as_millis().min(u64::MAX as u128) as u64);
         let mode: &[u8] = if dry_run { b"dry-run" } else { b"retire" };
-        command(
-            &mut out,
-            &[b"EVAL", RETIRE_SCRIPT.as_bytes(), b"1", &config.stream, &config.group, ms.as_bytes(), mode],
-        );
+        let args: Vec<Bytes> =
+            [b"EVAL", RETIRE_SCRIPT.as_bytes(), b"1", &config.stream, &config.group, ms.as_bytes(), mode]
+                .iter()
+                .map(|a| Bytes::copy_from_slice(a))
+                .collect();
+        command(&mut out, &args.iter().map(|a| &a[..]).collect::<Vec<_>>());
         Retirement {
+            args,
             request: out.freeze(),
             skip,
             decoder: Decoder::new(config.limits),
@@ -88,9 +93,21 @@ impl Retirement {
         }
     }
 
+    /// Only the script, for a client that logs in and follows cluster redirects itself:
+    /// send [`args`](Self::args) as one command and give its reply, as RESP2 bytes, to
+    /// [`read`](Self::read).
+    pub fn script(stream: &[u8], group: &[u8], min_idle: Duration, dry_run: bool) -> Retirement {
+        Retirement::new(&Config::new(stream, group, "retire").no_client_name(), min_idle, dry_run)
+    }
+
     /// The bytes to write, on a fresh connection.
     pub fn request(&self) -> &[u8] {
         &self.request
+    }
+
+    /// The script's command: `EVAL <script> 1 <stream> <group> <min idle ms> <mode>`.
+    pub fn args(&self) -> impl Iterator<Item = &[u8]> {
+        self.args.iter().map(|a| &a[..])
     }
 
     /// Feeds bytes read from the connection: `Ok(None)` until the reply is whole, then each
