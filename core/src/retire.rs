@@ -213,6 +213,12 @@ mod tests {
             Retirement::new(&Config::new("s", "g", "c").protocol(Protocol::Resp3), Duration::ZERO, true);
         assert!(String::from_utf8_lossy(dry.request()).ends_with("$7\r\ndry-run\r\n"));
         assert_eq!(dry.skip, 1, "HELLO 3");
+        let bare = Retirement::script(b"s", b"g", Duration::from_millis(5), true);
+        let args: Vec<&[u8]> = bare.args().collect();
+        assert_eq!(args[0], b"EVAL");
+        assert_eq!(&args[2..], [&b"1"[..], b"s", b"g", b"5", b"dry-run"]);
+        assert_eq!(bare.skip, 0);
+        assert!(bare.request().starts_with(b"*7\r\n$4\r\nEVAL\r\n"));
     }
 
     #[test]
