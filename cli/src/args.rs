@@ -7,7 +7,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::{consume, demo, pending, produce};
+use crate::{consume, demo, pending, produce, retire};
 
 /// How a command ends other than in success; `main` turns it into a message and exit code.
 #[derive(Debug)]
@@ -28,6 +28,7 @@ const USAGE: &str = "\
 pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
        pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
        pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+       pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run]
        pelican demo [--url URL]
        pelican <command> --help";
 
@@ -70,6 +71,8 @@ pub enum Command {
     Pending(pending::Args),
     /// append test entries, pipelined
     Produce(produce::Args),
+    /// remove consumers gone for good: idle at least N ms with nothing pending
+    Retire(retire::Args),
     /// the recovery tour, on the embedded simulator or a server
     Demo(demo::Args),
 }
@@ -86,6 +89,7 @@ pub fn parse() -> Result<Cli, ExitCode> {
             Command::Pending(args) => &mut args.server,
             Command::Produce(args) => &mut args.server,
             Command::Demo(args) => &mut args.server,
+            Command::Retire(args) => &mut args.server,
         };
         server.url_from_env = command.value_source("url") == Some(ValueSource::EnvVariable);
     }

@@ -95,6 +95,8 @@ pub struct Client {
     replied: bool,
     buf: Vec<u8>,
     pos: usize,
+    /// The connection's name in `CLIENT LIST` (`pelican:<command>`).
+    name: String,
 }
 
 impl Client {
@@ -103,10 +105,10 @@ impl Client {
     /// is proven before the command's own work, so a server that refuses it (a TLS port to a
     /// plaintext client, a TLS 1.3 server wanting a client certificate) is told apart from
     /// a refused command. A TLS failure is final: other addresses are not tried.
-    pub fn connect(server: &Server) -> Result<Client, String> {
+    pub fn connect(server: &Server, name: &str) -> Result<Client, String> {
         let mut last = String::new();
         for &addr in &server.addrs {
-            match Client::connect_to(server, addr, &server.target.host) {
+            match Client::connect_to(server, addr, &server.target.host, name) {
                 Ok(client) => return Ok(client),
                 Err(Connect::Refused(e)) => last = e,
                 Err(Connect::Failed(e)) => return Err(e),
@@ -116,7 +118,7 @@ impl Client {
     }
 
     /// Connects to `addr`, over TLS checking that the certificate names `host`, and logs in.
-    fn connect_to(server: &Server, addr: SocketAddr, host: &str) -> Result<Client, Connect> {
+    fn connect_to(server: &Server, addr: SocketAddr, host: &str, name: &str) -> Result<Client, Connect> {
         let socket = TcpStream::connect_timeout(&addr, TIMEOUT)
             .map_err(|e| Connect::Refused(format!("cannot connect to {addr}: {e}")))?;
         let _ = socket.set_nodelay(true);
@@ -138,6 +140,7 @@ impl Client {
             replied: false,
             buf: Vec::new(),
             pos: 0,
+            name: name.to_string(),
         };
         client.login().map_err(Connect::Failed)?;
         client.stream.set_read_timeout(TIMEOUT).map_err(|e| Connect::Failed(e.to_string()))?;
@@ -150,13 +153,13 @@ impl Client {
         let addr = node_addr(host, port, self.peer)?;
         // A node named by IP address has its certificate checked for that address.
         let host = if host.is_empty() { self.tls.as_ref().map_or("", |(_, h)| h.as_str()) } else { host };
-        Client::connect_to(&self.server, addr, host).map_err(|e| match e {
+        Client::connect_to(&self.server, addr, host, &self.name).map_err(|e| match e {
             Connect::Refused(e) | Connect::Failed(e) => format!("following a cluster redirect: {e}"),
         })
     }
 
-    /// `AUTH` and `SELECT` as the URL says, else a `PING`; any reply to it proves the link.
-    /// A login refused, or wanted (`NOAUTH`), is told with its fix.
+    /// `AUTH` and `SELECT` as the URL says, then `CLIENT SETNAME`; any reply proves the
+    /// link. A login refused, or wanted (`NOAUTH`), is told with its fix.
     fn login(&mut self) -> Result<(), String> {
         let target = self.server.target.clone();
         let who = self.peer.to_string();
@@ -171,11 +174,11 @@ impl Client {
             let select = self.exchange(&[b"SELECT", target.db.to_string().as_bytes()])?;
             refused(select).map_err(|e| login(e.clone()).unwrap_or(format!("SELECT: {e}")))?;
         }
-        if !self.heard {
-            // Another error (a command renamed away…) is for the command to tell.
-            if let Err(e) = refused(self.exchange(&[b"PING"])?) {
-                return login(e).map_or(Ok(()), Err);
-            }
+        // Another error (a user not allowed to name itself, a command renamed away…) is for
+        // the command to tell, if it matters to it.
+        let name = self.name.clone();
+        if let Err(e) = refused(self.exchange(&[b"CLIENT", b"SETNAME", name.as_bytes()])?) {
+            return login(e).map_or(Ok(()), Err);
         }
         Ok(())
     }

@@ -72,9 +72,16 @@ every entry in turn. CMD runs in its own process group, so a Ctrl-C on the termi
 only pelican, which lets CMD finish. An empty CMD is refused: it would acknowledge every
 entry unhandled.
 
-On stderr, one line each (naming the stream when there are several): an entry moved to the
-dead-letter stream, an entry a peer took while this consumer held it (a lease lost), reads
-made smaller (slow handlers, big entries).
+On stderr, one line each (naming the stream when there are several; none with --quiet):
+connected, a connect that failed or a connection lost (with the reason and when the next
+attempt is; a connect failing again for the same reason is told again every 30 s, with the
+count of attempts), entries reclaimed from idle owners, an entry moved to the dead-letter
+stream, an entry a peer took while this consumer held it (a lease lost), reads made smaller
+(slow handlers, big entries), a stop waiting for the server to confirm acknowledgements.
+The progress line (--progress, or a terminal) also shows the group's health every 5 s —
+its pending count, its oldest pending entry's age and owner, its lag (Redis 7+/Valkey) —
+and `waiting for the server` while it cannot be reached. Every connection is named
+pelican:<group>:<consumer> in CLIENT LIST.
 
 JSON: a field name or value that is valid UTF-8 is a JSON string; one that is not is
 {\"base64\":\"…\"} (standard alphabet, padded), and so is a stream name. Fields keep stream
@@ -83,9 +90,13 @@ parsers keep only the last). A name that is not UTF-8 cannot be an object key: t
 `fields` is an array of [name, value] pairs instead, each element written by the same rule.
 
 Signals: SIGINT or SIGTERM stops gracefully: the entry in hand (its command) finishes, the
-acknowledgements earned are confirmed by the server, then pelican exits 0. A second signal
-exits at once with status 130: the running commands' process groups get SIGTERM and the
-entries in hand stay pending.
+acknowledgements earned are confirmed by the server, then pelican exits 0; if the server
+cannot be reached meanwhile, a line on stderr says what pelican waits for. A second signal
+exits with status 130 once nothing pelican started is left: the running commands' process
+groups get SIGTERM, then SIGKILL if still running 3 s later; the entries in hand, and those
+whose acknowledgements the server has not confirmed, stay pending. The same signal sent
+twice within a second by one process counts once (`timeout -s INT` sends it to pelican and
+then to its process group).
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
 closed, CMD cannot be run, an entry is over the frame limit, the dead-letter stream is in
@@ -158,9 +169,14 @@ pub struct Args {
     #[arg(long, value_name = "CMD", value_parser = command)]
     exec: Option<String>,
     /// progress on stderr every second even when stderr is not a terminal
-    /// (on a terminal it is always shown)
+    /// (on a terminal it is always shown, and cleared before other output and
+    /// before each command starts), with the group's health every 5 s
     #[arg(long, verbatim_doc_comment)]
     progress: bool,
+    /// no line on stderr for what happens along the way (connections, reclaims,
+    /// dead letters, leases lost, smaller reads); failures and the summary still are
+    #[arg(long, short, verbatim_doc_comment)]
+    quiet: bool,
     /// on a clean stop, write the final counters to FILE as one JSON object:
     /// the totals, and each stream's under "streams"
     #[arg(long, value_name = "FILE", verbatim_doc_comment)]
@@ -255,7 +271,10 @@ fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
 
 /// The consumer settings of `stream`'s lane. Names go on as the bytes given: one that
 /// `pending --json` printed in base64 can be given back as it is.
-fn config(a: &Args, target: &Target, stream: &[u8]) -> Config {
+/// How often the progress line's group health is asked for.
+const HEALTH_EVERY: Duration = Duration::from_secs(5);
+
+fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
     let mut config = target
         .apply(Config::new(stream, a.group.as_bytes(), a.consumer.as_bytes()))
         .count(a.count)
@@ -274,6 +293,9 @@ fn config(a: &Args, target: &Target, stream: &[u8]) -> Config {
         config = config.dead_letter(dead_letter_key(template.as_bytes(), stream));
         config.max_deliveries = a.max_deliveries;
     }
+    if progress {
+        config = config.health_every(HEALTH_EVERY);
+    }
     config
 }
 
@@ -288,6 +310,7 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         unrunnable: AtomicI32::new(0),
         stop: stop.clone(),
         screen,
+        quiet: a.quiet,
     })
 }
 
@@ -301,7 +324,7 @@ fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, F
     streams
         .iter()
         .map(|stream| {
-            let config = config(a, target, stream);
+            let config = config(a, target, stream, a.progress || shared.screen.is_tty());
             config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
             Ok(Lane { config, handler: Arc::new(Handler::new(&show(stream), shared.clone())) })
         })

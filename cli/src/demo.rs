@@ -71,7 +71,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
         (Server::plain(sim.addr()), "orders".to_string(), Some(sim))
     };
     let addrs = server.addrs.clone();
-    let mut admin = Client::connect(&server).map_err(Failure::Failed)?;
+    let mut admin = Client::connect(&server, "pelican:demo").map_err(Failure::Failed)?;
     // A write of no consequence (the key is the tour's own, new): a replica, or a server
     // refusing writes, says so now, where the workers would retry until a step timed out.
     // In a cluster, it follows the stream to the node serving it, where the pipelined XADDs

@@ -9,6 +9,7 @@ mod json;
 mod name;
 mod pending;
 mod produce;
+mod retire;
 mod server;
 mod url;
 
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         Command::Pending(args) => ("pending", pending::main(args)),
         Command::Produce(args) => ("produce", produce::main(args)),
         Command::Demo(args) => ("demo", demo::main(args)),
+        Command::Retire(args) => ("retire", retire::main(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

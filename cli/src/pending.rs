@@ -103,7 +103,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let group = args.group.as_bytes();
     let server = args.server.to_server()?;
     // One connection for every stream: in a cluster it follows each stream to its node.
-    let mut client = Client::connect(&server).map_err(Failure::Failed)?;
+    let mut client = Client::connect(&server, "pelican:pending").map_err(Failure::Failed)?;
     let mut failures = Vec::new();
     for (i, stream) in args.streams.iter().map(|s| s.as_bytes()).enumerate() {
         match fetch(&mut client, stream, group) {

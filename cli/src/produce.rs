@@ -63,7 +63,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let size =
         usize::try_from(args.size).map_err(|_| Failure::Bad("--size is too big for this machine".into()))?;
     let server = args.server.to_server()?;
-    let mut client = Client::connect(&server).map_err(Failure::Failed)?;
+    let mut client = Client::connect(&server, "pelican:produce").map_err(Failure::Failed)?;
     let value = vec![b'x'; size];
     let head = xadd_head(stream, size);
     let per_write = (CHUNK_BYTES / (head.len() + size + 2)).clamp(1, CHUNK as usize) as u64;

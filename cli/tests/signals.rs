@@ -281,8 +281,11 @@ fn a_stop_during_an_outage_says_what_it_waits_for() {
         std::fs::write(&go, "").expect("create the go file");
         wait_until("the command to finish", || lines_of(&log).len() == 2);
         p.term();
+        // (The whole line: stderr may be read in the middle of it.)
         wait_until("the wait on the server to be told", || {
-            p.stderr().contains("stopping: waiting for the server")
+            p.stderr()
+                .lines()
+                .any(|l| l.contains("stopping: waiting for the server") && l.ends_with("exit now"))
         });
         let stderr = p.stderr();
         let told: Vec<&str> = stderr.lines().filter(|l| l.contains("waiting for the server")).collect();
@@ -379,7 +382,7 @@ fn on_a_terminal_output_never_runs_into_the_progress_line() {
     let first_entry = screen.find("{\"stream\"").unwrap_or_default();
     assert!(screen[..first_entry].contains("entries/s"), "the line was shown before the entries: {screen:?}");
     assert_eq!(starts_lines(&screen, "{\"stream\""), 3, "{screen:?}");
-    // The stop message and the summary.
-    assert_eq!(starts_lines(&screen, "pelican: "), 2, "{screen:?}");
+    // Connected, the stop message and the summary.
+    assert_eq!(starts_lines(&screen, "pelican: "), 3, "{screen:?}");
     assert!(screen.contains(" 3 handled in "), "{screen:?}");
 }

@@ -676,3 +676,26 @@ fn group_health_is_asked_every_interval_and_never_behind_a_parked_read() {
         assert!(rig.consumer.is_connected());
     });
 }
+
+#[test]
+fn a_stop_while_a_silent_server_holds_the_handshake_ends_at_its_timeout() {
+    let config = Config::new("s", "g", "A").count(10);
+    let mut rig = Rig::new(config, "redis-7.0");
+    rig.connect();
+    rig.sent();
+    let grace = Duration::from_secs(2);
+    rig.advance(grace + Duration::from_millis(1));
+    assert!(matches!(rig.consumer.handle_timeout(rig.now), Err(Error::Timeout { .. })));
+    rig.advance(Duration::from_secs(1));
+    rig.connect();
+    rig.sent();
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None, "the drain in flight is waited for");
+    rig.advance(grace + Duration::from_millis(1));
+    let _ = rig.consumer.handle_timeout(rig.now);
+    let mut events = Vec::new();
+    while let Some(e) = rig.consumer.poll_event() {
+        events.push(e);
+    }
+    assert!(events.contains(&Event::Stopped), "{events:?}");
+}

@@ -469,17 +469,27 @@ impl Driver {
         let tried = self.addr();
         self.next_addr = (self.next_addr + 1) % self.addrs.len();
         self.consumer.on_disconnected_because(now, format_args!("{tried}: {reason}"));
+        self.again();
+    }
+
+    /// The link is gone: drive again at once, whatever the consumer's deadlines say. A stop
+    /// waiting on the server may have ended with it (`Stopped` is ready, and no deadline
+    /// would bring it out), and its notices are to be told.
+    fn again(&mut self) {
+        self.asap = Some(Instant::now());
     }
 
     /// The connection is lost: close it, tell the consumer (which schedules a reconnect).
     fn disconnected(&mut self, registry: &Registry, now: Instant, reason: impl std::fmt::Display) {
         self.close(registry);
         self.consumer.on_disconnected_because(now, reason);
+        self.again();
     }
 
     /// The consumer returned an error: the connection is done. Fatal errors end the driver.
     fn failed(&mut self, registry: &Registry, err: pelican::Error) -> Result<Status, DriveError> {
         self.close(registry);
+        self.again();
         if err.is_fatal() {
             log::error!("{}: gave up: {err}", self.name());
             Err(DriveError::Consumer(err))

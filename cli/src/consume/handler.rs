@@ -90,6 +90,18 @@ pub struct Shared {
     pub stop: Arc<StopAll>,
     /// The terminal the progress line shares.
     pub screen: Arc<Screen>,
+    /// `--quiet`: no line for the consumers' notices.
+    pub quiet: bool,
+}
+
+/// What a lane's notices told of its connection and its group, for the progress line.
+#[derive(Default)]
+pub struct Watch {
+    /// The server is not reachable now (a connect failed or the connection was lost, and
+    /// no reply came since).
+    pub down: AtomicBool,
+    /// The group's health, as last told.
+    pub health: Mutex<Option<pelican::GroupHealth>>,
 }
 
 /// Handles one lane's entries, one at a time.
@@ -98,6 +110,8 @@ pub struct Handler {
     pub stream: String,
     /// Its counts.
     pub counters: Arc<Counters>,
+    /// Its connection's state and its group's health.
+    pub watch: Arc<Watch>,
     /// The pid of the command running for this lane, which leads its process group (0:
     /// none), for a second signal to end. Locked while a command starts, so that a second
     /// signal sees every command started (see [`Handler::child`]).
@@ -114,6 +128,7 @@ impl Handler {
         Handler {
             stream: stream.to_string(),
             counters: Arc::default(),
+            watch: Arc::default(),
             child: Mutex::new(0),
             busy: AtomicBool::new(false),
             shared,

@@ -3,13 +3,14 @@
 //! [`super::smol_lanes`]) run them and say how each ended.
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pelican::{Config, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
-use super::screen::Screen;
 
 /// Where every lane connects: the URL's addresses (a failed connect tries the next) and TLS
 /// with the host its certificate must name. In a cluster this is any node: each lane
@@ -52,13 +53,6 @@ pub struct Lane {
     pub handler: Arc<Handler>,
 }
 
-impl Lane {
-    /// The lane's stream.
-    pub fn stream(&self) -> &str {
-        &self.handler.stream
-    }
-}
-
 /// How a lane failed for good.
 #[derive(Debug)]
 pub struct LaneFailure {
@@ -72,9 +66,91 @@ pub struct LaneFailure {
 /// How a lane ended: stopped (its counters), or failed for good.
 pub type Outcome = Result<Stats, LaneFailure>;
 
-/// Prints a lane's notices on stderr, one line each, clearing the progress line on a
-/// terminal. With several lanes each line names its stream, as failures do.
-pub fn teller(stream: &str, several: bool, screen: Arc<Screen>) -> impl FnMut(&Notice) + Send + 'static {
-    let prefix = if several { format!("stream {stream}: ") } else { String::new() };
-    move |notice| screen.tell(format_args!("pelican: {prefix}{notice}"))
+/// Prints a lane's notices on stderr, one line each (none with `--quiet`), clearing the
+/// progress line on a terminal; notes the connection's state and the group's health for
+/// the progress line. With several lanes each line names its stream, as failures do. A
+/// connect failing again for the same reason is told again only every 30 s, with how many
+/// attempts failed meanwhile: an outage is one line every 30 s, not one per retry.
+pub fn teller(handler: &Handler, several: bool) -> impl FnMut(&Notice) + Send + 'static {
+    let (screen, quiet, watch) = (handler.shared.screen.clone(), handler.shared.quiet, handler.watch.clone());
+    let prefix = if several { format!("stream {}: ", handler.stream) } else { String::new() };
+    let mut failing = Failing::default();
+    move |notice| {
+        match notice {
+            Notice::Health(health) => {
+                *watch.health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health.clone());
+                return; // shown by the progress line
+            }
+            Notice::Connected { .. } => watch.down.store(false, Relaxed),
+            Notice::ConnectFailed { .. } | Notice::ConnectionLost { .. } => watch.down.store(true, Relaxed),
+            _ => {}
+        }
+        let Some(line) = failing.line(notice) else { return };
+        if !quiet {
+            screen.tell(format_args!("pelican: {prefix}{line}"));
+        }
+    }
+}
+
+/// Repeated connect failures, told sparingly.
+#[derive(Default)]
+struct Failing {
+    /// The reason last told, when it was told, and attempts failed since for it.
+    last: Option<(String, Instant, u64)>,
+}
+
+/// How often a connect failing for the same reason is told again.
+const RETELL: Duration = Duration::from_secs(30);
+
+impl Failing {
+    /// The line to tell for `notice`, if any.
+    fn line(&mut self, notice: &Notice) -> Option<String> {
+        let Notice::ConnectFailed { reason, .. } = notice else {
+            if matches!(notice, Notice::Connected { .. }) {
+                self.last = None;
+            }
+            return Some(notice.to_string());
+        };
+        match &mut self.last {
+            Some((last, at, quiet)) if last == reason && at.elapsed() < RETELL => {
+                *quiet += 1;
+                None
+            }
+            Some((last, at, quiet)) if last == reason => {
+                let line = format!("{notice} ({} attempts failed since the last line)", *quiet + 1);
+                (*at, *quiet) = (Instant::now(), 0);
+                Some(line)
+            }
+            _ => {
+                self.last = Some((reason.clone(), Instant::now(), 0));
+                Some(notice.to_string())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_connect_failures_are_told_sparingly() {
+        let failed =
+            |reason: &str| Notice::ConnectFailed { reason: reason.into(), retry_in: Duration::from_secs(5) };
+        let mut f = Failing::default();
+        assert!(f.line(&failed("refused")).unwrap().starts_with("cannot connect: refused"));
+        assert_eq!(f.line(&failed("refused")), None, "the same reason again, at once");
+        assert_eq!(f.line(&failed("refused")), None);
+        assert!(f.line(&failed("timed out")).is_some(), "a new reason is told");
+        // Past the interval, told again with the count of those not told.
+        f.last.as_mut().unwrap().1 -= RETELL;
+        f.last.as_mut().unwrap().2 = 5;
+        assert_eq!(
+            f.line(&failed("timed out")).unwrap(),
+            "cannot connect: timed out; retrying in 5 s (6 attempts failed since the last line)"
+        );
+        // Connected: the next failure is news.
+        assert_eq!(f.line(&Notice::Connected { reconnect: true }).unwrap(), "reconnected");
+        assert!(f.line(&failed("timed out")).is_some());
+    }
 }

@@ -108,7 +108,8 @@ fn tell_wait(lanes: &[Running]) -> bool {
     let Some(first) = waiting.first() else { return false };
     let owed: u64 = waiting.iter().map(|lane| lane.acks_unconfirmed()).sum();
     let what = match owed {
-        0 => "the acknowledgements earned".to_string(),
+        // Nothing owed: the stop ends once the commands in flight are answered or time out.
+        0 => return false,
         1 => "1 acknowledgement".to_string(),
         n => format!("{n} acknowledgements"),
     };
@@ -141,7 +142,7 @@ impl Running {
         settled: &Sender<Settled>,
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
-        let tell = Box::new(teller(lane.stream(), several, lane.handler.shared.screen.clone()));
+        let tell = Box::new(teller(&lane.handler, several));
         let addrs = net.addrs_for(&lane.config.stream);
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::Stats;
+use pelican::{GroupHealth, Stats};
 
-use super::handler::{Counters, Handler};
+use super::handler::{Counters, Handler, Watch};
 use super::screen::Screen;
 use crate::json::Object;
 
@@ -105,8 +105,8 @@ impl Progress {
     /// Starts the line's thread, reading the lanes' counts; on a terminal the line is
     /// rewritten in place.
     pub fn spawn(handlers: &[Arc<Handler>], screen: &Arc<Screen>) -> Progress {
-        let lanes: Vec<(String, Arc<Counters>)> =
-            handlers.iter().map(|h| (h.stream.clone(), h.counters.clone())).collect();
+        let lanes: Vec<(String, Arc<Counters>, Arc<Watch>)> =
+            handlers.iter().map(|h| (h.stream.clone(), h.counters.clone(), h.watch.clone())).collect();
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let on = screen.clone();
@@ -117,7 +117,7 @@ impl Progress {
                 if d.load(Relaxed) || last.0.elapsed() < Duration::from_millis(990) {
                     continue;
                 }
-                let handled = lanes.iter().map(|(_, c)| c.handled.load(Relaxed)).sum::<u64>();
+                let handled = lanes.iter().map(|(_, c, _)| c.handled.load(Relaxed)).sum::<u64>();
                 let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), handled);
                 on.draw(&progress_line(rate, &lanes));
@@ -168,20 +168,42 @@ impl Drop for Progress {
 }
 
 /// `N entries/s, H handled, F failed, C reclaimed, D drained`, then ` | a H, b H (F failed)`
-/// when there are several lanes.
-fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>)]) -> String {
-    let sum = |get: fn(&Counters) -> u64| lanes.iter().map(|(_, c)| get(c)).sum::<u64>();
+/// when there are several lanes, then the group's health as last told (` | group: …`), and
+/// ` | waiting for the server` while a lane cannot reach it.
+fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>, Arc<Watch>)]) -> String {
+    let sum = |get: fn(&Counters) -> u64| lanes.iter().map(|(_, c, _)| get(c)).sum::<u64>();
     let mut line =
         format!("{rate:.0} entries/s, {} handled{}", sum(|c| c.handled.load(Relaxed)), counts_text(sum));
     if lanes.len() > 1 {
         let parts: Vec<String> = lanes
             .iter()
-            .map(|(stream, c)| match c.failed.load(Relaxed) {
+            .map(|(stream, c, _)| match c.failed.load(Relaxed) {
                 0 => format!("{stream} {}", c.handled.load(Relaxed)),
                 failed => format!("{stream} {} ({failed} failed)", c.handled.load(Relaxed)),
             })
             .collect();
         let _ = write!(line, " | {}", parts.join(", "));
+    }
+    let healths: Vec<GroupHealth> = lanes
+        .iter()
+        .filter_map(|(_, _, w)| w.health.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        .collect();
+    match &healths[..] {
+        [] => {}
+        [one] if lanes.len() == 1 => {
+            let _ = write!(line, " | {one}");
+        }
+        several => {
+            let pending: u64 = several.iter().map(|h| h.pending).sum();
+            let _ = write!(line, " | groups: {pending} pending");
+            let lags: Option<u64> = several.iter().map(|h| h.lag).sum();
+            if let (Some(lag), true) = (lags, several.len() == lanes.len()) {
+                let _ = write!(line, ", lag {lag}");
+            }
+        }
+    }
+    if lanes.iter().any(|(_, _, w)| w.down.load(Relaxed)) {
+        line += " | waiting for the server";
     }
     line
 }
@@ -272,7 +294,8 @@ mod tests {
 
     #[test]
     fn progress_names_streams_when_several() {
-        let lanes = vec![("a".to_string(), Arc::new(counters(3, 1))), ("b".into(), Arc::new(counters(2, 0)))];
+        let lane = |name: &str, c| (name.to_string(), Arc::new(c), Arc::<Watch>::default());
+        let lanes = vec![lane("a", counters(3, 1)), lane("b", counters(2, 0))];
         assert_eq!(
             progress_line(5.0, &lanes),
             "5 entries/s, 5 handled, 1 failed, 0 reclaimed, 0 drained | a 3 (1 failed), b 2"
@@ -281,5 +304,25 @@ mod tests {
             progress_line(1.0, &lanes[1..]),
             "1 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained"
         );
+    }
+
+    #[test]
+    fn progress_shows_the_group_and_an_outage() {
+        let lane = |name: &str| (name.to_string(), Arc::new(counters(0, 0)), Arc::<Watch>::default());
+        let lanes = vec![lane("a"), lane("b")];
+        let health = |pending, lag| GroupHealth { pending, lag, consumers: 2, oldest: None };
+        *lanes[0].2.health.lock().unwrap() = Some(health(3, Some(10)));
+        assert_eq!(
+            progress_line(0.0, &lanes[..1]),
+            "0 entries/s, 0 handled, 0 failed, 0 reclaimed, 0 drained | group: 3 pending, lag 10, 2 consumers"
+        );
+        // Several: pending summed; lag only once every lane's is known.
+        assert!(progress_line(0.0, &lanes).ends_with("| a 0, b 0 | groups: 3 pending"));
+        *lanes[1].2.health.lock().unwrap() = Some(health(4, Some(1)));
+        assert!(progress_line(0.0, &lanes).ends_with("| groups: 7 pending, lag 11"));
+        *lanes[1].2.health.lock().unwrap() = Some(health(4, None));
+        assert!(progress_line(0.0, &lanes).ends_with("| groups: 7 pending"), "no lag on 6.2");
+        lanes[1].2.down.store(true, Relaxed);
+        assert!(progress_line(0.0, &lanes).ends_with("| groups: 7 pending | waiting for the server"));
     }
 }

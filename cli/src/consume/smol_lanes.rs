@@ -91,8 +91,7 @@ fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
             RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
             e => Failure::Failed(e.to_string()),
         })?;
-    let screen = lane.handler.shared.screen.clone();
-    let mut runner = runner.on_notice(teller(lane.stream(), several, screen));
+    let mut runner = runner.on_notice(teller(&lane.handler, several));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
     }

@@ -1,0 +1,220 @@
+//! Operating `pelican` on real servers: what it says on stderr when the server is down,
+//! silent, not a Redis server, or dies; `--quiet`; the group's health on the progress line;
+//! named connections; `retire`, alone and racing a consumer.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pelican_tests::server::{Flavor, Server};
+use support::{run, wait_until, Json, Pelican, Scratch};
+
+fn url(server: &Server) -> String {
+    format!("redis://{}", server.addr())
+}
+
+fn consume<'a>(url: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["consume", "--url", url, "--stream", "s", "--group", "g", "--consumer", "c"];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Lines of `pelican`'s stderr that contain `what`.
+fn lines_with(p: &Pelican, what: &str) -> usize {
+    p.stderr().lines().filter(|l| l.contains(what)).count()
+}
+
+/// A port that accepts and then, per connection, answers `answer` (nothing, if empty) and
+/// keeps it open; served until the test ends.
+fn fake_port(answer: &'static [u8]) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            thread::spawn(move || {
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf);
+                if !answer.is_empty() {
+                    let _ = conn.write_all(answer);
+                }
+                thread::sleep(Duration::from_secs(30));
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_server_down_at_start_is_told_once_and_quiet_silences_it() {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let mut p = Pelican::spawn(&consume(&url, &[]));
+    wait_until("the failed connect told", || lines_with(&p, "cannot connect: ") > 0);
+    let first = p.stderr().lines().find(|l| l.contains("cannot connect")).unwrap().to_string();
+    assert!(
+        first.starts_with(&format!("pelican: cannot connect: 127.0.0.1:{port}: Connection refused"))
+            && first.contains("; retrying in "),
+        "{first}"
+    );
+    // Retries go on (backoff up to 5 s) but the same failure is not told again at once.
+    thread::sleep(Duration::from_secs(2));
+    assert_eq!(lines_with(&p, "cannot connect"), 1, "{}", p.stderr());
+    p.stop();
+
+    let mut quiet = Pelican::spawn(&consume(&url, &["--quiet"]));
+    thread::sleep(Duration::from_millis(1500));
+    quiet.stop();
+    assert!(!quiet.stderr().contains("cannot connect"), "{}", quiet.stderr());
+}
+
+#[test]
+fn a_silent_port_and_an_http_port_are_never_called_connected() {
+    let silent = format!("redis://127.0.0.1:{}", fake_port(b""));
+    let mut p = Pelican::spawn(&consume(&silent, &[]));
+    // The handshake (CLIENT SETNAME) gets no reply within the read grace (2 s).
+    wait_until("the silent port told", || lines_with(&p, "no reply to CLIENT SETNAME in time") > 0);
+    p.stop();
+    assert_eq!(lines_with(&p, "connected"), 0, "{}", p.stderr());
+
+    let http = format!("redis://127.0.0.1:{}", fake_port(b"HTTP/1.1 400 Bad Request\r\n\r\n"));
+    let mut p = Pelican::spawn(&consume(&http, &[]));
+    wait_until("the HTTP port told", || lines_with(&p, "not a Redis server? it answered \"HTTP/1.1 400") > 0);
+    p.stop();
+    assert_eq!(lines_with(&p, "connected"), 0, "{}", p.stderr());
+}
+
+#[test]
+fn a_server_that_dies_and_returns_is_told_and_counted() {
+    let mut server = Server::start(Flavor::Redis70);
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--create-group", "0", "--progress"]));
+    wait_until("connected", || lines_with(&p, "pelican: connected") == 1);
+    // The connection is named for the group and consumer.
+    let mut admin = server.admin();
+    let list = admin.call(&["CLIENT", "LIST"]).as_text().unwrap();
+    assert!(list.contains(" name=pelican:g:c "), "{list}");
+    server.kill9();
+    wait_until("the loss told", || lines_with(&p, "pelican: connection lost: ") == 1);
+    wait_until("the outage on the progress line", || lines_with(&p, "| waiting for the server") > 0);
+    server.restart();
+    wait_until("reconnected", || lines_with(&p, "pelican: reconnected") == 1);
+    p.stop();
+    let summary = p.stderr().lines().last().unwrap().to_string();
+    assert!(summary.contains(" reconnect"), "{summary}");
+}
+
+#[test]
+fn the_progress_line_shows_the_group_health() {
+    for flavor in [Flavor::Redis62, Flavor::Valkey81] {
+        let server = Server::start(flavor);
+        let url = url(&server);
+        let mut admin = server.admin();
+        admin.xadd_n("s", 3, 10);
+        // One entry fails for good: it stays pending, the group's oldest.
+        let script = "read f; test \"$PELICAN_ID\" != \"$(cat first)\"";
+        let scratch = Scratch::new("health");
+        let first = admin.xrange("s")[0].0.clone();
+        std::fs::write(scratch.file("first"), &first).unwrap();
+        let exec = format!("cd {} && {script}", scratch.path().display());
+        let mut p = Pelican::spawn(&consume(&url, &["--create-group", "0", "--progress", "--exec", &exec]));
+        let want = "| group: 1 pending, oldest ".to_string();
+        wait_until("health on the progress line", || lines_with(&p, &want) > 0);
+        p.stop();
+        let stderr = p.stderr();
+        let line = stderr.lines().find(|l| l.contains(&want)).unwrap();
+        assert!(line.contains(&format!("({first} held by c)")), "{flavor:?}: {line}");
+        match flavor {
+            Flavor::Redis62 => assert!(!line.contains("lag"), "no lag before 7.0: {line}"),
+            _ => assert!(line.contains(", lag 0, 1 consumer"), "{flavor:?}: {line}"),
+        }
+    }
+}
+
+#[test]
+fn retire_removes_only_the_idle_and_empty() {
+    let server = Server::start(Flavor::Redis70);
+    let url = url(&server);
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    admin.xadd_n("s", 2, 10);
+    admin.call(&["XREADGROUP", "GROUP", "g", "holder", "COUNT", "1", "STREAMS", "s", ">"]);
+    admin.call(&["XREADGROUP", "GROUP", "g", "empty", "COUNT", "1", "STREAMS", "s", ">"]);
+    let emptied = admin.xpending_consumer("s", "g", "empty")[0].0.clone();
+    admin.call(&["XACK", "s", "g", &emptied]);
+    thread::sleep(Duration::from_millis(300));
+    let retire = |extra: &[&str]| {
+        let mut args = vec!["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "200"];
+        args.extend_from_slice(extra);
+        run(&args)
+    };
+    let (status, out, err) = retire(&["--dry-run"]);
+    assert!(status.success(), "{err}");
+    assert!(out.contains("empty") && out.contains("would be removed"), "{out}");
+    assert!(out.contains("kept: holds 1 pending") && out.contains("1 of 2 would be removed"), "{out}");
+    assert_eq!(admin.call(&["XINFO", "CONSUMERS", "s", "g"]).as_array().unwrap().len(), 2);
+    let (status, out, err) = retire(&[]);
+    assert!(status.success(), "{err}");
+    assert!(out.contains("1 of 2 removed"), "{out}");
+    let left = admin.call(&["XINFO", "CONSUMERS", "s", "g"]).as_array().unwrap().len();
+    assert_eq!(left, 1, "only the holder is left");
+    assert_eq!(admin.xpending_consumer("s", "g", "holder").len(), 1, "its entry still pending");
+    // A group that does not exist: said so, exit 1.
+    let (status, _, err) =
+        run(&["retire", "--url", &url, "--stream", "s", "--group", "nope", "--idle-ms", "0"]);
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("there is no group nope on stream s"), "{err}");
+}
+
+#[test]
+fn retire_racing_a_consumer_orphans_nothing() {
+    let server = Server::start(Flavor::Valkey81);
+    let url = url(&server);
+    let mut admin = server.admin();
+    let total = 1_000;
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    admin.xadd_n("s", total, 10);
+    let scratch = Scratch::new("race");
+    let stats = scratch.file("stats.json");
+    // A command per entry keeps the consumer busy; each read hands it 10 entries.
+    let mut p = Pelican::spawn(&consume(
+        &url,
+        &["--create-group", "0", "--count", "10", "--exec", "cat > /dev/null", "--stats-json", &stats],
+    ));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut rounds = 0;
+    loop {
+        // No idle bound: the consumer goes whenever it holds nothing, never while it holds.
+        let (status, out, err) =
+            run(&["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"]);
+        assert!(status.success(), "{err}");
+        for removed in out.lines().filter(|l| l.ends_with("  removed")) {
+            let pending = removed.split_whitespace().nth(1);
+            assert_eq!(pending, Some("0"), "removed while holding entries: {out}");
+        }
+        rounds += 1;
+        if admin.xpending_all("s", "g").is_empty() && handled_all(&mut admin, total) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the consumer did not finish");
+    }
+    p.stop();
+    let json = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+    // Every ack counted by the server: none of the consumer's entries left the pending list
+    // under it, and nothing is pending now.
+    assert_eq!(json.get("acked").num() as usize, total, "after {rounds} retirements");
+    assert_eq!(json.get("lost_to_peer").num(), 0.0);
+    assert!(admin.xpending_all("s", "g").is_empty());
+}
+
+/// Whether the group has been delivered every entry (lag 0 on Valkey).
+fn handled_all(admin: &mut pelican_tests::admin::Admin, total: usize) -> bool {
+    let groups = admin.call(&["XINFO", "GROUPS", "s"]);
+    let Some(group) = groups.as_array().and_then(|g| g.first()) else { return false };
+    let fields = group.as_array().unwrap_or(&[]);
+    let read = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("entries-read"));
+    read.and_then(|kv| kv[1].as_int()) == Some(total as i64)
+}
