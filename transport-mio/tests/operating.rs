@@ -184,3 +184,18 @@ fn retirement_racing_a_busy_consumer_orphans_nothing() {
         assert_eq!(pending[0].1, "holder");
     }
 }
+
+#[test]
+fn a_stop_waiting_on_a_silent_server_ends_when_its_commands_time_out() {
+    // A port that accepts and never answers: the handshake and the drain wait, then time
+    // out (read grace, 2 s). A stop asked meanwhile ends then; it once waited forever.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _held = thread::spawn(move || listener.incoming().take(4).collect::<Vec<_>>());
+    let (runner, seen) = observed(Runner::new(addr, Config::new("s", "g", "c")).unwrap());
+    let (stop, rx) = spawn(runner, |_| Verdict::Ack);
+    thread::sleep(Duration::from_millis(300));
+    let stats = finish(&stop, &rx);
+    assert_eq!((stats.acked, stats.errors), (0, 1), "the timeout");
+    assert!(!seen.lock().unwrap().iter().any(|n| matches!(n, Notice::Connected { .. })), "never connected");
+}
