@@ -207,14 +207,15 @@ impl fmt::Display for GroupHealth {
     }
 }
 
-/// A duration for messages: `0.25 s`, `12 s`, `3 min 5 s`.
+/// A duration for messages: `250 ms`, `2.5 s`, `12 s`, `3 min 5 s`.
 pub(crate) struct Secs(pub Duration);
 
 impl fmt::Display for Secs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ms = self.0.as_millis();
         match ms {
-            0..=9_999 => write!(f, "{} s", ms as f64 / 1000.0),
+            0..=999 => write!(f, "{ms} ms"),
+            1_000..=9_999 => write!(f, "{:.1} s", ms as f64 / 1000.0),
             10_000..=119_999 => write!(f, "{} s", ms / 1000),
             _ => write!(f, "{} min {} s", ms / 60_000, ms / 1000 % 60),
         }
@@ -256,11 +257,12 @@ mod tests {
         };
         assert_eq!(
             lost.to_string(),
-            "connection lost: Connection reset by peer (os error 104); reconnecting in 0.25 s"
+            "connection lost: Connection reset by peer (os error 104); reconnecting in 250 ms"
         );
         assert!(lost.is_trouble());
         let failed = Notice::ConnectFailed { reason: "refused".into(), retry_in: Duration::from_secs(5) };
-        assert_eq!(failed.to_string(), "cannot connect: refused; retrying in 5 s");
+        assert_eq!(failed.to_string(), "cannot connect: refused; retrying in 5.0 s");
+        assert_eq!(Secs(Duration::from_millis(12_345)).to_string(), "12 s");
         assert!(!Notice::Connected { reconnect: true }.is_trouble());
         assert_eq!(Notice::Reclaimed { count: 1 }.to_string(), "reclaimed 1 idle entry from their owners");
         let oldest = OldestPending {

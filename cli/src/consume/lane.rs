@@ -147,7 +147,7 @@ mod tests {
         f.last.as_mut().unwrap().2 = 5;
         assert_eq!(
             f.line(&failed("timed out")).unwrap(),
-            "cannot connect: timed out; retrying in 5 s (6 attempts failed since the last line)"
+            "cannot connect: timed out; retrying in 5.0 s (6 attempts failed since the last line)"
         );
         // Connected: the next failure is news.
         assert_eq!(f.line(&Notice::Connected { reconnect: true }).unwrap(), "reconnected");
