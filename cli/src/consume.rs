@@ -317,16 +317,12 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
 /// One lane per stream, their settings checked (a refused setting is bad usage, exit 2).
 fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, Failure> {
     let streams: Vec<&[u8]> = a.streams.iter().map(|s| s.as_bytes()).collect();
-    // The handlers name their streams as shown: entry lines name those shown otherwise by
-    // their bytes.
-    let escaped = streams.iter().filter(|s| show(s).as_bytes() != **s);
-    crate::json::escaped_streams(escaped.map(|s| (show(s).into_owned(), s.to_vec())).collect());
     streams
         .iter()
         .map(|stream| {
             let config = config(a, target, stream, a.progress || shared.screen.is_tty());
             config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
-            Ok(Lane { config, handler: Arc::new(Handler::new(&show(stream), shared.clone())) })
+            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())) })
         })
         .collect()
 }

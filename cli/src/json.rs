@@ -7,7 +7,6 @@
 //! fields are written as an array of `[name, value]` pairs instead.
 
 use std::fmt::Display;
-use std::sync::OnceLock;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -68,27 +67,15 @@ pub fn push_fields(out: &mut String, fields: Fields<'_>) {
     out.push_str(&to_string(&FieldsJson(fields)));
 }
 
-/// `consume`'s streams whose lanes carry an escaped name ([`crate::name::show`]; a lane's
-/// handler holds its stream as a `String`), with their bytes.
-static ESCAPED: OnceLock<Vec<(String, Vec<u8>)>> = OnceLock::new();
-
-/// Records `consume`'s streams shown otherwise than as their bytes (each as shown, and its
-/// bytes), so that [`entry_line`] names them by their bytes, as `pending --json` does.
-pub fn escaped_streams(names: Vec<(String, Vec<u8>)>) {
-    let _ = ESCAPED.set(names);
-}
-
 /// `{"stream":…,"id":"…","fields":{…}}` followed by a newline: the stream says which
 /// lane of a several-stream `consume` the entry came from.
-pub fn entry_line(stream: &str, entry: &Entry) -> String {
+pub fn entry_line(stream: &[u8], entry: &Entry) -> String {
     #[derive(serde::Serialize)]
     struct Line<'a> {
         stream: Bytes<'a>,
         id: Bytes<'a>,
         fields: FieldsJson<'a>,
     }
-    let escaped = ESCAPED.get().and_then(|names| names.iter().find(|(shown, _)| shown == stream));
-    let stream = escaped.map_or(stream.as_bytes(), |(_, bytes)| bytes);
     let mut line =
         to_string(&Line { stream: Bytes(stream), id: Bytes(entry.id()), fields: FieldsJson(entry.fields()) });
     line.push('\n');
@@ -147,7 +134,7 @@ mod tests {
 
     #[test]
     fn entries_keep_order_and_repeats() {
-        let line = entry_line("s", &entry(&[(b"b", b"1"), (b"a", b"\xc3"), (b"b", b"2")]));
+        let line = entry_line(b"s", &entry(&[(b"b", b"1"), (b"a", b"\xc3"), (b"b", b"2")]));
         assert_eq!(
             line,
             "{\"stream\":\"s\",\"id\":\"1-0\",\"fields\":{\"b\":\"1\",\"a\":{\"base64\":\"ww==\"},\"b\":\"2\"}}\n"
@@ -156,7 +143,7 @@ mod tests {
 
     #[test]
     fn non_utf8_names_make_pairs() {
-        let line = entry_line("{o}", &entry(&[(b"a", b"1"), (b"\xff", b"2")]));
+        let line = entry_line(b"{o}", &entry(&[(b"a", b"1"), (b"\xff", b"2")]));
         assert_eq!(
             line,
             "{\"stream\":\"{o}\",\"id\":\"1-0\",\"fields\":[[\"a\",\"1\"],[{\"base64\":\"/w==\"},\"2\"]]}\n"

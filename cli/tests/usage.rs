@@ -25,9 +25,15 @@ fn url(server: &Server) -> String {
     format!("redis://{}", server.addr())
 }
 
-/// `stderr` as the one line it must be, led by `pelican: `.
+/// `stderr` as the one line it must be, led by `pelican: ` (after any lines `consume` told
+/// of its connection on the way).
 fn one_line(stderr: &str) -> &str {
-    let line = stderr.strip_suffix('\n').unwrap_or(stderr);
+    let told = ["pelican: connected\n", "pelican: reconnected\n"];
+    let mut rest = stderr;
+    while let Some(after) = told.iter().find_map(|t| rest.strip_prefix(t)) {
+        rest = after;
+    }
+    let line = rest.strip_suffix('\n').unwrap_or(rest);
     assert!(line.starts_with("pelican: ") && !line.contains('\n'), "one line: {stderr:?}");
     line
 }

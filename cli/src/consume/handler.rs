@@ -106,8 +106,10 @@ pub struct Watch {
 
 /// Handles one lane's entries, one at a time.
 pub struct Handler {
-    /// The lane's stream.
+    /// The lane's stream, as shown (escaped if it is not UTF-8).
     pub stream: String,
+    /// The lane's stream, its bytes (for the JSON lines, which keep every byte).
+    stream_bytes: Vec<u8>,
     /// Its counts.
     pub counters: Arc<Counters>,
     /// Its connection's state and its group's health.
@@ -124,9 +126,10 @@ pub struct Handler {
 
 impl Handler {
     /// A handler for `stream`'s lane.
-    pub fn new(stream: &str, shared: Arc<Shared>) -> Handler {
+    pub fn new(stream: &[u8], shared: Arc<Shared>) -> Handler {
         Handler {
-            stream: stream.to_string(),
+            stream: crate::name::show(stream).into_owned(),
+            stream_bytes: stream.to_vec(),
             counters: Arc::default(),
             watch: Arc::default(),
             child: Mutex::new(0),
@@ -167,7 +170,7 @@ impl Handler {
         if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
             return None;
         }
-        let line = json::entry_line(&self.stream, entry);
+        let line = json::entry_line(&self.stream_bytes, entry);
         if line.len() > PIPE_BUF || !stdout_has_room() {
             return None;
         }
@@ -204,7 +207,7 @@ impl Handler {
         if self.shared.stdout_closed.load(Relaxed) {
             return Verdict::Retry;
         }
-        self.write_line(&json::entry_line(&self.stream, entry))
+        self.write_line(&json::entry_line(&self.stream_bytes, entry))
     }
 
     /// Writes `line` to stdout and flushes it: `Ack` once it is written.
