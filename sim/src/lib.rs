@@ -48,8 +48,8 @@
 //! - Timeouts are exact on the virtual clock (real servers add up to ~100 ms).
 //! - Error texts for argument errors are the 7.x wording where versions differ, and a few
 //!   rare ones (arity of subcommands, unknown commands) are only approximately worded.
-//! - The parser re-scans a partial request from its start on every input (quadratic for a
-//!   huge request fed in tiny pieces); it waits for a declared bulk length up to 512 MiB.
+//! - The parser waits for a declared bulk length up to 512 MiB (it remembers where a partial
+//!   request's scan stopped, so a request fed in tiny pieces costs time linear in its size).
 //! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
 //! - `EVAL` runs only pelican's dead-letter script; `XCLAIM` knows `JUSTID`, `IDLE` and
 //!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
