@@ -54,7 +54,8 @@
 //! - `EVAL` runs only pelican's dead-letter script; `XCLAIM` knows `JUSTID`, `IDLE` and
 //!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
 //! - Not modelled: `XREVRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`, `CLIENT UNBLOCK`,
-//!   `MULTI`, other scripts, persistence, replication, ACL users other than `default`.
+//!   `MULTI`, other scripts, replication, ACL users other than `default`; persistence only as
+//!   [`Sim::restart`] (an append-only file written on every command).
 
 mod command;
 mod conn;
