@@ -60,6 +60,7 @@
 mod command;
 mod conn;
 mod id;
+pub mod kit;
 mod model;
 mod net;
 mod options;
@@ -71,4 +72,4 @@ pub use id::EntryId;
 pub use model::PendingEntry;
 pub use net::{serve, ServerHandle};
 pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
-pub use sim::Sim;
+pub use sim::{Sim, StreamEntry};

@@ -9,6 +9,9 @@ use crate::model::{Db, Fields, PendingEntry};
 use crate::options::{GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
 use crate::reply::Reply;
 
+/// An entry of a stream as [`Sim::entries`] tells it: its id and its field/value pairs.
+pub type StreamEntry = (EntryId, Vec<(Vec<u8>, Vec<u8>)>);
+
 /// An in-memory server holding streams with consumer groups, driven entirely by its caller:
 /// bytes in through [`input`](Sim::input), bytes out through [`output`](Sim::output), time
 /// through [`advance_to`](Sim::advance_to). Nothing in it blocks, sleeps or reads a clock.
@@ -148,7 +151,7 @@ impl Sim {
 
     /// The entries of stream `key` in id order, each with its field/value pairs (empty when
     /// missing).
-    pub fn entries(&self, key: &[u8]) -> Vec<(EntryId, Vec<(Vec<u8>, Vec<u8>)>)> {
+    pub fn entries(&self, key: &[u8]) -> Vec<StreamEntry> {
         let Some(stream) = self.db.streams.get(key) else { return Vec::new() };
         let pairs = |f: &Fields| f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
         stream.entries.iter().map(|(id, f)| (*id, pairs(f))).collect()
