@@ -331,3 +331,24 @@ fn worlds_from_any_bytes() {
     assert_eq!((world.seed(), world.consumer_count()), (7, 2));
     assert_eq!(world.scheduled_faults(), [(320, Fault::Crash { consumer: 1, restart_ms: 2_050 })]);
 }
+
+/// The inputs of the `kit` fuzz target (`fuzz/fuzz_targets/kit.rs`) — its seeds and any
+/// regression kept — pass here too, as they do there.
+#[test]
+fn the_fuzz_targets_inputs_pass() {
+    let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut inputs = 0;
+    for dir in ["seeds/kit", "regressions/kit"] {
+        let Ok(files) = std::fs::read_dir(fuzz.join(dir)) else { continue };
+        for file in files {
+            let path = file.expect("a readable directory").path();
+            let data = std::fs::read(&path).expect("a readable input");
+            let report = World::from_bytes(&data).run((), |_, _, _| Verdict::Ack);
+            if let Err(failure) = report.check() {
+                panic!("{}: {failure}", path.display());
+            }
+            inputs += 1;
+        }
+    }
+    assert!(inputs >= 20, "the seeds are there: {inputs}");
+}
