@@ -53,7 +53,7 @@
 //! ```
 //!
 //! To find a failing world and shrink it to a small one: [`search`] (no dependency), or
-//! proptest with the strategies of [`strategy`] (feature `proptest`). A [`Failure`] prints
+//! proptest with the strategies of `kit::strategy` (feature `proptest`). A [`Failure`] prints
 //! the seed, the violations and the Rust code of the world, to replay it. For fuzzing,
 //! [`World::from_bytes`] makes a world of any input.
 //!

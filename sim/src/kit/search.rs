@@ -1,5 +1,5 @@
 //! Finding a failing world, and shrinking it to a small one that still fails — without
-//! proptest (see [`strategy`](super::strategy) for proptest's own shrinking).
+//! proptest (see `kit::strategy` for proptest's own shrinking).
 
 use super::fault::Fault;
 use super::report::Failure;
