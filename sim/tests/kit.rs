@@ -247,8 +247,13 @@ fn the_checks_catch_an_unsettled_world_and_a_failed_consumer() {
     );
 
     // A configuration the core refuses is reported, not a panic.
-    let report = World::new(3).configure(|c| c.count(0)).run((), |_, _, _| Verdict::Ack);
-    assert!(matches!(&report.check().unwrap_err().violations[0], Violation::Kit { .. }));
+    let report = World::new(3).consumers(2).configure(|c| c.count(0)).run((), |_, _, _| Verdict::Ack);
+    let failure = report.check().unwrap_err();
+    assert_eq!(failure.violations.len(), 2, "{failure}");
+    assert!(failure
+        .violations
+        .iter()
+        .all(|v| matches!(v, Violation::Kit { detail } if detail.contains("count"))));
 }
 
 #[test]

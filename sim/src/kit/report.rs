@@ -512,6 +512,9 @@ pub(crate) fn final_checks(
     stream: &[u8],
     violations: &mut Vec<Violation>,
 ) {
+    if violations.iter().any(|v| matches!(v, Violation::Kit { .. })) {
+        return; // the world was not played as asked: the rest would only echo that
+    }
     if !quiescent {
         if !violations.iter().any(|v| matches!(v, Violation::Livelock { .. })) {
             violations.push(Violation::NoQuiescence { at_ms: now });
