@@ -357,3 +357,23 @@ fn the_fuzz_targets_inputs_pass() {
     }
     assert!(inputs >= 20, "the seeds are there: {inputs}");
 }
+
+/// Absurd times are not a panic: the world just does not settle by its deadline.
+#[test]
+fn absurd_times_end_at_the_deadline() {
+    let report = World::new(4)
+        .entries(payments(3))
+        .handler_ms(u64::MAX - 1, u64::MAX)
+        .fault_gap_ms(u64::MAX, u64::MAX)
+        .random_faults([FaultKind::Crash])
+        .fault(10, Fault::Crash { consumer: 0, restart_ms: u64::MAX })
+        .fault(20, Fault::ServerRestart { down_ms: u64::MAX })
+        .deadline_ms(3_000)
+        .run((), |_, ctx, _| {
+            ctx.takes(u64::MAX);
+            Verdict::Ack
+        });
+    assert_eq!(report.ended_at_ms, 3_000);
+    let failure = report.check().expect_err("nothing settles");
+    assert!(failure.violations.contains(&Violation::NoQuiescence { at_ms: 3_000 }), "{failure}");
+}

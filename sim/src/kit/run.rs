@@ -224,12 +224,15 @@ where
     runner.finish(quiescent)
 }
 
+/// The most entries drawn (about 30 minutes' worth): a longer phase draws no more.
+const MAX_DRAWN: usize = 100_000;
+
 /// The entry stream drawn from the seed: batches of 1–8 entries every 50–450 ms.
 fn drawn_entries(world: &World) -> Vec<NewEntry> {
     let mut rng = Rng::new(world.seed, rng::ENTRIES);
     let mut entries = Vec::new();
     let mut at = 0;
-    while at < world.phase_ms {
+    while at < world.phase_ms && entries.len() < MAX_DRAWN {
         for _ in 0..1 + rng.below(8) {
             let n = (entries.len() + 1).to_string();
             entries.push(NewEntry::new(at, [("n", n)]));
@@ -407,7 +410,7 @@ where
             let fault = Fault::draw(kind, self.nodes.len(), self.min_idle_ms, &mut self.faults_rng);
             self.inject(fault);
             let (lo, hi) = self.world.fault_gap_ms;
-            self.next_random = Some(now + self.faults_rng.between(lo, hi));
+            self.next_random = Some(now.saturating_add(self.faults_rng.between(lo, hi)));
         }
     }
 
@@ -426,7 +429,7 @@ where
         let applied = match fault {
             Fault::Crash { restart_ms, .. } if up => {
                 self.kill(i);
-                self.nodes[i].restart_at = Some(now + restart_ms);
+                self.nodes[i].restart_at = Some(now.saturating_add(restart_ms));
                 true
             }
             Fault::Death { .. } if up && self.alive() > 1 => {
@@ -508,7 +511,7 @@ where
             Fault::ServerRestart { down_ms } if !down => {
                 self.sim.restart();
                 self.admin = self.sim.connect();
-                self.down_until = Some(now + down_ms);
+                self.down_until = Some(now.saturating_add(down_ms));
                 true
             }
             _ => false,
@@ -671,7 +674,7 @@ where
                     node.consumer = None;
                     node.work = None;
                     node.stop_asked = false;
-                    node.restart_at = Some(now + node.restart_after);
+                    node.restart_at = Some(now.saturating_add(node.restart_after));
                     return;
                 }
                 Some(Event::Notice(notice)) => {
@@ -775,7 +778,8 @@ where
             by_handler,
             settled_at_ms: None,
         });
-        node.work = Some(Work { record, handling: handlings.len() - 1, done_at: now + took, verdict });
+        node.work =
+            Some(Work { record, handling: handlings.len() - 1, done_at: now.saturating_add(took), verdict });
     }
 
     fn on_notice(&mut self, i: usize, notice: &Notice) {

@@ -130,8 +130,10 @@ where
     E: Strategy<Value = Vec<NewEntry>>,
 {
     let Worlds { consumers, max_faults, phase_ms, kinds, .. } = spec;
-    let most = *consumers.end();
-    (any::<u64>(), consumers, stream, schedule(&kinds, most.max(1), max_faults, phase_ms)).prop_map(
+    // An empty or zero range would be refused by proptest: at least one consumer.
+    let most = (*consumers.end()).clamp(1, 64);
+    let consumers = (*consumers.start()).clamp(1, most)..=most;
+    (any::<u64>(), consumers, stream, schedule(&kinds, most, max_faults, phase_ms)).prop_map(
         move |(seed, consumers, entries, faults)| {
             World::new(seed).consumers(consumers).phase_ms(phase_ms).entries(entries).faults(faults)
         },

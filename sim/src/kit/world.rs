@@ -75,6 +75,9 @@ pub struct World {
 
 /// The most consumers a world runs.
 const MAX_CONSUMERS: usize = 64;
+/// The longest phase or deadline: a year of virtual time (the clock stays far from any
+/// overflow of `Instant`).
+const MAX_MS: u64 = 365 * 24 * 3600 * 1000;
 
 impl World {
     /// A world drawn from `seed` (see [`World`]): no faults until you add some.
@@ -162,20 +165,21 @@ impl World {
         self
     }
 
-    /// How long the eventful part lasts (default 8,000 ms): the drawn entries and random
-    /// faults happen before it, and the run is judged settled only after it (and after the
-    /// last entry and scheduled fault).
+    /// How long the eventful part lasts (default 8,000 ms; at most a year): the drawn
+    /// entries (about 18 a second, 100,000 at most) and random faults happen before it, and
+    /// the run is judged settled only after it (and after the last entry and scheduled fault).
     #[must_use]
     pub fn phase_ms(mut self, ms: u64) -> World {
-        self.phase_ms = ms;
+        self.phase_ms = ms.min(MAX_MS);
         self
     }
 
-    /// When the run gives up waiting for quiescence (default 120,000 virtual ms): a world
-    /// not settled by then fails its check with [`Violation::NoQuiescence`](super::Violation::NoQuiescence).
+    /// When the run gives up waiting for quiescence (default 120,000 virtual ms; at most a
+    /// year): a world not settled by then fails its check with
+    /// [`Violation::NoQuiescence`](super::Violation::NoQuiescence).
     #[must_use]
     pub fn deadline_ms(mut self, ms: u64) -> World {
-        self.deadline_ms = ms;
+        self.deadline_ms = ms.min(MAX_MS);
         self
     }
 
