@@ -31,6 +31,23 @@ pub(crate) struct Nack {
     pub(crate) owner: Vec<u8>,
     pub(crate) delivered_at: u64,
     pub(crate) count: u64,
+    /// `delivered_at` and `count` as the append-only file last recorded them: the servers
+    /// write a delivery of a new entry and every claim to it (as `XCLAIM … TIME … RETRYCOUNT`)
+    /// but not a read of a consumer's own pending list, whose raised count and fresh delivery
+    /// time a restart thus forgets ([`Db::restart`]).
+    saved: (u64, u64),
+}
+
+impl Nack {
+    /// A first delivery to `owner` at `now` (recorded).
+    fn new(owner: &[u8], now: u64) -> Nack {
+        Nack { owner: owner.to_vec(), delivered_at: now, count: 1, saved: (now, 1) }
+    }
+
+    /// The delivery time and count as they are now are recorded (a claim).
+    fn save(&mut self) {
+        self.saved = (self.delivered_at, self.count);
+    }
 }
 
 /// A consumer of a group: only its own PEL (ids; the group's PEL holds the details).
@@ -148,6 +165,7 @@ impl Group {
         if bump {
             nack.count += 1;
         }
+        nack.save();
         if nack.owner != consumer {
             let old = std::mem::replace(&mut nack.owner, consumer.to_vec());
             if let Some(c) = self.consumers.get_mut(&old) {
@@ -267,7 +285,7 @@ impl Stream {
                     c.pel.remove(id);
                 }
             }
-            g.pel.insert(*id, Nack { owner: consumer.to_vec(), delivered_at: now, count: 1 });
+            g.pel.insert(*id, Nack::new(consumer, now));
             g.consumer(consumer).pel.insert(*id);
         }
         picked
@@ -416,6 +434,7 @@ impl Stream {
                 if let Some(count) = options.retry {
                     nack.count = count;
                 }
+                nack.save();
             }
             claimed.push(match (options.justid, entries.get(&id)) {
                 (true, _) => Claimed::Id(id),
@@ -519,4 +538,16 @@ impl Stream {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Db {
     pub(crate) streams: BTreeMap<Vec<u8>, Stream>,
+}
+
+impl Db {
+    /// What a restart from the append-only file brings back: everything, but pending
+    /// entries' delivery times and counts as last recorded (see [`Nack`]).
+    pub(crate) fn restart(&mut self) {
+        let nacks =
+            self.streams.values_mut().flat_map(|s| s.groups.values_mut()).flat_map(|g| g.pel.values_mut());
+        for nack in nacks {
+            (nack.delivered_at, nack.count) = nack.saved;
+        }
+    }
 }

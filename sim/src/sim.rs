@@ -5,9 +5,12 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::command::{execute, new_entries_reply, nogroup_read, Ctx, Outcome, Signal};
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::EntryId;
-use crate::model::{Db, PendingEntry};
+use crate::model::{Db, Fields, PendingEntry};
 use crate::options::{GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
 use crate::reply::Reply;
+
+/// An entry of a stream as [`Sim::entries`] tells it: its id and its field/value pairs.
+pub type StreamEntry = (EntryId, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// An in-memory server holding streams with consumer groups, driven entirely by its caller:
 /// bytes in through [`input`](Sim::input), bytes out through [`output`](Sim::output), time
@@ -20,7 +23,9 @@ use crate::reply::Reply;
 /// - time: [`now`](Sim::now), [`advance_to`](Sim::advance_to),
 ///   [`next_wakeup`](Sim::next_wakeup);
 /// - inspection for test checks (no RESP): [`pending`](Sim::pending),
-///   [`stream_ids`](Sim::stream_ids), [`group_exists`](Sim::group_exists).
+///   [`stream_ids`](Sim::stream_ids), [`entries`](Sim::entries),
+///   [`group_exists`](Sim::group_exists), [`consumers`](Sim::consumers);
+/// - the server itself: [`restart`](Sim::restart).
 #[derive(Debug)]
 pub struct Sim {
     options: SimOptions,
@@ -142,6 +147,28 @@ impl Sim {
     /// The ids of the entries of stream `key` (empty when missing).
     pub fn stream_ids(&self, key: &[u8]) -> Vec<EntryId> {
         self.db.streams.get(key).map(|s| s.entries.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// The entries of stream `key` in id order, each with its field/value pairs (empty when
+    /// missing).
+    pub fn entries(&self, key: &[u8]) -> Vec<StreamEntry> {
+        let Some(stream) = self.db.streams.get(key) else { return Vec::new() };
+        let pairs = |f: &Fields| f.iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect();
+        stream.entries.iter().map(|(id, f)| (*id, pairs(f))).collect()
+    }
+
+    /// Restarts the server from an append-only file written on every command (`appendonly
+    /// yes`, `appendfsync always`): every connection is dropped (parked reads with it, and
+    /// [`is_closed`](Sim::is_closed) says so), the data comes back, but what the servers
+    /// never write to the file is forgotten — a read of a consumer's own pending list
+    /// (`XREADGROUP … <id>`) raises its entries' delivery counts and resets their idle
+    /// times without recording it, so those go back to their last delivery of a new entry
+    /// or claim (`XCLAIM`, `XAUTOCLAIM`). Writes lost to a less frequent `fsync` are not
+    /// modelled. The clock goes on.
+    pub fn restart(&mut self) {
+        self.conns.clear();
+        self.ready.clear();
+        self.db.restart();
     }
 
     /// Whether `group` exists on stream `key`.

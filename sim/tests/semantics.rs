@@ -483,3 +483,43 @@ fn claim_shape_is_an_option() {
     assert_eq!(SimOptions::redis62().claim_shape, ClaimShape::Redis62);
     assert_eq!(SimOptions::default().claim_shape, ClaimShape::Redis7);
 }
+
+#[test]
+fn a_restart_forgets_what_reads_of_the_pending_list_did_and_keeps_the_rest() {
+    let (mut sim, c) = setup(SimOptions::redis70());
+    sim.advance_to(100);
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g A COUNT 2 STREAMS s >");
+    sim.advance_to(200);
+    // A drain raises 1-0 and 2-0 to two deliveries (not recorded)...
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g A STREAMS s 0");
+    // ...then a claim raises 2-0 to three and a lease renewal moves 1-0's time: both are
+    // recorded as they stand (the servers write an XCLAIM with the count then held).
+    sim.advance_to(1_300);
+    let _ = cmd(&mut sim, c, "XCLAIM s g B 1000 2-0");
+    let _ = cmd(&mut sim, c, "XCLAIM s g A 0 1-0 JUSTID");
+    let parked = sim.connect();
+    sim.input(parked, &encode(&words("XREADGROUP GROUP g C BLOCK 0 STREAMS s >")));
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g C STREAMS s >");
+    sim.advance_to(1_400);
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g C STREAMS s 0");
+    assert_eq!(
+        counts(&sim),
+        [(1, "A".into(), 1_300, 2), (2, "B".into(), 1_300, 3), (3, "C".into(), 1_400, 2)]
+    );
+    sim.restart();
+    assert!(sim.is_closed(c) && sim.is_closed(parked), "every connection is dropped");
+    assert_eq!(sim.now(), 1_400, "the clock goes on");
+    assert_eq!(
+        counts(&sim),
+        [(1, "A".into(), 1_300, 2), (2, "B".into(), 1_300, 3), (3, "C".into(), 1_300, 1)],
+        "a drain's count and time since the last claim are forgotten, the rest is kept"
+    );
+    let c = sim.connect();
+    assert_eq!(cmd_s(&mut sim, c, "XLEN s"), ":3\r\n");
+    assert!(sim.group_exists(b"s", b"g"));
+    assert_eq!(sim.consumers(b"s", b"g"), [b"A".to_vec(), b"B".to_vec(), b"C".to_vec()]);
+    let entries = sim.entries(b"s");
+    assert_eq!(entries.len(), 3);
+    assert_eq!(entries[1], (EntryId::new(2, 0), vec![(b"f".to_vec(), b"v2".to_vec())]));
+    assert!(sim.entries(b"missing").is_empty());
+}

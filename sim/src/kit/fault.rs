@@ -1,0 +1,256 @@
+//! What can go wrong in a [`World`](super::World): the faults, their kinds, and how a random
+//! one is drawn.
+
+use std::fmt;
+
+use super::rng::Rng;
+
+/// Something that goes wrong at a moment of a run. `consumer` is an index, taken modulo the
+/// number of consumers (so that any value is valid and a schedule survives shrinking); a
+/// fault aimed at a consumer that is not running (crashed, dead, stopping) is skipped, and
+/// so is one that needs the server while it is down ([`Fault::ServerRestart`]), as reported
+/// in [`FaultRecord::applied`](super::FaultRecord::applied).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Fault {
+    /// The consumer's process dies: its state, the entry in hand (whose handler already ran:
+    /// its side effects stay, its verdict is lost) and its acks not yet confirmed. A new
+    /// process starts under the same name `restart_ms` later and drains its pending list.
+    Crash {
+        /// Which consumer.
+        consumer: usize,
+        /// How long until the new process starts.
+        restart_ms: u64,
+    },
+    /// The consumer's process dies for good, like [`Fault::Crash`] without a restart: its
+    /// peers reclaim its entries after `min_idle`. Skipped if it is the last one alive.
+    Death {
+        /// Which consumer.
+        consumer: usize,
+    },
+    /// The consumer's connection drops; the consumer reconnects after its backoff.
+    Disconnect {
+        /// Which consumer.
+        consumer: usize,
+    },
+    /// The consumer's next handling takes `ms` (the driver keeps driving meanwhile, so the
+    /// entry's lease is renewed).
+    SlowHandler {
+        /// Which consumer.
+        consumer: usize,
+        /// How long the handling takes.
+        ms: u64,
+    },
+    /// The consumer's next handling fails before it does anything: the handler is not
+    /// called and the verdict is [`Verdict::Retry`](pelican::Verdict::Retry) (its database
+    /// was unreachable, say).
+    FailingHandler {
+        /// Which consumer.
+        consumer: usize,
+    },
+    /// The consumer's next handling gives up on its entry: the handler is not called and the
+    /// verdict is [`Verdict::DeadLetter`](pelican::Verdict::DeadLetter).
+    DeadLetterVerdict {
+        /// Which consumer.
+        consumer: usize,
+    },
+    /// `XDEL` of a pending entry: the `pick`-th (modulo their number) of the group's pending
+    /// entries in id order. Skipped when nothing is pending.
+    DeletePending {
+        /// Which pending entry.
+        pick: u32,
+    },
+    /// `XTRIM … MAXLEN`: the `count` oldest entries of the stream go (at least one, at most
+    /// all), pending or not. Skipped when nothing is pending.
+    Trim {
+        /// How many entries go.
+        count: u32,
+    },
+    /// `XGROUP DESTROY`: the group and its pending list are gone. The consumers create it
+    /// again from the stream's start, so every entry still in the stream is delivered anew.
+    DestroyGroup,
+    /// The consumer is asked to stop ([`Consumer::stop`](pelican::Consumer::stop)); once it
+    /// has stopped, a new process starts under the same name `restart_ms` later.
+    Stop {
+        /// Which consumer.
+        consumer: usize,
+        /// How long after it stopped the new process starts.
+        restart_ms: u64,
+    },
+    /// The consumer is told to stop at once ([`Consumer::abandon`](pelican::Consumer::abandon)):
+    /// the entry in hand is dropped (its handler already ran) and acks not yet confirmed are
+    /// given up; a new process starts `restart_ms` after it stopped.
+    Abandon {
+        /// Which consumer.
+        consumer: usize,
+        /// How long after it stopped the new process starts.
+        restart_ms: u64,
+    },
+    /// The server restarts from its append-only file ([`Sim::restart`](crate::Sim::restart)):
+    /// every connection drops, connecting fails for `down_ms`, and the delivery counts and
+    /// idle times raised by reads of a consumer's own pending list are forgotten (the
+    /// servers never write them to the file). Entries due meanwhile are added when it is
+    /// back (the producer waits too).
+    ServerRestart {
+        /// How long the server refuses connections.
+        down_ms: u64,
+    },
+}
+
+/// A [`Fault`] without its parameters: to pick which faults a world draws at random
+/// ([`World::random_faults`](super::World::random_faults)) and to count them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// [`Fault::Crash`].
+    Crash,
+    /// [`Fault::Death`].
+    Death,
+    /// [`Fault::Disconnect`].
+    Disconnect,
+    /// [`Fault::SlowHandler`].
+    SlowHandler,
+    /// [`Fault::FailingHandler`].
+    FailingHandler,
+    /// [`Fault::DeadLetterVerdict`].
+    DeadLetterVerdict,
+    /// [`Fault::DeletePending`].
+    DeletePending,
+    /// [`Fault::Trim`].
+    Trim,
+    /// [`Fault::DestroyGroup`].
+    DestroyGroup,
+    /// [`Fault::Stop`].
+    Stop,
+    /// [`Fault::Abandon`].
+    Abandon,
+    /// [`Fault::ServerRestart`].
+    ServerRestart,
+}
+
+impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 12] = [
+        FaultKind::Crash,
+        FaultKind::Death,
+        FaultKind::Disconnect,
+        FaultKind::SlowHandler,
+        FaultKind::FailingHandler,
+        FaultKind::DeadLetterVerdict,
+        FaultKind::DeletePending,
+        FaultKind::Trim,
+        FaultKind::DestroyGroup,
+        FaultKind::Stop,
+        FaultKind::Abandon,
+        FaultKind::ServerRestart,
+    ];
+
+    /// Whether a fault of this kind may, by design, have an entry handled again after its
+    /// handler succeeded: it loses a process's memory (its unsent acks, its verdict on the
+    /// entry in hand), the group's pending list, or the delivery counts and idle times that
+    /// keep a peer from reclaiming an entry still being handled. Other faults never do (a
+    /// duplicate after them alone is a bug).
+    pub fn may_duplicate(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Crash
+                | FaultKind::Death
+                | FaultKind::Abandon
+                | FaultKind::DestroyGroup
+                | FaultKind::ServerRestart
+        )
+    }
+}
+
+impl Fault {
+    /// Its kind.
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::Crash { .. } => FaultKind::Crash,
+            Fault::Death { .. } => FaultKind::Death,
+            Fault::Disconnect { .. } => FaultKind::Disconnect,
+            Fault::SlowHandler { .. } => FaultKind::SlowHandler,
+            Fault::FailingHandler { .. } => FaultKind::FailingHandler,
+            Fault::DeadLetterVerdict { .. } => FaultKind::DeadLetterVerdict,
+            Fault::DeletePending { .. } => FaultKind::DeletePending,
+            Fault::Trim { .. } => FaultKind::Trim,
+            Fault::DestroyGroup => FaultKind::DestroyGroup,
+            Fault::Stop { .. } => FaultKind::Stop,
+            Fault::Abandon { .. } => FaultKind::Abandon,
+            Fault::ServerRestart { .. } => FaultKind::ServerRestart,
+        }
+    }
+
+    /// The consumer it is aimed at (as given, not yet taken modulo the number of
+    /// consumers), if any.
+    pub fn consumer(&self) -> Option<usize> {
+        match *self {
+            Fault::Crash { consumer, .. }
+            | Fault::Death { consumer }
+            | Fault::Disconnect { consumer }
+            | Fault::SlowHandler { consumer, .. }
+            | Fault::FailingHandler { consumer }
+            | Fault::DeadLetterVerdict { consumer }
+            | Fault::Stop { consumer, .. }
+            | Fault::Abandon { consumer, .. } => Some(consumer),
+            Fault::DeletePending { .. }
+            | Fault::Trim { .. }
+            | Fault::DestroyGroup
+            | Fault::ServerRestart { .. } => None,
+        }
+    }
+
+    /// The same fault aimed at another consumer (unchanged if it is aimed at none).
+    pub(crate) fn with_consumer(mut self, to: usize) -> Fault {
+        match &mut self {
+            Fault::Crash { consumer, .. }
+            | Fault::Death { consumer }
+            | Fault::Disconnect { consumer }
+            | Fault::SlowHandler { consumer, .. }
+            | Fault::FailingHandler { consumer }
+            | Fault::DeadLetterVerdict { consumer }
+            | Fault::Stop { consumer, .. }
+            | Fault::Abandon { consumer, .. } => *consumer = to,
+            Fault::DeletePending { .. }
+            | Fault::Trim { .. }
+            | Fault::DestroyGroup
+            | Fault::ServerRestart { .. } => {}
+        }
+        self
+    }
+
+    /// A fault of `kind` with parameters drawn from `rng`, aimed at one of `consumers`;
+    /// slow handlings are drawn around `min_idle_ms` (half of it up to well past it).
+    pub(crate) fn draw(kind: FaultKind, consumers: usize, min_idle_ms: u64, rng: &mut Rng) -> Fault {
+        let consumer = rng.below(consumers as u64) as usize;
+        match kind {
+            FaultKind::Crash => Fault::Crash { consumer, restart_ms: 100 + rng.below(2_000) },
+            FaultKind::Death => Fault::Death { consumer },
+            FaultKind::Disconnect => Fault::Disconnect { consumer },
+            FaultKind::SlowHandler => {
+                // Under min_idle, or over it (the lease must then be renewed meanwhile).
+                let ms = if rng.chance(50) {
+                    min_idle_ms / 2 + rng.below(min_idle_ms / 2)
+                } else {
+                    min_idle_ms + 500 + rng.below(1_000)
+                };
+                Fault::SlowHandler { consumer, ms }
+            }
+            FaultKind::FailingHandler => Fault::FailingHandler { consumer },
+            FaultKind::DeadLetterVerdict => Fault::DeadLetterVerdict { consumer },
+            FaultKind::DeletePending => Fault::DeletePending { pick: rng.next() as u32 },
+            FaultKind::Trim => Fault::Trim { count: 1 + rng.below(5) as u32 },
+            FaultKind::DestroyGroup => Fault::DestroyGroup,
+            FaultKind::Stop => Fault::Stop { consumer, restart_ms: 50 + rng.below(500) },
+            FaultKind::Abandon => Fault::Abandon { consumer, restart_ms: 50 + rng.below(500) },
+            FaultKind::ServerRestart => {
+                let down_ms = if rng.chance(25) { 0 } else { rng.below(2_000) };
+                Fault::ServerRestart { down_ms }
+            }
+        }
+    }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}

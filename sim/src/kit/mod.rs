@@ -1,0 +1,90 @@
+//! # A test kit for your handler: crashes, restarts and redeliveries, deterministically
+//!
+//! The hardest thing to test in a stream consumer is the handler under redelivery: a crash
+//! between applying an entry and acknowledging it, a restart that drains the backlog, a dead
+//! peer's entries reclaimed, a slow handler, a deleted entry, a dead letter. This kit plays
+//! all of that against your handler, in milliseconds, the same way every time for a seed.
+//!
+//! A [`World`] is N consumers running pelican's real core (the same state machine the
+//! transports drive) with your handler, against the simulated server ([`Sim`](crate::Sim))
+//! on a virtual clock. Entries are added on a schedule, faults ([`Fault`]) happen on a
+//! schedule or at random from the seed, and [`World::run`] plays it until everything is
+//! settled. The [`Report`] tells each entry's story (every handling: by whom, in which life
+//! of its process, with which verdict, whether the verdict arrived), what the server holds
+//! at the end, the duplicate handlings and the faults they are put down to; its
+//! [`check`](Report::check) lists what went wrong ([`Violation`]): an entry lost, entries
+//! left pending, a duplicate no fault explains, … and [`check_with`](Report::check_with)
+//! adds your own invariant over your handler's side effects.
+//!
+//! Your handler gets `&mut S`, a state shared by all consumers that survives crashes (your
+//! database), the [`HandlerCtx`] (the consumer, its life, the virtual time) and the entry. It
+//! runs when the entry is handed out; its verdict reaches the consumer when the handling's
+//! time is up. A crash in between loses the verdict but not the side effects, so a handler
+//! that is not idempotent shows it:
+//!
+//! ```
+//! use std::collections::BTreeSet;
+//! use pelican::Verdict;
+//! use pelican_sim::kit::{Fault, World};
+//!
+//! #[derive(Default)]
+//! struct Bank {
+//!     balance: u64,
+//!     applied: BTreeSet<String>, // written with the balance, atomically
+//! }
+//!
+//! let world = World::new(7)
+//!     .consumers(2)
+//!     .fault(1_000, Fault::Crash { consumer: 0, restart_ms: 300 })
+//!     .fault(2_500, Fault::Death { consumer: 1 });
+//! let report = world.run(Bank::default(), |bank, _ctx, entry| {
+//!     let id = String::from_utf8_lossy(entry.id()).into_owned();
+//!     if bank.applied.insert(id) {
+//!         bank.balance += 1; // applied once, however often the entry comes
+//!     }
+//!     Verdict::Ack
+//! });
+//! let succeeded = report.entries.iter().filter(|e| e.succeeded()).count() as u64;
+//! report
+//!     .check_with(|bank| {
+//!         if bank.balance == succeeded { Ok(()) } else { Err(format!("balance {}", bank.balance)) }
+//!     })
+//!     .unwrap_or_else(|failure| panic!("{failure}"));
+//! ```
+//!
+//! To find a failing world and shrink it to a small one: [`search`] (no dependency), or
+//! proptest with the strategies of `kit::strategy` (feature `proptest`). A [`Failure`] prints
+//! the seed, the violations and the Rust code of the world, to replay it. For fuzzing,
+//! [`World::from_bytes`] makes a world of any input.
+//!
+//! ## What the kit models, and how
+//!
+//! - The drivers keep driving while a handler works (like `pelican-smol`), so acks go out
+//!   within `ack_delay` and leases are renewed.
+//! - A [`Fault::ServerRestart`] is a restart from an append-only file written on every
+//!   command ([`Sim::restart`](crate::Sim::restart)): the data survives, but the delivery
+//!   counts and idle times raised by reads of a consumer's own pending list do not (the
+//!   servers never write them), so entries may be delivered more often than
+//!   `max_deliveries` says and be reclaimed from a consumer still handling them. Writes lost
+//!   to a less frequent `fsync` are not modelled.
+//! - Duplicates are handlings after one that answered `Ack`. Crashes, deaths and abandons
+//!   (the process's memory), a destroyed group (its pending list) and server restarts (the
+//!   counts and idle times) may cost some ([`FaultKind::may_duplicate`]); a duplicate no
+//!   such fault explains is a [`Violation::UnexplainedDuplicate`].
+
+mod fault;
+mod report;
+mod rng;
+mod run;
+mod search;
+#[cfg(feature = "proptest")]
+pub mod strategy;
+mod world;
+
+pub use fault::{Fault, FaultKind};
+pub use report::{
+    DeadLetter, Duplicates, EntryReport, Failure, Fate, FaultRecord, Handling, Report, ServerState, Violation,
+};
+pub use run::HandlerCtx;
+pub use search::{search, shrink, Found};
+pub use world::{NewEntry, World};

@@ -1,0 +1,569 @@
+//! What a run tells: [`Report`] (per entry, per fault, the server at the end), the checks
+//! ([`Violation`], [`Failure`]) and the duplicate handlings each fault cost ([`Duplicates`]).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use pelican::{Source, Verdict};
+
+use super::fault::{Fault, FaultKind};
+use super::run::Record;
+use super::world::{flavor, World};
+use crate::{PendingEntry, Sim};
+
+/// One time an entry was handed to a handler.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Handling {
+    /// The consumer's name.
+    pub consumer: String,
+    /// The consumer's index.
+    pub index: usize,
+    /// Which life of its process ([`HandlerCtx::life`](super::HandlerCtx::life)).
+    pub life: u32,
+    /// When it was handed out (virtual ms): when the handler ran.
+    pub at_ms: u64,
+    /// Its delivery count as the consumer saw it.
+    pub deliveries: u64,
+    /// How it reached the consumer.
+    pub source: Source,
+    /// The verdict: the handler's, or the one a fault imposed.
+    pub verdict: Verdict,
+    /// False when a fault ([`Fault::FailingHandler`], [`Fault::DeadLetterVerdict`]) gave the
+    /// verdict and the handler was not called.
+    pub by_handler: bool,
+    /// When the verdict reached the consumer; `None` if its process died or abandoned the
+    /// entry first (the handler's side effects happened, its verdict was lost).
+    pub settled_at_ms: Option<u64>,
+}
+
+/// How an entry ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fate {
+    /// A handler's `Ack` reached a consumer (and nothing is left pending at quiescence).
+    Acked,
+    /// Moved to the dead-letter stream (a `DeadLetter` verdict, or past `max_deliveries`).
+    DeadLettered,
+    /// Deleted from the stream by a fault ([`Fault::DeletePending`], [`Fault::Trim`])
+    /// before it was settled.
+    Deleted,
+    /// None of those when the run ended: lost, or the run did not settle.
+    Unsettled,
+}
+
+/// The story of one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryReport {
+    /// Its id (`1-0`, `2-0`, … in the order added).
+    pub id: String,
+    /// Its fields as given.
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// When it was added (virtual ms).
+    pub added_at_ms: u64,
+    /// Every handling, in order.
+    pub handlings: Vec<Handling>,
+    /// How it ended.
+    pub fate: Fate,
+    /// How many times consumers reported moving it to the dead-letter stream.
+    pub dead_letter_moves: u32,
+    /// Whether a fault deleted it from the stream ([`Fault::DeletePending`],
+    /// [`Fault::Trim`]), settled or not.
+    pub deleted: bool,
+}
+
+impl EntryReport {
+    /// The value of its first field called `name`.
+    pub fn field(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| &v[..])
+    }
+
+    /// Whether some handling answered `Ack` (its side effects are meant to be applied once).
+    pub fn succeeded(&self) -> bool {
+        self.handlings.iter().any(|h| h.verdict == Verdict::Ack)
+    }
+
+    /// How many handlings came after the first `Ack`: each may apply the handler's side
+    /// effects again.
+    pub fn duplicates(&self) -> usize {
+        self.handlings
+            .iter()
+            .position(|h| h.verdict == Verdict::Ack)
+            .map_or(0, |i| self.handlings.len() - i - 1)
+    }
+}
+
+impl From<Record> for EntryReport {
+    fn from(r: Record) -> EntryReport {
+        let fate = if r.acked {
+            Fate::Acked
+        } else if r.dead_letter_moves > 0 {
+            Fate::DeadLettered
+        } else if r.deleted {
+            Fate::Deleted
+        } else {
+            Fate::Unsettled
+        };
+        EntryReport {
+            id: r.id,
+            fields: r.fields,
+            added_at_ms: r.added_at,
+            handlings: r.handlings,
+            fate,
+            dead_letter_moves: r.dead_letter_moves,
+            deleted: r.deleted,
+        }
+    }
+}
+
+/// A fault of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FaultRecord {
+    /// When it happened (virtual ms).
+    pub at_ms: u64,
+    /// The fault.
+    pub fault: Fault,
+    /// The consumer it was aimed at (its index, taken modulo the number of consumers).
+    pub consumer: Option<usize>,
+    /// False if it was skipped (its consumer was not running, nothing was pending, the
+    /// server was down).
+    pub applied: bool,
+}
+
+/// An entry of the dead-letter stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Its id in the dead-letter stream.
+    pub id: String,
+    /// The id it had in the consumed stream (`pelican-id`).
+    pub origin: String,
+    /// Why it was moved (`pelican-reason`: `max-deliveries` or `verdict`).
+    pub reason: String,
+    /// Its delivery count when moved (`pelican-deliveries`).
+    pub deliveries: u64,
+    /// All its fields: the original ones, then pelican's.
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// What the server holds when the run ends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerState {
+    /// The ids left in the stream.
+    pub stream: Vec<String>,
+    /// The group's pending entries (empty if the group is gone).
+    pub pending: Vec<PendingEntry>,
+    /// Whether the group exists.
+    pub group_exists: bool,
+    /// The group's consumers, by name.
+    pub consumers: Vec<String>,
+    /// The dead-letter stream's entries (none without a dead-letter stream).
+    pub dead_letters: Vec<DeadLetter>,
+}
+
+/// Duplicate handlings (handlings of an entry after one that answered `Ack`), and the
+/// faults they are put down to: for each, the latest fault before it that can cost
+/// duplicates ([`FaultKind::may_duplicate`]) aimed at the consumer of an earlier `Ack`
+/// handling after that handling ran, or at the whole group (a destroyed group, a server
+/// restart) after the entry was added.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Duplicates {
+    /// How many.
+    pub total: u64,
+    /// How many each kind of fault explains.
+    pub by_fault: BTreeMap<FaultKind, u64>,
+    /// How many no fault explains: the consumer handled an entry twice on its own.
+    pub unexplained: u64,
+}
+
+/// Something a run did that it must not: [`Report::check`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The entry was never acked, moved to the dead-letter stream or deleted.
+    Lost {
+        /// Its id.
+        id: String,
+    },
+    /// Entries were still pending when the run ended.
+    PendingLeft {
+        /// Their ids (the first 20).
+        ids: Vec<String>,
+    },
+    /// The run had not settled by its deadline.
+    NoQuiescence {
+        /// When it gave up (virtual ms).
+        at_ms: u64,
+    },
+    /// A consumer sent `XACK` for an entry its handler had not answered `Ack` for.
+    AckWithoutVerdict {
+        /// The consumer.
+        consumer: String,
+        /// The entry.
+        id: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// An entry was handed out with more deliveries than `max_deliveries`.
+    OverDelivered {
+        /// The entry.
+        id: String,
+        /// Its delivery count.
+        deliveries: u64,
+        /// The cap.
+        max: u64,
+    },
+    /// An entry was reported moved to the dead-letter stream twice (with no destroyed group
+    /// to deliver it anew).
+    DeadLetteredTwice {
+        /// The entry.
+        id: String,
+    },
+    /// The dead-letter stream does not hold exactly the moves reported, each with the
+    /// entry's fields and its origin.
+    DeadLetterStream {
+        /// What differs.
+        detail: String,
+    },
+    /// An entry was handled again after an `Ack` with no fault to explain it.
+    UnexplainedDuplicate {
+        /// The entry.
+        id: String,
+        /// The consumer that handled it again.
+        consumer: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// A consumer failed for good.
+    Fatal {
+        /// The consumer.
+        consumer: String,
+        /// The error.
+        error: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// A consumer broke the driving contract: two entries in hand, an entry after its stop,
+    /// a stop with an entry in hand or unasked, an entry never added.
+    Contract {
+        /// The consumer.
+        consumer: String,
+        /// When (virtual ms).
+        at_ms: u64,
+        /// What it did.
+        what: String,
+    },
+    /// A consumer kept doing things at one instant without end.
+    Livelock {
+        /// The consumer.
+        consumer: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// The world could not be set up or played as asked (a refused configuration, a
+    /// refused `XADD`).
+    Kit {
+        /// What went wrong.
+        detail: String,
+    },
+    /// Your invariant ([`Report::check_with`]) does not hold.
+    Invariant(String),
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Violation::Lost { id } => write!(f, "{id} was lost: never acked, dead-lettered or deleted"),
+            Violation::PendingLeft { ids } => write!(f, "still pending at the end: {}", ids.join(", ")),
+            Violation::NoQuiescence { at_ms } => write!(f, "not settled by {at_ms} ms"),
+            Violation::AckWithoutVerdict { consumer, id, at_ms } => {
+                write!(f, "{consumer} sent XACK {id} at {at_ms} ms without an Ack verdict")
+            }
+            Violation::OverDelivered { id, deliveries, max } => {
+                write!(f, "{id} handed out after {deliveries} deliveries (max {max})")
+            }
+            Violation::DeadLetteredTwice { id } => write!(f, "{id} moved to the dead-letter stream twice"),
+            Violation::DeadLetterStream { detail } => write!(f, "the dead-letter stream: {detail}"),
+            Violation::UnexplainedDuplicate { id, consumer, at_ms } => {
+                write!(
+                    f,
+                    "{consumer} handled {id} again at {at_ms} ms, after an Ack, with no fault to explain it"
+                )
+            }
+            Violation::Fatal { consumer, error, at_ms } => {
+                write!(f, "{consumer} failed for good at {at_ms} ms: {error}")
+            }
+            Violation::Contract { consumer, at_ms, what } => write!(f, "{consumer} {what} at {at_ms} ms"),
+            Violation::Livelock { consumer, at_ms } => write!(f, "{consumer} livelocked at {at_ms} ms"),
+            Violation::Kit { detail } => write!(f, "the world could not be played: {detail}"),
+            Violation::Invariant(text) => write!(f, "invariant: {text}"),
+        }
+    }
+}
+
+/// A world that failed its checks: the violations, and the world to replay (its
+/// [`Display`](fmt::Display) prints the seed, the violations and the code of the world).
+#[derive(Clone, Debug)]
+pub struct Failure {
+    /// The world, with drawn entries and faults written out: it fails the same way again.
+    pub world: Box<World>,
+    /// What went wrong.
+    pub violations: Vec<Violation>,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.violations.len();
+        writeln!(f, "seed {}: {n} violation{}", self.world.seed, if n == 1 { "" } else { "s" })?;
+        for v in self.violations.iter().take(20) {
+            writeln!(f, "  - {v}")?;
+        }
+        if n > 20 {
+            writeln!(f, "  - … and {} more", n - 20)?;
+        }
+        write!(f, "replay:\n{}", self.world)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// The outcome of [`World::run`].
+#[derive(Debug)]
+pub struct Report<S> {
+    /// The application's state, as the handlers left it.
+    pub state: S,
+    /// The world that ran, with the entries and random faults it drew written out: it runs
+    /// the same way again.
+    pub world: World,
+    /// Every entry added, in id order.
+    pub entries: Vec<EntryReport>,
+    /// Every fault, in the order it happened.
+    pub faults: Vec<FaultRecord>,
+    /// What the server holds at the end.
+    pub server: ServerState,
+    /// How many notices of each kind the consumers gave (`connected`, `reconnected`,
+    /// `connect-failed`, `connection-lost`, `reclaimed`, `lease-lost`, `lease-lost-in-hand`,
+    /// `dead-lettered`, `read-shrunk-slow-handler`, `read-shrunk-big-entries`, `health`).
+    pub notices: BTreeMap<&'static str, u64>,
+    /// When the run ended (virtual ms).
+    pub ended_at_ms: u64,
+    /// Whether it settled: every entry acked, moved or deleted, nothing pending, every
+    /// consumer idle.
+    pub quiescent: bool,
+    /// The story of the run, if [`World::trace`] asked for it.
+    pub trace: Vec<String>,
+    /// Every violation found (what [`check`](Report::check) reports).
+    pub violations: Vec<Violation>,
+}
+
+impl<S> Report<S> {
+    /// The checks pelican promises: nothing lost (every entry acked, moved to the
+    /// dead-letter stream, or deleted), nothing left pending, no `XACK` without an `Ack`
+    /// verdict, no entry handed out past `max_deliveries` or moved twice, the dead-letter
+    /// stream as reported, no duplicate handling that a fault does not explain, no consumer
+    /// failed, and the driving contract kept.
+    pub fn check(&self) -> Result<(), Failure> {
+        self.check_with(|_| Ok(()))
+    }
+
+    /// [`check`](Report::check), and your invariant over the application's state (e.g. "the
+    /// balance is the sum of the amounts of the entries that succeeded": the idempotency
+    /// check).
+    pub fn check_with(&self, invariant: impl FnOnce(&S) -> Result<(), String>) -> Result<(), Failure> {
+        let mut violations = self.violations.clone();
+        if let Err(text) = invariant(&self.state) {
+            violations.push(Violation::Invariant(text));
+        }
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure { world: Box::new(self.world.clone()), violations })
+        }
+    }
+
+    /// The entry with this id.
+    pub fn entry(&self, id: &str) -> Option<&EntryReport> {
+        self.entries.iter().find(|e| e.id == id)
+    }
+
+    /// The duplicate handlings, and the faults they are put down to.
+    pub fn duplicates(&self) -> Duplicates {
+        let mut out = Duplicates::default();
+        for entry in &self.entries {
+            for (_, cause) in duplicates_of(entry, &self.faults) {
+                out.total += 1;
+                match cause {
+                    Some(kind) => *out.by_fault.entry(kind).or_default() += 1,
+                    None => out.unexplained += 1,
+                }
+            }
+        }
+        out
+    }
+
+    /// How many faults of each kind were applied.
+    pub fn faults_applied(&self) -> BTreeMap<FaultKind, u64> {
+        let mut out = BTreeMap::new();
+        for f in self.faults.iter().filter(|f| f.applied) {
+            *out.entry(f.fault.kind()).or_default() += 1;
+        }
+        out
+    }
+}
+
+impl<S> fmt::Display for Report<S> {
+    /// A one-line summary.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = |fate| self.entries.iter().filter(|e| e.fate == fate).count();
+        let applied = self.faults.iter().filter(|r| r.applied).count();
+        write!(
+            f,
+            "seed {}, {}, {} consumers: {} entries ({} acked, {} dead-lettered, {} deleted, {} unsettled), \
+             {} faults ({applied} applied), {} duplicates, {} at {} ms, {} violations",
+            self.world.seed,
+            flavor(&self.world.server),
+            self.world.consumers,
+            self.entries.len(),
+            count(Fate::Acked),
+            count(Fate::DeadLettered),
+            count(Fate::Deleted),
+            count(Fate::Unsettled),
+            self.faults.len(),
+            self.duplicates().total,
+            if self.quiescent { "settled" } else { "unsettled" },
+            self.ended_at_ms,
+            self.violations.len(),
+        )
+    }
+}
+
+/// Each duplicate handling of `entry` (its index) and the fault kind it is put down to: the
+/// latest fault before it that may cost duplicates, aimed at the consumer of an `Ack`
+/// handling before it (after that handling ran), or at the whole group after the entry was
+/// added (after a destroyed group, consumers may hand out the entry as read from any of the
+/// group's incarnations: when they read it cannot be told from the handlings).
+fn duplicates_of(entry: &EntryReport, faults: &[FaultRecord]) -> Vec<(usize, Option<FaultKind>)> {
+    let mut out = Vec::new();
+    let mut acks: Vec<&Handling> = Vec::new();
+    for (i, h) in entry.handlings.iter().enumerate() {
+        if !acks.is_empty() {
+            let explains = |f: &&FaultRecord| {
+                f.applied
+                    && f.fault.kind().may_duplicate()
+                    && f.at_ms <= h.at_ms
+                    && match f.consumer {
+                        Some(c) => acks.iter().any(|p| p.index == c && f.at_ms >= p.at_ms),
+                        None => f.at_ms >= entry.added_at_ms,
+                    }
+            };
+            let cause = faults.iter().rev().find(explains).map(|f| f.fault.kind());
+            out.push((i, cause));
+        }
+        if h.verdict == Verdict::Ack {
+            acks.push(h);
+        }
+    }
+    out
+}
+
+/// Up to `max` bytes as text, for traces.
+pub(crate) fn text(bytes: &[u8], max: usize) -> String {
+    let shown = &bytes[..bytes.len().min(max)];
+    let more = if bytes.len() > max { "…" } else { "" };
+    format!("{:?}{more}", String::from_utf8_lossy(shown))
+}
+
+/// What the server holds.
+pub(crate) fn server_state(
+    sim: &Sim,
+    stream: &[u8],
+    group: &[u8],
+    dead_letter: Option<&[u8]>,
+) -> ServerState {
+    let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let field = |fields: &[(Vec<u8>, Vec<u8>)], name: &[u8]| {
+        fields.iter().rev().find(|(n, _)| n == name).map(|(_, v)| lossy(v)).unwrap_or_default()
+    };
+    let dead_letters = dead_letter
+        .map(|key| sim.entries(key))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(id, fields)| DeadLetter {
+            id: id.to_string(),
+            origin: field(&fields, b"pelican-id"),
+            reason: field(&fields, b"pelican-reason"),
+            deliveries: field(&fields, b"pelican-deliveries").parse().unwrap_or(0),
+            fields,
+        })
+        .collect();
+    ServerState {
+        stream: sim.stream_ids(stream).iter().map(|id| id.to_string()).collect(),
+        pending: sim.pending(stream, group).unwrap_or_default(),
+        group_exists: sim.group_exists(stream, group),
+        consumers: sim.consumers(stream, group).iter().map(|c| lossy(c)).collect(),
+        dead_letters,
+    }
+}
+
+/// The checks made once the run is over, added to those found while it ran.
+pub(crate) fn final_checks(
+    entries: &[EntryReport],
+    server: &ServerState,
+    faults: &[FaultRecord],
+    quiescent: bool,
+    now: u64,
+    stream: &[u8],
+    violations: &mut Vec<Violation>,
+) {
+    if violations.iter().any(|v| matches!(v, Violation::Kit { .. })) {
+        return; // the world was not played as asked: the rest would only echo that
+    }
+    if !quiescent {
+        if !violations.iter().any(|v| matches!(v, Violation::Livelock { .. })) {
+            violations.push(Violation::NoQuiescence { at_ms: now });
+        }
+        for e in entries.iter().filter(|e| e.fate == Fate::Unsettled) {
+            violations.push(Violation::Lost { id: e.id.clone() });
+        }
+        if !server.pending.is_empty() {
+            let ids = server.pending.iter().take(20).map(|p| p.id.to_string()).collect();
+            violations.push(Violation::PendingLeft { ids });
+        }
+    }
+    // The dead-letter stream holds exactly the moves reported, each with the entry's fields
+    // and its origin (a group created again delivers entries anew, and may move them again).
+    let mut in_stream: BTreeMap<&str, u32> = BTreeMap::new();
+    for d in &server.dead_letters {
+        *in_stream.entry(&d.origin).or_default() += 1;
+        let Some(e) = entries.iter().find(|e| e.id == d.origin) else {
+            let detail = format!("{} holds {:?}, which was never added", d.id, d.origin);
+            violations.push(Violation::DeadLetterStream { detail });
+            continue;
+        };
+        let original: Vec<(Vec<u8>, Vec<u8>)> =
+            if e.fields.is_empty() { vec![(b"_".to_vec(), Vec::new())] } else { e.fields.clone() };
+        let origin_ok = d.fields.iter().any(|(n, v)| n == b"pelican-stream" && v == stream);
+        if !d.fields.starts_with(&original) || !origin_ok {
+            let detail = format!("{} (for {}) lacks the entry's fields or its origin", d.id, e.id);
+            violations.push(Violation::DeadLetterStream { detail });
+        }
+    }
+    let reported: BTreeMap<&str, u32> = entries
+        .iter()
+        .filter(|e| e.dead_letter_moves > 0)
+        .map(|e| (e.id.as_str(), e.dead_letter_moves))
+        .collect();
+    if in_stream != reported {
+        let detail = format!("it holds {in_stream:?}, the moves reported were {reported:?}");
+        violations.push(Violation::DeadLetterStream { detail });
+    }
+    for e in entries {
+        for (i, cause) in duplicates_of(e, faults) {
+            if cause.is_none() {
+                let h = &e.handlings[i];
+                violations.push(Violation::UnexplainedDuplicate {
+                    id: e.id.clone(),
+                    consumer: h.consumer.clone(),
+                    at_ms: h.at_ms,
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,890 @@
+//! Playing a [`World`]: the drivers of the consumers (the real core), the producer, the
+//! faults and the clock, and what is recorded on the way into the [`Report`].
+
+use std::cell::Cell;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict};
+
+use super::fault::Fault;
+use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
+use super::rng::{self, Rng};
+use super::world::{NewEntry, World};
+use crate::{ConnId, Sim};
+
+/// What a handler is told besides its entry.
+#[derive(Debug)]
+pub struct HandlerCtx<'a> {
+    consumer: &'a str,
+    index: usize,
+    life: u32,
+    now_ms: u64,
+    took: Cell<Option<u64>>,
+}
+
+impl HandlerCtx<'_> {
+    /// The name of the consumer handling the entry (`c0`, `c1`, …).
+    pub fn consumer(&self) -> &str {
+        self.consumer
+    }
+
+    /// Its index (0 for `c0`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Which life of the consumer's process this is: 0 at first, one more after each
+    /// restart (a crash, a stop). What a process keeps in memory — a cache, a batch not yet
+    /// written — is lost with its life: key it by `(index, life)`.
+    pub fn life(&self) -> u32 {
+        self.life
+    }
+
+    /// The virtual time, in ms, when the entry was handed out.
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    /// Says how long this handling takes, in ms (else it is drawn from
+    /// [`World::handler_ms`]; a [`Fault::SlowHandler`] overrides both).
+    pub fn takes(&self, ms: u64) {
+        self.took.set(Some(ms));
+    }
+}
+
+/// How many driving rounds a consumer may take at one instant before it counts as a livelock.
+const MAX_ROUNDS: usize = 10_000;
+/// How many violations found while running are kept (the rest would say the same).
+const MAX_VIOLATIONS: usize = 100;
+
+/// The entry a consumer's handler is working on.
+#[derive(Clone, Debug)]
+struct Work {
+    /// Index of its record, and of the handling in it.
+    record: usize,
+    handling: usize,
+    done_at: u64,
+    verdict: Verdict,
+}
+
+/// One consumer process, over its lives.
+struct Node {
+    name: String,
+    config: Config,
+    consumer: Option<Consumer>,
+    conn: Option<ConnId>,
+    work: Option<Work>,
+    restart_at: Option<u64>,
+    /// How long after its `Stopped` the next life starts.
+    restart_after: u64,
+    dead: bool,
+    stop_asked: bool,
+    life: u32,
+    /// Records whose entries this consumer's handler answered `Ack` for, settled (over all
+    /// its lives): the only ids it may `XACK`, besides deleted ones.
+    acked: BTreeSet<usize>,
+    fail_next: bool,
+    dead_letter_next: bool,
+    slow_next: Option<u64>,
+}
+
+/// The run's record of one entry added.
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) added_at: u64,
+    pub(crate) handlings: Vec<Handling>,
+    pub(crate) acked: bool,
+    pub(crate) deleted: bool,
+    pub(crate) dead_letter_moves: u32,
+}
+
+struct Runner<'w, S, H> {
+    world: &'w World,
+    state: S,
+    handler: H,
+    handlings_rng: Rng,
+    faults_rng: Rng,
+    sim: Sim,
+    admin: ConnId,
+    base: Instant,
+    nodes: Vec<Node>,
+    stream: Vec<u8>,
+    group: Vec<u8>,
+    dead_letter: Option<Vec<u8>>,
+    max_deliveries: Option<u64>,
+    min_idle_ms: u64,
+    records: Vec<Record>,
+    by_id: BTreeMap<Vec<u8>, usize>,
+    /// Entries still to add, and the list written out for the replay.
+    due: VecDeque<NewEntry>,
+    entries: Vec<NewEntry>,
+    scheduled: VecDeque<(u64, Fault)>,
+    next_random: Option<u64>,
+    faults: Vec<FaultRecord>,
+    down_until: Option<u64>,
+    group_destroyed: bool,
+    notices: BTreeMap<&'static str, u64>,
+    violations: Vec<Violation>,
+    livelocked: bool,
+    trace: Option<Vec<String>>,
+}
+
+pub(crate) fn run<S, H>(world: &World, state: S, handler: H) -> Report<S>
+where
+    H: FnMut(&mut S, &HandlerCtx<'_>, &Entry) -> Verdict,
+{
+    let mut setup = Rng::new(world.seed, rng::SETUP);
+    // The flavor and consumer count were drawn by World::new: skip those draws.
+    setup.next();
+    setup.next();
+    let mut nodes = Vec::with_capacity(world.consumers);
+    let mut violations = Vec::new();
+    for i in 0..world.consumers {
+        let name = format!("c{i}");
+        let protocol = if setup.chance(50) { Protocol::Resp3 } else { Protocol::Resp2 };
+        let mut config = Config::new("s", "g", &name)
+            .protocol(protocol)
+            .count(1 + setup.below(10) as u32)
+            .beat(Duration::from_millis(100))
+            .min_idle(Duration::from_millis(1_000))
+            .read_grace(Duration::from_secs(1))
+            .create_group("0")
+            .on_group_gone(GroupGone::Recreate)
+            .backoff(Duration::from_millis(20), Duration::from_millis(500))
+            .dead_letter_after(5, "dl")
+            .read_bytes(4096)
+            .seed(setup.next());
+        if let Some(change) = &world.configure {
+            config = change(config);
+        }
+        let consumer = match Consumer::new(config.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                violations.push(Violation::Kit { detail: format!("{name}'s configuration is refused: {e}") });
+                None
+            }
+        };
+        nodes.push(Node {
+            name,
+            config,
+            consumer,
+            conn: None,
+            work: None,
+            restart_at: None,
+            restart_after: 0,
+            dead: false,
+            stop_asked: false,
+            life: 0,
+            acked: BTreeSet::new(),
+            fail_next: false,
+            dead_letter_next: false,
+            slow_next: None,
+        });
+    }
+    let first = &nodes[0].config;
+    let entries = world.entries.clone().unwrap_or_else(|| drawn_entries(world));
+    let mut sim = Sim::new(world.server.clone());
+    let admin = sim.connect();
+    let mut scheduled: Vec<(u64, Fault)> = world.faults.clone();
+    scheduled.sort_by_key(|(at, _)| *at); // stable: same-time faults keep their order
+    let mut faults_rng = Rng::new(world.seed, rng::FAULTS);
+    let next_random = (!world.random_faults.is_empty()).then(|| 200 + faults_rng.below(400));
+    let mut runner = Runner {
+        world,
+        state,
+        handler,
+        handlings_rng: Rng::new(world.seed, rng::HANDLINGS),
+        faults_rng,
+        sim,
+        admin,
+        base: Instant::now(),
+        stream: first.stream.to_vec(),
+        group: first.group.to_vec(),
+        dead_letter: first.dead_letter.as_ref().map(|d| d.to_vec()),
+        max_deliveries: first.max_deliveries,
+        min_idle_ms: first.min_idle.as_millis() as u64,
+        nodes,
+        records: Vec::new(),
+        by_id: BTreeMap::new(),
+        due: entries.iter().cloned().collect(),
+        entries,
+        scheduled: scheduled.into(),
+        next_random,
+        faults: Vec::new(),
+        down_until: None,
+        group_destroyed: false,
+        notices: BTreeMap::new(),
+        violations,
+        livelocked: false,
+        trace: world.trace.then(Vec::new),
+    };
+    let quiescent = if runner.violations.is_empty() { runner.play() } else { false };
+    runner.finish(quiescent)
+}
+
+/// The most entries drawn (about 30 minutes' worth): a longer phase draws no more.
+const MAX_DRAWN: usize = 100_000;
+
+/// The entry stream drawn from the seed: batches of 1–8 entries every 50–450 ms.
+fn drawn_entries(world: &World) -> Vec<NewEntry> {
+    let mut rng = Rng::new(world.seed, rng::ENTRIES);
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < world.phase_ms && entries.len() < MAX_DRAWN {
+        for _ in 0..1 + rng.below(8) {
+            let n = (entries.len() + 1).to_string();
+            entries.push(NewEntry::new(at, [("n", n)]));
+        }
+        at += 50 + rng.below(400);
+    }
+    entries
+}
+
+/// RESP for a command.
+fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// The ids of every `XACK` in bytes a consumer wrote (whole commands: arrays of bulk
+/// strings); stops quietly at anything else.
+fn acked_ids(mut b: &[u8]) -> Vec<&[u8]> {
+    fn line<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
+        let i = b.windows(2).position(|w| w == b"\r\n")?;
+        let l = b.get(1..i)?;
+        *b = &b[i + 2..];
+        Some(l)
+    }
+    fn num(l: &[u8]) -> Option<usize> {
+        std::str::from_utf8(l).ok()?.parse().ok()
+    }
+    let mut ids = Vec::new();
+    while !b.is_empty() {
+        let Some(n) = line(&mut b).and_then(num) else { break };
+        let mut args = Vec::with_capacity(n.min(64));
+        for _ in 0..n {
+            let Some(len) = line(&mut b).and_then(num) else { return ids };
+            let Some(arg) = b.get(..len) else { return ids };
+            args.push(arg);
+            b = b.get(len + 2..).unwrap_or_default();
+        }
+        if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"XACK")) {
+            ids.extend(args.into_iter().skip(3));
+        }
+    }
+    ids
+}
+
+/// The name a notice is counted under in [`Report::notices`].
+fn notice_name(notice: &Notice) -> &'static str {
+    match notice {
+        Notice::Connected { reconnect: false } => "connected",
+        Notice::Connected { reconnect: true } => "reconnected",
+        Notice::ConnectFailed { .. } => "connect-failed",
+        Notice::ConnectionLost { .. } => "connection-lost",
+        Notice::Reclaimed { .. } => "reclaimed",
+        Notice::Health(_) => "health",
+        Notice::LeaseLost { in_hand: false, .. } => "lease-lost",
+        Notice::LeaseLost { in_hand: true, .. } => "lease-lost-in-hand",
+        Notice::DeadLettered { .. } => "dead-lettered",
+        Notice::ReadShrunk { cause: pelican::ShrinkCause::SlowHandler, .. } => "read-shrunk-slow-handler",
+        Notice::ReadShrunk { .. } => "read-shrunk-big-entries",
+        _ => "other",
+    }
+}
+
+impl<S, H> Runner<'_, S, H>
+where
+    H: FnMut(&mut S, &HandlerCtx<'_>, &Entry) -> Verdict,
+{
+    fn now(&self) -> u64 {
+        self.sim.now()
+    }
+
+    fn instant(&self) -> Instant {
+        self.base + Duration::from_millis(self.now())
+    }
+
+    fn note(&mut self, line: impl FnOnce() -> String) {
+        if let Some(trace) = &mut self.trace {
+            trace.push(format!("{} ms {}", self.sim.now(), line()));
+        }
+    }
+
+    fn violation(&mut self, v: Violation) {
+        if self.violations.len() < MAX_VIOLATIONS {
+            self.violations.push(v);
+        }
+    }
+
+    fn is_down(&self) -> bool {
+        self.down_until.is_some_and(|t| self.now() < t)
+    }
+
+    fn admin(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        self.sim.input(self.admin, &encode(args));
+        self.sim.output(self.admin)
+    }
+
+    /// Plays until quiescence (true) or the deadline or a livelock (false).
+    fn play(&mut self) -> bool {
+        let phase = self.world.phase_ms;
+        loop {
+            let now = self.now();
+            if !self.is_down() {
+                self.down_until = None;
+                self.produce();
+            }
+            self.inject_due();
+            self.restart_due();
+            for i in 0..self.nodes.len() {
+                self.drive(i);
+                if self.livelocked {
+                    return false;
+                }
+            }
+            if now >= phase && self.quiescent() {
+                return true;
+            }
+            if now >= self.world.deadline_ms {
+                return false;
+            }
+            let next = self.next_time().min(self.world.deadline_ms);
+            // Always move forward: everything due now was done above.
+            self.sim.advance_to(if next <= now { now + 1 } else { next });
+        }
+    }
+
+    /// Adds the entries that are due.
+    fn produce(&mut self) {
+        let now = self.now();
+        while self.due.front().is_some_and(|e| e.at_ms <= now) {
+            let Some(entry) = self.due.pop_front() else { break };
+            let id = format!("{}-0", self.records.len() + 1);
+            let mut fields = entry.fields.clone();
+            if fields.is_empty() {
+                fields.push((b"_".to_vec(), Vec::new()));
+            }
+            let stream = self.stream.clone();
+            let mut args: Vec<&[u8]> = vec![b"XADD", &stream, id.as_bytes()];
+            for (n, v) in &fields {
+                args.push(n);
+                args.push(v);
+            }
+            let reply = self.admin(&args);
+            if !reply.starts_with(b"$") {
+                let detail = format!("XADD {id} answered {:?}", String::from_utf8_lossy(&reply));
+                self.violation(Violation::Kit { detail });
+                continue;
+            }
+            self.by_id.insert(id.clone().into_bytes(), self.records.len());
+            self.records.push(Record {
+                id,
+                fields: entry.fields,
+                added_at: now,
+                handlings: Vec::new(),
+                acked: false,
+                deleted: false,
+                dead_letter_moves: 0,
+            });
+        }
+    }
+
+    /// Applies the scheduled and random faults that are due.
+    fn inject_due(&mut self) {
+        let now = self.now();
+        while self.scheduled.front().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, fault)) = self.scheduled.pop_front() else { break };
+            self.inject(fault);
+        }
+        if self.next_random.is_some_and(|at| at <= now && now < self.world.phase_ms) {
+            let kinds = &self.world.random_faults;
+            let kind = kinds[self.faults_rng.below(kinds.len() as u64) as usize];
+            let fault = Fault::draw(kind, self.nodes.len(), self.min_idle_ms, &mut self.faults_rng);
+            self.inject(fault);
+            let (lo, hi) = self.world.fault_gap_ms;
+            self.next_random = Some(now.saturating_add(self.faults_rng.between(lo, hi)));
+        }
+    }
+
+    fn alive(&self) -> usize {
+        self.nodes.iter().filter(|n| !n.dead).count()
+    }
+
+    /// Applies one fault (or skips it, when it cannot apply now), and records it.
+    fn inject(&mut self, fault: Fault) {
+        let at = self.instant();
+        let now = self.now();
+        let target = fault.consumer().map(|c| c % self.nodes.len());
+        let up = target.is_some_and(|i| self.nodes[i].consumer.is_some() && !self.nodes[i].dead);
+        let i = target.unwrap_or(0);
+        let down = self.is_down();
+        let applied = match fault {
+            Fault::Crash { restart_ms, .. } if up => {
+                self.kill(i);
+                self.nodes[i].restart_at = Some(now.saturating_add(restart_ms));
+                true
+            }
+            Fault::Death { .. } if up && self.alive() > 1 => {
+                self.kill(i);
+                self.nodes[i].dead = true;
+                true
+            }
+            Fault::Disconnect { .. } if up => {
+                let node = &mut self.nodes[i];
+                match (node.conn.take(), node.consumer.as_mut()) {
+                    (Some(conn), Some(c)) => {
+                        self.sim.disconnect(conn);
+                        c.on_disconnected(at);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            Fault::SlowHandler { ms, .. } if up => {
+                self.nodes[i].slow_next = Some(ms);
+                true
+            }
+            Fault::FailingHandler { .. } if up => {
+                self.nodes[i].fail_next = true;
+                true
+            }
+            Fault::DeadLetterVerdict { .. } if up => {
+                self.nodes[i].dead_letter_next = true;
+                true
+            }
+            Fault::DeletePending { pick } if !down => {
+                let pending = self.sim.pending(&self.stream, &self.group).unwrap_or_default();
+                if pending.is_empty() {
+                    false
+                } else {
+                    let victim = pending[pick as usize % pending.len()].id.to_string();
+                    let stream = self.stream.clone();
+                    self.admin(&[b"XDEL", &stream, victim.as_bytes()]);
+                    self.mark_deleted(victim.as_bytes());
+                    true
+                }
+            }
+            Fault::Trim { count } if !down => {
+                let pending = self.sim.pending(&self.stream, &self.group).unwrap_or_default();
+                let ids = self.sim.stream_ids(&self.stream);
+                if pending.is_empty() || ids.is_empty() {
+                    false
+                } else {
+                    let gone = (count.max(1) as usize).min(ids.len());
+                    let keep = (ids.len() - gone).to_string();
+                    let stream = self.stream.clone();
+                    self.admin(&[b"XTRIM", &stream, b"MAXLEN", keep.as_bytes()]);
+                    for id in &ids[..gone] {
+                        self.mark_deleted(id.to_string().as_bytes());
+                    }
+                    true
+                }
+            }
+            Fault::DestroyGroup if !down => {
+                let (stream, group) = (self.stream.clone(), self.group.clone());
+                self.admin(&[b"XGROUP", b"DESTROY", &stream, &group]);
+                self.group_destroyed = true;
+                true
+            }
+            Fault::Stop { restart_ms, .. } if up && !self.nodes[i].stop_asked => {
+                let node = &mut self.nodes[i];
+                node.stop_asked = true;
+                node.restart_after = restart_ms;
+                node.consumer.as_mut().map(Consumer::stop).is_some()
+            }
+            Fault::Abandon { restart_ms, .. } if up => {
+                let node = &mut self.nodes[i];
+                node.stop_asked = true;
+                node.restart_after = restart_ms;
+                // The handling under way is dropped: its verdict never comes.
+                node.work = None;
+                node.consumer.as_mut().map(Consumer::abandon).is_some()
+            }
+            Fault::ServerRestart { down_ms } if !down => {
+                self.sim.restart();
+                self.admin = self.sim.connect();
+                self.down_until = Some(now.saturating_add(down_ms));
+                true
+            }
+            _ => false,
+        };
+        self.note(|| format!("fault {fault:?}{}", if applied { "" } else { " (skipped)" }));
+        self.faults.push(FaultRecord { at_ms: now, fault, consumer: target, applied });
+    }
+
+    /// The process of node `i` dies: its core, its connection, the entry in hand.
+    fn kill(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        if let Some(conn) = node.conn.take() {
+            self.sim.disconnect(conn);
+        }
+        node.consumer = None;
+        node.work = None;
+        node.stop_asked = false;
+        node.fail_next = false;
+        node.dead_letter_next = false;
+        node.slow_next = None;
+    }
+
+    fn mark_deleted(&mut self, id: &[u8]) {
+        if let Some(&r) = self.by_id.get(id) {
+            self.records[r].deleted = true;
+        }
+    }
+
+    fn restart_due(&mut self) {
+        let now = self.now();
+        for node in &mut self.nodes {
+            if node.restart_at.is_some_and(|t| t <= now) && !node.dead {
+                node.restart_at = None;
+                node.life += 1;
+                // A new process under the same name: its own pending list comes back to it.
+                node.consumer = Consumer::new(node.config.clone()).ok();
+            }
+        }
+    }
+
+    /// Drives node `i` until it has nothing more to do at this instant.
+    fn drive(&mut self, i: usize) {
+        let now = self.now();
+        let at = self.instant();
+        for _ in 0..MAX_ROUNDS {
+            let mut progress = false;
+            let down = self.is_down();
+            let node = &mut self.nodes[i];
+            let Some(consumer) = node.consumer.as_mut() else { return };
+            if consumer.connect_due(at) {
+                if down {
+                    consumer.on_disconnected_because(at, "connection refused (the server is restarting)");
+                } else {
+                    node.conn = Some(self.sim.connect());
+                    consumer.on_connected(at);
+                }
+                progress = true;
+            }
+            if let (Some(conn), Some(bytes)) = (node.conn, consumer.poll_transmit()) {
+                let bytes = bytes.to_vec();
+                consumer.advance_transmit(bytes.len());
+                for id in acked_ids(&bytes) {
+                    let record = self.by_id.get(id).copied();
+                    let allowed = record.is_some_and(|r| node.acked.contains(&r) || self.records[r].deleted);
+                    if !allowed {
+                        let id = String::from_utf8_lossy(id).into_owned();
+                        let v = Violation::AckWithoutVerdict { consumer: node.name.clone(), id, at_ms: now };
+                        if self.violations.len() < MAX_VIOLATIONS {
+                            self.violations.push(v);
+                        }
+                    }
+                }
+                if let Some(trace) = &mut self.trace {
+                    trace.push(format!("{now} ms {} writes {}", node.name, report::text(&bytes, 300)));
+                }
+                self.sim.input(conn, &bytes);
+                progress = true;
+            }
+            if let Some(conn) = node.conn {
+                let input = self.sim.output(conn);
+                let closed = self.sim.is_closed(conn);
+                let mut result = Ok(());
+                if !input.is_empty() {
+                    if let Some(trace) = &mut self.trace {
+                        trace.push(format!("{now} ms {} reads {}", node.name, report::text(&input, 300)));
+                    }
+                    result = consumer.handle_input(&input, at);
+                    progress = true;
+                }
+                if result.is_ok()
+                    && consumer.poll_timeout().is_some_and(|t| t <= at)
+                    && consumer.is_connected()
+                {
+                    result = consumer.handle_timeout(at);
+                    // It may have something to write (acks due, lease renewals).
+                    progress |= consumer.poll_transmit().is_some();
+                }
+                match result {
+                    Err(e) if e.is_fatal() => {
+                        let v = Violation::Fatal {
+                            consumer: node.name.clone(),
+                            error: e.to_string(),
+                            at_ms: now,
+                        };
+                        if self.violations.len() < MAX_VIOLATIONS {
+                            self.violations.push(v);
+                        }
+                        self.kill(i);
+                        self.nodes[i].dead = true;
+                        return;
+                    }
+                    Err(_) => {
+                        self.sim.disconnect(conn);
+                        node.conn = None;
+                        progress = true;
+                    }
+                    Ok(()) if closed => {
+                        self.sim.disconnect(conn);
+                        node.conn = None;
+                        consumer.on_disconnected(at);
+                        progress = true;
+                    }
+                    Ok(()) => {}
+                }
+            }
+            // A fatal error found while no call returns it (the consumer finished its stop
+            // first, or failed on a settle) is told by `error` alone.
+            if let Some(e) = consumer.error() {
+                let v = Violation::Fatal { consumer: node.name.clone(), error: e.to_string(), at_ms: now };
+                if self.violations.len() < MAX_VIOLATIONS {
+                    self.violations.push(v);
+                }
+                self.kill(i);
+                self.nodes[i].dead = true;
+                return;
+            }
+            progress |= self.settle_due(i);
+            match self.nodes[i].consumer.as_mut().and_then(Consumer::poll_event) {
+                Some(Event::Entry(entry)) => {
+                    self.hand_out(i, &entry);
+                    progress = true;
+                }
+                Some(Event::Stopped) => {
+                    let node = &mut self.nodes[i];
+                    let name = node.name.clone();
+                    if !node.stop_asked {
+                        self.violation(Violation::Contract {
+                            consumer: name,
+                            at_ms: now,
+                            what: "stopped unasked".into(),
+                        });
+                    } else if node.work.is_some() {
+                        let what = "stopped with an entry in hand".into();
+                        self.violation(Violation::Contract { consumer: name, at_ms: now, what });
+                    }
+                    let node = &mut self.nodes[i];
+                    if let Some(conn) = node.conn.take() {
+                        self.sim.disconnect(conn);
+                    }
+                    node.consumer = None;
+                    node.work = None;
+                    node.stop_asked = false;
+                    node.restart_at = Some(now.saturating_add(node.restart_after));
+                    return;
+                }
+                Some(Event::Notice(notice)) => {
+                    self.on_notice(i, &notice);
+                    progress = true;
+                }
+                Some(_) => progress = true,
+                None => {}
+            }
+            if !progress {
+                return;
+            }
+        }
+        let consumer = self.nodes[i].name.clone();
+        self.violation(Violation::Livelock { consumer, at_ms: now });
+        self.livelocked = true;
+    }
+
+    /// Gives node `i`'s verdict to its consumer if the handling's time is up.
+    fn settle_due(&mut self, i: usize) -> bool {
+        let now = self.now();
+        let at = self.instant();
+        let node = &mut self.nodes[i];
+        let Some(work) = node.work.clone().filter(|w| w.done_at <= now) else { return false };
+        let Some(consumer) = node.consumer.as_mut() else { return false };
+        node.work = None;
+        let record = &mut self.records[work.record];
+        if work.verdict == Verdict::Ack {
+            node.acked.insert(work.record);
+            record.acked = true;
+        }
+        record.handlings[work.handling].settled_at_ms = Some(now);
+        consumer.settle(work.verdict, at);
+        let line = format!("{now} ms {} settles {}: {:?}", node.name, record.id, work.verdict);
+        if let Some(trace) = &mut self.trace {
+            trace.push(line);
+        }
+        true
+    }
+
+    /// An entry handed out to node `i`: the handler runs (unless a fault decides), its
+    /// verdict is given when the handling's time is up.
+    fn hand_out(&mut self, i: usize, entry: &Entry) {
+        let now = self.now();
+        let name = self.nodes[i].name.clone();
+        let id = entry.id();
+        let Some(&record) = self.by_id.get(id) else {
+            let what = format!("handed out {}, which was never added", String::from_utf8_lossy(id));
+            self.violation(Violation::Contract { consumer: name, at_ms: now, what });
+            return;
+        };
+        if self.nodes[i].work.is_some() {
+            let what = "got a second entry while one is in hand".into();
+            self.violation(Violation::Contract { consumer: name.clone(), at_ms: now, what });
+        }
+        if self.nodes[i].stop_asked {
+            let what = format!("got {} after its stop", self.records[record].id);
+            self.violation(Violation::Contract { consumer: name.clone(), at_ms: now, what });
+        }
+        if let Some(max) = self.max_deliveries.filter(|&max| entry.deliveries > max) {
+            let id = self.records[record].id.clone();
+            self.violation(Violation::OverDelivered { id, deliveries: entry.deliveries, max });
+        }
+        self.note(|| {
+            format!(
+                "{name} handles {} ({:?}, delivery {})",
+                String::from_utf8_lossy(id),
+                entry.source,
+                entry.deliveries
+            )
+        });
+        let node = &mut self.nodes[i];
+        let ctx = HandlerCtx {
+            consumer: &node.name,
+            index: i,
+            life: node.life,
+            now_ms: now,
+            took: Cell::new(None),
+        };
+        let (verdict, by_handler) = if std::mem::take(&mut node.dead_letter_next) {
+            (Verdict::DeadLetter, false)
+        } else if std::mem::take(&mut node.fail_next) {
+            (Verdict::Retry, false)
+        } else {
+            ((self.handler)(&mut self.state, &ctx, entry), true)
+        };
+        let (lo, hi) = self.world.handler_ms;
+        let took = match node.slow_next.take().or(ctx.took.get()) {
+            Some(ms) => ms,
+            None => self.handlings_rng.between(lo, hi),
+        };
+        let handlings = &mut self.records[record].handlings;
+        handlings.push(Handling {
+            consumer: node.name.clone(),
+            index: i,
+            life: node.life,
+            at_ms: now,
+            deliveries: entry.deliveries,
+            source: entry.source,
+            verdict,
+            by_handler,
+            settled_at_ms: None,
+        });
+        node.work =
+            Some(Work { record, handling: handlings.len() - 1, done_at: now.saturating_add(took), verdict });
+    }
+
+    fn on_notice(&mut self, i: usize, notice: &Notice) {
+        *self.notices.entry(notice_name(notice)).or_default() += 1;
+        let name = &self.nodes[i].name;
+        let line = format!("{name}: {notice}");
+        self.note(|| line);
+        if let Notice::DeadLettered { id, .. } = notice {
+            let Some(&r) = self.by_id.get(&id[..]) else { return };
+            let record = &mut self.records[r];
+            record.dead_letter_moves += 1;
+            // Only a group destroyed and created again at 0 delivers an entry anew.
+            if record.dead_letter_moves > 1 && !self.group_destroyed {
+                let id = record.id.clone();
+                self.violation(Violation::DeadLetteredTwice { id });
+            }
+        }
+    }
+
+    /// Every entry added is settled (acked, moved or deleted), nothing pending, nothing
+    /// left to add or inject, every consumer idle.
+    fn quiescent(&self) -> bool {
+        self.due.is_empty()
+            && self.scheduled.is_empty()
+            && !self.is_down()
+            && self.records.iter().all(|r| r.acked || r.dead_letter_moves > 0 || r.deleted)
+            && self.sim.pending(&self.stream, &self.group).map_or(true, |p| p.is_empty())
+            && self.nodes.iter().all(|n| n.work.is_none() && n.restart_at.is_none())
+    }
+
+    /// The next moment anything can happen.
+    fn next_time(&self) -> u64 {
+        let now = self.now();
+        let mut t = u64::MAX;
+        if now < self.world.phase_ms {
+            t = t.min(self.world.phase_ms);
+            if let Some(r) = self.next_random {
+                t = t.min(r);
+            }
+        }
+        match self.down_until {
+            Some(up) => t = t.min(up),
+            None => {
+                if let Some(e) = self.due.front() {
+                    t = t.min(e.at_ms);
+                }
+            }
+        }
+        if let Some((at, _)) = self.scheduled.front() {
+            t = t.min(*at);
+        }
+        if let Some(w) = self.sim.next_wakeup() {
+            t = t.min(w);
+        }
+        for node in &self.nodes {
+            if let Some(work) = &node.work {
+                t = t.min(work.done_at);
+            }
+            if let Some(r) = node.restart_at {
+                t = t.min(r);
+            }
+            if let Some(at) = node.consumer.as_ref().and_then(Consumer::poll_timeout) {
+                let ms = at.saturating_duration_since(self.base).as_millis() as u64;
+                // Deadlines round up so that the instant passed in is at or after them.
+                t = t.min(ms + u64::from(at > self.base + Duration::from_millis(ms)));
+            }
+        }
+        t.max(now)
+    }
+
+    /// The report: the world written out for a replay, each entry's story, what the server
+    /// holds, and every violation.
+    fn finish(mut self, quiescent: bool) -> Report<S> {
+        let mut replay = self.world.clone();
+        if !self.world.random_faults.is_empty() {
+            // The faults drawn written out, with the scheduled ones, in the order they
+            // happened (then any scheduled too late to happen).
+            replay.faults = self.faults.iter().map(|f| (f.at_ms, f.fault)).collect();
+            replay.faults.extend(self.scheduled.iter().copied());
+            replay.random_faults.clear();
+        }
+        replay.entries = Some(std::mem::take(&mut self.entries));
+        let records: Vec<EntryReport> = self.records.into_iter().map(EntryReport::from).collect();
+        let server = report::server_state(&self.sim, &self.stream, &self.group, self.dead_letter.as_deref());
+        let mut violations = self.violations;
+        report::final_checks(
+            &records,
+            &server,
+            &self.faults,
+            quiescent,
+            self.sim.now(),
+            &self.stream,
+            &mut violations,
+        );
+        Report {
+            state: self.state,
+            world: replay,
+            entries: records,
+            faults: self.faults,
+            server,
+            notices: self.notices,
+            ended_at_ms: self.sim.now(),
+            quiescent,
+            trace: self.trace.unwrap_or_default(),
+            violations,
+        }
+    }
+}
