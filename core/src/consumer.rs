@@ -363,6 +363,7 @@ impl Consumer {
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             self.send(Sent::CreateGroup, now);
         }
+        self.renew_in_hand(now);
         self.restart_drain();
         self.pump(now);
     }
@@ -840,6 +841,20 @@ impl Consumer {
         if due.is_empty() {
             return;
         }
+        for renewal in lease::renewals(due, self.config.min_idle) {
+            commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
+            self.track(Sent::Lease(renewal.ids), now);
+        }
+    }
+
+    /// On a new connection, the entry in hand's lease is renewed at once rather than when
+    /// due: a server restarted from its append-only file has forgotten the delivery time the
+    /// drain set (it never writes it), so the entry looks idle since an older delivery and a
+    /// peer's reclaim could take it before the renewal came due. The renewal is written.
+    fn renew_in_hand(&mut self, now: Instant) {
+        let Some(read_at) = self.in_hand.as_ref().and_then(|h| h.read_at) else { return };
+        let Some(id) = self.acks.held().map(Bytes::copy_from_slice) else { return };
+        let due = vec![(now.saturating_duration_since(read_at), id)];
         for renewal in lease::renewals(due, self.config.min_idle) {
             commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
             self.track(Sent::Lease(renewal.ids), now);
