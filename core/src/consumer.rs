@@ -31,8 +31,9 @@ pub enum Event {
     /// An entry for the application. It is *in hand* until [`Consumer::settle`] is called;
     /// no other entry is handed out meanwhile.
     Entry(Entry),
-    /// Something happened that needs no answer (a lease lost, a dead letter, a smaller
-    /// read): for logs and metrics.
+    /// Something happened that needs no answer (connected, a connect failed or a
+    /// connection lost with the reason and the retry delay, entries reclaimed, a lease lost,
+    /// a dead letter, a smaller read, the group's health): for logs and metrics.
     Notice(Notice),
     /// [`Consumer::stop`] has been honored: no entry is in hand and every earned ack is
     /// confirmed (or [`Consumer::abandon`] gave them up). Close the connection; the consumer

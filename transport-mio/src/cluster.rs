@@ -9,8 +9,8 @@ use pelican::cluster::{read_slot_map, SLOTS_REQUEST};
 use crate::driver::redirect_addr;
 
 /// The master serving each of `keys`, asked of the cluster node at `seed` (`CLUSTER SLOTS`,
-/// on a short blocking connection bounded by `timeout`): start each stream's [`Driver`]
-/// (crate::Driver) there rather than at `seed`, and it reads at once instead of being
+/// on a short blocking connection bounded by `timeout`): start each stream's
+/// [`Driver`](crate::Driver) there rather than at `seed`, and it reads at once instead of being
 /// redirected first. `None` for a key whose slot has no master now.
 ///
 /// Fails if `seed` is not a cluster node (a [`pelican::cluster::SlotMapError`] inside the

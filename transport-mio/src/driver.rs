@@ -80,7 +80,7 @@ enum Link {
 /// [`DriveError`] if the consumer gave up (wrong password, a missing group…) or TLS failed
 /// (an untrusted certificate…); a non-fatal error
 /// only costs the connection, and the driver reconnects after the consumer's backoff.
-/// [`Notice`]s (a lease lost, a dead letter, a smaller read) wait in
+/// [`Notice`]s (connections, reclaims, a lease lost, a dead letter, a smaller read, health) wait in
 /// [`poll_notice`](Self::poll_notice).
 ///
 /// # Slow handlers

@@ -118,8 +118,8 @@ impl Runner {
         Ok(Runner { poll, driver, stop: StopHandle::new(waker), observer: None })
     }
 
-    /// Calls `observer` with each [`Notice`] (a lease lost, a dead letter, a smaller read) as
-    /// it happens, on the running thread.
+    /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
+    /// letters, smaller reads, health) as it happens, on the running thread.
     pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
         self.observer = Some(Box::new(observer));
         self

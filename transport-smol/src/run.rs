@@ -183,8 +183,8 @@ impl Runner {
         self
     }
 
-    /// Calls `observer` with each [`Notice`] (a lease lost, a dead letter, a smaller read) as
-    /// it happens, inside [`run`](Self::run).
+    /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
+    /// letters, smaller reads, health) as it happens, inside [`run`](Self::run).
     pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
         self.observer = Some(Box::new(observer));
         self
