@@ -155,7 +155,9 @@ fn default_client_name(group: &[u8], consumer: &[u8]) -> Bytes {
 
 /// A group's start id as `XGROUP CREATE` takes it: `$`, or `<ms>` or `<ms>-<seq>`.
 fn is_start_id(id: &[u8]) -> bool {
-    let number = |n: &[u8]| !n.is_empty() && n.len() <= 20 && n.iter().all(u8::is_ascii_digit);
+    let number = |n: &[u8]| {
+        n.iter().all(u8::is_ascii_digit) && std::str::from_utf8(n).is_ok_and(|n| n.parse::<u64>().is_ok())
+    };
     match id.iter().position(|b| *b == b'-') {
         _ if id == b"$" => true,
         Some(dash) => number(&id[..dash]) && number(&id[dash + 1..]),
@@ -485,7 +487,7 @@ impl fmt::Display for ConfigError {
             ConfigError::DurationTooLong(what) => write!(f, "{what} must be at most 365 days"),
             ConfigError::DurationTooShort(what) => write!(f, "{what} must be more than zero"),
             ConfigError::BadStartId => f.write_str(
-                "the group's start id must be $ (new entries), 0 (the whole stream), <ms> or <ms>-<seq>",
+                "a group start id is $ (new entries only), 0 (the whole stream), <ms> or <ms>-<seq>",
             ),
         }
     }
@@ -574,8 +576,11 @@ mod tests {
 
     #[test]
     fn start_ids_and_names() {
-        for start in ["$", "0", "1700000000000", "1700000000000-3"] {
+        for start in ["$", "0", "0-0", "1700000000000", "1700000000000-3"] {
             assert_eq!(base().create_group(start).validate(), Ok(()), "{start}");
+        }
+        for bad in ["notanid", "-", "1-", "-1", "+5", "1-2-3", "99999999999999999999", "$-1"] {
+            assert_eq!(base().create_group(bad).validate(), Err(ConfigError::BadStartId), "{bad}");
         }
         assert_eq!(base().client_name.as_deref(), Some(&b"pelican:g:c"[..]));
         let odd = Config::new("s", "my group", b"caf\xc3\xa9");

@@ -438,9 +438,7 @@ impl Consumer {
                                     bytes[..bytes.len().min(40)].escape_ascii()
                                 ),
                             },
-                            DecodeError::Invalid(detail) => Error::Protocol { detail },
-                            DecodeError::TooLarge => Error::FrameTooLarge { limit: limits.max_frame },
-                            DecodeError::TooDeep => Error::TooDeep { limit: limits.max_depth },
+                            e => e.into_error(limits),
                         },
                     ));
                 }

@@ -11,6 +11,7 @@ use bytes::{Bytes, BytesMut};
 use redis_protocol::{resp2, resp3};
 
 use crate::config::{Limits, Protocol};
+use crate::error::Error;
 use crate::stream_reply::{plain_span, Span};
 
 /// A reply, with RESP2 and RESP3 differences folded away (RESP3 maps stay maps).
@@ -41,6 +42,17 @@ pub(crate) enum DecodeError {
     TooLarge,
     /// Aggregates nested deeper than [`Limits::max_depth`].
     TooDeep,
+}
+
+impl DecodeError {
+    /// The connection's error for bytes a decoder with `limits` refused.
+    pub(crate) fn into_error(self, limits: Limits) -> Error {
+        match self {
+            DecodeError::Invalid(detail) => Error::Protocol { detail },
+            DecodeError::TooLarge => Error::FrameTooLarge { limit: limits.max_frame },
+            DecodeError::TooDeep => Error::TooDeep { limit: limits.max_depth },
+        }
+    }
 }
 
 /// A decoded top-level frame.
@@ -163,7 +175,6 @@ impl Decoder {
 
     /// The next complete frame, or `None` until more bytes arrive. Frames larger than
     /// [`Limits::max_frame`] are errors.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn next(&mut self, protocol: Protocol) -> Result<Option<Frame>, DecodeError> {
         let budget = Budget { bytes: self.limits.max_frame, skip: None, raw: false };
         Ok(self.next_within(protocol, budget)?.map(|(frame, _)| frame))

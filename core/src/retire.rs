@@ -15,8 +15,8 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::commands;
-use crate::config::Config;
-use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
+use crate::config::{Config, Limits, Protocol};
+use crate::decode::{Decoder, Frame, Value};
 use crate::encode::{command, Decimal};
 use crate::error::{Command, Error};
 
@@ -65,7 +65,8 @@ pub struct Retirement {
     /// Replies before the script's: the handshake's.
     skip: usize,
     decoder: Decoder,
-    config: Config,
+    protocol: Protocol,
+    limits: Limits,
 }
 
 impl Retirement {
@@ -89,7 +90,8 @@ impl Retirement {
             request: out.freeze(),
             skip,
             decoder: Decoder::new(config.limits),
-            config: config.clone(),
+            protocol: config.protocol,
+            limits: config.limits,
         }
     }
 
@@ -117,17 +119,7 @@ impl Retirement {
     pub fn read(&mut self, bytes: &[u8]) -> Result<Option<Vec<ConsumerState>>, Error> {
         self.decoder.extend(bytes);
         loop {
-            let protocol = self.config.protocol;
-            let limits = self.config.limits;
-            let budget = Budget { bytes: limits.max_frame, skip: None, raw: false };
-            let frame =
-                self.decoder.next_within(protocol, budget).map(|f| f.map(|(frame, _)| frame)).map_err(
-                    |e| match e {
-                        DecodeError::Invalid(detail) => Error::Protocol { detail },
-                        DecodeError::TooLarge => Error::FrameTooLarge { limit: limits.max_frame },
-                        DecodeError::TooDeep => Error::TooDeep { limit: limits.max_depth },
-                    },
-                )?;
+            let frame = self.decoder.next(self.protocol).map_err(|e| e.into_error(self.limits))?;
             let value = match frame {
                 None => return Ok(None),
                 Some(Frame::Push) => continue,
@@ -185,7 +177,6 @@ fn rows(value: Value) -> Result<Vec<ConsumerState>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Protocol;
 
     /// The reply to `config`'s retirement fed in every split: each gives the same answer.
     fn reply(config: &Config, bytes: &[u8]) -> Result<Option<Vec<ConsumerState>>, Error> {

@@ -166,14 +166,13 @@ impl std::error::Error for SlotMapError {}
 /// `Ok(None)` until the reply is whole; `bytes` is everything read so far.
 pub fn read_slot_map(bytes: &[u8]) -> std::result::Result<Option<SlotMap>, SlotMapError> {
     use crate::config::{Limits, Protocol};
-    use crate::decode::{Budget, Decoder, Frame};
+    use crate::decode::{Decoder, Frame};
     let limits = Limits::default();
     let mut decoder = Decoder::new(limits);
     decoder.extend(bytes);
-    let budget = Budget { bytes: limits.max_frame, skip: None, raw: false };
-    let value = match decoder.next_within(Protocol::Resp2, budget) {
+    let value = match decoder.next(Protocol::Resp2) {
         Ok(None) => return Ok(None),
-        Ok(Some((Frame::Reply(value), _))) => value,
+        Ok(Some(Frame::Reply(value))) => value,
         Ok(Some(other)) => return Err(SlotMapError::Invalid(format!("{other:?}"))),
         Err(e) => return Err(SlotMapError::Invalid(format!("{e:?}"))),
     };
