@@ -72,12 +72,12 @@ pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[
 
 /// `XREADGROUP GROUP g c COUNT n [BLOCK beat] STREAMS key >`: parked for new entries, or
 /// (without `BLOCK`) a read ahead that answers at once.
-pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32, block: bool) {
+pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32, block: Option<std::time::Duration>) {
     let count = Decimal::new(count.into());
-    let beat = Decimal::new(c.beat.as_millis() as u64);
+    let beat = Decimal::new(block.map_or(0, |b| b.as_millis() as u64));
     let (g, k) = (&c.group[..], &c.stream[..]);
     let consumer = &c.consumer[..];
-    if block {
+    if block.is_some() {
         let args: [&[u8]; 11] = [
             b"XREADGROUP",
             b"GROUP",

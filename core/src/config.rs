@@ -134,7 +134,74 @@ pub struct Config {
     /// between reads (`XINFO GROUPS`, `XPENDING key group - + 1`, `TIME`). `None` (the
     /// default): never.
     pub health_every: Option<Duration>,
+    /// How many entries may be in hand at once (handed out and not yet settled), each settled
+    /// by its id in any order. Default 1: one entry at a time. At most [`MAX_CONCURRENCY`].
+    pub concurrency: u32,
+    /// How many entries a read asks for until a handler has been timed (after that, reads ask
+    /// for what the handlers get through well within the lease, up to `count`). `None` (the
+    /// default): [`concurrency`](Self::concurrency), so that a consumer starting beside idle
+    /// peers takes no more than it can work on, and a crash before the first settle counts a
+    /// delivery against as few entries as possible.
+    pub start_count: Option<u32>,
+    /// Hands out entries of one key one at a time, in the order they were read (see
+    /// [`OrderBy`]). `None` (the default): any entries at once, up to `concurrency`.
+    pub order_by: Option<OrderBy>,
+    /// Whether to start beside a live connection under this consumer's name (a *twin*: two
+    /// processes sharing one name share one pending list and handle each other's entries
+    /// twice). `false` (the default): the first connect refuses with [`Error::Twin`]
+    /// (crate::Error::Twin), and a twin seen later (at a reconnect, or by the check every
+    /// `min_idle`) is told as [`Notice::Twin`](crate::Notice::Twin). Needs a client name.
+    pub allow_twins: bool,
 }
+
+/// What makes two entries *the same key* for [`Config::order_by`]: such entries are handed
+/// out one after another in the order this consumer read them (the next only once the one
+/// before is settled); entries of different keys run in parallel. An entry without a key (the
+/// field missing, the function answering `None`) is a key of its own.
+///
+/// # What order is promised
+///
+/// Per consumer, never across consumers: a group spreads one key's entries over all its
+/// consumers, so order by key holds for what *this* consumer reads.
+///
+/// - Two entries of one key are never in hand at once, and are handed out in the order they
+///   were read: by id within a read, and reads follow the stream.
+/// - A restart (or reconnect) drains the consumer's own pending entries first, in id order,
+///   before any new entry: a key's pending entries come back in order, ahead of its new ones.
+/// - `Retry` leaves an entry pending and frees its key at once: later entries of the key
+///   may be handed out before it comes back (reclaimed after `min_idle`, or at a restart's
+///   drain). `DeadLetter` (or `max_deliveries`) moves it away: the key goes on without it.
+/// - An entry a peer reclaims (a lease lost, a consumer that died) is handled by that peer,
+///   in its own order, possibly beside this consumer's later entries of the same key.
+#[derive(Clone)]
+pub enum OrderBy {
+    /// The value of this field is the key.
+    Field(Bytes),
+    /// A function of the entry gives the key.
+    Key(std::sync::Arc<dyn Fn(&crate::Entry) -> Option<Bytes> + Send + Sync>),
+}
+
+impl fmt::Debug for OrderBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OrderBy::Field(name) => f.debug_tuple("Field").field(name).finish(),
+            OrderBy::Key(_) => f.write_str("Key(..)"),
+        }
+    }
+}
+
+impl OrderBy {
+    /// The entry's key, if it has one.
+    pub fn key(&self, entry: &crate::Entry) -> Option<Bytes> {
+        match self {
+            OrderBy::Field(name) => entry.field(name).map(Bytes::copy_from_slice),
+            OrderBy::Key(key) => key(entry),
+        }
+    }
+}
+
+/// The most entries [`Config::concurrency`] allows in hand at once.
+pub const MAX_CONCURRENCY: u32 = 4096;
 
 fn bytes(b: impl AsRef<[u8]>) -> Bytes {
     Bytes::copy_from_slice(b.as_ref())
@@ -197,7 +264,50 @@ impl Config {
             dead_letter: None,
             read_bytes: 16 << 20,
             health_every: None,
+            concurrency: 1,
+            start_count: None,
+            order_by: None,
+            allow_twins: false,
         }
+    }
+
+    /// Sets [`Config::concurrency`]: up to `n` entries in hand at once.
+    pub fn concurrency(mut self, n: u32) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Sets [`Config::start_count`].
+    pub fn start_count(mut self, n: u32) -> Self {
+        self.start_count = Some(n);
+        self
+    }
+
+    /// Orders entries by the value of `field` ([`Config::order_by`], [`OrderBy::Field`]).
+    pub fn order_by(mut self, field: impl AsRef<[u8]>) -> Self {
+        self.order_by = Some(OrderBy::Field(bytes(field)));
+        self
+    }
+
+    /// Orders entries by the key `key` gives ([`Config::order_by`], [`OrderBy::Key`]).
+    pub fn order_by_key(
+        mut self,
+        key: impl Fn(&crate::Entry) -> Option<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.order_by = Some(OrderBy::Key(std::sync::Arc::new(key)));
+        self
+    }
+
+    /// Sets [`Config::allow_twins`]: start and run beside another live connection under this
+    /// consumer's name.
+    pub fn allow_twins(mut self) -> Self {
+        self.allow_twins = true;
+        self
+    }
+
+    /// The count reads ask for until a handler is timed ([`Config::start_count`]).
+    pub fn start_count_in_force(&self) -> u32 {
+        self.start_count.unwrap_or(self.concurrency).clamp(1, self.count)
     }
 
     /// Sets [`Config::health_every`].
@@ -322,8 +432,14 @@ impl Config {
                 return Err(EmptyName(what));
             }
         }
-        if self.count == 0 {
+        if self.count == 0 || self.start_count == Some(0) {
             return Err(ZeroCount);
+        }
+        if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
+            return Err(BadConcurrency(self.concurrency));
+        }
+        if matches!(&self.order_by, Some(OrderBy::Field(name)) if name.is_empty()) {
+            return Err(EmptyName("order_by field"));
         }
         if self.beat < Duration::from_millis(1) {
             return Err(BeatTooShort);
@@ -449,13 +565,18 @@ pub enum ConfigError {
     DurationTooShort(&'static str),
     /// The `create_group` start id is not `$`, `<ms>` or `<ms>-<seq>`.
     BadStartId,
+    /// `concurrency` is 0 or over [`MAX_CONCURRENCY`].
+    BadConcurrency(u32),
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::EmptyName(what) => write!(f, "the {what} must not be empty"),
-            ConfigError::ZeroCount => f.write_str("count must be at least 1"),
+            ConfigError::ZeroCount => f.write_str("count (and start_count) must be at least 1"),
+            ConfigError::BadConcurrency(n) => {
+                write!(f, "concurrency {n} must lie between 1 and {MAX_CONCURRENCY}")
+            }
             ConfigError::BeatTooShort => f.write_str("the beat must be at least 1 ms"),
             ConfigError::BeatTooLong => f.write_str("the beat must be at most 24 h"),
             ConfigError::MinIdleTooShort { given, min } => {

@@ -1,7 +1,7 @@
 //! The consumer-group loop as a state machine: drain own pending list, reclaim idle entries,
 //! park for new ones, settle each by the application's verdict.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -28,8 +28,9 @@ use crate::stream_reply::{self, Item, Span};
 #[derive(Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Event {
-    /// An entry for the application. It is *in hand* until [`Consumer::settle`] is called;
-    /// no other entry is handed out meanwhile.
+    /// An entry for the application. It is *in hand* until [`Consumer::settle`] is called
+    /// with its id; up to [`Config::concurrency`] entries are in hand at once (one, by
+    /// default), and with [`Config::order_by`] never two of one key.
     Entry(Entry),
     /// Something happened that needs no answer (connected, a connect failed or a
     /// connection lost with the reason and the retry delay, entries reclaimed, a lease lost,
@@ -106,7 +107,10 @@ pub struct Consumer {
     buffer: VecDeque<Buffered>,
     /// Entries read whose delivery counts are still being asked for.
     staged: Option<Staged>,
-    in_hand: Option<InHand>,
+    /// The entries handed out and not yet settled, at most `concurrency`.
+    in_hand: Vec<InHand>,
+    /// The keys of the entries in hand, with [`Config::order_by`].
+    keys_in_hand: HashSet<Bytes>,
     /// Acks earned and not yet written.
     acks: Acks,
     /// Emptied id lists of answered `XACK`s, reused for the next acks.
@@ -197,11 +201,17 @@ struct Buffered {
     /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
     /// that the hot path compares instants instead of subtracting them.
     due: Instant,
+    /// Its key, with [`Config::order_by`].
+    key: Option<Bytes>,
 }
 
-/// The entry handed out; its id is held at the end of the acks (see [`Acks::hold`]).
+/// An entry handed out and not yet settled.
 #[derive(Debug)]
 struct InHand {
+    /// Its id (sharing the entry's bytes).
+    id: Bytes,
+    /// Its key, with [`Config::order_by`].
+    key: Option<Bytes>,
     deliveries: u64,
     /// When its lease was last renewed; `None` once a peer has taken it (nothing to renew).
     read_at: Option<Instant>,
@@ -232,6 +242,8 @@ impl Consumer {
                 config.count,
                 config.lease_threshold(),
                 config.read_bytes.min(config.limits.max_frame),
+                config.concurrency,
+                config.start_count_in_force(),
             ),
             config,
             link: Link::Fresh,
@@ -240,7 +252,8 @@ impl Consumer {
             next: Next::Drain { after: Bytes::from_static(DRAIN_START) },
             buffer: VecDeque::new(),
             staged: None,
-            in_hand: None,
+            in_hand: Vec::new(),
+            keys_in_hand: HashSet::new(),
             acks: Acks::default(),
             ack_pool: Vec::new(),
             ack_due: None,
@@ -279,9 +292,15 @@ impl Consumer {
         &self.stats
     }
 
-    /// Id of the entry the application holds, if any.
-    pub fn in_hand(&self) -> Option<&[u8]> {
-        self.in_hand.as_ref().and(self.acks.held())
+    /// Ids of the entries the application holds (handed out, not yet settled), oldest first
+    /// unless some were settled out of order.
+    pub fn in_hand(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        self.in_hand.iter().map(|h| &h.id[..])
+    }
+
+    /// How many entries are read and waiting to be handed out.
+    pub fn buffered(&self) -> usize {
+        self.buffer.len() + self.staged.as_ref().map_or(0, |s| s.entries.len())
     }
 
     /// True while a connection is up (between `on_connected` and its loss).
@@ -318,7 +337,7 @@ impl Consumer {
     /// on the blocking read for new entries. A stop now ends at once.
     pub fn is_parked(&self) -> bool {
         self.link == Link::Up
-            && self.in_hand.is_none()
+            && self.in_hand.is_empty()
             && self.buffer.is_empty()
             && self.staged.is_none()
             && self.acks.is_empty()
@@ -492,47 +511,54 @@ impl Consumer {
 
     // ---- application --------------------------------------------------------------------
 
-    /// The application's verdict on the entry in hand (from the last [`Event::Entry`]).
-    /// `Ack` earns an `XACK` (written within [`Config::ack_delay`], at once after a slow
-    /// handler); `Retry` leaves it pending; `DeadLetter` moves it to the dead-letter stream.
-    /// Without an entry in hand this does nothing. `now` is the time of the settle (after
-    /// the handler ran): it measures the handler and dates the commands it sends.
-    pub fn settle(&mut self, verdict: Verdict, now: Instant) {
+    /// The application's verdict on the entry in hand with this `id` (from an
+    /// [`Event::Entry`]), in any order. `Ack` earns an `XACK` (written within
+    /// [`Config::ack_delay`]; at once after a slow handler when entries are handled one at a
+    /// time); `Retry` leaves it pending; `DeadLetter` moves it to the dead-letter stream.
+    /// `now` is the time of the settle (after the handler ran): it measures the handler and
+    /// dates the commands it sends.
+    ///
+    /// Returns false, doing nothing, if no entry with this id is in hand (settled already,
+    /// or given up by [`abandon`](Self::abandon)).
+    pub fn settle(&mut self, id: &[u8], verdict: Verdict, now: Instant) -> bool {
         self.last_now = Some(now);
-        let Some(hand) = self.in_hand.take() else { return };
+        let Some(i) = self.in_hand.iter().position(|h| h.id == id) else { return false };
+        let hand = self.in_hand.swap_remove(i);
+        if let Some(key) = &hand.key {
+            self.keys_in_hand.remove(key);
+        }
         let took = now.saturating_duration_since(hand.handed_at);
         self.pace.record_handler(took);
         match verdict {
             Verdict::Ack => {
-                self.acks.keep_held();
+                self.acks.push(&hand.id);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
-            Verdict::Retry => {
-                self.acks.drop_held();
-                self.stats.retried += 1;
-            }
+            Verdict::Retry => self.stats.retried += 1,
             Verdict::DeadLetter => {
-                let id = Bytes::copy_from_slice(self.acks.held().unwrap_or_default());
-                self.acks.drop_held();
                 if self.config.dead_letter.is_none() {
-                    let id = String::from_utf8_lossy(&id).into_owned();
+                    let id = String::from_utf8_lossy(&hand.id).into_owned();
                     self.fail_after_acks(Error::NoDeadLetter { id });
                     self.pump(now);
-                    return;
+                    return true;
                 }
                 let reason = DeadLetterReason::Verdict;
-                self.dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
+                self.dead_letters.push(Job { id: hand.id, deliveries: hand.deliveries, reason });
             }
         }
-        // After a slow handler the next one is likely slow too: its ack would wait as long.
-        if self.ack_due.is_some_and(|due| due <= now) || took >= self.config.ack_delay {
+        // One at a time, after a slow handler the next one is likely slow too, and its ack
+        // would wait as long (a blocking driver writes nothing while a handler runs). With
+        // many in hand the driver keeps driving: acks wait `ack_delay` to share an `XACK`.
+        let slow = took >= self.config.ack_delay && self.config.concurrency == 1;
+        if self.ack_due.is_some_and(|due| due <= now) || slow {
             self.flush_acks(now);
         }
         self.pump(now);
+        true
     }
 
-    /// Asks the consumer to stop. Honored between entries: the entry in hand is settled
-    /// first, earned acks (and dead-letter moves) are sent and confirmed, then
+    /// Asks the consumer to stop. Honored between entries: nothing more is handed out, the
+    /// entries in hand are settled first, earned acks (and dead-letter moves) are sent and confirmed, then
     /// [`Event::Stopped`] comes out. Entries read but not handed out stay pending, their
     /// delivery counts given back (if connected: a stop does not wait for a connection for
     /// that). Parked with nothing owed, it stops at once.
@@ -553,16 +579,16 @@ impl Consumer {
 
     /// Stops at once, without waiting on the server: for a stop that cannot wait, e.g. while
     /// the server is unreachable and [`stop`](Self::stop) would wait to confirm owed acks.
-    /// The entry in hand, if any, is left unsettled (a later [`settle`](Self::settle) does
+    /// The entries in hand, if any, are left unsettled (a later [`settle`](Self::settle) does
     /// nothing) and acks (and dead-letter moves) not yet confirmed are given up, counted in
     /// [`Stats::abandoned_acks`]: their entries stay pending on the server and come again, to
     /// this consumer's drain when it restarts or to a peer's reclaim. Nothing is lost; some
     /// entries may be handled twice. [`Event::Stopped`] comes out next; close the connection.
     pub fn abandon(&mut self) {
         if !self.is_live() {
-            // Finished already (stopped, or failed with an entry in hand): forget that entry.
-            self.in_hand = None;
-            self.acks.drop_held();
+            // Finished already (stopped, or failed with entries in hand): forget them.
+            self.in_hand.clear();
+            self.keys_in_hand.clear();
             return;
         }
         self.reset_link(); // acks in flight join the owed ones
@@ -572,7 +598,8 @@ impl Consumer {
         self.dead_letters.clear();
         self.buffer.clear();
         self.returns.clear();
-        self.in_hand = None;
+        self.in_hand.clear();
+        self.keys_in_hand.clear();
         self.link = Link::Closed;
         self.stop = Stop::Stopped { reported: false };
         if let Some(error) = self.failing.take() {
@@ -597,8 +624,9 @@ impl Consumer {
         self.tracked_upto = self.tracked_upto.saturating_sub(n);
     }
 
-    /// The next event: a notice, an entry to handle (only when none is in hand and its lease
-    /// is fresh), or `Stopped`.
+    /// The next event: a notice, an entry to handle (only while fewer than
+    /// [`Config::concurrency`] are in hand, none of its key with [`Config::order_by`], and its
+    /// lease fresh), or `Stopped`.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
         if let Some(notice) = self.notices.pop_front() {
@@ -611,26 +639,50 @@ impl Consumer {
             self.stop = Stop::Stopped { reported: true };
             return Some(Event::Stopped);
         }
-        if self.stop != Stop::Running || self.in_hand.is_some() {
+        if self.stop != Stop::Running || self.in_hand.len() >= self.config.concurrency as usize {
             return None;
         }
         if self.in_flight.leasing() {
             return None; // whether they are still ours is being asked
         }
         let now = self.last_now?;
-        if now >= self.buffer.front()?.due {
+        let i = self.next_handout()?;
+        if now >= self.buffer[i].due {
             return None; // renewed first (the next pump or timeout)
         }
-        let Buffered { entry, read_at, .. } = self.buffer.pop_front()?;
+        let Buffered { entry, read_at, key, .. } = self.buffer.remove(i)?;
         match entry.source {
             Source::Pending => self.stats.drained += 1,
             Source::Claimed => self.stats.claimed += 1,
             Source::New => self.stats.new += 1,
         }
-        let (raw, id) = entry.id_parts();
-        self.acks.hold(raw, id);
-        self.in_hand = Some(InHand { deliveries: entry.deliveries, read_at: Some(read_at), handed_at: now });
+        if let Some(key) = &key {
+            self.keys_in_hand.insert(key.clone());
+        }
+        let id = entry.id_bytes();
+        self.in_hand.push(InHand {
+            id,
+            key,
+            deliveries: entry.deliveries,
+            read_at: Some(read_at),
+            handed_at: now,
+        });
         Some(Event::Entry(entry))
+    }
+
+    /// Where in the buffer the next entry to hand out is: the first whose key is not in hand.
+    #[inline]
+    fn next_handout(&self) -> Option<usize> {
+        if self.keys_in_hand.is_empty() {
+            return (!self.buffer.is_empty()).then_some(0);
+        }
+        self.buffer.iter().position(|b| b.key.as_ref().is_none_or(|k| !self.keys_in_hand.contains(k)))
+    }
+
+    /// Nothing buffered can be handed out, and what is buffered (entries whose keys are in
+    /// hand) is less than a read: time to read more.
+    fn starved(&self) -> bool {
+        self.next_handout().is_none() && self.buffer.len() < self.pace.count().0 as usize
     }
 
     /// The next deadline: while connected, the earliest of a reply overdue, an ack to write
@@ -644,8 +696,11 @@ impl Consumer {
         match self.link {
             Link::Up => {
                 let replies = self.in_flight.iter().map(|c| c.deadline).min();
-                let acks = self.ack_due.filter(|_| !self.parked_read_in_flight());
-                [replies, acks, self.lease_due()].into_iter().flatten().min()
+                // Neither acks nor renewals go behind a parked read: they wait for its answer.
+                let parked = self.parked_read_in_flight();
+                let acks = self.ack_due.filter(|_| !parked);
+                let leases = self.lease_due().filter(|_| !parked);
+                [replies, acks, leases].into_iter().flatten().min()
             }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,
@@ -656,10 +711,11 @@ impl Consumer {
 
     /// Decides what to send next; called after anything that may change the answer.
     fn pump(&mut self, now: Instant) {
-        if self.stop == Stop::Stopping && self.in_hand.is_none() {
-            // Owed acks go out if the link is up; with nothing owed the stop ends, link or not.
-            // Entries read meanwhile first get their counts (whatever the input's split).
-            if self.link == Link::Up && self.staged.is_none() {
+        if self.stop == Stop::Stopping {
+            // Owed acks go out if the link is up; once the entries in hand are settled and
+            // nothing is owed, the stop ends, link or not. Entries read meanwhile first get
+            // their counts (whatever the input's split).
+            if self.link == Link::Up && self.staged.is_none() && self.is_live() {
                 self.flush_dead_letters(now);
                 self.give_back(now);
                 self.flush_acks(now);
@@ -675,7 +731,7 @@ impl Consumer {
             self.give_back(now);
         }
         if self.stop != Stop::Running {
-            return; // the entry in hand finishes; nothing more is read
+            return; // the entries in hand finish; nothing more is read
         }
         self.ask_health(now);
         // Reads of new entries that answer at once may overlap; anything else that decides
@@ -684,13 +740,12 @@ impl Consumer {
             return;
         }
         let mut ahead = self.in_flight.reads_ahead();
-        if let Some(front) = self.buffer.front() {
-            if self.in_hand.is_none() && now >= front.due {
-                self.renew_leases(now);
-                return;
-            }
+        if self.lease_due().is_some_and(|due| now >= due) {
+            self.renew_leases(now);
+            return;
         }
-        if ahead == 0 && self.in_hand.is_none() && self.buffer.is_empty() {
+        let free = self.in_hand.len() < self.config.concurrency as usize;
+        if ahead == 0 && free && self.starved() && (self.buffer.is_empty() || !self.drains_from_top()) {
             // Caught up with what was read: the next read, parked on `>` if it comes to that.
             self.flush_acks(now);
             let read = self.next_read(now, true, 0);
@@ -793,8 +848,20 @@ impl Consumer {
         match &self.next {
             Next::Drain { .. } => Sent::ReadPending { count },
             Next::Beat if self.claim_at.map_or(true, |at| now >= at) => Sent::Claim { count },
-            Next::Beat => Sent::ReadNew { count, block: park },
+            Next::Beat => Sent::ReadNew { count, block: park.then(|| self.park_for(now)) },
         }
+    }
+
+    /// How long a parked read blocks: the beat, unless entries are in hand. Their acks and
+    /// lease renewals would wait behind it, so it then blocks only until the first of them
+    /// is expected to be settled (by the handlers' pace), at least `ack_delay` (and 1 ms),
+    /// at most the beat and a quarter of the lease.
+    fn park_for(&self, now: Instant) -> Duration {
+        let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else { return self.config.beat };
+        let expected = (first + self.pace.handler_time()).saturating_duration_since(now);
+        let least = self.config.ack_delay.max(Duration::from_millis(1));
+        let most = self.config.beat.min(self.config.lease_threshold() / 4).max(least);
+        expected.clamp(least, most)
     }
 
     /// The count for the next read; a smaller count than before is a notice.
@@ -813,14 +880,15 @@ impl Consumer {
             return None;
         }
         let oldest =
-            self.buffer.iter().map(|b| b.read_at).chain(self.in_hand.as_ref().and_then(|h| h.read_at)).min();
+            self.buffer.iter().map(|b| b.read_at).chain(self.in_hand.iter().filter_map(|h| h.read_at)).min();
         oldest.map(|at| at + self.config.lease_threshold())
     }
 
     /// Renews every buffered or in-hand entry whose lease has run out, unless renewals are
     /// already in flight.
     fn renew_leases(&mut self, now: Instant) {
-        if self.link != Link::Up || self.in_flight.leasing() {
+        // Never behind a parked read, which would hold the answer (`park_for` keeps it short).
+        if self.link != Link::Up || self.in_flight.leasing() || self.in_flight.parked() {
             return;
         }
         let lease = self.config.lease_threshold();
@@ -830,34 +898,31 @@ impl Consumer {
             .iter()
             .filter(|b| elapsed(b.read_at) >= lease)
             .map(|b| (elapsed(b.read_at), b.entry.id_bytes()))
-            .chain(
-                self.in_hand
-                    .iter()
-                    .filter_map(|h| Some((elapsed(h.read_at?), Bytes::copy_from_slice(self.acks.held()?)))),
-            )
+            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), h.id.clone()))))
             .filter(|(e, _)| *e >= lease)
             .collect();
-        if due.is_empty() {
-            return;
-        }
+        self.send_renewals(due, now);
+    }
+
+    /// Owner-checked `XCLAIM … JUSTID`s for these entries (and how long each was held).
+    fn send_renewals(&mut self, due: Vec<(Duration, Bytes)>, now: Instant) {
         for renewal in lease::renewals(due, self.config.min_idle) {
             commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
             self.track(Sent::Lease(renewal.ids), now);
         }
     }
 
-    /// On a new connection, the entry in hand's lease is renewed at once rather than when
-    /// due: a server restarted from its append-only file has forgotten the delivery time the
-    /// drain set (it never writes it), so the entry looks idle since an older delivery and a
-    /// peer's reclaim could take it before the renewal came due. The renewal is written.
+    /// On a new connection, the leases of the entries in hand are renewed at once rather
+    /// than when due: a server restarted from its append-only file has forgotten the
+    /// delivery time the drain set (it never writes it), so an entry looks idle since an
+    /// older delivery and a peer's reclaim could take it before the renewal came due.
     fn renew_in_hand(&mut self, now: Instant) {
-        let Some(read_at) = self.in_hand.as_ref().and_then(|h| h.read_at) else { return };
-        let Some(id) = self.acks.held().map(Bytes::copy_from_slice) else { return };
-        let due = vec![(now.saturating_duration_since(read_at), id)];
-        for renewal in lease::renewals(due, self.config.min_idle) {
-            commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
-            self.track(Sent::Lease(renewal.ids), now);
-        }
+        let due: Vec<(Duration, Bytes)> = self
+            .in_hand
+            .iter()
+            .filter_map(|h| Some((now.saturating_duration_since(h.read_at?), h.id.clone())))
+            .collect();
+        self.send_renewals(due, now);
     }
 
     fn parked_read_in_flight(&self) -> bool {
@@ -871,7 +936,7 @@ impl Consumer {
             || !self.dead_letters.is_empty()
             || (self.link == Link::Up && (!self.returns.is_empty() || self.staged.is_some()))
             || self.in_flight.iter().any(|c| c.sent.is_owed());
-        if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_none() && !owed {
+        if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_empty() && !owed {
             self.reset_link();
             self.link = Link::Closed;
             match self.failing.take() {
@@ -1103,7 +1168,7 @@ impl Consumer {
         now: Instant,
     ) -> Result<(), Error> {
         let read_at = match sent {
-            Sent::ReadNew { block: true, .. } => now,
+            Sent::ReadNew { block: Some(_), .. } => now,
             _ => sent_at,
         };
         let command = sent.command();
@@ -1166,7 +1231,7 @@ impl Consumer {
                 let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
                     Item::Entry(mut entry) if !self.holds(entry.id()) => {
                         entry.deliveries = 1;
-                        self.keep(Buffered { entry, read_at, due });
+                        self.keep(Buffered { entry, read_at, due, key: None });
                     }
                     other => {
                         self.live(other, now);
@@ -1337,16 +1402,20 @@ impl Consumer {
         }
     }
 
-    /// True if `id` is the entry in hand.
+    /// True if `id` is an entry in hand.
     #[inline]
     fn holds(&self, id: &[u8]) -> bool {
-        self.in_hand.is_some() && self.acks.held() == Some(id)
+        !self.in_hand.is_empty() && self.in_hand.iter().any(|h| h.id == id)
     }
 
-    /// Buffers an entry for the application; after a stop, keeps it to give its delivery
-    /// count back instead (entries read after a stop stay pending, not handed out).
+    /// Buffers an entry for the application (with its key, when ordered); after a stop,
+    /// keeps it to give its delivery count back instead (entries read after a stop stay
+    /// pending, not handed out).
     #[inline]
-    fn keep(&mut self, entry: Buffered) {
+    fn keep(&mut self, mut entry: Buffered) {
+        if let Some(order) = &self.config.order_by {
+            entry.key = order.key(&entry.entry);
+        }
         if self.stop == Stop::Running {
             self.buffer.push_back(entry);
         } else {
@@ -1397,7 +1466,7 @@ impl Consumer {
                 let reason = DeadLetterReason::MaxDeliveries;
                 self.dead_letters.push(Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason });
             } else {
-                self.keep(Buffered { entry, read_at, due });
+                self.keep(Buffered { entry, read_at, due, key: None });
             }
         }
     }
@@ -1412,7 +1481,7 @@ impl Consumer {
                 if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == &id[..]) {
                     b.read_at = now;
                     b.due = now + self.config.lease_threshold();
-                } else if let Some(h) = self.in_hand.as_mut().filter(|_| self.acks.held() == Some(&id[..])) {
+                } else if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
                     h.read_at = Some(now);
                 }
                 continue;
@@ -1420,7 +1489,7 @@ impl Consumer {
             if let Some(i) = self.buffer.iter().position(|b| b.entry.id() == &id[..]) {
                 self.buffer.remove(i);
                 self.lost(id, false);
-            } else if let Some(h) = self.in_hand.as_mut().filter(|_| self.acks.held() == Some(&id[..])) {
+            } else if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
                 h.read_at = None;
                 self.lost(id, true);
             }
@@ -1485,7 +1554,7 @@ impl Consumer {
         self.tracked_upto = self.out.len();
         // A parked read answers after up to `beat`; anything else at once.
         let wait = match sent {
-            Sent::ReadNew { block: true, .. } => self.config.beat + self.config.read_grace,
+            Sent::ReadNew { block: Some(block), .. } => block + self.config.read_grace,
             _ => self.config.read_grace,
         };
         self.in_flight.push(InFlight { sent, sent_at: now, deadline: now + wait });

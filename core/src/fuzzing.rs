@@ -430,7 +430,9 @@ struct Harness {
     wire_at: usize,
     /// Output offset on this connection from which no read may be written (the stop point).
     stop_mark: Option<usize>,
-    in_hand: Option<Bytes>,
+    /// Entries in hand, oldest first.
+    in_hand: Vec<Bytes>,
+    concurrency: usize,
     acked: HashSet<Bytes>,
     stop_asked: bool,
     stopped_seen: bool,
@@ -461,7 +463,11 @@ impl Harness {
     }
 
     fn check_state(&mut self) {
-        assert_eq!(self.c.in_hand(), self.in_hand.as_deref(), "in hand");
+        let mut held: Vec<&[u8]> = self.c.in_hand().collect();
+        let mut known: Vec<&[u8]> = self.in_hand.iter().map(|b| &b[..]).collect();
+        held.sort_unstable();
+        known.sort_unstable();
+        assert_eq!(held, known, "in hand");
         if !self.c.is_connected() {
             assert!(self.c.poll_transmit().is_none(), "bytes to write without a connection");
             // Whatever part of a command was written went down with the connection.
@@ -550,15 +556,18 @@ impl Harness {
         match event {
             Event::Entry(entry) => {
                 assert!(!self.stop_asked, "an entry handed out after stop()");
-                assert!(self.in_hand.is_none(), "a second entry while one is in hand");
+                assert!(self.in_hand.len() < self.concurrency, "more entries in hand than allowed");
+                assert!(!self.in_hand.iter().any(|id| id == entry.id()), "an entry in hand handed out again");
                 assert!(contains(&self.input, entry.id()), "an entry id never received");
-                assert_eq!(self.c.poll_event(), None, "an event right after an entry");
-                self.in_hand = Some(entry.id_bytes());
+                if self.in_hand.len() + 1 == self.concurrency {
+                    assert_eq!(self.c.poll_event(), None, "an event right after the last free slot");
+                }
+                self.in_hand.push(entry.id_bytes());
             }
             Event::Notice(_) => {}
             Event::Stopped => {
                 assert!(self.stop_asked, "Stopped without stop()");
-                assert!(self.in_hand.is_none(), "Stopped with an entry in hand");
+                assert!(self.in_hand.is_empty(), "Stopped with an entry in hand");
                 assert!(self.c.is_stopped());
                 self.stopped_seen = true;
             }
@@ -566,14 +575,22 @@ impl Harness {
         true
     }
 
-    fn settle(&mut self, verdict: Verdict) {
-        if let Some(id) = self.in_hand.take() {
-            if verdict == Verdict::Ack {
-                self.acked.insert(id);
-            }
+    /// Settles the oldest entry in hand (`newest`: the newest, out of order), if any.
+    fn settle(&mut self, verdict: Verdict, newest: bool) {
+        if self.in_hand.is_empty() {
+            assert!(!self.c.settle(b"0-1", verdict, self.now), "settled an entry not in hand");
+            return;
         }
-        self.c.settle(verdict, self.now);
-        assert_eq!(self.c.in_hand(), None, "still in hand after settle");
+        let id = if newest { self.in_hand.pop() } else { Some(self.in_hand.remove(0)) };
+        let Some(id) = id else { return };
+        if verdict == Verdict::Ack {
+            self.acked.insert(id.clone());
+        }
+        assert!(
+            self.c.settle(&id, verdict, self.now) || self.fatal.is_some(),
+            "an entry in hand not settled"
+        );
+        assert!(!self.c.in_hand().any(|held| held == &id[..]), "still in hand after settle");
     }
 
     /// What a well-behaved driver does after each call: write everything, handle every event.
@@ -583,7 +600,7 @@ impl Harness {
             if !self.poll_event() {
                 break;
             }
-            self.settle(verdict);
+            self.settle(verdict, false);
         }
         self.transmit(usize::MAX);
     }
@@ -592,10 +609,12 @@ impl Harness {
 /// Consumer target: `data` is a script. `data[0]` sets up the config (bit 0 protocol, bits 1-2
 /// count, bit 3 `create_group`, bit 4 recreate on group gone, bit 5 auth, bit 6 client name,
 /// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
-/// next N bytes (N from the next byte), settle Ack/Retry/DeadLetter, stop, disconnect,
+/// next N bytes (N from the next byte), settle the oldest in hand Ack/Retry/DeadLetter or
+/// the newest Ack, stop, disconnect,
 /// connect, advance the clock and handle the timeout, write all or part of the output, poll
 /// one event, drive like a well-behaved driver, or abandon. Entries past 3 deliveries go to
-/// the dead-letter stream `dl`; reads are held to 2 KiB. Asserts: at most one entry in hand; nothing after
+/// the dead-letter stream `dl`; reads are held to 2 KiB. Asserts: at most `concurrency` entries in hand
+/// (1, 2, 1 or 3 by bits 1-2; ordered by field `k` when bits 1, 2 and 6 are set), none twice; nothing after
 /// Stopped, no entry and no read written after `stop()`; nothing to write while disconnected
 /// or stopped; fatal errors are sticky; every command written is an array of bulk strings
 /// naming a known command; every `XACK`ed id was acked by the application or at least
@@ -609,6 +628,7 @@ pub fn consumer(data: &[u8], origin: Instant) {
     let mut config = Config::new("s", "g", "c")
         .protocol(protocol(head))
         .count([1, 2, 3, 100][usize::from(head >> 1 & 3)])
+        .concurrency([1, 2, 1, 3][usize::from(head >> 1 & 3)])
         .beat(Duration::from_millis(1000))
         .read_grace(Duration::from_millis(1000))
         .min_idle(Duration::from_millis(5000))
@@ -628,6 +648,9 @@ pub fn consumer(data: &[u8], origin: Instant) {
     if head & 64 != 0 {
         config = config.client_name("fuzz");
     }
+    if head & 64 != 0 && head & 6 == 6 {
+        config = config.order_by("k");
+    }
     if head & 128 != 0 {
         config = config.db(1);
     }
@@ -639,7 +662,8 @@ pub fn consumer(data: &[u8], origin: Instant) {
         wire: Vec::new(),
         wire_at: 0,
         stop_mark: None,
-        in_hand: None,
+        in_hand: Vec::new(),
+        concurrency: [1, 2, 1, 3][usize::from(head >> 1 & 3)],
         acked: HashSet::new(),
         stop_asked: false,
         stopped_seen: false,
@@ -650,8 +674,8 @@ pub fn consumer(data: &[u8], origin: Instant) {
     assert!(h.c.is_connected());
     while !script.0.is_empty() {
         match script.byte() & 0x0f {
-            1 => h.settle(Verdict::Ack),
-            2 => h.settle(Verdict::Retry),
+            1 => h.settle(Verdict::Ack, false),
+            2 => h.settle(Verdict::Retry, false),
             3 => {
                 h.stop_asked = true;
                 h.c.stop();
@@ -684,12 +708,13 @@ pub fn consumer(data: &[u8], origin: Instant) {
             }
             10 => h.drive(Verdict::Ack),
             11 => h.drive(Verdict::Retry),
-            13 => h.settle(Verdict::DeadLetter),
+            13 => h.settle(Verdict::DeadLetter, false),
+            14 => h.settle(Verdict::Ack, true),
             12 => {
                 h.stop_asked = true;
                 h.c.abandon();
                 // The entry in hand is dropped unsettled; nothing more is written.
-                h.in_hand = None;
+                h.in_hand.clear();
                 assert!(h.c.is_stopped() || h.fatal.is_some(), "abandon() did not stop");
                 assert!(h.c.poll_transmit().is_none(), "bytes to write after abandon()");
                 h.stop_mark.get_or_insert(h.wire_at + h.wire.len());

@@ -34,8 +34,8 @@ pub(crate) enum Sent {
     },
     ReadNew {
         count: u32,
-        /// Parked (`BLOCK beat`), or a read ahead that answers at once.
-        block: bool,
+        /// Parked (`BLOCK` this long), or a read ahead that answers at once (`None`).
+        block: Option<std::time::Duration>,
     },
     /// Delivery counts for the staged entries; `count` asked.
     Counts {
@@ -108,7 +108,7 @@ impl Sent {
                 | Sent::GiveBack
                 | Sent::ReadPending { .. }
                 | Sent::Claim { .. }
-                | Sent::ReadNew { block: false, .. }
+                | Sent::ReadNew { block: None, .. }
                 | Sent::Counts { .. }
         )
     }
@@ -138,8 +138,8 @@ impl Tally {
     fn of(sent: &Sent) -> Tally {
         let mut one = Tally::default();
         match sent {
-            Sent::ReadNew { block: false, .. } => one.reads_ahead = 1,
-            Sent::ReadNew { block: true, .. } => {
+            Sent::ReadNew { block: None, .. } => one.reads_ahead = 1,
+            Sent::ReadNew { block: Some(_), .. } => {
                 one.parked = 1;
                 one.holding = 1;
             }

@@ -14,7 +14,8 @@
 //!    carrying the cursor across beats.
 //! 3. **Park** on `XREADGROUP … BLOCK <beat> … >`.
 //!
-//! Each entry is handed out alone and settled by the application's [`Verdict`]: `Ack` earns
+//! Each entry is handed out (one at a time, or up to [`Config::concurrency`] at once, in order
+//! per key with [`Config::order_by`]) and settled by its id with the application's [`Verdict`]: `Ack` earns
 //! an `XACK` (written within [`Config::ack_delay`], so fast handlers share one), `Retry` leaves
 //! it pending, `DeadLetter` moves it to [`Config::dead_letter`]. [`Consumer::stop`] is honored
 //! between entries, after earned acks are confirmed.
@@ -60,7 +61,7 @@
 //!             match event {
 //!                 Event::Entry(entry) => {
 //!                     let verdict = handle(&entry);
-//!                     consumer.settle(verdict, clock());
+//!                     consumer.settle(entry.id(), verdict, clock());
 //!                 }
 //!                 Event::Stopped => return Ok(()),
 //!                 _ => {}
@@ -111,7 +112,8 @@ mod stats;
 mod stream_reply;
 
 pub use config::{
-    Auth, Config, ConfigError, GroupGone, Limits, Protocol, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Auth, Config, ConfigError, GroupGone, Limits, OrderBy, Protocol, MAX_CONCURRENCY, MAX_DURATION,
+    MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event};
 pub use dead_letter::DEAD_LETTER_SCRIPT;

@@ -298,9 +298,7 @@ pub(crate) fn said_by_stream_parser(
                 bulk.extend_from_slice(e.id());
                 bulk.extend_from_slice(b"\r\n");
                 let mut acks = crate::acks::Acks::default();
-                let (raw, id) = e.id_parts();
-                acks.hold(raw, id);
-                acks.keep_held();
+                acks.push(e.id());
                 let mut xack = bytes::BytesMut::new();
                 acks.encode(&mut xack, b"s", b"g");
                 assert!(xack.ends_with(&bulk), "the id's bulk string");

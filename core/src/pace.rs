@@ -21,8 +21,11 @@ const MAX_AHEAD: u32 = 4;
 pub(crate) struct Pace {
     /// The configured count: the most ever asked.
     max: u32,
-    /// How long one read's entries may take to hand out (half the lease), in nanoseconds.
+    /// How long one read's entries may take to hand out (half the lease), in nanoseconds of
+    /// one handler's time: times the handlers that run at once.
     budget: u64,
+    /// What a read asks for before any handler is timed.
+    start: u32,
     read_bytes: usize,
     /// Handler time per entry, in nanoseconds.
     handler: u64,
@@ -46,10 +49,11 @@ struct Plan {
 }
 
 impl Pace {
-    pub(crate) fn new(max: u32, lease: Duration, read_bytes: usize) -> Pace {
+    pub(crate) fn new(max: u32, lease: Duration, read_bytes: usize, concurrency: u32, start: u32) -> Pace {
         let mut pace = Pace {
             max,
-            budget: nanos(lease / 2),
+            budget: nanos(lease / 2).saturating_mul(u64::from(concurrency.max(1))),
+            start: start.clamp(1, max),
             read_bytes,
             handler: 0,
             timed: false,
@@ -92,6 +96,11 @@ impl Pace {
         self.replan();
     }
 
+    /// The estimate of one handler's time per entry (zero before any is timed).
+    pub(crate) fn handler_time(&self) -> Duration {
+        Duration::from_nanos(self.handler)
+    }
+
     /// The count for the next read, and why it is below the configured one.
     pub(crate) fn count(&self) -> (u32, Option<ShrinkCause>) {
         (self.plan.count, self.plan.cause)
@@ -125,10 +134,13 @@ impl Pace {
     }
 
     fn plan_for(&self, handler: u64) -> Plan {
-        let by_time = cap(self.budget, handler);
+        // Before any handler is timed, ask for the start count: enough for the handlers at
+        // hand, not what idle peers could be working on.
+        let by_time = if self.timed { cap(self.budget, handler) } else { self.start };
         let by_size = cap(self.read_bytes as u64, self.entry_bytes as u64);
         let count = self.max.min(by_time).min(by_size);
-        let cause = if count == self.max {
+        // The start count is no shrinking: nothing has been measured to shrink for.
+        let cause = if count == self.max || (!self.timed && by_size >= by_time) {
             None
         } else if by_size <= by_time {
             Some(ShrinkCause::BigEntries)
@@ -193,7 +205,7 @@ mod tests {
 
     #[test]
     fn slow_handlers_shrink_reads_at_once_and_they_grow_back() {
-        let mut pace = Pace::new(100, LEASE, 16 << 20);
+        let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
         assert_eq!(pace.next_count(), (100, None));
         pace.record_handler(Duration::from_millis(100));
         // Half the lease (1 s) holds 10 entries of 100 ms.
@@ -214,7 +226,7 @@ mod tests {
 
     #[test]
     fn big_entries_shrink_reads() {
-        let mut pace = Pace::new(100, LEASE, 1 << 20);
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 1, 100);
         pace.record_read(10 << 20, 100); // 100 KiB each
         let (count, notice) = pace.next_count();
         assert_eq!(
@@ -229,12 +241,12 @@ mod tests {
 
     #[test]
     fn reads_ahead_for_quick_handlers_and_small_entries() {
-        let mut pace = Pace::new(100, LEASE, 1 << 20);
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 1, 100);
         assert_eq!(pace.reads_ahead(), 1, "until a handler is timed");
         pace.record_handler(Duration::ZERO);
         assert_eq!(pace.reads_ahead(), 4, "small reads: four ahead");
-        assert_eq!(Pace::new(1000, LEASE, 16 << 20).timed_at(Duration::ZERO).reads_ahead(), 2);
-        assert_eq!(Pace::new(200, LEASE, 16 << 20).timed_at(Duration::ZERO).reads_ahead(), 3);
+        assert_eq!(Pace::new(1000, LEASE, 16 << 20, 1, 1000).timed_at(Duration::ZERO).reads_ahead(), 2);
+        assert_eq!(Pace::new(200, LEASE, 16 << 20, 1, 200).timed_at(Duration::ZERO).reads_ahead(), 3);
         pace.record_read(100 * 100, 100);
         assert_eq!(pace.reads_ahead(), 4, "100 entries of 100 bytes");
         // Buffered and on the way, five reads of 100 entries of 3 ms take 1.5 s: within the
@@ -246,7 +258,7 @@ mod tests {
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 3));
         pace.record_handler(Duration::from_millis(8));
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 1));
-        let mut pace = Pace::new(100, LEASE, 1 << 20).timed_at(Duration::ZERO);
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 1, 100).timed_at(Duration::ZERO);
         pace.record_read(100 * 1024, 100);
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 2), "100 KiB a read: two within a quarter");
         pace.record_read(100 * 2048, 100);
@@ -270,7 +282,7 @@ mod tests {
             read_bytes in 1usize..(64 << 20),
             events in proptest::collection::vec((0u8..3, 0u64..50_000_000, 0usize..1000), 0..200),
         ) {
-            let mut pace = Pace::new(max, Duration::from_millis(lease_ms), read_bytes);
+            let mut pace = Pace::new(max, Duration::from_millis(lease_ms), read_bytes, 1, max);
             for (kind, amount, entries) in events {
                 match kind {
                     0 => pace.record_handler(Duration::from_nanos(amount)),
@@ -284,7 +296,7 @@ mod tests {
 
     #[test]
     fn caps_never_reach_zero() {
-        let mut pace = Pace::new(7, Duration::from_millis(50), 1024);
+        let mut pace = Pace::new(7, Duration::from_millis(50), 1024, 1, 7);
         pace.record_handler(Duration::from_secs(3600));
         pace.record_read(usize::MAX, 1);
         assert_eq!(pace.count().0, 1);

@@ -257,7 +257,7 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
                     handed += 1;
                     verdicts.insert(n, ack);
                     now += Duration::from_millis(story.handler_ms);
-                    consumer.settle(if ack { Verdict::Ack } else { Verdict::Retry }, now);
+                    consumer.settle(e.id(), if ack { Verdict::Ack } else { Verdict::Retry }, now);
                     // What the settle wrote (acks, a read ahead) goes out before the next step.
                     exchange(&mut consumer, &mut server, &mut inbox, &mut trace, now);
                     if stop_here && story.stop_after_settle {
@@ -445,8 +445,8 @@ proptest! {
             i += 1;
             let _ = c.handle_input(&rest[..n], now);
             rest = &rest[n..];
-            while let Some(Event::Entry(_)) = c.poll_event() {
-                c.settle(if settle_ack { Verdict::Ack } else { Verdict::Retry }, now);
+            while let Some(Event::Entry(e)) = c.poll_event() {
+                c.settle(e.id(), if settle_ack { Verdict::Ack } else { Verdict::Retry }, now);
             }
             if let Some(b) = c.poll_transmit() { let n = b.len(); c.advance_transmit(n); }
             now += Duration::from_millis(700);
@@ -473,7 +473,7 @@ proptest! {
             c.on_connected(now);
             let _ = c.handle_input(prefix, now);
             let _ = c.handle_input(&bytes, now);
-            while let Some(Event::Entry(_)) = c.poll_event() { c.settle(Verdict::Ack, now); }
+            while let Some(Event::Entry(e)) = c.poll_event() { c.settle(e.id(), Verdict::Ack, now); }
         }
     }
 }

@@ -189,14 +189,24 @@ impl Rig {
         while let Some(event) = self.consumer.poll_event() {
             let Event::Entry(e) = event else { panic!("unexpected {event:?}") };
             assert_eq!(self.consumer.poll_event(), None, "a second entry while one is in hand");
+            self.consumer.settle(e.id(), verdict, self.now);
             seen.push(e);
-            self.consumer.settle(verdict, self.now);
         }
         seen
     }
 
+    /// Settles the one entry in hand.
     pub fn settle(&mut self, verdict: Verdict) {
-        self.consumer.settle(verdict, self.now);
+        let ids: Vec<Vec<u8>> = self.consumer.in_hand().map(<[u8]>::to_vec).collect();
+        assert!(ids.len() <= 1, "settle() with {} entries in hand", ids.len());
+        if let Some(id) = ids.first() {
+            assert!(self.consumer.settle(id, verdict, self.now));
+        }
+    }
+
+    /// Settles the entry in hand with this id.
+    pub fn settle_id(&mut self, id: &[u8], verdict: Verdict) {
+        assert!(self.consumer.settle(id, verdict, self.now), "{} not in hand", String::from_utf8_lossy(id));
     }
 }
 
