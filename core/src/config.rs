@@ -178,8 +178,11 @@ pub enum OrderBy {
     /// The value of this field is the key.
     Field(Bytes),
     /// A function of the entry gives the key.
-    Key(std::sync::Arc<dyn Fn(&crate::Entry) -> Option<Bytes> + Send + Sync>),
+    Key(KeyFn),
 }
+
+/// A function giving an entry's key, for [`OrderBy::Key`].
+pub type KeyFn = std::sync::Arc<dyn Fn(&crate::Entry) -> Option<Bytes> + Send + Sync>;
 
 impl fmt::Debug for OrderBy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

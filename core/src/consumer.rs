@@ -676,7 +676,7 @@ impl Consumer {
         if self.keys_in_hand.is_empty() {
             return (!self.buffer.is_empty()).then_some(0);
         }
-        self.buffer.iter().position(|b| b.key.as_ref().is_none_or(|k| !self.keys_in_hand.contains(k)))
+        self.buffer.iter().position(|b| b.key.as_ref().map_or(true, |k| !self.keys_in_hand.contains(k)))
     }
 
     /// Nothing buffered can be handed out, and what is buffered (entries whose keys are in

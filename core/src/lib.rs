@@ -112,7 +112,7 @@ mod stats;
 mod stream_reply;
 
 pub use config::{
-    Auth, Config, ConfigError, GroupGone, Limits, OrderBy, Protocol, MAX_CONCURRENCY, MAX_DURATION,
+    Auth, Config, ConfigError, GroupGone, KeyFn, Limits, OrderBy, Protocol, MAX_CONCURRENCY, MAX_DURATION,
     MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event};

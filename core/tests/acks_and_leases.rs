@@ -13,7 +13,13 @@ const MIN_IDLE: Duration = Duration::from_secs(3);
 const LEASE: Duration = Duration::from_millis(1500);
 
 fn config(protocol: Protocol) -> Config {
-    Config::new("s", "g", "A").count(10).start_count(10).beat(BEAT).min_idle(MIN_IDLE).protocol(protocol).no_client_name()
+    Config::new("s", "g", "A")
+        .count(10)
+        .start_count(10)
+        .beat(BEAT)
+        .min_idle(MIN_IDLE)
+        .protocol(protocol)
+        .no_client_name()
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {

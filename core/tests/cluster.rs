@@ -11,7 +11,12 @@ use pelican::{Config, Error, Protocol, Verdict};
 use support::*;
 
 fn config(stream: &str, protocol: Protocol) -> Config {
-    Config::new(stream, "g", "A").count(10).start_count(10).beat(Duration::from_secs(2)).protocol(protocol).no_client_name()
+    Config::new(stream, "g", "A")
+        .count(10)
+        .start_count(10)
+        .beat(Duration::from_secs(2))
+        .protocol(protocol)
+        .no_client_name()
 }
 
 fn drain(stream: &str) -> Vec<Vec<String>> {

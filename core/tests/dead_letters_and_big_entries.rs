@@ -11,7 +11,12 @@ use pelican::{
 use support::*;
 
 fn config(protocol: Protocol) -> Config {
-    Config::new("s", "g", "A").count(10).start_count(10).beat(Duration::from_secs(2)).protocol(protocol).no_client_name()
+    Config::new("s", "g", "A")
+        .count(10)
+        .start_count(10)
+        .beat(Duration::from_secs(2))
+        .protocol(protocol)
+        .no_client_name()
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {

@@ -228,14 +228,15 @@ impl Driver {
         self.notices.pop_front()
     }
 
-    /// The verdict on the entry last handed out by
-    /// [`drive_deferred`](Self::drive_deferred). The driver is due at once
-    /// ([`next_deadline`](Self::next_deadline)): drive it again to send what the verdict
-    /// earned and to go on. Without an entry in hand this does nothing.
-    pub fn settle(&mut self, verdict: Verdict) {
+    /// The verdict on the entry in hand with this id, handed out by
+    /// [`drive_deferred`](Self::drive_deferred) (in any order, up to
+    /// [`Config::concurrency`](pelican::Config::concurrency) at once). The driver is due at
+    /// once ([`next_deadline`](Self::next_deadline)): drive it again to send what the verdict
+    /// earned and to go on. Returns false, doing nothing, if no such entry is in hand.
+    pub fn settle(&mut self, id: &[u8], verdict: Verdict) -> bool {
         let now = Instant::now();
-        self.consumer.settle(verdict, now);
         self.asap = Some(now);
+        self.consumer.settle(id, verdict, now)
     }
 
     /// When the driver next needs [`drive`](Self::drive) without an event: a reply's
@@ -571,13 +572,14 @@ impl Driver {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
+                        let id = entry.id_bytes();
                         let Some(verdict) = hand(entry) else { continue };
                         // Stop before settling: the settle then flushes the earned acks (a
                         // stop after it would leave them unwritten behind the dropped batch).
                         if let Some(stop) = stop {
                             stop.apply(&mut self.consumer);
                         }
-                        self.consumer.settle(verdict, Instant::now());
+                        self.consumer.settle(&id, verdict, Instant::now());
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler runs; a failed
                         // write shows again at the next flush.

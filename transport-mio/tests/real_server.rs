@@ -509,8 +509,8 @@ fn deferred_with_a_peer(flavor: Flavor) {
     while handled.len() < ids.len() {
         assert!(Instant::now() < deadline, "{flavor:?}: handled {handled:?}");
         while let Ok(id) = verdicts.try_recv() {
+            assert!(driver.settle(id.as_bytes(), Verdict::Ack), "{id} in hand");
             handled.push(id);
-            driver.settle(Verdict::Ack);
         }
         let status =
             driver.drive_deferred(poll.registry(), &mut |entry| to_worker.send(entry).unwrap()).unwrap();

@@ -237,6 +237,7 @@ impl Runner {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
+                        let id = entry.id_bytes();
                         let Some(verdict) = self.handle(handler(entry)).await? else {
                             // Abandoned while it ran: the consumer has stopped.
                             return Ok(self.consumer.stats().clone());
@@ -244,7 +245,7 @@ impl Runner {
                         // Stop before settling: the settle then ends the batch and writes the
                         // earned acks.
                         self.tell();
-                        self.consumer.settle(verdict, Instant::now());
+                        self.consumer.settle(&id, verdict, Instant::now());
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler starts: a handler
                         // may block the executor's thread.

@@ -140,7 +140,7 @@ fn run(reply: &[u8], piece: usize, entries: usize, batches: usize) -> (f64, f64)
             let Event::Entry(entry) = event else { continue };
             black_box(&entry);
             handed += 1;
-            c.settle(Verdict::Ack, now);
+            c.settle(entry.id(), Verdict::Ack, now);
         }
     }
     let took = started.elapsed();

@@ -27,7 +27,7 @@ use crate::server::tls_message;
 const WAKER: Token = Token(usize::MAX);
 
 /// A verdict from lane `.0`'s worker.
-type Settled = (usize, Verdict);
+type Settled = (usize, bytes::Bytes, Verdict);
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order, once every worker has finished its entry.
@@ -67,8 +67,8 @@ fn drive_all(
             stopping = true;
             lanes.iter_mut().for_each(|lane| lane.driver.stop());
         }
-        while let Ok((i, verdict)) = settled.try_recv() {
-            lanes[i].driver.settle(verdict);
+        while let Ok((i, id, verdict)) = settled.try_recv() {
+            lanes[i].driver.settle(&id, verdict);
         }
         let mut woken = vec![false; lanes.len()];
         for event in events.iter().filter(|e| e.token() != WAKER) {
@@ -160,7 +160,7 @@ impl Running {
     /// in hand, and not stopped (with nothing owed, a stop ends without a connection).
     fn waits_on_server(&self) -> bool {
         let consumer = self.driver.consumer();
-        self.outcome.is_none() && !consumer.is_connected() && consumer.in_hand().is_none()
+        self.outcome.is_none() && !consumer.is_connected() && consumer.in_hand().len() == 0
     }
 
     /// Acks earned by the handler that the server has not counted yet (acked, or found
@@ -181,10 +181,11 @@ impl Running {
             (self.tell)(&notice);
         }
         if let Some(entry) = handed {
+            let id = entry.id_bytes();
             let sent = self.work.as_ref().is_some_and(|work| work.send(entry).is_ok());
             if !sent {
                 // The worker is gone (it panicked): the entry stays pending, for later.
-                self.driver.settle(Verdict::Retry);
+                self.driver.settle(&id, Verdict::Retry);
             }
         }
         match status {
@@ -229,7 +230,7 @@ fn spawn_worker(
         .spawn(move || {
             for entry in queue {
                 let verdict = handler.handle(&entry);
-                if settled.send((i, verdict)).is_err() {
+                if settled.send((i, entry.id_bytes(), verdict)).is_err() {
                     return;
                 }
                 let _ = waker.wake();

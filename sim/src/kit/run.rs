@@ -707,7 +707,7 @@ where
             record.acked = true;
         }
         record.handlings[work.handling].settled_at_ms = Some(now);
-        consumer.settle(work.verdict, at);
+        consumer.settle(record.id.as_bytes(), work.verdict, at);
         let line = format!("{now} ms {} settles {}: {:?}", node.name, record.id, work.verdict);
         if let Some(trace) = &mut self.trace {
             trace.push(line);
