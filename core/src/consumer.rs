@@ -667,6 +667,11 @@ impl Consumer {
             read_at: Some(read_at),
             handed_at: now,
         });
+        if self.in_hand.len() < self.config.concurrency as usize && self.starved() {
+            // Slots are left and nothing to fill them: read on (with the entries now in hand,
+            // a parked read blocks only briefly). Written by the driver's next transmit.
+            self.pump(now);
+        }
         Some(Event::Entry(entry))
     }
 
