@@ -164,6 +164,12 @@ pub(crate) fn after(id: &[u8]) -> Vec<u8> {
 
 /// The group's health: `XINFO GROUPS key`, `XPENDING key group - + 1` (the oldest pending
 /// entry), `TIME` (to date it).
+/// `CLIENT ID`, then `CLIENT LIST TYPE normal`: this connection's id and every client's.
+pub(crate) fn twins(out: &mut BytesMut) {
+    command(out, &[b"CLIENT", b"ID"]);
+    command(out, &[b"CLIENT", b"LIST", b"TYPE", b"normal"]);
+}
+
 pub(crate) fn health(out: &mut BytesMut, c: &Config, part: crate::in_flight::HealthPart) {
     use crate::in_flight::HealthPart;
     match part {

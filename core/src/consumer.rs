@@ -161,7 +161,30 @@ pub struct Consumer {
     health_at: Option<Instant>,
     /// The health being gathered from its three replies.
     health: Option<GroupHealth>,
+    /// Looking for twins (see [`Config::allow_twins`]).
+    twins: Twins,
     stats: Stats,
+}
+
+/// The look for *twins*: other live connections under this consumer's name.
+#[derive(Debug, Default)]
+struct Twins {
+    /// The first look answered: no twin at the start. Until then every connection looks
+    /// before it reads.
+    vetted: bool,
+    /// A twin was seen by the first look: looked again once (a predecessor whose connection
+    /// had just closed can still be listed), then refused.
+    seen_once: bool,
+    /// This connection's id (`CLIENT ID`), so that it is not its own twin.
+    own_id: Option<u64>,
+    /// When the next look is due, once vetted.
+    next_at: Option<Instant>,
+    /// A look is in flight.
+    asking: bool,
+    /// Twins told (by connection id), each once.
+    told: Vec<u64>,
+    /// The server refused the look: told once, then not asked again.
+    refused: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -276,6 +299,7 @@ impl Consumer {
             last_now: None,
             health_at: None,
             health: None,
+            twins: Twins::default(),
             stats: Stats::default(),
         })
     }
@@ -379,6 +403,9 @@ impl Consumer {
         self.link = Link::Up;
         for command in commands::handshake(&mut self.out, &self.config) {
             self.track(Sent::Handshake(command), now);
+        }
+        if self.checks_twins() && !self.twins.vetted {
+            self.look_for_twins(now);
         }
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             self.send(Sent::CreateGroup, now);
@@ -739,6 +766,9 @@ impl Consumer {
             return; // the entries in hand finish; nothing more is read
         }
         self.ask_health(now);
+        if self.twins.vetted && self.twins.next_at.is_some_and(|at| now >= at) && !self.in_flight.parked() {
+            self.look_for_twins(now);
+        }
         // Reads of new entries that answer at once may overlap; anything else that decides
         // what comes next is waited for.
         if self.in_flight.holding() || self.staged.is_some() {
@@ -794,6 +824,70 @@ impl Consumer {
             commands::health(&mut self.out, &self.config, part);
             self.track(Sent::Health(part), now);
         }
+    }
+
+    /// Whether this consumer looks for twins: it has a name to look for, and may not share it.
+    fn checks_twins(&self) -> bool {
+        !self.config.allow_twins && self.config.client_name.is_some() && !self.twins.refused
+    }
+
+    /// `CLIENT ID` and `CLIENT LIST`: until vetted, no read goes out before the answer.
+    fn look_for_twins(&mut self, now: Instant) {
+        if self.twins.asking {
+            return;
+        }
+        let first = !self.twins.vetted;
+        self.twins.asking = true;
+        self.twins.own_id = None;
+        self.twins.next_at = Some(now + self.config.min_idle);
+        commands::twins(&mut self.out);
+        self.track(Sent::Twins { list: false, first }, now);
+        self.track(Sent::Twins { list: true, first }, now);
+    }
+
+    /// The `CLIENT LIST` answer: live connections under this consumer's name but this one.
+    /// A connection counts as live if it spoke within two beats and a grace (a consumer
+    /// running speaks at least every beat), so a connection the server has not yet seen die
+    /// (a host that vanished) does not keep a replacement from starting for long.
+    fn on_twins(&mut self, value: Value, first: bool, now: Instant) -> Result<(), Error> {
+        self.twins.asking = false;
+        let clients =
+            reply::client_list(value).map_err(|e| Error::Shape { command: Command::Twins, detail: e.0 })?;
+        let name = self.config.client_name.clone().unwrap_or_default();
+        let live_secs = (self.config.beat * 2 + self.config.read_grace).as_secs().max(1);
+        let own = self.twins.own_id;
+        let twins: Vec<reply::Client> = clients
+            .into_iter()
+            .filter(|c| c.name == name && Some(c.id) != own && c.idle_secs <= live_secs)
+            .collect();
+        if first {
+            match twins.into_iter().next() {
+                None => {
+                    self.twins.vetted = true;
+                    self.twins.next_at = Some(now + self.config.min_idle);
+                }
+                Some(_) if !self.twins.seen_once => {
+                    self.twins.seen_once = true;
+                    self.look_for_twins(now);
+                }
+                Some(twin) => {
+                    return Err(Error::Twin {
+                        name: String::from_utf8_lossy(&name).into_owned(),
+                        addr: twin.addr,
+                        idle: Duration::from_secs(twin.idle_secs),
+                    })
+                }
+            }
+            return Ok(());
+        }
+        for twin in twins {
+            if !self.twins.told.contains(&twin.id) {
+                self.twins.told.push(twin.id);
+                self.notices
+                    .push_back(Notice::Twin { addr: twin.addr, idle: Duration::from_secs(twin.idle_secs) });
+            }
+        }
+        Ok(())
     }
 
     /// One of the three health replies; the last completes the notice. A reply of another
@@ -1026,6 +1120,7 @@ impl Consumer {
         }
         self.staged = None;
         self.health = None;
+        self.twins.asking = false;
         self.out.clear();
         self.tracked_upto = 0;
         self.decoder.reset();
@@ -1136,6 +1231,11 @@ impl Consumer {
             }
             Sent::GiveBack => {}
             Sent::Health(part) => self.on_health(part, value),
+            Sent::Twins { list: false, .. } => {
+                let id = reply::int(value).map_err(shape)?;
+                self.twins.own_id = u64::try_from(id).ok();
+            }
+            Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
@@ -1307,6 +1407,19 @@ impl Consumer {
         }
         if let Sent::Health(_) = sent {
             self.health = None; // no such key or group yet: nothing to tell this round
+            return Ok(());
+        }
+        if let Sent::Twins { list, .. } = sent {
+            // An ACL without `CLIENT ID`/`CLIENT LIST`: twins go unseen, said once. The
+            // other command of the pair answers too; it is the same refusal.
+            self.twins.vetted = true;
+            if list {
+                self.twins.asking = false;
+            }
+            if !self.twins.refused {
+                self.twins.refused = true;
+                self.notices.push_back(Notice::TwinsUnchecked { reason: text() });
+            }
             return Ok(());
         }
         if let Sent::DeadLetter(_) = sent {
@@ -1519,6 +1632,7 @@ impl Consumer {
             | Sent::GiveBack
             | Sent::FindTooLarge
             | Sent::Health(_)
+            | Sent::Twins { .. }
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => acks.encode(out, &c.stream, &c.group),

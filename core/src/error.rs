@@ -38,6 +38,9 @@ pub enum Command {
     Health,
     /// `EVAL …`: retiring idle consumers ([`Retirement`](crate::retire::Retirement)).
     Retire,
+    /// `CLIENT ID` and `CLIENT LIST TYPE normal`: looking for a twin, another live connection
+    /// under this consumer's name ([`Config::allow_twins`](crate::Config::allow_twins)).
+    Twins,
 }
 
 impl fmt::Display for Command {
@@ -58,6 +61,7 @@ impl fmt::Display for Command {
             Command::Asking => "ASKING",
             Command::Health => "XINFO GROUPS (health)",
             Command::Retire => "EVAL (retire)",
+            Command::Twins => "CLIENT LIST (twins)",
         })
     }
 }
@@ -162,6 +166,19 @@ pub enum Error {
         /// The server's error text.
         message: String,
     },
+    /// At the first connect, another live connection already consumes under this consumer's
+    /// name (a *twin*: an overlapping restart, a copied unit). Two processes under one name
+    /// share one pending list and handle each other's entries twice, so this one refuses to
+    /// start. Fatal: stop the other process, give this one another name, or set
+    /// [`Config::allow_twins`](crate::Config::allow_twins).
+    Twin {
+        /// The connection name both use.
+        name: String,
+        /// The other connection's address, as the server sees it.
+        addr: String,
+        /// How long the other connection has been idle (it spoke this recently).
+        idle: std::time::Duration,
+    },
 }
 
 impl Error {
@@ -190,6 +207,13 @@ impl fmt::Display for Error {
             Error::EntryTooLarge { id, limit } => write!(
                 f,
                 "entry {id} alone is larger than the frame limit of {limit} bytes; raise Limits::max_frame"
+            ),
+            Error::Twin { name, addr, idle } => write!(
+                f,
+                "another live connection ({addr}, idle {}) already consumes as {name}: two processes \
+                 under one consumer name handle each other's entries twice; stop the other, give \
+                 this one another consumer name, or allow twins",
+                crate::notice::Secs(*idle)
             ),
             Error::NoDeadLetter { id } => {
                 write!(f, "entry {id} was given Verdict::DeadLetter, but no dead-letter stream is configured")

@@ -51,6 +51,12 @@ pub(crate) enum Sent {
     Discard(Command),
     /// One of the group-health commands.
     Health(HealthPart),
+    /// `CLIENT ID` (`list: false`) or `CLIENT LIST` (`list: true`), looking for twins; at
+    /// the first connect (`first`) no read goes out before the answer.
+    Twins {
+        list: bool,
+        first: bool,
+    },
 }
 
 /// The three commands that ask after the group's health, pipelined in this order.
@@ -77,6 +83,7 @@ impl Sent {
             Sent::Lease(_) | Sent::GiveBack => Command::Lease,
             Sent::DeadLetter(_) => Command::DeadLetter,
             Sent::Health(_) => Command::Health,
+            Sent::Twins { .. } => Command::Twins,
         }
     }
 
@@ -91,12 +98,13 @@ impl Sent {
                 | Sent::Counts { .. }
                 | Sent::Lease(_)
                 | Sent::FindTooLarge
+                | Sent::Twins { first: true, .. }
         )
     }
 
     /// Commands about the group's entries: a missing group is "gone" for them.
     pub(crate) fn reads_group(&self) -> bool {
-        self.holds_handout()
+        self.holds_handout() && !matches!(self, Sent::Twins { .. })
     }
 
     /// Commands that must be answered before a stop ends.

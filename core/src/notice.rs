@@ -63,6 +63,21 @@ pub enum Notice {
         /// Why.
         reason: DeadLetterReason,
     },
+    /// Another live connection consumes under this consumer's name (a *twin*), seen by the
+    /// check every `min_idle` (at the first connect a twin is an error instead, unless
+    /// [`Config::allow_twins`](crate::Config::allow_twins)). Each twin is told once.
+    Twin {
+        /// The other connection's address, as the server sees it.
+        addr: String,
+        /// How long it has been idle.
+        idle: Duration,
+    },
+    /// The server refused the commands that look for twins (`CLIENT ID`, `CLIENT LIST`:
+    /// an ACL without them): twins go unseen. Told once.
+    TwinsUnchecked {
+        /// The server's answer.
+        reason: String,
+    },
     /// Reads now ask for fewer entries.
     ReadShrunk {
         /// Entries per read from now on (it grows back as the cause passes).
@@ -142,6 +157,8 @@ impl Notice {
                 | Notice::ConnectionLost { .. }
                 | Notice::LeaseLost { .. }
                 | Notice::DeadLettered { .. }
+                | Notice::Twin { .. }
+                | Notice::TwinsUnchecked { .. }
         )
     }
 }
@@ -174,6 +191,15 @@ impl fmt::Display for Notice {
                     DeadLetterReason::Verdict => "by the handler's verdict",
                 };
                 write!(f, "dead-lettered {} after {deliveries} deliveries, {why}", Id(id))
+            }
+            Notice::Twin { addr, idle } => write!(
+                f,
+                "another live connection ({addr}, idle {}) consumes under this consumer's name: \
+                 entries will be handled twice",
+                Secs(*idle)
+            ),
+            Notice::TwinsUnchecked { reason } => {
+                write!(f, "cannot look for another process under this consumer's name: {reason}")
             }
             Notice::ReadShrunk { count, cause } => {
                 let why = match cause {

@@ -140,6 +140,45 @@ pub(crate) fn time_ms(value: Value) -> Result<u64> {
     }
 }
 
+/// A client in a `CLIENT LIST` reply.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Client {
+    pub(crate) id: u64,
+    pub(crate) addr: String,
+    pub(crate) name: Bytes,
+    pub(crate) idle_secs: u64,
+}
+
+/// `CLIENT LIST`: one line per client of `key=value` fields separated by spaces (a bulk
+/// string in RESP2, a verbatim `txt` string in RESP3). Names hold no spaces (the server
+/// refuses them), so splitting on spaces is exact; fields a client line lacks are left empty.
+pub(crate) fn client_list(value: Value) -> Result<Vec<Client>> {
+    let text = match value {
+        Value::Str(s) | Value::Text(s) => s,
+        _ => return Err(ShapeError("CLIENT LIST: not a string")),
+    };
+    // RESP3 verbatim strings start with their format.
+    let text = text.strip_prefix(b"txt:").map_or(text.clone(), |rest| text.slice_ref(rest));
+    let mut clients = Vec::new();
+    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let mut client = Client { id: 0, addr: String::new(), name: Bytes::new(), idle_secs: 0 };
+        for field in line.split(|b| *b == b' ') {
+            let Some(eq) = field.iter().position(|b| *b == b'=') else { continue };
+            let (key, value) = (&field[..eq], &field[eq + 1..]);
+            let number = || std::str::from_utf8(value).ok().and_then(|v| v.trim().parse::<u64>().ok());
+            match key {
+                b"id" => client.id = number().ok_or(ShapeError("CLIENT LIST: an id that is not a number"))?,
+                b"addr" => client.addr = String::from_utf8_lossy(value).into_owned(),
+                b"name" => client.name = text.slice_ref(value),
+                b"idle" => client.idle_secs = number().unwrap_or(0),
+                _ => {}
+            }
+        }
+        clients.push(client);
+    }
+    Ok(clients)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) conn: &'a mut Conn,
     pub(crate) conn_id: ConnId,
     pub(crate) signals: &'a mut Vec<Signal>,
+    /// Every connection (id, name, idle ms), for `CLIENT LIST`: gathered only for it.
+    pub(crate) clients: Vec<(u64, Option<Vec<u8>>, u64)>,
 }
 
 const SYNTAX: &str = "ERR syntax error";
@@ -269,6 +271,16 @@ fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         reply(Reply::ok())
     } else if eq(sub, "GETNAME") && args.len() == 2 {
         reply(ctx.conn.name.clone().map_or(Reply::NilBulk, Reply::Bulk))
+    } else if eq(sub, "LIST") && (args.len() == 2 || (args.len() == 4 && eq(&args[2], "TYPE"))) {
+        // One line per client, the fields pelican reads (real servers list more).
+        let mut text = Vec::new();
+        for (id, name, idle_ms) in &ctx.clients {
+            let name = name.as_deref().unwrap_or_default();
+            text.extend(format!("id={id} addr=sim:{id} laddr=sim:0 fd={id} name=").into_bytes());
+            text.extend_from_slice(name);
+            text.extend(format!(" age=0 idle={} flags=N db=0\n", idle_ms / 1000).into_bytes());
+        }
+        reply(Reply::Bulk(text))
     } else {
         Err(format!(
             "ERR unknown subcommand or wrong number of arguments for '{}'. Try CLIENT HELP.",

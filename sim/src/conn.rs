@@ -55,6 +55,8 @@ pub(crate) struct Conn {
     pub(crate) blocked: Option<Blocked>,
     /// Set after a protocol error: the reply is flushed, then the connection is dead.
     pub(crate) closed: bool,
+    /// When it last sent a command (virtual ms): `CLIENT LIST`'s `idle`.
+    pub(crate) last_active: u64,
 }
 
 impl Conn {
@@ -68,6 +70,7 @@ impl Conn {
             output: Vec::new(),
             blocked: None,
             closed: false,
+            last_active: 0,
         }
     }
 

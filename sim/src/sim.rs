@@ -194,6 +194,9 @@ impl Sim {
                 return;
             }
             let Some(args) = conn.next_command() else { return };
+            conn.last_active = self.now;
+            let clients = if is_client_list(&args) { self.clients() } else { Vec::new() };
+            let Some(conn) = self.conns.get_mut(&c) else { return };
             let mut signals = Vec::new();
             let mut ctx = Ctx {
                 db: &mut self.db,
@@ -202,6 +205,7 @@ impl Sim {
                 conn,
                 conn_id: c,
                 signals: &mut signals,
+                clients,
             };
             match execute(&mut ctx, &args) {
                 Outcome::Reply(r) => conn.reply(&r),
@@ -219,6 +223,15 @@ impl Sim {
                 self.signal(&signal);
             }
         }
+    }
+
+    /// Every open connection: id, name, idle ms (for `CLIENT LIST`).
+    fn clients(&self) -> Vec<(u64, Option<Vec<u8>>, u64)> {
+        self.conns
+            .iter()
+            .filter(|(_, conn)| !conn.closed)
+            .map(|(id, conn)| (id.client_id(), conn.name.clone(), self.now.saturating_sub(conn.last_active)))
+            .collect()
     }
 
     /// Lets parked readers react to a change, first parked first.
@@ -283,4 +296,9 @@ impl Sim {
             self.pump(c);
         }
     }
+}
+
+/// `CLIENT LIST …`, which needs every connection.
+fn is_client_list(args: &[Vec<u8>]) -> bool {
+    args.len() >= 2 && args[0].eq_ignore_ascii_case(b"CLIENT") && args[1].eq_ignore_ascii_case(b"LIST")
 }

@@ -1,0 +1,109 @@
+//! Twins: another live connection under this consumer's name. Refused at the start, told
+//! later; driven with `CLIENT ID` / `CLIENT LIST` replies captured from real servers (the
+//! captured list holds this connection and a twin, both named `pelican:g:A`).
+
+mod support;
+
+use std::time::Duration;
+
+use pelican::{Config, Error, Notice, Protocol};
+use support::*;
+
+fn config(protocol: Protocol) -> Config {
+    Config::new("s", "g", "A").count(10).start_count(10).protocol(protocol)
+}
+
+fn each(mut story: impl FnMut(&'static str, Protocol)) {
+    for flavor in FLAVORS {
+        for protocol in PROTOCOLS {
+            story(flavor, protocol);
+        }
+    }
+}
+
+const LOOK: [&str; 2] = ["CLIENT ID", "CLIENT LIST TYPE normal"];
+
+/// Connected and named; the look for twins sent, nothing read yet.
+fn named(config: Config, flavor: &'static str) -> Rig {
+    let mut rig = Rig::new(config, flavor);
+    rig.connect();
+    let opening = rig.sent();
+    assert_eq!(opening[1..], cmds(&LOOK), "nothing is read before the look");
+    let answer = if rig.protocol == Protocol::Resp3 { "hello" } else { "setname" };
+    rig.reply(answer).unwrap();
+    rig
+}
+
+#[test]
+fn a_twin_at_the_start_is_looked_for_again_then_refused() {
+    each(|flavor, protocol| {
+        let mut rig = named(config(protocol), flavor);
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list_twin").unwrap();
+        // A predecessor whose connection just closed can still be listed: look once more.
+        assert_eq!(rig.sent(), cmds(&LOOK), "{flavor} {protocol:?}");
+        rig.reply("client_id").unwrap();
+        let err = rig.reply("client_list_twin").unwrap_err();
+        let Error::Twin { name, addr, .. } = &err else { panic!("{err:?}") };
+        assert_eq!(name, "pelican:g:A");
+        assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+        assert!(err.is_fatal());
+        assert!(err.to_string().contains("already consumes as pelican:g:A"), "{err}");
+        assert_eq!(rig.consumer.poll_transmit(), None, "nothing read");
+    });
+}
+
+#[test]
+fn a_twin_gone_by_the_second_look_lets_the_consumer_start() {
+    each(|flavor, protocol| {
+        let mut rig = named(config(protocol), flavor);
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list_twin").unwrap();
+        assert_eq!(rig.sent(), cmds(&LOOK));
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list").unwrap();
+        let sent = rig.sent();
+        assert_eq!(sent[0][0], "XREADGROUP", "the drain, once vetted: {sent:?}");
+    });
+}
+
+#[test]
+fn allowed_twins_are_not_looked_for() {
+    let mut rig = Rig::new(config(Protocol::Resp2).allow_twins(), "redis-7.0");
+    rig.connect();
+    let opening = rig.sent();
+    assert_eq!(opening[1][0], "XREADGROUP", "{opening:?}");
+    assert!(!opening.iter().any(|c| c[0] == "CLIENT" && c[1] == "LIST"));
+}
+
+#[test]
+fn a_twin_appearing_later_is_told_once() {
+    each(|flavor, protocol| {
+        let mut rig = named(config(protocol), flavor);
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        // Every min_idle the look is asked again, between reads (never behind a parked one).
+        rig.advance(Duration::from_secs(31));
+        rig.reply("read_new_nil").unwrap();
+        let sent = rig.sent();
+        assert_eq!(sent[..2], cmds(&LOOK), "{sent:?}");
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list_twin").unwrap();
+        let Notice::Twin { addr, .. } = rig.notice() else { panic!("no twin told") };
+        assert!(addr.starts_with("127.0.0.1:"));
+        assert!(Notice::Twin { addr, idle: Duration::ZERO }.is_trouble());
+        assert!(rig.consumer.is_connected(), "a twin seen later costs nothing but the notice");
+        // The same twin again: not told twice.
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        rig.advance(Duration::from_secs(31));
+        rig.reply("read_new_nil").unwrap();
+        rig.sent();
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list_twin").unwrap();
+        assert_eq!(rig.consumer.poll_event(), None);
+    });
+}
