@@ -575,6 +575,33 @@ pub fn acl_user<T: Transport>(t: Target) {
     assert!(err.contains("WRONGPASS"), "{err}");
 }
 
+/// Two processes under one consumer name (an overlapping restart, a copied unit): the second
+/// refuses to start, naming the first, and takes nothing from the shared pending list; told
+/// it may share the name (`allow_twins`), it runs beside the first.
+pub fn twins<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let first = T::spawn(server.endpoint(), t.config("c1"), seen.acking());
+    let ids = admin.xadd_n(STREAM, 20, 8);
+    assert!(wait_until(SETTLE, || seen.ids() == set(&ids)), "the first consumes");
+    let second = Seen::default();
+    let twin = T::spawn(server.endpoint(), t.config("c1"), second.acking());
+    let err = twin.join(SETTLE).expect_err("a twin is refused");
+    assert!(err.contains("already consumes as pelican-c1"), "{err}");
+    assert_eq!(second.len(), 0, "the refused twin handled nothing");
+    // Allowed, the twin runs; both consume.
+    let shared = T::spawn(server.endpoint(), t.config("c1").allow_twins(), second.acking());
+    assert!(wait_until(SETTLE, || admin.client_ids_by_name("pelican-c1").len() == 2), "both connected");
+    let more = admin.xadd_n(STREAM, 200, 8);
+    let all: BTreeSet<String> = ids.iter().chain(&more).cloned().collect();
+    assert!(wait_until(SETTLE, || seen.ids().union(&second.ids()).count() == all.len()), "nothing lost");
+    shared.finish();
+    first.finish();
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
 /// A large backlog (100k entries) consumed in full, the PEL empty at the end.
 pub fn large_backlog<T: Transport>(t: Target) {
     let server = t.start();
@@ -648,7 +675,7 @@ macro_rules! conformance_suite {
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
-            big_entries, entry_too_large_is_named);
+            big_entries, entry_too_large_is_named, twins);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_failover);
