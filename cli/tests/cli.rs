@@ -68,6 +68,7 @@ fn exec_success_acks_every_entry() {
         "claimed",
         "deleted_seen",
         "lost_to_peer",
+        "acks_unmatched",
         "reconnects",
         "errors",
         "group_recreated",

@@ -10,6 +10,8 @@ use crate::encode::{bulk, header};
 pub(crate) struct Acks {
     args: BytesMut,
     count: usize,
+    /// How many of them a peer could have taken meanwhile (see [`Acks::push_exposed`]).
+    exposed: usize,
 }
 
 impl Acks {
@@ -17,6 +19,18 @@ impl Acks {
     pub(crate) fn push(&mut self, id: &[u8]) {
         bulk(&mut self.args, id);
         self.count += 1;
+    }
+
+    /// An id whose entry a peer could have taken before this ack: one the server does not
+    /// count is put down to that peer.
+    pub(crate) fn push_exposed(&mut self, id: &[u8]) {
+        self.push(id);
+        self.exposed += 1;
+    }
+
+    /// How many acks a peer could have made moot.
+    pub(crate) fn exposed(&self) -> usize {
+        self.exposed
     }
 
     /// Acks earned.
@@ -32,6 +46,7 @@ impl Acks {
     pub(crate) fn append(&mut self, other: &mut Acks) {
         self.args.put_slice(&other.args);
         self.count += other.count;
+        self.exposed += other.exposed;
         other.clear();
     }
 
@@ -44,6 +59,7 @@ impl Acks {
     pub(crate) fn clear(&mut self) {
         self.args.clear();
         self.count = 0;
+        self.exposed = 0;
     }
 
     /// Appends `XACK key group <ids>` to `out`.

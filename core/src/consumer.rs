@@ -558,7 +558,15 @@ impl Consumer {
         self.pace.record_handler(took);
         match verdict {
             Verdict::Ack => {
-                self.acks.push(&hand.id);
+                // Unrenewed for `min_idle` (a handler that held up its driver) or renewed
+                // too late: a peer's reclaim could have taken it.
+                let exposed =
+                    hand.read_at.map_or(true, |at| now.saturating_duration_since(at) >= self.config.min_idle);
+                if exposed {
+                    self.acks.push_exposed(&hand.id);
+                } else {
+                    self.acks.push(&hand.id);
+                }
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
             Verdict::Retry => self.stats.retried += 1,
@@ -1211,8 +1219,12 @@ impl Consumer {
             Sent::Ack(mut acks) => {
                 let n = reply::count(value).map_err(shape)?;
                 self.stats.acked += n;
-                // 0 for an id means a peer reclaimed and acked it first: a signal, not an error.
-                self.stats.lost_to_peer += (acks.len() as u64).saturating_sub(n);
+                // 0 for an id means it was no longer pending: a peer reclaimed and acked it
+                // first if one could have, else the server forgot it. A signal, not an error.
+                let uncounted = (acks.len() as u64).saturating_sub(n);
+                let to_peer = uncounted.min(acks.exposed() as u64);
+                self.stats.lost_to_peer += to_peer;
+                self.stats.acks_unmatched += uncounted - to_peer;
                 if self.ack_pool.len() < 4 {
                     acks.clear();
                     self.ack_pool.push(acks);

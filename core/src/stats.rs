@@ -17,8 +17,15 @@ pub struct Stats {
     /// Pending entries whose message was deleted (`XDEL`/`XTRIM`): never handed out; acked
     /// away when their id is known.
     pub deleted_seen: u64,
-    /// Acks the server did not count: a peer had reclaimed and acked the entry first.
+    /// Acks the server did not count for entries a peer could have taken: held in hand past
+    /// `min_idle` since they were last read or renewed, or whose lease was found lost. A
+    /// peer had reclaimed (and acked) the entry first.
     pub lost_to_peer: u64,
+    /// Acks the server did not count for entries no peer could have taken (always leased):
+    /// the server no longer had them pending. A server restarted from an append-only file
+    /// that missed the read forgets the delivery; a group deleted and made again forgets
+    /// every one. The entry may be delivered again.
+    pub acks_unmatched: u64,
     /// Connections after the first.
     pub reconnects: u64,
     /// Cluster redirects (`MOVED`) followed to the node now serving the stream's slot.

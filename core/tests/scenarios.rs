@@ -539,9 +539,29 @@ fn disconnect_mid_ack_sends_the_acks_again() {
         rig.consumer.on_disconnected(rig.now);
         rig.advance(Duration::from_secs(1));
         assert_eq!(rig.start(), then(&[cmd("XACK s g 1-0 2-0 3-0")], &drain_from("A", "0")));
-        // A peer got there first for two of them: counted, not an error.
+        // Two were no longer pending, and no peer could have taken them (leased, settled
+        // well within min_idle): the server forgot them. Counted as that, not as a peer's.
         rig.reply("xack_1").unwrap();
-        assert_eq!((rig.consumer.stats().acked, rig.consumer.stats().lost_to_peer), (1, 2));
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.acked, stats.lost_to_peer, stats.acks_unmatched), (1, 0, 2));
+    });
+}
+
+#[test]
+fn an_ack_a_peer_could_have_made_moot_is_put_down_to_the_peer() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        rig.reply("read_new").unwrap();
+        // The first handler holds its entry past min_idle (30 s) without the driver renewing
+        // it: a peer's reclaim could take it. The others are quick.
+        rig.entry();
+        rig.advance(Duration::from_secs(31));
+        rig.settle(Verdict::Ack);
+        let sent = rig.sent();
+        assert!(sent.contains(&cmd("XACK s g 1-0")), "{sent:?}");
+        rig.reply("xack_0").unwrap();
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.acked, stats.lost_to_peer, stats.acks_unmatched), (0, 1, 0));
     });
 }
 

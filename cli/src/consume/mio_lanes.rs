@@ -169,7 +169,7 @@ impl Running {
     fn acks_unconfirmed(&self) -> u64 {
         let stats = self.driver.consumer().stats();
         let earned = self.handler.counters.earned.load(Relaxed);
-        earned.saturating_sub(stats.acked + stats.lost_to_peer)
+        earned.saturating_sub(stats.acked + stats.lost_to_peer + stats.acks_unmatched)
     }
 
     /// One turn of the driver: an entry handed out goes to the worker, notices are told.

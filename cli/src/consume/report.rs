@@ -17,7 +17,7 @@ use crate::json::Object;
 type Named<T> = (&'static str, fn(&T) -> u64);
 
 /// Every [`Stats`] counter, by its name in the JSON.
-const STATS: [Named<Stats>; 16] = [
+const STATS: [Named<Stats>; 17] = [
     ("drained", |s| s.drained),
     ("claimed", |s| s.claimed),
     ("new", |s| s.new),
@@ -25,6 +25,7 @@ const STATS: [Named<Stats>; 16] = [
     ("retried", |s| s.retried),
     ("deleted_seen", |s| s.deleted_seen),
     ("lost_to_peer", |s| s.lost_to_peer),
+    ("acks_unmatched", |s| s.acks_unmatched),
     ("reconnects", |s| s.reconnects),
     ("moved", |s| s.moved),
     ("errors", |s| s.errors),
