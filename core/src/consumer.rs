@@ -161,6 +161,8 @@ pub struct Consumer {
     health_at: Option<Instant>,
     /// The health being gathered from its three replies.
     health: Option<GroupHealth>,
+    /// The server refused the health commands: not asked again.
+    health_refused: bool,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
     stats: Stats,
@@ -299,6 +301,7 @@ impl Consumer {
             last_now: None,
             health_at: None,
             health: None,
+            health_refused: false,
             twins: Twins::default(),
             stats: Stats::default(),
         })
@@ -406,6 +409,11 @@ impl Consumer {
         }
         if self.checks_twins() && !self.twins.vetted {
             self.look_for_twins(now);
+        }
+        if let Some(key) = self.config.dead_letter.as_ref().filter(|_| self.stop == Stop::Running) {
+            // Refused now (another cluster slot, an ACL) rather than at the first dead letter.
+            dead_letter::encode_check(&mut self.out, &self.config, key);
+            self.track(Sent::DeadLetterCheck, now);
         }
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             self.send(Sent::CreateGroup, now);
@@ -822,7 +830,7 @@ impl Consumer {
     /// Asks after the group's health when it is due — never behind a parked read, which
     /// would hold the answers for up to a beat.
     fn ask_health(&mut self, now: Instant) {
-        let Some(every) = self.config.health_every else { return };
+        let Some(every) = self.config.health_every.filter(|_| !self.health_refused) else { return };
         if self.health_at.is_some_and(|at| now < at) || self.health.is_some() || self.in_flight.parked() {
             return;
         }
@@ -1248,6 +1256,9 @@ impl Consumer {
                 self.twins.own_id = u64::try_from(id).ok();
             }
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
+            Sent::DeadLetterCheck => {
+                reply::int(value).map_err(shape)?;
+            }
             Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
@@ -1418,7 +1429,13 @@ impl Consumer {
             return Ok(()); // best effort: the counts stay one higher
         }
         if let Sent::Health(_) = sent {
-            self.health = None; // no such key or group yet: nothing to tell this round
+            // No such key or group yet: nothing to tell this round. Not allowed (an ACL
+            // without these commands): said once, and not asked again.
+            if message.starts_with(b"NOPERM") && self.health.is_some() {
+                self.health_refused = true;
+                self.notices.push_back(Notice::Refused { feature: Notice::HEALTH, reason: text() });
+            }
+            self.health = None;
             return Ok(());
         }
         if let Sent::Twins { list, .. } = sent {
@@ -1430,7 +1447,7 @@ impl Consumer {
             }
             if !self.twins.refused {
                 self.twins.refused = true;
-                self.notices.push_back(Notice::TwinsUnchecked { reason: text() });
+                self.notices.push_back(Notice::Refused { feature: Notice::TWINS, reason: text() });
             }
             return Ok(());
         }
@@ -1645,6 +1662,7 @@ impl Consumer {
             | Sent::FindTooLarge
             | Sent::Health(_)
             | Sent::Twins { .. }
+            | Sent::DeadLetterCheck
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => acks.encode(out, &c.stream, &c.group),

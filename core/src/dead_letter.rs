@@ -32,6 +32,40 @@ redis.call('XADD', KEYS[2], '*', unpack(fields))
 return redis.call('XACK', KEYS[1], ARGV[1], ARGV[3])
 ";
 
+/// The check at each connect that dead letters can be moved (`EVAL`): `KEYS` = stream,
+/// dead-letter stream; `ARGV` = group, consumer. It touches nothing and answers 1. Declaring
+/// both keys makes a cluster refuse (`CROSSSLOT`) a dead-letter stream in another slot, and
+/// an ACL refuse keys or scripting the user lacks, at the start rather than at the first
+/// dead letter, maybe days later; where the server can tell (7.0+: `redis.acl_check_cmd`),
+/// the commands the move runs are checked too. Published so that simulators can recognise
+/// it.
+pub const DEAD_LETTER_CHECK_SCRIPT: &str = "\
+if redis.acl_check_cmd then
+  local needs = {
+    {'XPENDING', KEYS[1], ARGV[1], '-', '+', '1', ARGV[2]},
+    {'XRANGE', KEYS[1], '-', '+'},
+    {'XACK', KEYS[1], ARGV[1], '0-1'},
+    {'XADD', KEYS[2], '*', 'f', 'v'},
+  }
+  for _, c in ipairs(needs) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply('NOPERM this user may not run ' .. c[1] .. ' on ' .. c[2] ..
+        ', which moving entries to the dead-letter stream needs')
+    end
+  end
+end
+return 1
+";
+
+/// Appends the `EVAL` of [`DEAD_LETTER_CHECK_SCRIPT`].
+pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, dead_letter: &[u8]) {
+    let c = config;
+    command(
+        out,
+        &[b"EVAL", DEAD_LETTER_CHECK_SCRIPT.as_bytes(), b"2", &c.stream, dead_letter, &c.group, &c.consumer],
+    );
+}
+
 /// A move owed to the server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Job {

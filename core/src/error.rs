@@ -41,6 +41,9 @@ pub enum Command {
     /// `CLIENT ID` and `CLIENT LIST TYPE normal`: looking for a twin, another live connection
     /// under this consumer's name ([`Config::allow_twins`](crate::Config::allow_twins)).
     Twins,
+    /// `EVAL …` at each connect: the check that dead letters can be moved (the keys share a
+    /// cluster slot, the user may run what the move needs).
+    DeadLetterCheck,
 }
 
 impl fmt::Display for Command {
@@ -62,6 +65,7 @@ impl fmt::Display for Command {
             Command::Health => "XINFO GROUPS (health)",
             Command::Retire => "EVAL (retire)",
             Command::Twins => "CLIENT LIST (twins)",
+            Command::DeadLetterCheck => "EVAL (the check that dead letters can be moved)",
         })
     }
 }

@@ -51,6 +51,8 @@ pub(crate) enum Sent {
     Discard(Command),
     /// One of the group-health commands.
     Health(HealthPart),
+    /// The check that dead letters can be moved: nothing is read before its answer.
+    DeadLetterCheck,
     /// `CLIENT ID` (`list: false`) or `CLIENT LIST` (`list: true`), looking for twins; at
     /// the first connect (`first`) no read goes out before the answer.
     Twins {
@@ -84,6 +86,7 @@ impl Sent {
             Sent::DeadLetter(_) => Command::DeadLetter,
             Sent::Health(_) => Command::Health,
             Sent::Twins { .. } => Command::Twins,
+            Sent::DeadLetterCheck => Command::DeadLetterCheck,
         }
     }
 
@@ -99,12 +102,13 @@ impl Sent {
                 | Sent::Lease(_)
                 | Sent::FindTooLarge
                 | Sent::Twins { first: true, .. }
+                | Sent::DeadLetterCheck
         )
     }
 
     /// Commands about the group's entries: a missing group is "gone" for them.
     pub(crate) fn reads_group(&self) -> bool {
-        self.holds_handout() && !matches!(self, Sent::Twins { .. })
+        self.holds_handout() && !matches!(self, Sent::Twins { .. } | Sent::DeadLetterCheck)
     }
 
     /// Commands that must be answered before a stop ends.

@@ -116,7 +116,7 @@ pub use config::{
     MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event};
-pub use dead_letter::DEAD_LETTER_SCRIPT;
+pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};

@@ -72,9 +72,13 @@ pub enum Notice {
         /// How long it has been idle.
         idle: Duration,
     },
-    /// The server refused the commands that look for twins (`CLIENT ID`, `CLIENT LIST`:
-    /// an ACL without them): twins go unseen. Told once.
-    TwinsUnchecked {
+    /// The server refused the commands a watching feature needs (an ACL without them): the
+    /// feature is off from now on; consuming goes on. Told once per feature, at its first
+    /// use (the look for twins and the group's health are asked at the first connect, before
+    /// anything is read).
+    Refused {
+        /// What is off: [`Refused::TWINS`](Notice::TWINS) or [`HEALTH`](Notice::HEALTH).
+        feature: &'static str,
         /// The server's answer.
         reason: String,
     },
@@ -158,9 +162,17 @@ impl Notice {
                 | Notice::LeaseLost { .. }
                 | Notice::DeadLettered { .. }
                 | Notice::Twin { .. }
-                | Notice::TwinsUnchecked { .. }
+                | Notice::Refused { .. }
         )
     }
+}
+
+impl Notice {
+    /// [`Notice::Refused`]'s feature: looking for twins (`CLIENT ID`, `CLIENT LIST`).
+    pub const TWINS: &'static str =
+        "looking for another process under this consumer's name (CLIENT ID, CLIENT LIST)";
+    /// [`Notice::Refused`]'s feature: the group's health (`XINFO GROUPS`, `XPENDING`, `TIME`).
+    pub const HEALTH: &'static str = "the group's health (XINFO GROUPS, XPENDING, TIME)";
 }
 
 impl fmt::Display for Notice {
@@ -198,8 +210,8 @@ impl fmt::Display for Notice {
                  entries will be handled twice",
                 Secs(*idle)
             ),
-            Notice::TwinsUnchecked { reason } => {
-                write!(f, "cannot look for another process under this consumer's name: {reason}")
+            Notice::Refused { feature, reason } => {
+                write!(f, "{feature} is off: the server refused it ({reason})")
             }
             Notice::ReadShrunk { count, cause } => {
                 let why = match cause {

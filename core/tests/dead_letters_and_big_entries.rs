@@ -53,11 +53,62 @@ fn sent(rig: &mut Rig) -> Vec<Vec<String>> {
     all
 }
 
+/// Connects; with a dead-letter stream, the check that dead letters can be moved goes first
+/// and nothing is read before its answer. Returns the drain, written after it.
+fn start(rig: &mut Rig) -> Vec<Vec<String>> {
+    let opening = rig.start();
+    if rig.consumer.config().dead_letter.is_none() {
+        return opening;
+    }
+    assert_eq!(opening.len(), 1, "only the check before its answer: {opening:?}");
+    assert_eq!(opening[0][1], pelican::DEAD_LETTER_CHECK_SCRIPT);
+    assert_eq!(opening[0][2..], ["2", "s", "dl", "g", "A"]);
+    rig.reply("dead_letter_check").unwrap();
+    rig.sent()
+}
+
+#[test]
+fn a_dead_letter_stream_the_user_may_not_write_is_refused_at_the_start() {
+    each(|flavor, protocol| {
+        // A least-privilege stream worker (+@stream +@connection) has no EVAL: fatal at once,
+        // before anything is read, not at the first dead letter.
+        let mut rig = Rig::new(config(protocol).dead_letter_after(2, "dl"), flavor);
+        rig.start();
+        let err = rig.reply("dead_letter_check_noperm").unwrap_err();
+        assert!(err.is_fatal(), "{err:?}");
+        assert!(matches!(err, Error::Server { command: Command::DeadLetterCheck, .. }), "{err:?}");
+        assert!(err.to_string().contains("NOPERM"), "{err}");
+        assert_eq!(rig.consumer.poll_transmit(), None, "nothing read");
+        // A user that may run scripts but not XADD: 7.0+ tell (6.2 cannot, and answers 1).
+        let mut rig = Rig::new(config(protocol).dead_letter_after(2, "dl"), flavor);
+        rig.start();
+        let outcome = rig.reply("dead_letter_check_noxadd");
+        if flavor == "redis-6.2" {
+            assert_eq!(outcome, Ok(()));
+        } else {
+            let err = outcome.unwrap_err();
+            assert!(err.to_string().contains("may not run XADD on dl5"), "{err}");
+        }
+    });
+}
+
+#[test]
+fn a_dead_letter_stream_in_another_cluster_slot_is_refused_at_the_start() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config(protocol).dead_letter_after(2, "dl"), flavor);
+        rig.start();
+        let err = rig.reply("crossslot").unwrap_err();
+        assert!(matches!(err, Error::CrossSlot { command: Command::DeadLetterCheck, .. }), "{err:?}");
+        assert!(err.to_string().contains("common hash tag"), "{err}");
+        assert_eq!(rig.consumer.poll_transmit(), None, "nothing read");
+    });
+}
+
 #[test]
 fn an_entry_past_the_cap_is_moved_not_handed_out() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config(protocol).dead_letter_after(2, "dl"), flavor);
-        rig.start();
+        start(&mut rig);
         // 1-0 was delivered 3 times, 3-0 twice (2-0 is deleted).
         rig.drain_reply("read_pending_deleted").unwrap();
         assert_eq!(sent(&mut rig), [dead_letter("1-0", 3, "max-deliveries")], "{flavor} {protocol:?}");
@@ -77,7 +128,7 @@ fn an_entry_past_the_cap_is_moved_not_handed_out() {
 fn the_dead_letter_verdict_moves_the_entry_in_hand() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config(protocol).dead_letter("dl"), flavor);
-        rig.start();
+        start(&mut rig);
         rig.drain_reply("read_pending_page").unwrap();
         rig.entry();
         rig.settle(Verdict::DeadLetter);
@@ -94,7 +145,7 @@ fn the_dead_letter_verdict_moves_the_entry_in_hand() {
 #[test]
 fn a_move_that_finds_the_entry_gone_or_taken_is_counted_not_fatal() {
     let mut rig = Rig::new(config(Protocol::Resp2).dead_letter("dl"), "redis-7.0");
-    rig.start();
+    start(&mut rig);
     rig.drain_reply("read_pending_page").unwrap();
     rig.entry();
     rig.settle(Verdict::DeadLetter);
@@ -115,7 +166,7 @@ fn a_move_that_finds_the_entry_gone_or_taken_is_counted_not_fatal() {
 fn a_dead_letter_key_of_another_type_is_fatal_and_acks_nothing() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config(protocol).dead_letter("dl"), flavor);
-        rig.start();
+        start(&mut rig);
         rig.drain_reply("read_pending_page").unwrap();
         rig.entry();
         rig.settle(Verdict::DeadLetter);
@@ -131,7 +182,7 @@ fn a_dead_letter_key_of_another_type_is_fatal_and_acks_nothing() {
 #[test]
 fn the_dead_letter_verdict_without_a_dead_letter_stream_is_fatal_once_earned_acks_are_confirmed() {
     let mut rig = Rig::new(config(Protocol::Resp2), "valkey-8.1");
-    rig.start();
+    start(&mut rig);
     rig.drain_reply("read_pending_page").unwrap();
     rig.entry();
     rig.settle(Verdict::Ack);
@@ -151,7 +202,7 @@ fn the_dead_letter_verdict_without_a_dead_letter_stream_is_fatal_once_earned_ack
 #[test]
 fn an_owed_move_is_sent_again_after_a_reconnect_and_before_a_stop_ends() {
     let mut rig = Rig::new(config(Protocol::Resp3).dead_letter("dl"), "valkey-8.1");
-    rig.start();
+    start(&mut rig);
     rig.drain_reply("read_pending_page").unwrap();
     rig.entry();
     rig.settle(Verdict::DeadLetter);
@@ -177,7 +228,7 @@ fn a_read_past_read_bytes_is_skipped_and_asked_again_smaller() {
     each(|flavor, protocol| {
         // Entries of 2,000 bytes: a 3,000-byte budget holds one whole entry.
         let mut rig = Rig::new(config(protocol).read_bytes(3000), flavor);
-        rig.start();
+        start(&mut rig);
         rig.drain_reply("read_pending_empty").unwrap();
         rig.sent();
         rig.reply("autoclaim_done").unwrap();
@@ -211,7 +262,7 @@ fn a_single_entry_past_the_frame_limit_is_named_in_the_error() {
     each(|flavor, protocol| {
         let limits = Limits { max_frame: 1500, ..Limits::default() };
         let mut rig = Rig::new(config(protocol).count(1).limits(limits).read_bytes(1024), flavor);
-        rig.start();
+        start(&mut rig);
         let page = rig.fixture("read_pending_big_one");
         rig.raw(&page).unwrap();
         // The counts behind the skipped read are dropped; the entry's id is asked for.

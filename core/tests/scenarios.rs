@@ -705,6 +705,30 @@ fn group_health_is_asked_every_interval_and_never_behind_a_parked_read() {
 }
 
 #[test]
+fn health_the_user_may_not_ask_for_is_told_once_and_not_asked_again() {
+    each(|flavor, protocol| {
+        let every = Duration::from_secs(3);
+        let mut rig = Rig::new(config("A", protocol).health_every(every), flavor);
+        assert_eq!(rig.start(), then(&health(), &drain_from("A", "0")));
+        rig.reply("xinfo_groups").unwrap();
+        rig.reply("xpending_extended").unwrap();
+        // A stream worker's ACL (+@stream +@connection) has no TIME.
+        rig.reply("time_noperm").unwrap();
+        let Notice::Refused { feature, reason } = rig.notice() else { panic!("not told") };
+        assert_eq!(feature, Notice::HEALTH);
+        assert!(reason.starts_with("NOPERM"), "{reason}");
+        assert!(rig.consumer.is_connected(), "consuming goes on");
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        rig.advance(every);
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent(), [claim("A", "0-0")], "health is not asked again");
+        assert_eq!(rig.consumer.poll_event(), None);
+    });
+}
+
+#[test]
 fn a_stop_while_a_silent_server_holds_the_handshake_ends_at_its_timeout() {
     // Twins allowed: the drain goes out with the handshake (see `twins.rs` for the look).
     let config = Config::new("s", "g", "A").count(10).start_count(10).allow_twins();

@@ -734,8 +734,16 @@ fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 }
 
 /// `EVAL`: only pelican's dead-letter script ([`pelican::DEAD_LETTER_SCRIPT`]), run natively
-/// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away).
+/// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away); and its
+/// check at the start ([`pelican::DEAD_LETTER_CHECK_SCRIPT`]), which answers 1 (the
+/// simulator has no ACL and no slots).
 fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    if args[1] == pelican::DEAD_LETTER_CHECK_SCRIPT.as_bytes() {
+        return match args.get(2).map(|n| &n[..]) {
+            Some(b"2") if args.len() == 7 => reply(Reply::Int(1)),
+            _ => Err("ERR wrong number of arguments for the dead-letter check".into()),
+        };
+    }
     if args[1] != pelican::DEAD_LETTER_SCRIPT.as_bytes() {
         return Err("ERR the simulator runs no script but pelican's dead-letter script".into());
     }

@@ -54,7 +54,8 @@
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
 //! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`, and
-//! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively). Requests are RESP arrays of bulk strings
+//! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively) and of its
+//! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`). Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
 //! Where the servers differ, [`SimOptions`] picks a behaviour ([`SimOptions::redis62`],

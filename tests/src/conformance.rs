@@ -604,6 +604,28 @@ pub fn twins<T: Transport>(t: Target) {
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
 
+/// A least-privilege stream worker (`+@stream +@connection`): consuming works (the look for
+/// twins too); a dead-letter stream, which needs `EVAL`, is refused at the start with a
+/// message naming the check, before anything is read, not at the first dead letter.
+pub fn acl_stream_worker<T: Transport>(t: Target) {
+    let rule = "worker on >pw ~* &* +@stream +@connection";
+    let server = t.start_with(Options::default().with_acl_user(rule));
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 10, 8);
+    let seen = Seen::default();
+    let config = t.config("c1").auth(Some("worker"), "pw");
+    let with_dead_letters = config.clone().dead_letter_after(3, "s:dead");
+    let refused = T::spawn(server.endpoint(), with_dead_letters, seen.acking());
+    let err = refused.join(SETTLE).expect_err("no EVAL: refused");
+    assert!(err.contains("the check that dead letters can be moved") && err.contains("NOPERM"), "{err}");
+    assert_eq!((seen.len(), admin.xpending_count(STREAM, GROUP)), (0, 0), "nothing read");
+    let run = T::spawn(server.endpoint(), config.health_every(Duration::from_millis(100)), seen.acking());
+    assert!(wait_until(SETTLE, || seen.ids() == set(&ids)), "consumed {}", seen.len());
+    run.finish();
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
 /// A large backlog (100k entries) consumed in full, the PEL empty at the end.
 pub fn large_backlog<T: Transport>(t: Target) {
     let server = t.start();
@@ -677,7 +699,7 @@ macro_rules! conformance_suite {
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
-            big_entries, entry_too_large_is_named, twins);
+            big_entries, entry_too_large_is_named, twins, acl_stream_worker);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_failover);
