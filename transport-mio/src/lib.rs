@@ -41,6 +41,7 @@ mod cluster;
 mod conn;
 mod driver;
 mod error;
+mod pool;
 mod retire;
 mod run;
 mod stop;
