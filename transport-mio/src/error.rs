@@ -26,8 +26,10 @@ pub enum RunError {
     /// other entries in hand were finished and settled, and every ack earned before was sent
     /// and confirmed. That entry was not acked: it stays pending (settled as
     /// [`Verdict::Retry`](pelican::Verdict::Retry)) and is delivered again, to this
-    /// consumer's drain when it restarts or to a peer's reclaim after `min_idle`. (If the consumer failed
-    /// for good while stopping, that error is returned instead: its acks were not confirmed.)
+    /// consumer's drain when it restarts or to a peer's reclaim after `min_idle`. (If the
+    /// consumer failed for good while stopping, that error is returned instead: its acks were
+    /// not confirmed. An [`abandon`](crate::StopHandle::abandon) meanwhile cuts the stop
+    /// short as usual: the acks not yet confirmed are given up.)
     HandlerPanicked {
         /// The id of the entry the handler panicked on, e.g. `1700000000000-0`.
         id: String,
