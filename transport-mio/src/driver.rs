@@ -12,7 +12,6 @@ use pelican_tls::{Tls, TlsError};
 
 use crate::conn::Conn;
 use crate::error::DriveError;
-use crate::stop::StopFlags;
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -83,15 +82,28 @@ enum Link {
 /// [`Notice`]s (connections, reclaims, a lease lost, a dead letter, a smaller read, health) wait in
 /// [`poll_notice`](Self::poll_notice).
 ///
-/// # Slow handlers
+/// # Slow handlers, and many entries at once
 ///
-/// With [`drive`](Self::drive) the handler runs inside the call, so nothing else happens on
-/// this driver's connection meanwhile: its earned acks go out when it returns, and the entry
-/// in hand cannot have its lease renewed. A handler running longer than `min_idle` can then
-/// lose its entry to a peer's reclaim, which handles it too (its `XACK` then counts 0, see
-/// [`Stats::lost_to_peer`](pelican::Stats::lost_to_peer)). To keep the entry leased while it
-/// is worked on, hand it elsewhere with [`drive_deferred`](Self::drive_deferred) and keep
-/// driving until you [`settle`](Self::settle) it.
+/// With [`drive`](Self::drive) the handler runs inside the call, one entry at a time, so
+/// nothing else happens on this driver's connection meanwhile: its earned acks go out when it
+/// returns, and the entry in hand cannot have its lease renewed. A handler running longer
+/// than `min_idle` can then lose its entry to a peer's reclaim, which handles it too (its
+/// `XACK` then counts 0, see [`Stats::lost_to_peer`](pelican::Stats::lost_to_peer)).
+///
+/// To keep entries leased while they are worked on, and to work on several at once, hand
+/// them elsewhere with [`drive_deferred`](Self::drive_deferred) (to a worker pool, a queue…)
+/// and [`settle`](Self::settle) each by its id as it completes, in any order. Up to
+/// [`Config::concurrency`](pelican::Config::concurrency) entries are in hand at once (never
+/// two of one key with [`Config::order_by`](pelican::Config::order_by)); the next is handed
+/// out as soon as one is settled. Keep driving meanwhile, on events and at
+/// [`next_deadline`](Self::next_deadline): that writes earned acks within
+/// [`Config::ack_delay`](pelican::Config::ack_delay) and renews the leases of the entries in
+/// hand and of those waiting. Wake your `Poll` when a worker is done (a
+/// [`mio::Waker`]) and settle its entry before driving again, as
+/// `transport-mio/examples/pool.rs` does; [`Runner::run_pool`](crate::Runner::run_pool) is
+/// that loop, ready made. A [`stop`](Self::stop) hands out nothing more and waits for the
+/// entries in hand to be settled; [`abandon`](Self::abandon) drops them (a later `settle`
+/// returns false) and they stay pending.
 ///
 /// ```no_run
 /// use std::time::Instant;
@@ -278,7 +290,7 @@ impl Driver {
             registry,
             &mut |e| Some(handler(&e)),
             &mut |n| keep_notice(&mut notices, n),
-            None,
+            &mut |_| {},
         );
         self.notices = notices;
         status
@@ -286,11 +298,13 @@ impl Driver {
 
     /// Like [`drive`](Self::drive), but an entry is not handled inside the call: it is passed
     /// to `on_entry` (to a worker thread, a queue…) and stays in hand until
-    /// [`settle`](Self::settle). Meanwhile keep driving on events and at
-    /// [`next_deadline`](Self::next_deadline) as usual: the driver goes on writing earned acks
-    /// and renewing the lease of the entry in hand (and of those waiting), so that no peer
-    /// takes it however long it is worked on. No other entry is handed out until it is
-    /// settled.
+    /// [`settle`](Self::settle) is called with its id. Meanwhile keep driving on events and
+    /// at [`next_deadline`](Self::next_deadline) as usual: the driver goes on writing earned
+    /// acks and renewing the leases of the entries in hand (and of those waiting), so that no
+    /// peer takes them however long they are worked on. Up to
+    /// [`Config::concurrency`](pelican::Config::concurrency) entries are in hand at once
+    /// (one, by default): one call may pass on several, and the next comes out once one of
+    /// them is settled (see the type's docs).
     pub fn drive_deferred(
         &mut self,
         registry: &Registry,
@@ -301,29 +315,29 @@ impl Driver {
             on_entry(entry);
             None
         };
-        let status = self.drive_until(registry, &mut hand, &mut |n| keep_notice(&mut notices, n), None);
+        let status =
+            self.drive_until(registry, &mut hand, &mut |n| keep_notice(&mut notices, n), &mut |_| {});
         self.notices = notices;
         status
     }
 
     /// [`drive`](Self::drive), handing each entry to `hand` (which returns its verdict, or
-    /// `None` if it will be settled later) and each notice to `observe`, and passing on
-    /// `stop`'s requests: first, then after each handler call (so a stop is not held up by a
-    /// batch of entries).
+    /// `None` if it will be settled later) and each notice to `observe`, and letting
+    /// `requests` pass on stop requests to the consumer: first, then after each verdict
+    /// `hand` returns, before it is settled (so a stop is not held up by a batch of entries,
+    /// and one asked for by the handler itself is honored right after its entry).
     pub(crate) fn drive_until(
         &mut self,
         registry: &Registry,
         hand: &mut impl FnMut(Entry) -> Option<Verdict>,
         observe: &mut impl FnMut(Notice),
-        stop: Option<&StopFlags>,
+        requests: &mut impl FnMut(&mut Consumer),
     ) -> Result<Status, DriveError> {
         self.asap = None;
         if self.stopped {
             return Ok(Status::Stopped);
         }
-        if let Some(stop) = stop {
-            stop.apply(&mut self.consumer);
-        }
+        requests(&mut self.consumer);
         if let Some(err) = self.consumer.error() {
             let err = err.clone();
             self.close(registry);
@@ -336,7 +350,7 @@ impl Driver {
         if let Some(err) = &self.tls_failed {
             return Err(DriveError::Tls(err.clone()));
         }
-        self.exchange(registry, hand, observe, stop)
+        self.exchange(registry, hand, observe, requests)
     }
 
     /// Connects if the consumer wants a connection and its backoff has passed; finishes a
@@ -556,7 +570,7 @@ impl Driver {
         registry: &Registry,
         hand: &mut impl FnMut(Entry) -> Option<Verdict>,
         observe: &mut impl FnMut(Notice),
-        stop: Option<&StopFlags>,
+        requests: &mut impl FnMut(&mut Consumer),
     ) -> Result<Status, DriveError> {
         let mut reads = 0;
         let mut deadlines_checked = false;
@@ -576,9 +590,7 @@ impl Driver {
                         let Some(verdict) = hand(entry) else { continue };
                         // Stop before settling: the settle then flushes the earned acks (a
                         // stop after it would leave them unwritten behind the dropped batch).
-                        if let Some(stop) = stop {
-                            stop.apply(&mut self.consumer);
-                        }
+                        requests(&mut self.consumer);
                         self.consumer.settle(&id, verdict, Instant::now());
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler runs; a failed

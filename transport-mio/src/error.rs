@@ -19,8 +19,24 @@ pub enum RunError {
     Consumer(pelican::Error),
     /// TLS failed for good (see [`DriveError::Tls`]).
     Tls(TlsError),
-    /// The `Poll` could not be created or polled.
+    /// The `Poll` could not be created or polled, or a worker thread of
+    /// [`Runner::run_pool`](crate::Runner::run_pool) could not be started.
     Io(io::Error),
+    /// The handler panicked on the entry with this id. The run stopped as for a stop: the
+    /// other entries in hand were finished and settled, and every ack earned before was sent
+    /// and confirmed. That entry was not acked: it stays pending (settled as
+    /// [`Verdict::Retry`](pelican::Verdict::Retry)) and is delivered again, to this
+    /// consumer's drain when it restarts or to a peer's reclaim after `min_idle`. (If the
+    /// consumer failed for good while stopping, that error is returned instead: its acks were
+    /// not confirmed. An [`abandon`](crate::StopHandle::abandon) meanwhile cuts the stop
+    /// short as usual: the acks not yet confirmed are given up.)
+    HandlerPanicked {
+        /// The id of the entry the handler panicked on, e.g. `1700000000000-0`.
+        id: String,
+        /// The panic's message (its payload, if a `&str` or a `String`), or
+        /// `a non-string panic`.
+        message: String,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -31,6 +47,12 @@ impl fmt::Display for RunError {
             RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
             RunError::Tls(e) => write!(f, "TLS failed: {e}"),
             RunError::Io(e) => write!(f, "event loop failed: {e}"),
+            RunError::HandlerPanicked { id, message } => {
+                write!(f, "the handler panicked on entry {id}: {message}; ")?;
+                f.write_str(
+                    "the entry stays pending, to be delivered again; the acks earned before were confirmed",
+                )
+            }
         }
     }
 }
@@ -42,6 +64,7 @@ impl std::error::Error for RunError {
             RunError::Resolve(e) | RunError::Io(e) => Some(e),
             RunError::Consumer(e) => Some(e),
             RunError::Tls(e) => Some(e),
+            RunError::HandlerPanicked { .. } => None,
         }
     }
 }

@@ -5,9 +5,22 @@
 //!
 //! - [`run`]: the common case. Blocks the calling thread consuming one stream, reconnecting
 //!   with the consumer's backoff, until stopped or failed for good.
-//! - [`Runner`]: the same, with a [`StopHandle`] to stop it from another thread.
+//! - [`Runner`]: the same, with a [`StopHandle`] to stop it from another thread, and two ways
+//!   to run the handler:
+//!   - [`Runner::run`] runs it inline on the calling thread, one entry at a time: the fastest
+//!     for quick handlers, but nothing else happens on the connection while it runs, so a
+//!     handler longer than `min_idle` may lose its entry to a peer.
+//!   - [`Runner::run_pool`] runs it on [`Config::concurrency`](pelican::Config::concurrency)
+//!     worker threads (scoped: the handler may borrow your state) while the calling thread
+//!     drives the connection: several entries at once (in order per key with
+//!     [`Config::order_by`](pelican::Config::order_by)), acks sent within `ack_delay`, and
+//!     the leases of the entries being handled renewed however long the handlers take. For
+//!     handlers that wait on I/O or run long, even one at a time.
 //! - [`Driver`]: one consumer and its socket, registered on *your* `mio::Poll` under *your*
-//!   `Token`, so that many consumers share one thread inside your own event loop.
+//!   `Token`, so that many consumers share one thread inside your own event loop. It hands
+//!   entries to a handler inline ([`Driver::drive`]), or out to your own workers
+//!   ([`Driver::drive_deferred`], up to the concurrency in hand at once), each settled by its
+//!   id as it completes ([`Driver::settle`]); `examples/pool.rs` shows such a loop.
 //!
 //! Cluster: a [`Driver`] started at any node follows `MOVED` to the master serving its
 //! stream; [`locate`] asks a node once where each stream belongs, so lanes start there.
@@ -16,11 +29,10 @@
 //! [`pelican_tls::Tls`] and pass it to [`Runner::tls`] or [`Driver::tls`].
 //!
 //! Each consumer has its own connection, so one consumer's parked read never delays
-//! another's. Handlers run on the driving thread, one entry at a time; a slow handler delays
-//! the other drivers on the same thread, and its own entry cannot be re-leased while it runs
-//! (a handler longer than `min_idle` may lose its entry to a peer). To hand entries to other
-//! threads and keep them leased meanwhile, use [`Driver::drive_deferred`] and
-//! [`Driver::settle`].
+//! another's. A handler that panics under a [`Runner`] does not unwind through it: its
+//! entry stays pending, the consumer stops as for a stop (the acks earned before are
+//! confirmed), and the run returns [`RunError::HandlerPanicked`] naming the entry. (Under
+//! your own loop, [`Driver::drive`] lets a handler's panic unwind to you.)
 //!
 //! ```no_run
 //! use pelican::{Config, Verdict};
@@ -41,6 +53,7 @@ mod cluster;
 mod conn;
 mod driver;
 mod error;
+mod pool;
 mod retire;
 mod run;
 mod stop;

@@ -1,7 +1,10 @@
 //! The blocking common case: one consumer on its own `Poll`, until stopped or failed.
 
+use std::cell::Cell;
 use std::io;
 use std::net::ToSocketAddrs;
+use std::sync::mpsc;
+use std::thread;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
@@ -9,6 +12,7 @@ use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
 
 use crate::driver::{Driver, Status};
 use crate::error::RunError;
+use crate::pool::{self, Dispatch, Outcome, Panicked, Pool};
 use crate::stop::StopHandle;
 use pelican_tls::Tls;
 
@@ -137,15 +141,24 @@ impl Runner {
 
     /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters) or
     /// until the consumer or TLS fails for good ([`RunError::Consumer`], [`RunError::Tls`]).
-    /// Lost connections and
-    /// errors a reconnect can fix are handled inside, with the consumer's backoff.
+    /// Lost connections and errors a reconnect can fix are handled inside, with the
+    /// consumer's backoff.
     ///
-    /// The handler runs on this thread, so nothing else happens on the connection while it
-    /// does: a handler running longer than `min_idle` can lose its entry to a peer, which
-    /// handles it too (its `XACK` then counts 0: [`Stats::lost_to_peer`]). The entries
-    /// waiting behind it are renewed before they are handed out, and reads shrink to what
-    /// the handlers get through well within the lease. For handlers that may run that long,
-    /// use a [`Driver`] with [`Driver::drive_deferred`], or `pelican-smol`.
+    /// The handler runs on this thread, one entry at a time (whatever
+    /// [`Config::concurrency`](pelican::Config::concurrency) says), with no thread or channel
+    /// in between: the fastest way through entries that are handled quickly. Nothing else
+    /// happens on the connection while it runs, so a handler running longer than `min_idle`
+    /// can lose its entry to a peer, which handles it too (its `XACK` then counts 0:
+    /// [`Stats::lost_to_peer`]). The entries waiting behind it are renewed before they are
+    /// handed out, and reads shrink to what the handlers get through well within the lease.
+    /// For handlers that wait on I/O or may run that long, use
+    /// [`run_pool`](Self::run_pool).
+    ///
+    /// A handler that panics does not unwind through `run`: the panic is caught, its entry
+    /// is left pending (settled [`Verdict::Retry`]), the consumer stops as for a stop (the
+    /// acks earned before are sent and confirmed) and `run` returns
+    /// [`RunError::HandlerPanicked`] naming the entry. The default panic hook still prints
+    /// the panic.
     pub fn run(mut self, mut handler: impl FnMut(&Entry) -> Verdict) -> Result<Stats, RunError> {
         let mut events = Events::with_capacity(8);
         let flags = self.stop.flags();
@@ -155,24 +168,177 @@ impl Runner {
                 observer(&notice);
             }
         };
+        // The first panic; the stop it calls for is passed on before its entry is settled.
+        let panicked: Cell<Option<Panicked>> = Cell::new(None);
+        let stopping = Cell::new(false);
+        let mut hand = |entry: Entry| {
+            Some(match pool::handle(&mut handler, &entry) {
+                Ok(verdict) => verdict,
+                Err(message) => {
+                    // Retry, not left in hand: the stop waits for the entries in hand to be
+                    // settled, and Retry leaves it pending without an ack.
+                    if !stopping.replace(true) {
+                        panicked.set(Some(Panicked::new(&entry, message)));
+                    }
+                    Verdict::Retry
+                }
+            })
+        };
+        let mut requests = |consumer: &mut Consumer| {
+            flags.apply(consumer);
+            if stopping.get() {
+                consumer.stop();
+            }
+        };
         loop {
-            let status = self.driver.drive_until(
-                self.poll.registry(),
-                &mut |e| Some(handler(&e)),
-                &mut observe,
-                Some(flags),
-            )?;
+            let status =
+                self.driver.drive_until(self.poll.registry(), &mut hand, &mut observe, &mut requests)?;
             if status == Status::Stopped {
-                return Ok(self.driver.consumer().stats().clone());
+                return finished(&self.driver, panicked.take());
             }
-            let timeout = self.driver.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
-            match self.poll.poll(&mut events, timeout) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(RunError::Io(e)),
-            }
-            // Whatever woke the poll (the socket, the waker, the deadline), driving again
-            // does what is due.
+            wait(&mut self.poll, &mut events, &self.driver)?;
         }
+    }
+
+    /// Runs like [`run`](Self::run), but the handler runs on a pool of
+    /// [`Config::concurrency`](pelican::Config::concurrency) worker threads (one, by
+    /// default), up to that many entries at once, while this thread drives the connection
+    /// through [`Driver::drive_deferred`]: acks go out within
+    /// [`Config::ack_delay`](pelican::Config::ack_delay) and the leases of the entries being
+    /// handled (and of those waiting) are renewed while the handlers run, so a handler
+    /// running longer than `min_idle` keeps its entry, which no peer takes.
+    ///
+    /// Use it for handlers that wait on I/O (a database, an HTTP call: several wait at once)
+    /// or may run long; with the default concurrency of 1 it handles one entry at a time, as
+    /// `run` does, but keeps the entry leased during a slow handler. `run` is the faster of
+    /// the two for quick handlers: it hands nothing between threads.
+    ///
+    /// The workers are started with [`std::thread::scope`], once for the whole run (not one
+    /// per entry), so the handler may borrow the caller's state; it takes `&Entry` and must be
+    /// `Sync` (shared by the workers), e.g. a closure over a `Mutex` or atomics. Entries go
+    /// to the workers over a channel and come back with their verdicts over another, each
+    /// waking this thread's `Poll`. The entries in hand are settled by their ids, in the
+    /// order they finish; with [`Config::order_by`](pelican::Config::order_by) no two of one
+    /// key are in hand at once, so each key's entries are handled one after the other, in
+    /// order.
+    ///
+    /// Through a [`StopHandle`]: [`stop`](StopHandle::stop) hands out nothing more, lets
+    /// the entries in hand finish and settles them, confirms the earned acks, then returns;
+    /// [`abandon`](StopHandle::abandon) gives up the entries in hand (their verdicts are not
+    /// sent: they stay pending, to be delivered again) and the acks not yet confirmed, and
+    /// returns once the handlers still running have returned (they cannot be interrupted).
+    /// However it ends (a stop, an abandon, a fatal error), `run_pool` joins its workers
+    /// before it returns, and an entry queued for a worker but not yet started is not
+    /// handled: it stays pending.
+    ///
+    /// A handler that panics is caught on its worker: its entry is left pending (settled
+    /// [`Verdict::Retry`]), the consumer stops as for a stop (the other entries in hand
+    /// finish and are settled, earned acks are confirmed), and `run_pool` returns
+    /// [`RunError::HandlerPanicked`] naming the entry (the first one, if several panic).
+    ///
+    /// ```no_run
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use pelican::{Config, Verdict};
+    /// use pelican_mio::Runner;
+    ///
+    /// let config = Config::new("orders", "billing", "worker-1").concurrency(8);
+    /// let charged = AtomicU64::new(0); // borrowed by the handler: no Arc needed
+    /// let stats = Runner::new("127.0.0.1:6379", config)?.run_pool(|entry| {
+    ///     // e.g. a blocking HTTP call; up to 8 run at once
+    ///     charged.fetch_add(1, Ordering::Relaxed);
+    ///     Verdict::Ack
+    /// })?;
+    /// println!("{} charged, {stats:?}", charged.load(Ordering::Relaxed));
+    /// # Ok::<(), pelican_mio::RunError>(())
+    /// ```
+    pub fn run_pool(self, handler: impl Fn(&Entry) -> Verdict + Sync) -> Result<Stats, RunError> {
+        let Runner { mut poll, mut driver, stop, observer } = self;
+        let workers = driver.consumer().config().concurrency.max(1);
+        let (to_workers, queue) = mpsc::channel();
+        let (done, verdicts) = mpsc::channel();
+        let pool = Pool::new(queue);
+        let (pool, stop, handler) = (&pool, &stop, &handler);
+        thread::scope(|scope| {
+            // Dropped on every way out of this closure, which ends the workers (see Dispatch).
+            let dispatch = pool.dispatch(to_workers);
+            for i in 0..workers {
+                let done = done.clone();
+                thread::Builder::new()
+                    .name(format!("pelican-worker-{i}"))
+                    .spawn_scoped(scope, move || pool.work(handler, &done, || stop.wake()))
+                    .map_err(RunError::Io)?;
+            }
+            drive_pool(&mut poll, &mut driver, stop, observer, &dispatch, &verdicts)
+        })
+    }
+}
+
+/// [`Runner::run_pool`]'s driving loop: settles what the workers finished, drives, waits.
+fn drive_pool(
+    poll: &mut Poll,
+    driver: &mut Driver,
+    stop: &StopHandle,
+    mut observer: Option<Observer>,
+    dispatch: &Dispatch<'_>,
+    verdicts: &mpsc::Receiver<(Entry, Outcome)>,
+) -> Result<Stats, RunError> {
+    let mut events = Events::with_capacity(8);
+    let flags = stop.flags();
+    let mut observe = |notice: Notice| {
+        if let Some(observer) = observer.as_mut() {
+            observer(&notice);
+        }
+    };
+    let mut panicked: Option<Panicked> = None;
+    loop {
+        // Settled before driving: each settle may let the next entry out, and a panic's
+        // stop must come before any more are handed out.
+        for (entry, outcome) in verdicts.try_iter() {
+            let verdict = match outcome {
+                Ok(verdict) => verdict,
+                Err(message) => {
+                    // As for a stop: nothing more handed out, the others finish. Retry, not
+                    // left in hand: the stop waits for the entries in hand to be settled,
+                    // and Retry leaves it pending without an ack.
+                    driver.stop();
+                    panicked.get_or_insert_with(|| Panicked::new(&entry, message));
+                    Verdict::Retry
+                }
+            };
+            // False after an abandon: the entry was given up, and stays pending.
+            let _in_hand = driver.settle(entry.id(), verdict);
+        }
+        let status = driver.drive_until(
+            poll.registry(),
+            &mut |entry| {
+                dispatch.send(entry);
+                None
+            },
+            &mut observe,
+            &mut |consumer| flags.apply(consumer),
+        )?;
+        if status == Status::Stopped {
+            return finished(driver, panicked);
+        }
+        wait(poll, &mut events, driver)?;
+    }
+}
+
+/// Waits on `poll` until the driver's next deadline (or an event: the socket, the waker).
+/// Whatever woke it, driving again does what is due.
+fn wait(poll: &mut Poll, events: &mut Events, driver: &Driver) -> Result<(), RunError> {
+    let timeout = driver.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+    match poll.poll(events, timeout) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+        Err(e) => Err(RunError::Io(e)),
+    }
+}
+
+/// What a run that stopped returns: the counters, or the handler's panic.
+fn finished(driver: &Driver, panicked: Option<Panicked>) -> Result<Stats, RunError> {
+    match panicked {
+        Some(panicked) => Err(panicked.into()),
+        None => Ok(driver.consumer().stats().clone()),
     }
 }

@@ -24,8 +24,10 @@ impl StopFlags {
     }
 }
 
-/// Stops a [`Runner`](crate::Runner) from any thread: the consumer finishes the entry in
-/// hand, confirms its earned acks and returns. Cheap to clone; stopping twice is harmless.
+/// Stops a [`Runner`](crate::Runner) from any thread: the consumer hands out nothing more,
+/// finishes the entries in hand (one with [`run`](crate::Runner::run), up to the concurrency
+/// with [`run_pool`](crate::Runner::run_pool)), confirms its earned acks and returns. Cheap
+/// to clone; stopping twice is harmless.
 #[derive(Clone, Debug)]
 pub struct StopHandle {
     inner: Arc<StopInner>,
@@ -46,6 +48,13 @@ impl StopHandle {
         &self.inner.flags
     }
 
+    /// Wakes the runner's poll (a worker of [`Runner::run_pool`](crate::Runner::run_pool)
+    /// finished an entry): the poll has room for one waker only.
+    pub(crate) fn wake(&self) {
+        // A failed wake costs only time: the runner drives again at its next deadline.
+        let _ = self.inner.waker.wake();
+    }
+
     /// Asks the runner to stop and wakes its poll. Returns at once; the runner's `run`
     /// returns when the consumer has stopped. Before `run` starts, `run` stops at once.
     pub fn stop(&self) {
@@ -57,8 +66,9 @@ impl StopHandle {
     /// Asks the runner to stop without waiting on the server (see
     /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
     /// waits on an unreachable server to confirm acks. A handler already running finishes
-    /// (it cannot be interrupted) but its verdict is not sent; acks not yet confirmed are
-    /// given up, and their entries stay pending, to be delivered again.
+    /// (it cannot be interrupted: the run returns once it has) but its verdict is not sent;
+    /// the entries in hand and those whose acks are not yet confirmed stay pending, to be
+    /// delivered again.
     pub fn abandon(&self) {
         self.inner.flags.abandoned.store(true, Ordering::Release);
         self.stop();

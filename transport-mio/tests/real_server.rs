@@ -486,7 +486,9 @@ fn deferred_with_a_peer(flavor: Flavor) {
     let mut poll = Poll::new().unwrap();
     let mut events = Events::with_capacity(16);
     let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), Token(1)).unwrap());
-    let consumer = Consumer::new(config("s", "g", "c1").min_idle(min_idle)).unwrap();
+    // The first read takes the whole backlog (reads start at the concurrency, 1, otherwise):
+    // the entries waiting behind the slow one are leased too.
+    let consumer = Consumer::new(config("s", "g", "c1").min_idle(min_idle).start_count(4)).unwrap();
     let mut driver = Driver::new(server.addr(), consumer, Token(0));
     // The worker: the first entry takes 2.5 × min_idle, the rest nothing.
     let (to_worker, work) = mpsc::channel::<Entry>();
