@@ -81,7 +81,7 @@ stream, an entry a peer took while this consumer held it (a lease lost), reads m
 The progress line (--progress, or a terminal) also shows the group's health every 5 s —
 its pending count, its oldest pending entry's age and owner, its lag (Redis 7+/Valkey) —
 and `waiting for the server` while it cannot be reached. Every connection is named
-pelican:<group>:<consumer> in CLIENT LIST.
+pelican:<stream>:<group>:<consumer> in CLIENT LIST.
 
 JSON: a field name or value that is valid UTF-8 is a JSON string; one that is not is
 {\"base64\":\"…\"} (standard alphabet, padded), and so is a stream name. Fields keep stream

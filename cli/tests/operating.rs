@@ -96,7 +96,7 @@ fn a_server_that_dies_and_returns_is_told_and_counted() {
     // The connection is named for the group and consumer.
     let mut admin = server.admin();
     let list = admin.call(&["CLIENT", "LIST"]).as_text().unwrap();
-    assert!(list.contains(" name=pelican:g:c "), "{list}");
+    assert!(list.contains(" name=pelican:s:g:c "), "{list}");
     server.kill9();
     wait_until("the loss told", || lines_with(&p, "pelican: connection lost: ") == 1);
     wait_until("the outage on the progress line", || lines_with(&p, "| waiting for the server") > 0);

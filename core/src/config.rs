@@ -88,7 +88,7 @@ pub struct Config {
     /// Credentials, if the server wants them.
     pub auth: Option<Auth>,
     /// The connection's name (`CLIENT SETNAME`, or `HELLO … SETNAME`), shown by
-    /// `CLIENT LIST`; printable ASCII without spaces. Default `pelican:<group>:<consumer>`
+    /// `CLIENT LIST`; printable ASCII without spaces. Default `pelican:<stream>:<group>:<consumer>`
     /// (any byte that a name cannot hold shown as `?`); `None` sends no name.
     pub client_name: Option<Bytes>,
     /// Database index (`SELECT`); 0 sends nothing.
@@ -216,10 +216,11 @@ pub const MIN_READ_GRACE: Duration = Duration::from_secs(1);
 /// The longest duration any setting accepts: 365 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
-/// `pelican:<group>:<consumer>`, each byte a connection name cannot hold (a space, a control
+/// `pelican:<stream>:<group>:<consumer>` (the three that make one pending list: two
+/// connections under one name are twins), each byte a connection name cannot hold (a space, a control
 /// or a non-ASCII byte) shown as `?`.
-fn default_client_name(group: &[u8], consumer: &[u8]) -> Bytes {
-    let name = [&b"pelican:"[..], group, b":", consumer].concat();
+fn default_client_name(stream: &[u8], group: &[u8], consumer: &[u8]) -> Bytes {
+    let name = [&b"pelican:"[..], stream, b":", group, b":", consumer].concat();
     name.into_iter().map(|b| if b.is_ascii_graphic() { b } else { b'?' }).collect::<Vec<u8>>().into()
 }
 
@@ -242,7 +243,7 @@ pub const MIN_MIN_IDLE: Duration = Duration::from_millis(100);
 impl Config {
     /// A configuration with the defaults for everything but the names.
     pub fn new(stream: impl AsRef<[u8]>, group: impl AsRef<[u8]>, consumer: impl AsRef<[u8]>) -> Config {
-        let name = default_client_name(group.as_ref(), consumer.as_ref());
+        let name = default_client_name(stream.as_ref(), group.as_ref(), consumer.as_ref());
         Config {
             stream: bytes(stream),
             group: bytes(group),
@@ -706,9 +707,9 @@ mod tests {
         for bad in ["notanid", "-", "1-", "-1", "+5", "1-2-3", "99999999999999999999", "$-1"] {
             assert_eq!(base().create_group(bad).validate(), Err(ConfigError::BadStartId), "{bad}");
         }
-        assert_eq!(base().client_name.as_deref(), Some(&b"pelican:g:c"[..]));
+        assert_eq!(base().client_name.as_deref(), Some(&b"pelican:s:g:c"[..]));
         let odd = Config::new("s", "my group", b"caf\xc3\xa9");
-        assert_eq!(odd.client_name.as_deref(), Some(&b"pelican:my?group:caf??"[..]));
+        assert_eq!(odd.client_name.as_deref(), Some(&b"pelican:s:my?group:caf??"[..]));
         assert_eq!(odd.validate(), Ok(()));
         assert_eq!(base().no_client_name().client_name, None);
     }

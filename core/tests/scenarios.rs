@@ -647,8 +647,8 @@ fn connections_are_named_by_default() {
         rig.connect();
         let opening = rig.sent();
         match protocol {
-            Protocol::Resp2 => assert_eq!(opening[0], cmd("CLIENT SETNAME pelican:g:A")),
-            Protocol::Resp3 => assert_eq!(opening[0], cmd("HELLO 3 SETNAME pelican:g:A")),
+            Protocol::Resp2 => assert_eq!(opening[0], cmd("CLIENT SETNAME pelican:s:g:A")),
+            Protocol::Resp3 => assert_eq!(opening[0], cmd("HELLO 3 SETNAME pelican:s:g:A")),
         }
         let answer = if protocol == Protocol::Resp3 { "hello" } else { "setname" };
         rig.reply(answer).unwrap();

@@ -10,7 +10,8 @@ use pelican::{Config, Error, Notice, Protocol};
 use support::*;
 
 fn config(protocol: Protocol) -> Config {
-    Config::new("s", "g", "A").count(10).start_count(10).protocol(protocol)
+    // The name the captured lists carry (the default would be `pelican:s:g:A`).
+    Config::new("s", "g", "A").count(10).start_count(10).protocol(protocol).client_name("pelican:g:A")
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {

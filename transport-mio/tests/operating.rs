@@ -69,7 +69,7 @@ fn connections_are_named_and_the_group_health_is_told() {
         let (stop, rx) =
             spawn(runner, move |e| if e.id() == first.as_bytes() { Verdict::Retry } else { Verdict::Ack });
         wait_for("the name in CLIENT LIST", || {
-            client_names(&mut admin).contains(&"pelican:g:w1".to_string())
+            client_names(&mut admin).contains(&"pelican:s:g:w1".to_string())
         });
         let health = || {
             seen.lock().unwrap().iter().rev().find_map(|n| match n {
