@@ -32,8 +32,10 @@ impl Panic {
 pub(crate) type Guarded<F> = CatchUnwind<AssertUnwindSafe<F>>;
 
 /// Calls `handler` with `entry`: its future, guarded, or the payload of its panic. The
-/// handler and the futures are asserted unwind-safe: after a panic the runner calls the
-/// handler no more and settles nothing with what it left behind.
+/// handler and its futures are asserted unwind-safe: after a panic nothing more is handed
+/// out, so the handler is called no more, and the future that panicked is polled no more
+/// (the others in hand go on: they may have been left in a state they must cope with, as
+/// after a panic on another thread).
 pub(crate) fn call<H, F>(handler: &mut H, entry: Entry) -> thread::Result<Guarded<F>>
 where
     H: FnMut(Entry) -> F,
