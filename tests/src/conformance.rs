@@ -123,11 +123,13 @@ impl Target {
         }
     }
 
-    /// A consumer config with short, test-friendly timings.
+    /// A consumer config with short, test-friendly timings, reading 50 at a time from the
+    /// start (the scenarios speak of batches read whole).
     pub fn config(&self, consumer: &str) -> Config {
         Config::new(STREAM, GROUP, consumer)
             .protocol(self.protocol)
             .count(50)
+            .start_count(50)
             .beat(Duration::from_millis(200))
             .min_idle(Duration::from_secs(3600))
             .backoff(Duration::from_millis(20), Duration::from_millis(200))

@@ -20,6 +20,18 @@ pub enum RunError {
     /// TLS failed for good: an untrusted or expired certificate, a name mismatch, a server
     /// that wants a client certificate or does not speak TLS…
     Tls(TlsError),
+    /// The handler panicked on the entry with this id: calling it, or polling the future it
+    /// returned. That entry was not acked (it stays pending, its delivery counted, and comes
+    /// again: to this consumer's drain when it restarts, or to a peer's reclaim); the run
+    /// stopped as for a [`StopHandle::stop`](crate::StopHandle::stop), the other entries in
+    /// hand finished and their acks confirmed, before `run` returned this.
+    HandlerPanicked {
+        /// The entry's id, e.g. `1700000000000-0`.
+        id: String,
+        /// What the handler panicked with (its `&str` or `String` payload), or
+        /// "a non-string panic".
+        message: String,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -29,6 +41,9 @@ impl fmt::Display for RunError {
             RunError::Consumer(e) => write!(f, "consumer failed: {e}"),
             RunError::Resolve(e) => write!(f, "cannot resolve the server address: {e}"),
             RunError::Tls(e) => write!(f, "TLS failed: {e}"),
+            RunError::HandlerPanicked { id, message } => {
+                write!(f, "the handler panicked on entry {id} ({message}); that entry stays pending")
+            }
         }
     }
 }
@@ -40,6 +55,7 @@ impl std::error::Error for RunError {
             RunError::Consumer(e) => Some(e),
             RunError::Resolve(e) => Some(e),
             RunError::Tls(e) => Some(e),
+            RunError::HandlerPanicked { .. } => None,
         }
     }
 }

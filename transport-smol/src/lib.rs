@@ -3,8 +3,8 @@
 //! Drives [`pelican`] consumers over [`smol`]'s async sockets, with async handlers. Thin:
 //! sockets, timers and reconnects; everything about the protocol is the core's.
 //!
-//! - [`run`]: consume one stream until the consumer fails for good, handing each entry to an
-//!   async handler and settling it with the verdict the handler returns.
+//! - [`run`]: consume one stream until the consumer fails for good (or a handler panics),
+//!   handing each entry to an async handler and settling it with the verdict it returns.
 //! - [`Runner`]: the same, with a [`StopHandle`] to stop it from any task or thread.
 //!
 //! The futures work on any executor: sockets and timers are served by `async-io`'s reactor
@@ -16,15 +16,35 @@
 //! TLS (`rustls` through `futures-rustls`): build a [`pelican_tls::Tls`] and pass it to
 //! [`Runner::tls`]; certificate and handshake failures end the run with [`RunError::Tls`].
 //!
-//! Each entry is handled to completion before the next is handed out: a stop never cuts a
-//! handler short. The handler may await its own I/O meanwhile.
+//! # Entries in hand
+//!
+//! Up to [`Config::concurrency`](pelican::Config::concurrency) entries are in hand at once
+//! (one by default: each is handled to completion before the next is handed out). Their
+//! handler futures are polled inside [`Runner::run`], not spawned, so they may borrow what the
+//! caller owns (no `Arc`, no `'static`; `Send` only if the run itself is spawned on a
+//! multi-threaded executor), and each settles its entry by its verdict as it finishes, in any
+//! order. With [`Config::order_by`](pelican::Config::order_by) two entries of one key are never
+//! in hand at once. While they run, the connection keeps working: earned acks go out, leases
+//! are renewed. A stop never cuts a handler short: nothing more is handed out, the futures
+//! running finish, the acks are confirmed, then `run` returns; an abandon drops them.
+//!
+//! A handler that panics (called, or its future polled) loses no earned ack: its entry stays
+//! pending (not acked, to come again), the run stops as for a stop, and `run` returns
+//! [`RunError::HandlerPanicked`] naming the entry.
 //!
 //! ```no_run
-//! use pelican::{Config, Verdict};
+//! use pelican::{Config, Entry, Verdict};
 //!
-//! let config = Config::new("orders", "billing", "worker-1").create_group("0");
+//! struct Db; // the application's own client
+//! impl Db {
+//!     async fn write(&self, _entry: &Entry) { /* its own I/O */ }
+//! }
+//!
+//! let db = Db;
+//! let config = Config::new("orders", "billing", "worker-1").create_group("0").concurrency(8);
+//! let db = &db; // borrowed by every handler future
 //! let stats = smol::block_on(pelican_smol::run("127.0.0.1:6379", config, |entry| async move {
-//!     println!("{:?}", entry);
+//!     db.write(&entry).await;
 //!     Verdict::Ack
 //! }))?;
 //! println!("{stats:?}");
@@ -36,6 +56,7 @@
 
 mod conn;
 mod error;
+mod handler;
 mod run;
 mod stop;
 

@@ -3,19 +3,22 @@
 use std::future::Future;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::pin::pin;
+use std::thread;
 use std::time::{Duration, Instant};
 
-use std::pin::pin;
-
+use futures_util::stream::FuturesUnordered;
 use pelican::{Config, Consumer, Entry, Event, Notice, Stats, Verdict};
 use pelican_tls::{Tls, TlsError};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::{AsyncToSocketAddrs, TcpStream};
+use smol::stream::{Stream, StreamExt};
 use smol::Timer;
 
 use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
+use crate::handler::{self, Panic};
 use crate::stop::{Request, StopHandle};
 
 /// Size of one socket read.
@@ -32,8 +35,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Consumes `config`'s stream from the server at `addr`, handing each entry to the async
 /// `handler` and settling it with the verdict it returns, reconnecting after the consumer's
-/// backoff whenever the connection is lost. Runs until the consumer fails for good (see
-/// [`Runner`] for a [`StopHandle`]).
+/// backoff whenever the connection is lost. Runs until the consumer fails for good or a
+/// handler panics (see [`Runner`] for a [`StopHandle`], and [`Runner::run`] for entries in
+/// hand at once and panics).
 ///
 /// A host name in `addr` is resolved on smol's blocking-thread pool ([`smol::net::resolve`]),
 /// so the executor stays free while DNS answers.
@@ -95,6 +99,8 @@ pub struct Runner {
     quiet: u32,
     /// Whether the server sent anything on this connection.
     heard: bool,
+    /// The first handler panic, which ends the run once the stop it started has.
+    panic: Option<Panic>,
 }
 
 /// What [`Runner::on_notice`] was given.
@@ -108,6 +114,13 @@ impl std::fmt::Debug for Runner {
             .field("stop", &self.stop)
             .finish_non_exhaustive()
     }
+}
+
+/// What came first while many handlers ran: one of them finishing (`None`: none was
+/// running), or a step of the connection.
+enum Next<T> {
+    Handled(Option<T>),
+    Stepped(Result<(), RunError>),
 }
 
 /// What ended a wait on the socket, the consumer's deadline or a stop.
@@ -155,6 +168,7 @@ impl Runner {
             tls: None,
             quiet: 0,
             heard: false,
+            panic: None,
         })
     }
 
@@ -200,22 +214,72 @@ impl Runner {
         &self.consumer
     }
 
-    /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters) or
-    /// until the consumer fails for good ([`RunError::Consumer`]). Lost connections and
-    /// errors a reconnect can fix are handled inside, with the consumer's backoff.
+    /// Runs until stopped through a [`StopHandle`] (returning the consumer's counters), until
+    /// the consumer fails for good ([`RunError::Consumer`]), or until the handler panics
+    /// ([`RunError::HandlerPanicked`]). Lost connections and errors a reconnect can fix are
+    /// handled inside, with the consumer's backoff.
     ///
-    /// Each entry is passed to `handler` and the future it returns is awaited to completion
-    /// before the entry is settled and the next one handed out. While it runs, the
-    /// connection keeps working: earned acks go out, and the lease of the entry in hand (and
-    /// of those waiting) is renewed, so a peer does not take it however long it takes. A stop
-    /// requested meanwhile waits for it: the entry is settled, its ack confirmed, then `run`
-    /// returns. An [`abandon`](StopHandle::abandon) drops the handler's future instead.
+    /// Each entry is passed to `handler`, and the future it returns is polled here, inside
+    /// `run`, until its verdict settles the entry. Up to
+    /// [`Config::concurrency`](pelican::Config::concurrency) of them run at once (by default
+    /// one: each entry is handled before the next is handed out), and with
+    /// [`Config::order_by`](pelican::Config::order_by) never two of one key. They are not
+    /// spawned, so they need be neither `'static` nor `Send`: they may borrow what the caller
+    /// owns, as below.
+    ///
+    /// While they run, the connection keeps working: earned acks go out within
+    /// [`Config::ack_delay`](pelican::Config::ack_delay), and the leases of the entries in
+    /// hand (and of those waiting) are renewed, so a peer does not take them however long
+    /// they take. A stop requested meanwhile hands out nothing more and waits for them: each
+    /// entry is settled, the earned acks are confirmed, then `run` returns. An
+    /// [`abandon`](StopHandle::abandon) drops the futures instead. A fatal consumer error
+    /// lets them finish (their verdicts go unused: the entries stay pending), then `run`
+    /// returns it.
+    ///
+    /// A panic, calling `handler` or polling its future, is caught: that entry is not acked
+    /// (it stays pending, to come again), nothing more is handed out, the other futures
+    /// finish and the earned acks are confirmed, as for a stop; then `run` returns
+    /// [`RunError::HandlerPanicked`] naming the entry.
+    ///
+    /// ```no_run
+    /// use pelican::{Config, Entry, Verdict};
+    /// use pelican_smol::Runner;
+    ///
+    /// struct Db; // the application's own client
+    /// impl Db {
+    ///     async fn write(&self, _entry: &Entry) { /* its own I/O */ }
+    /// }
+    ///
+    /// let db = Db;
+    /// let config = Config::new("orders", "billing", "worker-1").concurrency(16);
+    /// let runner = Runner::new("127.0.0.1:6379", config)?;
+    /// let db = &db; // borrowed by every handler future: no `Arc`, no `'static`
+    /// let stats = smol::block_on(runner.run(|entry| async move {
+    ///     db.write(&entry).await;
+    ///     Verdict::Ack
+    /// }))?;
+    /// # Ok::<(), pelican_smol::RunError>(())
+    /// ```
     pub async fn run<H, F>(mut self, handler: H) -> Result<Stats, RunError>
     where
         H: FnMut(Entry) -> F,
         F: Future<Output = Verdict>,
     {
-        let outcome = self.serve(handler).await;
+        let outcome = if self.consumer.config().concurrency > 1 {
+            self.serve_many(handler).await
+        } else {
+            self.serve_one(handler).await
+        };
+        // A panic ended the run, whatever happened after it.
+        let outcome = match self.panic.take() {
+            Some(Panic { id, message }) => {
+                if let Err(err) = outcome {
+                    log::error!("{}: after the handler panicked: {err}", self.name());
+                }
+                Err(RunError::HandlerPanicked { id, message })
+            }
+            None => outcome,
+        };
         if let Err(err) = &outcome {
             log::error!("{}: gave up: {err}", self.name());
         }
@@ -227,7 +291,9 @@ impl Runner {
         String::from_utf8_lossy(&self.consumer.config().stream).into_owned()
     }
 
-    async fn serve<H, F>(&mut self, mut handler: H) -> Result<Stats, RunError>
+    /// One entry in hand at a time: its future is pinned here, with nothing allocated per
+    /// entry.
+    async fn serve_one<H, F>(&mut self, mut handler: H) -> Result<Stats, RunError>
     where
         H: FnMut(Entry) -> F,
         F: Future<Output = Verdict>,
@@ -238,14 +304,18 @@ impl Runner {
                 match event {
                     Event::Entry(entry) => {
                         let id = entry.id_bytes();
-                        let Some(verdict) = self.handle(handler(entry)).await? else {
-                            // Abandoned while it ran: the consumer has stopped.
-                            return Ok(self.consumer.stats().clone());
+                        let outcome = match handler::call(&mut handler, entry) {
+                            Ok(handled) => match self.handle(handled).await? {
+                                Some(outcome) => outcome,
+                                // Abandoned while it ran: the consumer has stopped.
+                                None => return Ok(self.consumer.stats().clone()),
+                            },
+                            Err(payload) => Err(payload),
                         };
                         // Stop before settling: the settle then ends the batch and writes the
                         // earned acks.
                         self.tell();
-                        self.consumer.settle(&id, verdict, Instant::now());
+                        self.settle(&id, outcome);
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler starts: a handler
                         // may block the executor's thread.
@@ -271,8 +341,8 @@ impl Runner {
 
     /// Awaits a handler's future while the connection goes on working. `None`: abandoned
     /// meanwhile (the future is dropped; the consumer has stopped). A fatal error meanwhile
-    /// lets the handler finish first.
-    async fn handle<F: Future<Output = Verdict>>(&mut self, handled: F) -> Result<Option<Verdict>, RunError> {
+    /// lets the handler finish first, unless an abandon comes first.
+    async fn handle<T>(&mut self, handled: impl Future<Output = T>) -> Result<Option<T>, RunError> {
         let mut handled = pin!(handled);
         loop {
             while let Some(event) = self.consumer.poll_event() {
@@ -287,14 +357,117 @@ impl Runner {
                 self.step().await.map(|()| None)
             });
             match step.await {
-                Ok(Some(verdict)) => return Ok(Some(verdict)),
+                Ok(Some(outcome)) => return Ok(Some(outcome)),
                 Ok(None) => {}
                 Err(err) => {
-                    let _ = handled.await;
+                    // Its verdict (or panic, which the panic hook has told) goes unused.
+                    unless_abandoned(&self.stop, async {
+                        handled.await;
+                    })
+                    .await;
                     return Err(err);
                 }
             }
         }
+    }
+
+    /// Many entries in hand: their futures polled at once, here, as a set, each settling
+    /// its entry as it finishes.
+    async fn serve_many<H, F>(&mut self, mut handler: H) -> Result<Stats, RunError>
+    where
+        H: FnMut(Entry) -> F,
+        F: Future<Output = Verdict>,
+    {
+        let mut running = FuturesUnordered::new();
+        loop {
+            self.tell();
+            while let Some(event) = self.consumer.poll_event() {
+                match event {
+                    Event::Entry(entry) => {
+                        let id = entry.id_bytes();
+                        match handler::call(&mut handler, entry) {
+                            Ok(handled) => running.push(handler::tagged(id, handled)),
+                            Err(payload) => self.settle(&id, Err(payload)),
+                        }
+                    }
+                    Event::Notice(notice) => self.observe(&notice),
+                    // A stop comes out once none is in hand; after an abandon, the futures
+                    // still running are dropped here.
+                    Event::Stopped => return Ok(self.consumer.stats().clone()),
+                    // Events this transport does not know yet need nothing from it.
+                    _ => {}
+                }
+            }
+            if let Some(err) = self.consumer.error() {
+                let err = RunError::Consumer(err.clone());
+                unless_abandoned(&self.stop, finish_all(&mut running)).await;
+                return Err(err);
+            }
+            if self.consumer.is_stopped() {
+                return Ok(self.consumer.stats().clone());
+            }
+            if running.is_empty() {
+                self.step().await?;
+                continue;
+            }
+            // Bytes to write (a settle's acks, a read, a renewal) go first: a write seldom
+            // waits. Otherwise a finished handler does, so that the next entry is handed out
+            // before the socket is read, as with one in hand. Either way the other is polled
+            // while the first waits. A connect cut short by a finished handler is simply
+            // tried again: nothing new is handed out while disconnected, so that happens at
+            // most once per entry in hand.
+            let next = if self.consumer.poll_transmit().is_some() {
+                future::or(async { Next::Stepped(self.step().await) }, async {
+                    Next::Handled(running.next().await)
+                })
+                .await
+            } else {
+                future::or(async { Next::Handled(running.next().await) }, async {
+                    Next::Stepped(self.step().await)
+                })
+                .await
+            };
+            match next {
+                Next::Handled(Some((id, outcome))) => {
+                    // Stop before settling, as with one in hand.
+                    self.tell();
+                    self.settle(&id, outcome);
+                }
+                // (`None` cannot be: only an empty set ends, and this one was not.)
+                Next::Handled(None) | Next::Stepped(Ok(())) => {}
+                Next::Stepped(Err(err)) => {
+                    unless_abandoned(&self.stop, finish_all(&mut running)).await;
+                    return Err(err);
+                }
+            }
+        }
+    }
+
+    /// Settles the entry in hand with this `id` by its handler's verdict. After a panic the
+    /// consumer stops first (nothing more is handed out), then the entry is settled with
+    /// [`Verdict::Retry`]: no ack, so it stays pending with this delivery counted (a
+    /// handler that panics on it every time brings it to `max_deliveries` and the dead
+    /// letters, rather than around forever). Left in hand instead, it would hold the stop
+    /// open for good: the stop ends once nothing is in hand, and an abandon to end it would
+    /// give up the earned acks not yet confirmed.
+    fn settle(&mut self, id: &[u8], outcome: thread::Result<Verdict>) {
+        let verdict = match outcome {
+            Ok(verdict) => verdict,
+            Err(payload) => {
+                let panic = Panic::new(id, &*payload);
+                log::error!(
+                    "{}: the handler panicked on entry {} ({}): it stays pending; stopping",
+                    self.name(),
+                    panic.id,
+                    panic.message
+                );
+                self.consumer.stop();
+                // The first panic is the one `run` returns.
+                self.panic.get_or_insert(panic);
+                Verdict::Retry
+            }
+        };
+        self.consumer.settle(id, verdict, Instant::now());
     }
 
     fn observe(&mut self, notice: &Notice) {
@@ -507,6 +680,17 @@ impl Runner {
             self.told = asked;
         }
     }
+}
+
+/// Lets the handlers still `running` finish, their verdicts unused (a panic among them has
+/// been told by the panic hook).
+async fn finish_all(running: &mut (impl Stream + Unpin)) {
+    while running.next().await.is_some() {}
+}
+
+/// `work`, unless an abandon is asked of `stop` before it finishes (then it is dropped).
+async fn unless_abandoned(stop: &StopHandle, work: impl Future<Output = ()>) {
+    future::or(work, stop.beyond(Request::Stop)).await;
 }
 
 /// `work`, unless `timeout` passes or `stop` is asked more than `told` first (`None`).

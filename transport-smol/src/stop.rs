@@ -13,8 +13,9 @@ pub(crate) enum Request {
     Abandon,
 }
 
-/// Stops a [`Runner`](crate::Runner) from any task or thread: the consumer finishes the
-/// entry in hand, confirms its earned acks and [`Runner::run`](crate::Runner::run) returns.
+/// Stops a [`Runner`](crate::Runner) from any task or thread: the consumer hands out nothing
+/// more, the entries in hand finish, their earned acks are confirmed and
+/// [`Runner::run`](crate::Runner::run) returns.
 /// Cheap to clone; stopping twice is harmless.
 #[derive(Clone, Debug)]
 pub struct StopHandle {
@@ -44,8 +45,8 @@ impl StopHandle {
 
     /// Asks the runner to stop without waiting on the server (see
     /// [`Consumer::abandon`](pelican::Consumer::abandon)), e.g. when a [`stop`](Self::stop)
-    /// waits on an unreachable server to confirm acks. A handler's future still running is
-    /// dropped; acks not yet confirmed are given up. Their entries stay pending, to be
+    /// waits on an unreachable server to confirm acks. The handlers' futures still running
+    /// are dropped; acks not yet confirmed are given up. Their entries stay pending, to be
     /// delivered again.
     pub fn abandon(&self) {
         self.ask(Request::Abandon);

@@ -16,8 +16,11 @@ use smol::Timer;
 const SETTLE: Duration = Duration::from_secs(10);
 
 fn config(consumer: &str) -> Config {
+    // Reads of 10 from the start (not one until a handler is timed): the tests speak of
+    // what a batch holds.
     Config::new("s", "g", consumer)
         .count(10)
+        .start_count(10)
         .beat(Duration::from_millis(200))
         .min_idle(Duration::from_secs(3600))
         .backoff(Duration::from_millis(20), Duration::from_millis(200))
