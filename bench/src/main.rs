@@ -6,14 +6,19 @@
 //!
 //! ```text
 //! cargo run --release -p pelican-bench -- [--entries 200000] [--rounds 5] [--batch 10,100,1000]
+//! cargo run --release -p pelican-bench -- --slow-ms 10 --concurrency 1,16,64 --consumers 8 --servers redis-7.0
+//! cargo run --release -p pelican-bench -- --latency 10000 --seconds 30 --concurrency 1,64 --servers redis-7.0
 //! ```
 
 mod contenders;
 mod lanes;
+mod latency;
 mod measure;
 mod raw;
+mod slow;
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Parser;
 use contenders::{Contender, Job};
@@ -49,6 +54,24 @@ struct Args {
     /// `--batch`.
     #[arg(long)]
     lanes: Option<usize>,
+    /// Instead: handlers that wait this many ms — one consumer with each `--concurrency` in
+    /// hand (pelican-smol awaiting a timer, pelican-mio `run_pool` asleep), then
+    /// `--consumers` pelican-smol consumers sharing `--entries` entries.
+    #[arg(long)]
+    slow_ms: Option<u64>,
+    /// Instead: latency from XADD to the handler, a producer adding this many entries a
+    /// second at an even pace for `--seconds`, at each `--concurrency`.
+    #[arg(long)]
+    latency: Option<u32>,
+    /// How long the latency producer runs.
+    #[arg(long, default_value_t = 30)]
+    seconds: u64,
+    /// Entries in hand at once (`Config::concurrency`), for `--slow-ms` and `--latency`.
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 64])]
+    concurrency: Vec<u32>,
+    /// Consumers sharing one backlog, for `--slow-ms` (0: none).
+    #[arg(long, default_value_t = 8)]
+    consumers: usize,
 }
 
 const STREAM: &str = "bench";
@@ -61,9 +84,11 @@ fn main() -> ExitCode {
             eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1)");
             return ExitCode::from(2);
         };
-        let outcome = match args.lanes {
-            Some(lanes) => bench_lanes(flavor, lanes, &args),
-            None => bench_server(flavor, &args),
+        let outcome = match (args.lanes, args.slow_ms, args.latency) {
+            (Some(lanes), _, _) => bench_lanes(flavor, lanes, &args),
+            (_, Some(ms), _) => bench_slow(flavor, Duration::from_millis(ms), &args),
+            (_, _, Some(rate)) => bench_latency(flavor, rate, &args),
+            _ => bench_server(flavor, &args),
         };
         if let Err(e) = outcome {
             eprintln!("pelican-bench: {e}");
@@ -152,6 +177,27 @@ fn bench_lanes(flavor: Flavor, lanes: usize, args: &Args) -> Result<(), String> 
     );
     println!("  cluster / one     {:>8.2}×", cluster_rate / one_rate);
     Ok(())
+}
+
+/// Handlers that wait on I/O (see `slow.rs`).
+fn bench_slow(flavor: Flavor, wait: Duration, args: &Args) -> Result<(), String> {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    println!("\n{}", flavor.name());
+    slow::throughput(&mut admin, server.addr(), wait, &args.concurrency)?;
+    if args.consumers > 0 {
+        let n = args.concurrency.iter().copied().find(|n| *n > 1).unwrap_or(1).min(8);
+        slow::shared(&mut admin, server.addr(), wait, args.consumers, n, args.entries.min(500))?;
+    }
+    Ok(())
+}
+
+/// Latency from XADD to the handler (see `latency.rs`).
+fn bench_latency(flavor: Flavor, rate: u32, args: &Args) -> Result<(), String> {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    println!("\n{}", flavor.name());
+    latency::run(&mut admin, server.addr(), rate, args.seconds, &args.concurrency)
 }
 
 /// A fresh group at 0, one contender consuming all of it, and the checks that it did.

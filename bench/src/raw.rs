@@ -55,6 +55,88 @@ pub fn consume(
     }
 }
 
+/// Follows `stream` as `consumer` of `group` until `total` entries: parked on `XREADGROUP …
+/// COUNT 100 BLOCK 1000 … >`, each batch acked with the next read (as [`consume`] does),
+/// `stamp` called with each entry's `t` field as soon as its reply is read.
+pub fn follow(
+    addr: SocketAddr,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    total: usize,
+    mut stamp: impl FnMut(&[u8]),
+) -> io::Result<()> {
+    let sock = TcpStream::connect(addr)?;
+    sock.set_nodelay(true)?;
+    let read = command(&[
+        "XREADGROUP",
+        "GROUP",
+        group,
+        consumer,
+        "COUNT",
+        "100",
+        "BLOCK",
+        "1000",
+        "STREAMS",
+        stream,
+        ">",
+    ]);
+    let mut conn = Conn { sock, buf: Vec::with_capacity(1 << 20), start: 0 };
+    let (mut out, mut ids, mut seen, mut acking) = (Vec::new(), Vec::<u8>::new(), 0usize, 0usize);
+    loop {
+        out.clear();
+        if acking > 0 {
+            out.extend_from_slice(format!("*{}\r\n$4\r\nXACK\r\n", acking + 3).as_bytes());
+            for part in [stream, group] {
+                bulk(&mut out, part.as_bytes());
+            }
+            out.extend_from_slice(&ids);
+        }
+        if seen < total {
+            out.extend_from_slice(&read);
+        }
+        conn.sock.write_all(&out)?;
+        if acking > 0 {
+            conn.frame()?;
+        }
+        if seen >= total {
+            return Ok(());
+        }
+        let reply = conn.frame()?;
+        ids.clear();
+        acking = entries(&conn.buf[reply], &mut ids, &mut stamp)?;
+        seen += acking;
+    }
+}
+
+/// [`entry_ids`], also passing each entry's `t` field to `stamp`.
+fn entries(reply: &[u8], ids: &mut Vec<u8>, stamp: &mut impl FnMut(&[u8])) -> io::Result<usize> {
+    let bad = || io::Error::other("unexpected reply shape");
+    let (kind, n, mut at) = header(reply, 0).ok_or_else(bad)?;
+    if kind != b'*' || n < 1 {
+        return Ok(0);
+    }
+    let (_, _, next) = header(reply, at).ok_or_else(bad)?;
+    at = frame_end(reply, next).ok_or_else(bad)?;
+    let (_, count, mut at) = header(reply, at).ok_or_else(bad)?;
+    for _ in 0..count.max(0) {
+        let (_, _, id_at) = header(reply, at).ok_or_else(bad)?;
+        let (_, len, id_start) = header(reply, id_at).ok_or_else(bad)?;
+        bulk(ids, &reply[id_start..id_start + len as usize]);
+        let (_, pairs, mut field) = header(reply, id_start + len as usize + 2).ok_or_else(bad)?;
+        for _ in 0..pairs.max(0) / 2 {
+            let (_, name_len, name_at) = header(reply, field).ok_or_else(bad)?;
+            let (_, value_len, value_at) = header(reply, name_at + name_len as usize + 2).ok_or_else(bad)?;
+            if &reply[name_at..name_at + name_len as usize] == b"t" {
+                stamp(&reply[value_at..value_at + value_len as usize]);
+            }
+            field = value_at + value_len as usize + 2;
+        }
+        at = field;
+    }
+    Ok(count.max(0) as usize)
+}
+
 struct Conn {
     sock: TcpStream,
     buf: Vec<u8>,
@@ -164,5 +246,8 @@ mod tests {
         assert_eq!(entry_ids(reply, &mut ids).unwrap(), 2);
         assert_eq!(ids, b"$3\r\n1-0\r\n$3\r\n2-0\r\n");
         assert_eq!(entry_ids(b"*-1\r\n", &mut ids).unwrap(), 0);
+        let (mut again, mut values) = (Vec::new(), Vec::new());
+        assert_eq!(entries(reply, &mut again, &mut |v: &[u8]| values.push(v.to_vec())).unwrap(), 2);
+        assert_eq!((again, values), (ids, Vec::<Vec<u8>>::new()), "no `t` field in these");
     }
 }

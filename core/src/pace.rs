@@ -12,6 +12,11 @@ use std::time::Duration;
 
 use crate::notice::{Notice, ShrinkCause};
 
+/// How much handler time one read may bring the handlers together: a read of more would
+/// not be handled sooner, only kept from idle peers that could be handling it (reads ahead
+/// hide the round trip). Fast handlers still get the configured count.
+const HORIZON: Duration = Duration::from_millis(10);
+
 /// About how many entries reads ahead should ask for in all.
 const AHEAD_ENTRIES: u32 = 512;
 /// The most reads ahead in flight.
@@ -24,6 +29,9 @@ pub(crate) struct Pace {
     /// How long one read's entries may take to hand out (half the lease), in nanoseconds of
     /// one handler's time: times the handlers that run at once.
     budget: u64,
+    /// How much handler time one read may bring: [`HORIZON`] times the handlers that run at
+    /// once, within `budget`.
+    horizon: u64,
     /// What a read asks for before any handler is timed.
     start: u32,
     read_bytes: usize,
@@ -50,9 +58,11 @@ struct Plan {
 
 impl Pace {
     pub(crate) fn new(max: u32, lease: Duration, read_bytes: usize, concurrency: u32, start: u32) -> Pace {
+        let budget = nanos(lease / 2).saturating_mul(u64::from(concurrency.max(1)));
         let mut pace = Pace {
             max,
-            budget: nanos(lease / 2).saturating_mul(u64::from(concurrency.max(1))),
+            budget,
+            horizon: nanos(HORIZON).saturating_mul(u64::from(concurrency.max(1))).min(budget),
             start: start.clamp(1, max),
             read_bytes,
             handler: 0,
@@ -122,7 +132,7 @@ impl Pace {
         self.quick_until = if self.timed && self.plan == quickest {
             // The largest handler time that still gives this plan (see `plan_for`).
             let count = u64::from(quickest.count);
-            let by_count = self.budget / count;
+            let by_count = self.horizon / count;
             let by_ahead = match quickest.ahead {
                 1 => u64::MAX,
                 n => self.budget.saturating_mul(2) / ((u64::from(n) + 1) * count),
@@ -136,7 +146,7 @@ impl Pace {
     fn plan_for(&self, handler: u64) -> Plan {
         // Before any handler is timed, ask for the start count: enough for the handlers at
         // hand, not what idle peers could be working on.
-        let by_time = if self.timed { cap(self.budget, handler) } else { self.start };
+        let by_time = if self.timed { cap(self.horizon, handler) } else { self.start };
         let by_size = cap(self.read_bytes as u64, self.entry_bytes as u64);
         let count = self.max.min(by_time).min(by_size);
         // The start count is no shrinking: nothing has been measured to shrink for.
@@ -207,8 +217,8 @@ mod tests {
     fn slow_handlers_shrink_reads_at_once_and_they_grow_back() {
         let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
         assert_eq!(pace.next_count(), (100, None));
-        pace.record_handler(Duration::from_millis(100));
-        // Half the lease (1 s) holds 10 entries of 100 ms.
+        pace.record_handler(Duration::from_millis(1));
+        // A read brings the handlers 10 ms of work: 10 entries of 1 ms.
         assert_eq!(
             pace.next_count(),
             (10, Some(Notice::ReadShrunk { count: 10, cause: ShrinkCause::SlowHandler }))
@@ -222,6 +232,21 @@ mod tests {
         assert!(counts.windows(2).all(|w| w[0].0 <= w[1].0), "grows steadily");
         assert!(counts.iter().all(|(_, n)| n.is_none()), "growth is not reported");
         assert_eq!(counts.last().unwrap().0, 100);
+    }
+
+    #[test]
+    fn many_handlers_at_once_get_what_they_get_through_together() {
+        // Eight handlers of 10 ms: eight a read (each gets one), never what idle peers could
+        // be handling; before any is timed, the start count.
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 8, 8);
+        assert_eq!(pace.next_count(), (8, None), "the start count is no shrinking");
+        pace.record_handler(Duration::from_millis(10));
+        assert_eq!(pace.count(), (8, Some(ShrinkCause::SlowHandler)));
+        pace.record_handler(Duration::from_millis(1));
+        assert!(pace.count().0 > 8, "quicker handlers, larger reads");
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 8, 8);
+        pace.record_handler(Duration::from_micros(1));
+        assert_eq!(pace.count(), (100, None), "quick handlers: the configured count");
     }
 
     #[test]
@@ -249,15 +274,18 @@ mod tests {
         assert_eq!(Pace::new(200, LEASE, 16 << 20, 1, 200).timed_at(Duration::ZERO).reads_ahead(), 3);
         pace.record_read(100 * 100, 100);
         assert_eq!(pace.reads_ahead(), 4, "100 entries of 100 bytes");
-        // Buffered and on the way, five reads of 100 entries of 3 ms take 1.5 s: within the
-        // 2 s lease; of 5 ms, three reads (2 s); of 8 ms, one ahead only (though one read still
-        // takes the full count).
-        pace.record_handler(Duration::from_millis(3));
+        // Handlers of 50 µs: a read of 100 is 5 ms of work, within the 10 ms horizon: four
+        // ahead. Of 200 µs: 50 a read (the horizon), and one ahead only.
+        pace.record_handler(Duration::from_micros(50));
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 4));
-        pace.record_handler(Duration::from_millis(5));
-        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 3));
-        pace.record_handler(Duration::from_millis(8));
-        assert_eq!((pace.count().0, pace.reads_ahead()), (100, 1));
+        pace.record_handler(Duration::from_micros(200));
+        assert_eq!((pace.count().0, pace.reads_ahead()), (50, 1));
+        // A tight lease still bounds what is buffered and on the way: (n + 1) reads of 100
+        // entries within twice half the lease (20 ms): of 20 µs, four ahead; of 60 µs, two.
+        let tight = Pace::new(100, Duration::from_millis(20), 1 << 20, 1, 100);
+        assert_eq!(tight.timed_at(Duration::from_micros(20)).reads_ahead(), 4);
+        let tight = Pace::new(100, Duration::from_millis(20), 1 << 20, 1, 100);
+        assert_eq!(tight.timed_at(Duration::from_micros(60)).reads_ahead(), 2, "(n + 1) × 6 ms within 20 ms");
         let mut pace = Pace::new(100, LEASE, 1 << 20, 1, 100).timed_at(Duration::ZERO);
         pace.record_read(100 * 1024, 100);
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 2), "100 KiB a read: two within a quarter");
