@@ -493,6 +493,9 @@ fn exit_65_dead_letters_the_entry() {
     args.extend(["--dead-letter", "dead"]);
     let mut p = Pelican::spawn(&args);
     wait_until("moved and acked", || admin.xlen("dead") == 1 && admin.xpending_count("s", "g") == 0);
+    // One delivery, in the singular.
+    let told = format!("pelican: dead-lettered {} after 1 delivery, by the handler's verdict", ids[0]);
+    wait_until("the move told", || p.stderr().contains(&told));
     p.stop();
     let moved = admin.xrange("dead");
     let reason = moved[0].1.iter().find(|(n, _)| n == "pelican-reason").map(|(_, v)| v.clone());
