@@ -386,6 +386,16 @@ fn failed(a: &Args, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(
     Err(Failure::Failed(lines.join("\npelican: ")))
 }
 
+/// A group that does not exist (the server said `message`, a `NOGROUP`), and how to create
+/// it: `create` names the flag (`--create-group`, or from another command, `pelican
+/// consume --create-group`).
+pub(crate) fn no_group(group: &str, message: &str, create: &str) -> String {
+    format!(
+        "there is no group {group} ({message}); {create} creates it (and the stream if missing): \
+         --create-group for new entries only, --create-group 0 for all"
+    )
+}
+
 /// A lane's failure in words, with what fixes it where the flags can.
 fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
     let group = show(a.group.as_bytes());
@@ -397,12 +407,7 @@ fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
             let fix = match (&a.create_group, first) {
                 (Some(_), _) => "--recreate-group creates it again",
                 (None, false) => "--create-group ID --recreate-group creates it again",
-                (None, true) => {
-                    return format!(
-                        "there is no group {group} ({message}); --create-group creates it (and the stream \
-                         if missing): --create-group for new entries only, --create-group 0 for all"
-                    )
-                }
+                (None, true) => return no_group(&group, message, "--create-group"),
             };
             format!("the group {group} was deleted ({message}); {fix}")
         }

@@ -281,9 +281,17 @@ fn pending_reports_the_pel_as_json() {
         let (status, text, _) = run(&["pending", "--url", &url, "--stream", "s", "--group", "g"]);
         assert_eq!(status.code(), Some(0));
         assert!(text.starts_with("stream s, group g: 4 pending"), "{text}");
+        // A missing group gets consume's hint, not the server's words alone.
         let (status, _, stderr) = run(&["pending", "--url", &url, "--stream", "s", "--group", "nope"]);
         assert_eq!(status.code(), Some(1));
-        assert!(stderr.contains("NOGROUP"), "{stderr}");
+        assert!(stderr.starts_with("pelican: stream s: there is no group nope (NOGROUP "), "{stderr}");
+        assert!(
+            stderr.trim_end().ends_with(
+                "; pelican consume --create-group creates it (and the stream if missing): \
+                 --create-group for new entries only, --create-group 0 for all"
+            ),
+            "{stderr}"
+        );
     }
 }
 
