@@ -411,8 +411,11 @@ fn demo_against_each_real_server_loses_nothing_and_cleans_up() {
     }
 }
 
-/// The story: two consumers, a handler slow enough that one read outlasts min_idle
-/// (6 × 0.5 s against 1.5 s): every entry is handled exactly once, nothing stays pending.
+/// The story: two consumers, a handler slow enough that the backlog outlasts
+/// min_idle (6 × 0.5 s against 1.5 s): every entry is handled exactly once, by one consumer
+/// or the other, and no lease is lost. (Reads start at `--concurrency` entries, 1 here, so
+/// the first consumer no longer takes the whole backlog in its first read: the second one,
+/// started later, gets its share.)
 #[test]
 fn slow_exec_with_two_consumers_handles_each_entry_once() {
     let server = Server::start(Flavor::Redis70);
@@ -444,10 +447,13 @@ fn slow_exec_with_two_consumers_handles_each_entry_once() {
     std::thread::sleep(std::time::Duration::from_millis(500)); // a few of c2's beats
     c1.stop();
     c2.stop();
-    let handled: Vec<String> =
+    let mut handled: Vec<String> =
         lines_of(&log).iter().map(|l| l.split(' ').nth(1).unwrap().to_string()).collect();
-    assert_eq!(handled, ids, "each once, in order: {:?}", lines_of(&log));
-    assert!(!c2.stderr().contains("taken by"), "{}", c2.stderr());
+    handled.sort();
+    assert_eq!(handled, ids, "each once: {:?}", lines_of(&log));
+    for c in [&c1, &c2] {
+        assert!(!c.stderr().contains("lease lost"), "{}", c.stderr());
+    }
 }
 
 /// A command that always fails on one entry: it is handed out --max-deliveries times, then
