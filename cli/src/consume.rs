@@ -66,9 +66,10 @@ newline) on its stdin, its stdout and stderr going to pelican's, and in its envi
                     server's count: approximate after reconnects and restarts)
 Exit status 0 acknowledges the entry; 65 (EX_DATAERR: it can never be processed) moves it
 to the --dead-letter stream at once (without --dead-letter it is a failure); anything else
-(or death by a signal) leaves it pending. A status of 126 or 127 (the command cannot be run,
-or is not found) stops pelican with exit 1 and the entry left pending, rather than failing
-every entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
+leaves it pending, and so does death by a signal, which is told on stderr (the entry, the
+signal), even with --quiet. A status of 126 or 127 (the command cannot be run, or is not
+found) stops pelican with exit 1 and the entry left pending, rather than failing every
+entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
 only pelican, which lets CMD finish. An empty CMD is refused: it would acknowledge every
 entry unhandled.
 
@@ -299,6 +300,7 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         stop: stop.clone(),
         screen,
         quiet: a.quiet,
+        several: a.streams.len() > 1,
     })
 }
 

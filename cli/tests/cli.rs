@@ -516,6 +516,28 @@ fn exit_65_dead_letters_the_entry() {
     assert_eq!(reason.as_deref(), Some(&b"verdict"[..]));
 }
 
+/// A command killed by a signal is told on stderr (with --quiet too), naming the entry and
+/// the signal; the entry stays pending, the others are acked.
+#[test]
+fn a_command_killed_by_a_signal_is_told() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 3, 4);
+    let url = url(&server);
+    let command = format!("cat >/dev/null; [ \"$PELICAN_ID\" != {} ] || kill -9 $$", ids[1]);
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--quiet"]));
+    let told = format!(
+        "pelican: the command for {} was killed by signal 9 (SIGKILL); the entry stays pending\n",
+        ids[1]
+    );
+    wait_until("the kill told", || p.stderr().contains(&told));
+    wait_until("the others acked", || admin.xpending_count("s", "g") == 1);
+    p.stop();
+    let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+    assert_eq!(pending, ids[1..2], "only the killed command's entry stays pending");
+    assert_eq!(p.stderr().matches("killed by signal").count(), 1, "{}", p.stderr());
+}
+
 /// A command that cannot run (127: not found, 126: not executable) stops the consumer with
 /// exit 1 and a message naming it; the entry stays pending (a typo does not dead-letter or
 /// fail the whole stream).

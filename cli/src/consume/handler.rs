@@ -3,8 +3,8 @@
 //! flags that stop every lane ([`Shared`]) are common to all.
 
 use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
@@ -92,6 +92,8 @@ pub struct Shared {
     pub screen: Arc<Screen>,
     /// `--quiet`: no line for the consumers' notices.
     pub quiet: bool,
+    /// Whether there are several lanes (lines about an entry then name its stream).
+    pub several: bool,
 }
 
 /// What a lane's notices told of its connection and its group, for the progress line.
@@ -273,6 +275,9 @@ impl Handler {
         // the process exits, so no command outlives pelican.
         let status = child.wait();
         *self.child() = 0;
+        if let Ok(status) = status {
+            self.tell_killed(entry, status);
+        }
         match status.map(|s| s.code()) {
             Ok(Some(0)) => Verdict::Ack,
             Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
@@ -285,6 +290,53 @@ impl Handler {
             _ => Verdict::Retry,
         }
     }
+
+    /// A command killed by a signal (the OOM killer, a `kill` from elsewhere, a crash) is
+    /// told, with `--quiet` too: its entry stays pending with no other word of why. Not the
+    /// commands a second signal ends: that exit says so itself.
+    fn tell_killed(&self, entry: &Entry, status: ExitStatus) {
+        let Some(signal) = status.signal() else { return };
+        if EXITING.load(SeqCst) {
+            return;
+        }
+        let prefix = if self.shared.several { format!("stream {}: ", self.stream) } else { String::new() };
+        let name = match (signal_name(signal), status.core_dumped()) {
+            (Some(name), true) => format!(" ({name}, core dumped)"),
+            (Some(name), false) => format!(" ({name})"),
+            (None, true) => " (core dumped)".into(),
+            (None, false) => String::new(),
+        };
+        self.shared.screen.tell(format_args!(
+            "pelican: {prefix}the command for {} was killed by signal {signal}{name}; the entry stays pending",
+            String::from_utf8_lossy(entry.id()),
+        ));
+    }
+}
+
+/// A signal's name (`SIGKILL`), if it is one of the usual ones.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    use rustix::process::Signal as S;
+    let names = [
+        (S::HUP, "SIGHUP"),
+        (S::INT, "SIGINT"),
+        (S::QUIT, "SIGQUIT"),
+        (S::ILL, "SIGILL"),
+        (S::TRAP, "SIGTRAP"),
+        (S::ABORT, "SIGABRT"),
+        (S::BUS, "SIGBUS"),
+        (S::FPE, "SIGFPE"),
+        (S::KILL, "SIGKILL"),
+        (S::USR1, "SIGUSR1"),
+        (S::SEGV, "SIGSEGV"),
+        (S::USR2, "SIGUSR2"),
+        (S::PIPE, "SIGPIPE"),
+        (S::ALARM, "SIGALRM"),
+        (S::TERM, "SIGTERM"),
+        (S::XCPU, "SIGXCPU"),
+        (S::XFSZ, "SIGXFSZ"),
+        (S::SYS, "SIGSYS"),
+    ];
+    names.iter().find(|(s, _)| s.as_raw() == signal).map(|(_, name)| *name)
 }
 
 /// Whether a line of up to [`PIPE_BUF`] bytes can be written to stdout now without blocking:
