@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::builder::{OsStringValueParser, TypedValueParser as _};
 use clap::value_parser;
 use pelican::{Config, GroupGone, Protocol};
 
@@ -39,12 +40,14 @@ const ABOUT: &str = "\
 Consumes the stream KEY as consumer NAME of group G. First its own pending entries (a
 restart under the same name gets its backlog back at once), then, once per beat, entries
 of dead peers idle longer than --min-idle-ms (XAUTOCLAIM), then new entries. Entries are
-handled one at a time; each is acknowledged (XACK) only if handled successfully, else it
-stays pending and comes back later: at-least-once, so handlers must be idempotent.
+handled one at a time, or up to N at once with --exec and --concurrency N; each is
+acknowledged (XACK) only if handled successfully, else it stays pending and comes back
+later: at-least-once, so handlers must be idempotent.
 
 With several --stream flags, each stream gets its own lane: a consumer NAME of group G on
-that stream, with its own connection and one entry in hand at a time, all lanes in this
-one process, sharing the options below. A slow command on one stream holds up no other.
+that stream, with its own connection and its own entries in hand (up to --concurrency),
+all lanes in this one process, sharing the options below. A slow command on one stream
+holds up no other.
 
 A Redis/Valkey Cluster needs nothing more: --url may name any node (a replica too), and
 each stream's lane follows the cluster's redirects (MOVED) to the node serving it.
@@ -66,9 +69,10 @@ newline) on its stdin, its stdout and stderr going to pelican's, and in its envi
                     server's count: approximate after reconnects and restarts)
 Exit status 0 acknowledges the entry; 65 (EX_DATAERR: it can never be processed) moves it
 to the --dead-letter stream at once (without --dead-letter it is a failure); anything else
-(or death by a signal) leaves it pending. A status of 126 or 127 (the command cannot be run,
-or is not found) stops pelican with exit 1 and the entry left pending, rather than failing
-every entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
+leaves it pending, and so does death by a signal, which is told on stderr (the entry, the
+signal), even with --quiet. A status of 126 or 127 (the command cannot be run, or is not
+found) stops pelican with exit 1 and the entry left pending, rather than failing every
+entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
 only pelican, which lets CMD finish. An empty CMD is refused: it would acknowledge every
 entry unhandled.
 
@@ -78,7 +82,8 @@ attempt is; a connect failing again for the same reason is told again every 30 s
 count of attempts), entries reclaimed from idle owners, an entry moved to the dead-letter
 stream, an entry a peer took while this consumer held it (a lease lost), reads made smaller
 (slow handlers, big entries), a stop waiting for the server to confirm acknowledgements.
-The progress line (--progress, or a terminal) also shows the group's health every 5 s —
+The progress line (--progress, or a terminal) shows the entries in hand (their commands
+running) and, on mio, those read and waiting (buffered); and the group's health every 5 s —
 its pending count, its oldest pending entry's age and owner, its lag (Redis 7+/Valkey) —
 and `waiting for the server` while it cannot be reached. Every connection is named
 pelican:<stream>:<group>:<consumer> in CLIENT LIST.
@@ -89,8 +94,8 @@ order, and a repeated name is kept each time, in order (JSON allows repeated key
 parsers keep only the last). A name that is not UTF-8 cannot be an object key: then
 `fields` is an array of [name, value] pairs instead, each element written by the same rule.
 
-Signals: SIGINT or SIGTERM stops gracefully: the entry in hand (its command) finishes, the
-acknowledgements earned are confirmed by the server, then pelican exits 0; if the server
+Signals: SIGINT or SIGTERM stops gracefully: the entries in hand (their commands) finish,
+the acknowledgements earned are confirmed by the server, then pelican exits 0; if the server
 cannot be reached meanwhile, a line on stderr says what pelican waits for. A second signal
 exits with status 130 once nothing pelican started is left: the running commands' process
 groups get SIGTERM, then SIGKILL if still running 3 s later; the entries in hand, and those
@@ -104,7 +109,7 @@ another cluster slot; TLS failed: an untrusted, expired or misnamed certificate,
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
 a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
 a host that does not resolve, a --stats-json FILE that cannot be written), 130 a second
-signal. A stream that fails stops the others (each finishes its entry in hand and confirms
+signal. A stream that fails stops the others (each finishes its entries in hand and confirms
 its acks); the message names it.";
 
 /// The largest millisecond count a server takes (a signed 64-bit integer).
@@ -113,6 +118,8 @@ const MAX_MS: u64 = i64::MAX as u64;
 const DAY_MS: u64 = 24 * 3600 * 1000;
 /// The shortest `min_idle` the consumer takes.
 const MIN_IDLE_MS: u64 = pelican::MIN_MIN_IDLE.as_millis() as u64;
+/// The most entries a lane may have in hand at once.
+const MAX_CONCURRENCY: i64 = pelican::MAX_CONCURRENCY as i64;
 
 /// `pelican consume`'s flags.
 #[derive(clap::Args, Debug)]
@@ -168,6 +175,20 @@ pub struct Args {
     /// run `sh -c CMD` for each entry (below); without it, print entries
     #[arg(long, value_name = "CMD", value_parser = command)]
     exec: Option<String>,
+    /// with --exec: run up to N commands at once per stream, each entry
+    /// acknowledged as its own command succeeds, in any order (default 1:
+    /// one at a time). Printed entries are written one at a time, in order,
+    /// whatever N
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=MAX_CONCURRENCY), verbatim_doc_comment)]
+    concurrency: u32,
+    /// entries with the same value of the field FIELD are handled one at a
+    /// time, in stream order; other values (and entries without FIELD, each
+    /// on its own) in parallel, up to --concurrency. Per consumer: other
+    /// consumers of G handle their entries in their own order. A failed
+    /// entry stays pending and comes back later, after the key's later
+    /// entries
+    #[arg(long, value_name = "FIELD", value_parser = OsStringValueParser::new().try_map(field), verbatim_doc_comment)]
+    order_by: Option<OsString>,
     /// progress on stderr every second even when stderr is not a terminal
     /// (on a terminal it is always shown, and cleared before other output and
     /// before each command starts), with the group's health every 5 s
@@ -191,6 +212,15 @@ fn command(text: &str) -> Result<String, String> {
                      (an unset variable?); to print entries instead, leave --exec out"
             .into()),
         false => Ok(text.to_string()),
+    }
+}
+
+/// `--order-by`'s field: any bytes but none (an entry can have an empty field name, but an
+/// empty FIELD is more likely an unset variable).
+fn field(text: OsString) -> Result<OsString, String> {
+    match text.is_empty() {
+        true => Err("the field name is empty (an unset variable?)".into()),
+        false => Ok(text),
     }
 }
 
@@ -271,6 +301,9 @@ fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
     if let Some(start) = &a.create_group {
         config = config.create_group(start);
     }
+    if let Some(field) = &a.order_by {
+        config = config.order_by(field.as_bytes());
+    }
     if a.recreate_group {
         config = config.on_group_gone(GroupGone::Recreate);
     }
@@ -284,7 +317,17 @@ fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
     if progress {
         config = config.health_every(HEALTH_EVERY);
     }
-    config
+    config.concurrency(concurrency(a))
+}
+
+/// The entries a lane has in hand at once: `--concurrency` with `--exec`. Printing has
+/// nothing to wait on, and entries printed one at a time keep their order on stdout.
+fn concurrency(a: &Args) -> u32 {
+    if a.exec.is_some() {
+        a.concurrency
+    } else {
+        1
+    }
 }
 
 /// What the lanes share.
@@ -299,6 +342,8 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         stop: stop.clone(),
         screen,
         quiet: a.quiet,
+        several: a.streams.len() > 1,
+        total: Default::default(),
     })
 }
 
@@ -328,7 +373,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
-    signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
+    signals::on_signals(stop.clone(), handlers.clone(), screen.clone(), concurrency(&args) > 1)?;
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
     let net = net.locate(&streams);
     let start = Instant::now();
@@ -336,15 +381,15 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
     let outcomes = match args.transport {
         Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
-        Transport::Smol => smol_lanes::run(lanes, &net, &stop)?,
+        Transport::Smol => smol_lanes::run(lanes, &net, &stop, concurrency(&args))?,
     };
     let counts = lane_counts(&handlers, &outcomes);
     if let Some(progress) = progress {
-        progress.finish(&counts, start.elapsed());
+        progress.finish(&counts, &shared.total, start.elapsed());
     }
     failed(&args, &handlers, &outcomes)?;
     if let Some(path) = &args.stats_json {
-        let json = report::stats_json(&counts, start.elapsed());
+        let json = report::stats_json(&counts, &shared.total, start.elapsed());
         std::fs::write(path, json + "\n")
             .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
@@ -386,6 +431,16 @@ fn failed(a: &Args, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(
     Err(Failure::Failed(lines.join("\npelican: ")))
 }
 
+/// A group that does not exist (the server said `message`, a `NOGROUP`), and how to create
+/// it: `create` names the flag (`--create-group`, or from another command, `pelican
+/// consume --create-group`).
+pub(crate) fn no_group(group: &str, message: &str, create: &str) -> String {
+    format!(
+        "there is no group {group} ({message}); {create} creates it (and the stream if missing): \
+         --create-group for new entries only, --create-group 0 for all"
+    )
+}
+
 /// A lane's failure in words, with what fixes it where the flags can.
 fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
     let group = show(a.group.as_bytes());
@@ -397,12 +452,7 @@ fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
             let fix = match (&a.create_group, first) {
                 (Some(_), _) => "--recreate-group creates it again",
                 (None, false) => "--create-group ID --recreate-group creates it again",
-                (None, true) => {
-                    return format!(
-                        "there is no group {group} ({message}); --create-group creates it (and the stream \
-                         if missing): --create-group for new entries only, --create-group 0 for all"
-                    )
-                }
+                (None, true) => return no_group(&group, message, "--create-group"),
             };
             format!("the group {group} was deleted ({message}); {fix}")
         }
@@ -426,8 +476,9 @@ fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
     if code != 0 {
         let why = if code == 127 { "not found" } else { "not executable" };
         let command = o.exec.as_deref().unwrap_or_default();
+        let entries = if concurrency(o) > 1 { "the entries it ran for stay" } else { "the entry stays" };
         return Err(Failure::Failed(format!(
-            "stopped: the --exec command `{command}` cannot be run (exit {code}: {why}); the entry stays pending"
+            "stopped: the --exec command `{command}` cannot be run (exit {code}: {why}); {entries} pending"
         )));
     }
     Ok(())

@@ -110,6 +110,11 @@ pub fn main(args: Args) -> Result<(), Failure> {
             Ok(report) if args.json => println!("{}", to_json(&report, stream, group)),
             Ok(report) => print!("{}{}", if i > 0 { "\n" } else { "" }, to_text(&report, stream, group)),
             // The other streams are still worth showing: the failures are told at the end.
+            Err(e) if e.starts_with("NOGROUP") => failures.push(format!(
+                "stream {}: {}",
+                show(stream),
+                crate::consume::no_group(&show(group), &e, "pelican consume --create-group")
+            )),
             Err(e) => failures.push(format!("{} {}: {e}", show(stream), show(group))),
         }
     }

@@ -202,7 +202,8 @@ impl fmt::Display for Notice {
                     DeadLetterReason::MaxDeliveries => "past the delivery cap",
                     DeadLetterReason::Verdict => "by the handler's verdict",
                 };
-                write!(f, "dead-lettered {} after {deliveries} deliveries, {why}", Id(id))
+                let times = if *deliveries == 1 { "delivery" } else { "deliveries" };
+                write!(f, "dead-lettered {} after {deliveries} {times}, {why}", Id(id))
             }
             Notice::Twin { addr, idle } => write!(
                 f,
@@ -283,6 +284,12 @@ mod tests {
             reason: DeadLetterReason::MaxDeliveries,
         };
         assert_eq!(dead.to_string(), "dead-lettered 5-1 after 4 deliveries, past the delivery cap");
+        let once = Notice::DeadLettered {
+            id: Bytes::from_static(b"5-2"),
+            deliveries: 1,
+            reason: DeadLetterReason::Verdict,
+        };
+        assert_eq!(once.to_string(), "dead-lettered 5-2 after 1 delivery, by the handler's verdict");
         let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::BigEntries };
         assert_eq!(shrunk.to_string(), "reads shrunk to 3 entries: entries are big");
     }

@@ -3,9 +3,9 @@
 //! flags that stop every lane ([`Shared`]) are common to all.
 
 use std::io::Write;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread;
 
@@ -41,6 +41,28 @@ pub struct Counters {
     pub new: AtomicU64,
     /// Entries whose verdict was an ack (the acks earned, to be confirmed by the server).
     pub earned: AtomicU64,
+    /// Entries in hand now: their command runs (or their line is being written), no verdict
+    /// yet. At most `--concurrency`.
+    pub in_hand: AtomicUsize,
+    /// The most entries that were in hand at once.
+    pub in_hand_max: AtomicUsize,
+}
+
+impl Counters {
+    /// One more entry in hand (and the peak, if it is one); `total` counts every lane's.
+    fn take(&self, total: &Counters) {
+        for c in [self, total] {
+            let now = c.in_hand.fetch_add(1, SeqCst) + 1;
+            c.in_hand_max.fetch_max(now, Relaxed);
+        }
+    }
+
+    /// One entry fewer in hand.
+    fn give_back(&self, total: &Counters) {
+        for c in [self, total] {
+            c.in_hand.fetch_sub(1, SeqCst);
+        }
+    }
 }
 
 /// A stop of every lane, asked from anywhere (a signal, a closed stdout, a command that
@@ -92,6 +114,10 @@ pub struct Shared {
     pub screen: Arc<Screen>,
     /// `--quiet`: no line for the consumers' notices.
     pub quiet: bool,
+    /// Whether there are several lanes (lines about an entry then name its stream).
+    pub several: bool,
+    /// The entries in hand over every lane (only `in_hand` and `in_hand_max` are kept).
+    pub total: Counters,
 }
 
 /// What a lane's notices told of its connection and its group, for the progress line.
@@ -102,9 +128,25 @@ pub struct Watch {
     pub down: AtomicBool,
     /// The group's health, as last told.
     pub health: Mutex<Option<pelican::GroupHealth>>,
+    /// Entries read and waiting to be handed out, as the transport last saw them, plus one
+    /// ([`Watch::buffered`]); 0: not known (`--transport smol` does not tell).
+    buffered: AtomicUsize,
 }
 
-/// Handles one lane's entries, one at a time.
+impl Watch {
+    /// Notes how many entries are read and waiting to be handed out.
+    pub fn set_buffered(&self, n: usize) {
+        self.buffered.store(n.saturating_add(1), Relaxed);
+    }
+
+    /// How many entries are read and waiting to be handed out, if the transport tells.
+    pub fn buffered(&self) -> Option<usize> {
+        self.buffered.load(Relaxed).checked_sub(1)
+    }
+}
+
+/// Handles one lane's entries, up to `--concurrency` at once (each call of
+/// [`handle`](Handler::handle) is one entry; the transport makes the calls at once).
 pub struct Handler {
     /// The lane's stream, as shown (escaped if it is not UTF-8).
     pub stream: String,
@@ -114,12 +156,10 @@ pub struct Handler {
     pub counters: Arc<Counters>,
     /// Its connection's state and its group's health.
     pub watch: Arc<Watch>,
-    /// The pid of the command running for this lane, which leads its process group (0:
-    /// none), for a second signal to end. Locked while a command starts, so that a second
-    /// signal sees every command started (see [`Handler::child`]).
-    child: Mutex<u32>,
-    /// Whether an entry is being handled (read by the stop's wait on the server).
-    pub busy: AtomicBool,
+    /// The pids of the commands running for this lane, each leading its process group, for
+    /// a second signal to end. Locked while a command starts, so that a second signal sees
+    /// every command started (see [`Handler::children`]).
+    children: Mutex<Vec<u32>>,
     /// What the lanes share.
     pub shared: Arc<Shared>,
 }
@@ -132,23 +172,28 @@ impl Handler {
             stream_bytes: stream.to_vec(),
             counters: Arc::default(),
             watch: Arc::default(),
-            child: Mutex::new(0),
-            busy: AtomicBool::new(false),
+            children: Mutex::new(Vec::new()),
             shared,
         }
     }
 
-    /// The running command's slot. Held while a command starts: a second signal sets
-    /// [`EXITING`] and then takes each slot, so either it finds the pid, or the handler
-    /// (taking the slot after it) finds `EXITING` set and starts nothing.
-    pub fn child(&self) -> MutexGuard<'_, u32> {
-        // A panic while the slot was held left a pid or 0 in it: either is right.
-        self.child.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The running commands' pids. Held while a command starts: a second signal sets
+    /// [`EXITING`] and then takes each lane's list, so either it finds the pid, or the
+    /// handler (taking the list after it) finds `EXITING` set and starts nothing.
+    pub fn children(&self) -> MutexGuard<'_, Vec<u32>> {
+        // A panic while the list was held left it with or without a pid: either is right.
+        self.children.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Handles `entry` and gives the verdict, counting it.
+    /// How many of this lane's entries are in hand now (see [`Counters::in_hand`]).
+    pub fn in_hand(&self) -> usize {
+        self.counters.in_hand.load(SeqCst)
+    }
+
+    /// Handles `entry` and gives the verdict, counting it. Called for several entries at
+    /// once from as many threads (`--concurrency`).
     pub fn handle(&self, entry: &Entry) -> Verdict {
-        self.busy.store(true, SeqCst);
+        let _in_hand = InHand::take(self);
         let verdict = match &self.shared.exec {
             Some(command) => self.run(command, entry),
             None => self.print(entry),
@@ -174,7 +219,7 @@ impl Handler {
         if line.len() > PIPE_BUF || !stdout_has_room() {
             return None;
         }
-        self.busy.store(true, SeqCst);
+        let _in_hand = InHand::take(self);
         let verdict = self.write_line(&line);
         Some(self.count(entry, verdict))
     }
@@ -198,7 +243,6 @@ impl Handler {
             thread::park();
         }
         c.handled.fetch_add(1, Relaxed);
-        self.busy.store(false, SeqCst);
         verdict
     }
 
@@ -236,7 +280,7 @@ impl Handler {
         // What the command writes on the terminal starts on a clean line. Not under the
         // slot: a second signal must never wait on the screen to take it.
         drop(shared.screen.clear());
-        let mut slot = self.child();
+        let mut children = self.children();
         if EXITING.load(SeqCst) {
             return Verdict::Retry; // a second signal is ending the commands: start none
         }
@@ -255,13 +299,14 @@ impl Handler {
         {
             Ok(child) => child,
             Err(e) => {
-                drop(slot);
+                drop(children);
                 shared.screen.tell(format_args!("pelican: cannot run sh: {e}"));
                 return Verdict::Retry;
             }
         };
-        *slot = child.id();
-        drop(slot);
+        let pid = child.id();
+        children.push(pid);
+        drop(children);
         let mut input = String::new();
         json::push_fields(&mut input, entry.fields());
         input.push('\n');
@@ -269,10 +314,13 @@ impl Handler {
             // A command that does not read its input closes the pipe: not a failure.
             let _ = stdin.write_all(input.as_bytes());
         }
-        // Reaped here, on every path: a second signal waits for the slot to empty before
+        // Reaped here, on every path: a second signal waits for the lists to empty before
         // the process exits, so no command outlives pelican.
         let status = child.wait();
-        *self.child() = 0;
+        self.children().retain(|p| *p != pid);
+        if let Ok(status) = status {
+            self.tell_killed(entry, status);
+        }
         match status.map(|s| s.code()) {
             Ok(Some(0)) => Verdict::Ack,
             Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
@@ -285,6 +333,70 @@ impl Handler {
             _ => Verdict::Retry,
         }
     }
+
+    /// A command killed by a signal (the OOM killer, a `kill` from elsewhere, a crash) is
+    /// told, with `--quiet` too: its entry stays pending with no other word of why. Not the
+    /// commands a second signal ends: that exit says so itself.
+    fn tell_killed(&self, entry: &Entry, status: ExitStatus) {
+        let Some(signal) = status.signal() else { return };
+        if EXITING.load(SeqCst) {
+            return;
+        }
+        let prefix = if self.shared.several { format!("stream {}: ", self.stream) } else { String::new() };
+        let name = match (signal_name(signal), status.core_dumped()) {
+            (Some(name), true) => format!(" ({name}, core dumped)"),
+            (Some(name), false) => format!(" ({name})"),
+            (None, true) => " (core dumped)".into(),
+            (None, false) => String::new(),
+        };
+        self.shared.screen.tell(format_args!(
+            "pelican: {prefix}the command for {} was killed by signal {signal}{name}; the entry stays pending",
+            String::from_utf8_lossy(entry.id()),
+        ));
+    }
+}
+
+/// An entry in hand while this lives: counted in its lane and in the total, given back on
+/// every path (a panic too).
+struct InHand<'a>(&'a Handler);
+
+impl<'a> InHand<'a> {
+    fn take(handler: &'a Handler) -> InHand<'a> {
+        handler.counters.take(&handler.shared.total);
+        InHand(handler)
+    }
+}
+
+impl Drop for InHand<'_> {
+    fn drop(&mut self) {
+        self.0.counters.give_back(&self.0.shared.total);
+    }
+}
+
+/// A signal's name (`SIGKILL`), if it is one of the usual ones.
+fn signal_name(signal: i32) -> Option<&'static str> {
+    use rustix::process::Signal as S;
+    let names = [
+        (S::HUP, "SIGHUP"),
+        (S::INT, "SIGINT"),
+        (S::QUIT, "SIGQUIT"),
+        (S::ILL, "SIGILL"),
+        (S::TRAP, "SIGTRAP"),
+        (S::ABORT, "SIGABRT"),
+        (S::BUS, "SIGBUS"),
+        (S::FPE, "SIGFPE"),
+        (S::KILL, "SIGKILL"),
+        (S::USR1, "SIGUSR1"),
+        (S::SEGV, "SIGSEGV"),
+        (S::USR2, "SIGUSR2"),
+        (S::PIPE, "SIGPIPE"),
+        (S::ALARM, "SIGALRM"),
+        (S::TERM, "SIGTERM"),
+        (S::XCPU, "SIGXCPU"),
+        (S::XFSZ, "SIGXFSZ"),
+        (S::SYS, "SIGSYS"),
+    ];
+    names.iter().find(|(s, _)| s.as_raw() == signal).map(|(_, name)| *name)
 }
 
 /// Whether a line of up to [`PIPE_BUF`] bytes can be written to stdout now without blocking:

@@ -1,16 +1,22 @@
 //! The lanes on `pelican-mio`: one `Driver` per lane, all on one `mio::Poll` on this thread,
-//! and one worker thread per lane that runs its handler.
+//! and per lane a pool of worker threads that run its handler, one entry each at a time.
 //!
-//! Entries are handed out deferred ([`Driver::drive_deferred`]): a lane's entry goes to its
-//! worker, and the poll goes on driving every connection meanwhile. So a slow command on
-//! one stream holds up no other stream, and its own connection keeps writing earned acks
-//! and renewing the lease of the entry in hand, which no peer can then take however long
-//! the command runs. The worker sends the verdict back and wakes the poll, which settles it.
+//! Entries are handed out deferred ([`Driver::drive_deferred`]), up to `--concurrency` at
+//! once per lane: each goes to the lane's queue, where an idle worker takes it, and the poll
+//! goes on driving every connection meanwhile. So a slow command on one stream holds up no
+//! other stream, and its own connection keeps writing earned acks and renewing the lease of
+//! the entries in hand, which no peer can then take however long the commands run. A worker
+//! sends each verdict back by the entry's id and wakes the poll, which settles it.
+//!
+//! A lane's workers are started as its entries in hand need them, up to `--concurrency`:
+//! as many as the most entries it had in hand at once, so an entry never waits for a worker,
+//! and a large `--concurrency` costs no threads it does not use.
 
 use std::io;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
@@ -68,7 +74,9 @@ fn drive_all(
             lanes.iter_mut().for_each(|lane| lane.driver.stop());
         }
         while let Ok((i, id, verdict)) = settled.try_recv() {
-            lanes[i].driver.settle(&id, verdict);
+            let lane = &mut lanes[i];
+            lane.outstanding = lane.outstanding.saturating_sub(1);
+            lane.driver.settle(&id, verdict);
         }
         let mut woken = vec![false; lanes.len()];
         for event in events.iter().filter(|e| e.token() != WAKER) {
@@ -119,15 +127,25 @@ fn tell_wait(lanes: &[Running]) -> bool {
     true
 }
 
-/// A lane under way: its driver on the poll, its worker thread, its outcome once known.
+/// A lane under way: its driver on the poll, its workers, its outcome once known.
 struct Running {
+    /// The lane's index (its token, and its tag on the verdicts).
+    i: usize,
     driver: Driver,
-    /// The lane's handler (its worker holds it too), for its counts.
+    /// The lane's handler (its workers hold it too), for its counts.
     handler: Arc<Handler>,
-    /// The worker's queue (one entry at a time: the driver hands out no other until the
-    /// verdict is settled).
+    /// The workers' queue: the entries handed out, each taken by an idle worker.
     work: Option<Sender<Entry>>,
-    worker: Option<JoinHandle<()>>,
+    /// The queue's other end, shared by the workers (each takes one entry at a time).
+    queue: Arc<Mutex<Receiver<Entry>>>,
+    workers: Vec<JoinHandle<()>>,
+    /// Entries sent to the queue whose verdict has not come back yet.
+    outstanding: usize,
+    /// How many workers the lane may have: its consumer's `concurrency`.
+    most: usize,
+    /// Where the workers send verdicts, and how they wake the poll.
+    settled: Sender<Settled>,
+    waker: Arc<Waker>,
     tell: Box<dyn FnMut(&Notice) + Send>,
     outcome: Option<Outcome>,
 }
@@ -144,6 +162,7 @@ impl Running {
     ) -> Result<Running, Failure> {
         let tell = Box::new(teller(&lane.handler, several));
         let addrs = net.addrs_for(&lane.config.stream);
+        let most = lane.config.concurrency.max(1) as usize;
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
         let mut driver = Driver::new(addrs[0], consumer, Token(i)).fallback_addrs(addrs[1..].to_vec());
@@ -151,9 +170,37 @@ impl Running {
             driver = driver.tls(tls.clone(), host);
         }
         let (work, queue) = mpsc::channel();
-        let handler = lane.handler;
-        let worker = spawn_worker(i, handler.clone(), queue, settled.clone(), waker.clone())?;
-        Ok(Running { driver, handler, work: Some(work), worker: Some(worker), tell, outcome: None })
+        let mut running = Running {
+            i,
+            driver,
+            handler: lane.handler,
+            work: Some(work),
+            queue: Arc::new(Mutex::new(queue)),
+            workers: Vec::new(),
+            outstanding: 0,
+            most,
+            settled: settled.clone(),
+            waker: waker.clone(),
+            tell,
+            outcome: None,
+        };
+        // The first worker now: a lane that cannot start one cannot run at all.
+        running.add_worker().map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))?;
+        Ok(running)
+    }
+
+    /// Starts one more worker.
+    fn add_worker(&mut self) -> io::Result<()> {
+        let worker = spawn_worker(
+            format!("pelican-lane-{}-{}", self.i, self.workers.len()),
+            self.i,
+            self.handler.clone(),
+            self.queue.clone(),
+            self.settled.clone(),
+            self.waker.clone(),
+        )?;
+        self.workers.push(worker);
+        Ok(())
     }
 
     /// Whether the lane, stopping, waits on the server with no connection to it: nothing
@@ -172,22 +219,18 @@ impl Running {
         earned.saturating_sub(stats.acked + stats.lost_to_peer + stats.acks_unmatched)
     }
 
-    /// One turn of the driver: an entry handed out goes to the worker, notices are told.
+    /// One turn of the driver: the entries handed out go to the workers, notices are told.
     /// Returns true if the lane failed just now (the others must stop).
     fn drive(&mut self, registry: &Registry) -> bool {
-        let mut handed = None;
-        let status = self.driver.drive_deferred(registry, &mut |entry| handed = Some(entry));
+        let mut handed = Vec::new();
+        let status = self.driver.drive_deferred(registry, &mut |entry| handed.push(entry));
         while let Some(notice) = self.driver.poll_notice() {
             (self.tell)(&notice);
         }
-        if let Some(entry) = handed {
-            let id = entry.id_bytes();
-            let sent = self.work.as_ref().is_some_and(|work| work.send(entry).is_ok());
-            if !sent {
-                // The worker is gone (it panicked): the entry stays pending, for later.
-                self.driver.settle(&id, Verdict::Retry);
-            }
+        for entry in handed {
+            self.hand(entry);
         }
+        self.handler.watch.set_buffered(self.driver.consumer().buffered());
         match status {
             Ok(Status::Running) => false,
             Ok(Status::Stopped) => {
@@ -201,10 +244,32 @@ impl Running {
         }
     }
 
-    /// Closes the worker's queue, waits for it, and gives the outcome.
+    /// Puts `entry` on the workers' queue, with one more worker if every one is busy.
+    fn hand(&mut self, entry: Entry) {
+        self.outstanding += 1;
+        if self.outstanding > self.workers.len() && self.workers.len() < self.most {
+            if let Err(e) = self.add_worker() {
+                // The entry waits for a busy worker to be free: fewer commands at once.
+                self.handler.shared.screen.tell(format_args!(
+                    "pelican: cannot start another worker thread ({e}); running {} at once",
+                    self.workers.len()
+                ));
+                self.most = self.workers.len();
+            }
+        }
+        let id = entry.id_bytes();
+        let sent = self.work.as_ref().is_some_and(|work| work.send(entry).is_ok());
+        if !sent {
+            // Every worker is gone: the entry stays pending, for later.
+            self.outstanding -= 1;
+            self.driver.settle(&id, Verdict::Retry);
+        }
+    }
+
+    /// Closes the workers' queue, waits for them, and gives the outcome.
     fn finish(mut self) -> Outcome {
         self.work = None;
-        if let Some(worker) = self.worker.take() {
+        for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
         self.outcome.unwrap_or_else(|| {
@@ -216,27 +281,37 @@ impl Running {
     }
 }
 
-/// Lane `i`'s worker: handles each entry of `queue` and sends the verdict back, waking the
-/// poll to settle it.
+/// A worker of lane `i`: takes entries from `queue` one at a time until it closes, handles
+/// each and sends the verdict back, waking the poll to settle it. A handler that panics
+/// (a bug) leaves its entry pending, and the worker goes on.
 fn spawn_worker(
+    name: String,
     i: usize,
     handler: Arc<Handler>,
-    queue: Receiver<Entry>,
+    queue: Arc<Mutex<Receiver<Entry>>>,
     settled: Sender<Settled>,
     waker: Arc<Waker>,
-) -> Result<JoinHandle<()>, Failure> {
-    thread::Builder::new()
-        .name(format!("pelican-lane-{i}"))
-        .spawn(move || {
-            for entry in queue {
-                let verdict = handler.handle(&entry);
-                if settled.send((i, entry.id_bytes(), verdict)).is_err() {
-                    return;
-                }
-                let _ = waker.wake();
+) -> io::Result<JoinHandle<()>> {
+    thread::Builder::new().name(name).spawn(move || loop {
+        // Held while waiting: the other idle workers wait for the lock instead.
+        let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
+        let Ok(entry) = next else { return };
+        let verdict = match panic::catch_unwind(AssertUnwindSafe(|| handler.handle(&entry))) {
+            Ok(verdict) => verdict,
+            Err(_) => {
+                let id = String::from_utf8_lossy(entry.id()).into_owned();
+                handler
+                    .shared
+                    .screen
+                    .tell(format_args!("pelican: handling {id} failed (a bug); it stays pending"));
+                Verdict::Retry
             }
-        })
-        .map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))
+        };
+        if settled.send((i, entry.id_bytes(), verdict)).is_err() {
+            return;
+        }
+        let _ = waker.wake();
+    })
 }
 
 /// Why a driver gave up, worded as the runner's errors are; a TLS failure names the flag

@@ -62,10 +62,14 @@ fn count_total(lanes: &[LaneCounts<'_>], get: fn(&Counters) -> u64) -> u64 {
     lanes.iter().map(|lane| get(lane.counters)).sum()
 }
 
+/// The most entries in hand at once, by its name in the JSON.
+const IN_HAND_MAX: Named<Counters> = ("in_hand_max", |c| c.in_hand_max.load(Relaxed) as u64);
+
 /// The `--stats-json` object: every [`Stats`] counter and the handler's `handled` and
-/// `failed`, summed over the lanes, the run time, and the same counters per stream under
-/// `streams` (one member per `--stream`, in the order given).
-pub fn stats_json(lanes: &[LaneCounts<'_>], elapsed: Duration) -> String {
+/// `failed`, summed over the lanes, the most entries in hand at once over all lanes
+/// (`total`'s), the run time, and the same counters per stream under `streams` (one member
+/// per `--stream`, in the order given).
+pub fn stats_json(lanes: &[LaneCounts<'_>], total: &Counters, elapsed: Duration) -> String {
     let mut json = Object::new();
     for (name, get) in STATS {
         json = json.num(name, stat_total(lanes, get));
@@ -73,6 +77,7 @@ pub fn stats_json(lanes: &[LaneCounts<'_>], elapsed: Duration) -> String {
     for (name, get) in COUNTS {
         json = json.num(name, count_total(lanes, get));
     }
+    json = json.num(IN_HAND_MAX.0, IN_HAND_MAX.1(total));
     let mut streams = Object::new();
     for lane in lanes {
         streams = streams.raw(lane.stream, &lane_json(lane));
@@ -88,7 +93,7 @@ fn lane_json(lane: &LaneCounts<'_>) -> String {
     for (name, get) in STATS {
         json = json.num(name, lane.stats.map_or(0, get));
     }
-    for (name, get) in COUNTS {
+    for (name, get) in COUNTS.into_iter().chain([IN_HAND_MAX]) {
         json = json.num(name, get(lane.counters));
     }
     json.finish()
@@ -136,16 +141,20 @@ impl Progress {
         drop(self.screen.clear());
     }
 
-    /// Ends the line and prints a summary: the totals, and a line per stream when there are
-    /// several.
-    pub fn finish(mut self, lanes: &[LaneCounts<'_>], elapsed: Duration) {
+    /// Ends the line and prints a summary: the totals (and the most entries in hand at once,
+    /// over all lanes, if more than one), and a line per stream when there are several.
+    pub fn finish(mut self, lanes: &[LaneCounts<'_>], total: &Counters, elapsed: Duration) {
         self.end();
         let c = |get: fn(&Counters) -> u64| count_total(lanes, get);
         // The consumers' totals are known only if every lane stopped.
         let stopped = lanes.iter().all(|l| l.stats.is_some());
         let s = |get: fn(&Stats) -> u64| stopped.then(|| stat_total(lanes, get));
         let (handled, secs) = (c(|c| c.handled.load(Relaxed)), elapsed.as_secs_f64());
-        eprintln!("pelican: {handled} handled in {secs:.1} s{}{}", outcome_text(s), counts_text(c));
+        let most = match total.in_hand_max.load(Relaxed) {
+            0 | 1 => String::new(),
+            n => format!(", at most {n} in hand at once"),
+        };
+        eprintln!("pelican: {handled} handled in {secs:.1} s{}{}{most}", outcome_text(s), counts_text(c));
         if lanes.len() > 1 {
             for lane in lanes {
                 let c = |get: fn(&Counters) -> u64| get(lane.counters);
@@ -168,19 +177,38 @@ impl Drop for Progress {
     }
 }
 
-/// `N entries/s, H handled, F failed, C reclaimed, D drained`, then ` | a H, b H (F failed)`
-/// when there are several lanes, then the group's health as last told (` | group: …`), and
-/// ` | waiting for the server` while a lane cannot reach it.
+/// `N entries/s, H handled, F failed, C reclaimed, D drained, I in hand, B buffered` (the
+/// entries whose command runs, and those read and waiting, when the transport tells), then
+/// ` | a H, b H (F failed, I in hand, B buffered)` when there are several lanes (what is
+/// not zero), then the group's health as last told (` | group: …`), and ` | waiting for the
+/// server` while a lane cannot reach it.
 fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>, Arc<Watch>)]) -> String {
     let sum = |get: fn(&Counters) -> u64| lanes.iter().map(|(_, c, _)| get(c)).sum::<u64>();
     let mut line =
         format!("{rate:.0} entries/s, {} handled{}", sum(|c| c.handled.load(Relaxed)), counts_text(sum));
+    let _ = write!(line, ", {} in hand", sum(|c| c.in_hand.load(Relaxed) as u64));
+    let buffered: Vec<usize> = lanes.iter().filter_map(|(_, _, w)| w.buffered()).collect();
+    if !buffered.is_empty() {
+        let _ = write!(line, ", {} buffered", buffered.iter().sum::<usize>());
+    }
     if lanes.len() > 1 {
         let parts: Vec<String> = lanes
             .iter()
-            .map(|(stream, c, _)| match c.failed.load(Relaxed) {
-                0 => format!("{stream} {}", c.handled.load(Relaxed)),
-                failed => format!("{stream} {} ({failed} failed)", c.handled.load(Relaxed)),
+            .map(|(stream, c, w)| {
+                let handled = c.handled.load(Relaxed);
+                let notes: Vec<String> = [
+                    (c.failed.load(Relaxed) as usize, "failed"),
+                    (c.in_hand.load(Relaxed), "in hand"),
+                    (w.buffered().unwrap_or(0), "buffered"),
+                ]
+                .into_iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect();
+                match &notes[..] {
+                    [] => format!("{stream} {handled}"),
+                    notes => format!("{stream} {handled} ({})", notes.join(", ")),
+                }
             })
             .collect();
         let _ = write!(line, " | {}", parts.join(", "));
@@ -270,11 +298,19 @@ mod tests {
             LaneCounts { stream: "{a}", counters: &a, stats: Some(&sa) },
             LaneCounts { stream: "b", counters: &b, stats: Some(&sb) },
         ];
-        let json = stats_json(&lanes, Duration::from_millis(1500));
+        a.in_hand_max.store(3, Relaxed);
+        b.in_hand_max.store(2, Relaxed);
+        let total = counters(0, 0);
+        total.in_hand_max.store(4, Relaxed);
+        let json = stats_json(&lanes, &total, Duration::from_millis(1500));
         assert!(json.starts_with(r#"{"drained":0,"claimed":0,"new":0,"acked":4,"#), "{json}");
         assert!(json.contains(r#""moved":1,"#), "{json}");
-        assert!(json.contains(r#""handled":5,"failed":1,"seconds":1.500,"streams":{"{a}":{"#), "{json}");
-        assert!(json.ends_with(r#""handled":2,"failed":0}}}"#), "{json}");
+        assert!(
+            json.contains(r#""handled":5,"failed":1,"in_hand_max":4,"seconds":1.500,"streams":{"{a}":{"#),
+            "{json}"
+        );
+        assert!(json.contains(r#""handled":3,"failed":1,"in_hand_max":3},"b":"#), "{json}");
+        assert!(json.ends_with(r#""handled":2,"failed":0,"in_hand_max":2}}}"#), "{json}");
     }
 
     #[test]
@@ -299,11 +335,33 @@ mod tests {
         let lanes = vec![lane("a", counters(3, 1)), lane("b", counters(2, 0))];
         assert_eq!(
             progress_line(5.0, &lanes),
-            "5 entries/s, 5 handled, 1 failed, 0 reclaimed, 0 drained | a 3 (1 failed), b 2"
+            "5 entries/s, 5 handled, 1 failed, 0 reclaimed, 0 drained, 0 in hand | a 3 (1 failed), b 2"
         );
         assert_eq!(
             progress_line(1.0, &lanes[1..]),
-            "1 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained"
+            "1 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained, 0 in hand"
+        );
+    }
+
+    #[test]
+    fn progress_shows_entries_in_hand_and_buffered() {
+        let lane = |name: &str, in_hand| {
+            let c = counters(1, 0);
+            c.in_hand.store(in_hand, Relaxed);
+            (name.to_string(), Arc::new(c), Arc::<Watch>::default())
+        };
+        let lanes = vec![lane("a", 4), lane("b", 1)];
+        // smol tells nothing of its buffer: nothing shown.
+        assert_eq!(
+            progress_line(2.0, &lanes),
+            "2 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained, 5 in hand | a 1 (4 in hand), b 1 (1 in hand)"
+        );
+        lanes[0].2.set_buffered(12);
+        lanes[1].2.set_buffered(0);
+        assert_eq!(
+            progress_line(2.0, &lanes),
+            "2 entries/s, 2 handled, 0 failed, 0 reclaimed, 0 drained, 5 in hand, 12 buffered \
+             | a 1 (4 in hand, 12 buffered), b 1 (1 in hand)"
         );
     }
 
@@ -315,7 +373,7 @@ mod tests {
         *lanes[0].2.health.lock().unwrap() = Some(health(3, Some(10)));
         assert_eq!(
             progress_line(0.0, &lanes[..1]),
-            "0 entries/s, 0 handled, 0 failed, 0 reclaimed, 0 drained | group: 3 pending, lag 10, 2 consumers"
+            "0 entries/s, 0 handled, 0 failed, 0 reclaimed, 0 drained, 0 in hand | group: 3 pending, lag 10, 2 consumers"
         );
         // Several: pending summed; lag only once every lane's is known.
         assert!(progress_line(0.0, &lanes).ends_with("| a 0, b 0 | groups: 3 pending"));

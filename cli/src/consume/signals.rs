@@ -61,12 +61,16 @@ impl Request {
 
 /// The first SIGINT/SIGTERM stops every lane gracefully; a second ends the running commands
 /// (see [`end_commands`]) and exits with 130. A repeat of the first is ignored
-/// ([`Request::repeats`]).
+/// ([`Request::repeats`]). `several`: lanes may hold several entries at once
+/// (`--concurrency`), which the messages then say.
 pub fn on_signals(
     stop: Arc<StopAll>,
     handlers: Vec<Arc<Handler>>,
     screen: Arc<Screen>,
+    several: bool,
 ) -> Result<(), Failure> {
+    let (in_hand, stays) =
+        if several { ("the entries in hand", "stay") } else { ("the entry in hand", "stays") };
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
         .map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
     thread::Builder::new()
@@ -79,7 +83,7 @@ pub fn on_signals(
                     None => {
                         first = Some(request);
                         screen.tell(format_args!(
-                            "pelican: stopping after the entry in hand (signal again to exit at once)"
+                            "pelican: stopping after {in_hand} (signal again to exit at once)"
                         ));
                         stop.stop();
                     }
@@ -90,7 +94,7 @@ pub fn on_signals(
             EXITING.store(true, SeqCst);
             let groups = running_groups(&handlers);
             if groups.is_empty() {
-                screen.tell_now(format_args!("pelican: exiting at once; the entry in hand stays pending"));
+                screen.tell_now(format_args!("pelican: exiting at once; {in_hand} {stays} pending"));
             } else {
                 screen.tell_now(format_args!(
                     "pelican: exiting: the running commands get SIGTERM, and SIGKILL if still running \
@@ -106,9 +110,9 @@ pub fn on_signals(
 }
 
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).
-/// Called with [`EXITING`] set, so no other command starts (see [`Handler::child`]).
+/// Called with [`EXITING`] set, so no other command starts (see [`Handler::children`]).
 fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
-    handlers.iter().filter_map(|h| Pid::from_raw(*h.child() as i32)).collect()
+    handlers.iter().flat_map(|h| h.children().clone()).filter_map(|pid| Pid::from_raw(pid as i32)).collect()
 }
 
 /// SIGTERM to each group; SIGKILL to those with a process left after [`GRACE`]; then waits
@@ -135,7 +139,7 @@ fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     let deadline = Instant::now() + REAP_WAIT;
     loop {
         left.retain(|&group| has_live_process(group));
-        let unreaped = handlers.iter().any(|h| *h.child() != 0);
+        let unreaped = handlers.iter().any(|h| !h.children().is_empty());
         if (left.is_empty() && !unreaped) || Instant::now() >= deadline {
             break;
         }

@@ -2,10 +2,13 @@
 //! thread. Commands block, so each runs on smol's blocking pool while its runner goes on
 //! working the connection; entries printed are written on the executor's thread when
 //! stdout has room (see [`Handler::handle_here`]), which spares a hop per entry.
+//!
+//! With `--concurrency N` a runner polls up to N handler futures at once, each awaiting its
+//! own command on the pool; the pool is made large enough for every lane's N.
 
 use std::cell::Cell;
+use std::num::NonZeroUsize;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,10 +24,28 @@ use crate::server::tls_message;
 /// at once says nothing.
 const QUIET_WAIT: Duration = Duration::from_secs(1);
 
+/// smol's blocking pool keeps this many threads at most unless told otherwise.
+const POOL_DEFAULT: usize = 500;
+
+/// The most threads smol's blocking pool takes.
+const POOL_MAX: usize = 10_000;
+
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
-/// Returns each lane's outcome, in order.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
+/// Returns each lane's outcome, in order. `concurrency`: each lane's entries in hand at once.
+pub fn run(
+    lanes: Vec<Lane>,
+    net: &Net,
+    stop: &Arc<StopAll>,
+    concurrency: u32,
+) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
+    // Every command in hand has a pool thread, and a few more are left for the rest (DNS).
+    let wanted = lanes.len().saturating_mul(concurrency as usize).saturating_add(16);
+    if wanted > POOL_DEFAULT {
+        if let Some(threads) = NonZeroUsize::new(wanted.min(POOL_MAX)) {
+            blocking::set_max_blocking_threads(threads);
+        }
+    }
     let mut runners = Vec::with_capacity(lanes.len());
     for lane in lanes {
         let runner = runner(&lane, net, several)?;
@@ -73,7 +94,7 @@ async fn tell_wait(lanes: &[(Arc<Handler>, Rc<Cell<bool>>)]) {
         let running: Vec<&Arc<Handler>> =
             lanes.iter().filter(|(_, done)| !done.get()).map(|(handler, _)| handler).collect();
         let Some(first) = running.first() else { return };
-        if running.iter().any(|handler| !handler.busy.load(SeqCst)) {
+        if running.iter().any(|handler| handler.in_hand() == 0) {
             first.shared.screen.tell(format_args!(
                 "pelican: stopping: waiting for the server to confirm the acknowledgements earned; \
                  signal again to exit now"
@@ -98,7 +119,9 @@ fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
     Ok(runner)
 }
 
-/// Runs one lane to its end (then sets `done`); a failure stops every other lane.
+/// Runs one lane to its end (then sets `done`); a failure stops every other lane. The
+/// runner may poll several handler futures at once (`--concurrency`): each awaits its own
+/// command on the blocking pool.
 async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<bool>>) -> Outcome {
     let handler = lane.handler;
     let result = runner
