@@ -145,7 +145,8 @@ impl DeadLetterReason {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ShrinkCause {
-    /// Handlers are slow: a full read would not be handed out within the lease.
+    /// Handlers are slow: each read brings the handlers about 10 ms of work, which is now a
+    /// single entry each (reads paced to quicker handlers are not told).
     SlowHandler,
     /// Entries are big: a full read would pass [`Config::read_bytes`](crate::Config::read_bytes).
     BigEntries,

@@ -34,6 +34,8 @@ pub(crate) struct Pace {
     horizon: u64,
     /// What a read asks for before any handler is timed.
     start: u32,
+    /// Handlers that run at once.
+    concurrency: u32,
     read_bytes: usize,
     /// Handler time per entry, in nanoseconds.
     handler: u64,
@@ -64,6 +66,7 @@ impl Pace {
             budget,
             horizon: nanos(HORIZON).saturating_mul(u64::from(concurrency.max(1))).min(budget),
             start: start.clamp(1, max),
+            concurrency: concurrency.max(1),
             read_bytes,
             handler: 0,
             timed: false,
@@ -176,10 +179,16 @@ impl Pace {
     /// The count for the next read, with a notice when it fell below the last one reported.
     /// Growth is not reported; the next fall is measured from where it grew back to (at least
     /// doubled), so that a count wavering around one value does not report every read.
+    /// Reads paced to handlers of a few milliseconds are the norm, not news: slow handlers
+    /// are told once reads bring each handler a single entry (10 ms or more each).
     pub(crate) fn next_count(&mut self) -> (u32, Option<Notice>) {
         let (count, cause) = self.count();
+        let told = match cause {
+            Some(ShrinkCause::SlowHandler) => count <= self.concurrency,
+            _ => true,
+        };
         let notice = match cause {
-            Some(cause) if count < self.reported => {
+            Some(cause) if count < self.reported && told => {
                 self.reported = count;
                 Some(Notice::ReadShrunk { count, cause })
             }
@@ -218,12 +227,15 @@ mod tests {
         let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
         assert_eq!(pace.next_count(), (100, None));
         pace.record_handler(Duration::from_millis(1));
-        // A read brings the handlers 10 ms of work: 10 entries of 1 ms.
+        // A read brings the handlers 10 ms of work: 10 entries of 1 ms. That is pacing, not
+        // news; one entry a read (handlers of 10 ms or more) is told, once.
+        assert_eq!(pace.next_count(), (10, None));
+        pace.record_handler(Duration::from_millis(50));
         assert_eq!(
             pace.next_count(),
-            (10, Some(Notice::ReadShrunk { count: 10, cause: ShrinkCause::SlowHandler }))
+            (1, Some(Notice::ReadShrunk { count: 1, cause: ShrinkCause::SlowHandler }))
         );
-        assert_eq!(pace.next_count(), (10, None), "reported once");
+        assert_eq!(pace.next_count(), (1, None), "reported once");
         let mut counts = Vec::new();
         for _ in 0..60 {
             pace.record_handler(Duration::from_micros(10));
