@@ -76,10 +76,11 @@ fn exec_success_acks_every_entry() {
         "leases_renewed",
         "leases_lost",
         "dead_lettered",
-        "reads_shrunk",
     ] {
         assert_eq!(stats.get(field).num(), 0.0, "{field}");
     }
+    // `reads_shrunk` follows the machine: a command slower than 10 ms (a loaded machine) makes
+    // reads bring one entry, and that is told.
 }
 
 #[test]
@@ -122,8 +123,10 @@ fn sigterm_mid_batch_finishes_the_entry_in_hand() {
     assert_eq!(lines_of(&started), ids[..2], "nothing started after the stop");
     assert_eq!(lines_of(&finished), ids[..2], "the entry in hand finished");
     // The acks were confirmed before exit: the server's view, read after the exit, is exact.
+    // What was read and not handled stays pending (reads follow the handler's pace: a few
+    // entries ahead, not the whole stream); the rest was never delivered.
     let pending: Vec<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
-    assert_eq!(pending, ids[2..], "exactly the entries not handled stay pending");
+    assert!(ids[2..].starts_with(&pending), "only entries not handled stay pending: {pending:?}");
 }
 
 #[test]
@@ -988,12 +991,12 @@ fn one_consumer_of_many_streams_through_any_cluster_node() {
     }
 }
 
-/// A dead-letter stream in another slot than its stream (`a` and `b`): the move is refused
-/// (CROSSSLOT), the lane fails for good and pelican exits 1 naming the stream with the
-/// hash-tag advice. The other lane stops cleanly meanwhile: the command in hand finishes and
-/// every entry whose command finished is acknowledged.
+/// A dead-letter stream in another slot than its streams (`b` for `a` and `{ok}`): refused
+/// (CROSSSLOT) at the start, by the check each lane makes before it reads anything, not at
+/// the first dead letter (days later, maybe): pelican exits 1 naming both streams with the
+/// hash-tag advice, and nothing was read or handled.
 #[test]
-fn a_dead_letter_stream_in_another_slot_stops_every_lane() {
+fn a_dead_letter_stream_in_another_slot_is_refused_at_the_start() {
     let cluster = Cluster::start(Flavor::Redis70);
     assert_ne!(cluster.slot_of("a"), cluster.slot_of("b"));
     let ok = "{ok}";
@@ -1026,16 +1029,18 @@ fn a_dead_letter_stream_in_another_slot_stops_every_lane() {
         let (status, _, stderr) = run(&strs(&consume_streams(&url, &streams, group, &extra)));
         assert_eq!(status.code(), Some(1), "{transport}: {stderr}");
         let line = stderr.lines().find(|l| l.contains("CROSSSLOT")).unwrap_or_else(|| panic!("{stderr}"));
-        assert!(line.starts_with("pelican: stream a: "), "{transport}: {line}");
+        // Whichever lane's check answers first stops the other (or both are named).
+        let named = ["pelican: stream a: ", "pelican: stream {ok}: ", "pelican: streams a, {ok}: "];
+        assert!(named.iter().any(|n| line.starts_with(n)), "{transport}: {line}");
+        assert!(line.contains("the check that dead letters can be moved"), "{transport}: {line}");
         assert!(line.contains("give them a common hash tag, e.g. {orders} and {orders}:dead"), "{line}");
         assert!(line.contains("--dead-letter '%s:dead'"), "{transport}: {line}");
-        let finished = lines_of(&finished);
-        assert_eq!(lines_of(&started), finished, "{transport}: the command in hand finished");
-        assert!(finished.len() < 20, "{transport}: stopped before the end: {finished:?}");
-        let pending: BTreeSet<String> = ok_admin.xpending_all(ok, group).into_iter().map(|e| e.0).collect();
-        for id in &finished {
-            assert!(!pending.contains(id), "{transport}: {id} was handled, so acked");
-        }
+        assert_eq!(
+            (lines_of(&started), lines_of(&finished)),
+            (vec![], vec![]),
+            "{transport}: nothing handled"
+        );
+        assert_eq!(ok_admin.xpending_all(ok, group).len(), 0, "{transport}: nothing read");
         assert_eq!(cluster.admin_for("b").xlen("b"), 0, "{transport}: nothing moved");
     }
 }
