@@ -218,7 +218,7 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// `pelican:<group>:<consumer>`, each byte a connection name cannot hold (a space, a control
 /// or a non-ASCII byte) shown as `?`.
-fn default_client_name(group: &[u8], consumer: &[u8]) -> Bytes {
+pub(crate) fn default_client_name(group: &[u8], consumer: &[u8]) -> Bytes {
     let name = [&b"pelican:"[..], group, b":", consumer].concat();
     name.into_iter().map(|b| if b.is_ascii_graphic() { b } else { b'?' }).collect::<Vec<u8>>().into()
 }

@@ -41,6 +41,9 @@ pub enum Command {
     /// `CLIENT ID` and `CLIENT LIST TYPE normal`: looking for a twin, another live connection
     /// under this consumer's name ([`Config::allow_twins`](crate::Config::allow_twins)).
     Twins,
+    /// `CLIENT LIST TYPE normal`: the live connections, so that a retirement keeps the
+    /// consumers still connected ([`Retirement`](crate::retire::Retirement)).
+    Connections,
 }
 
 impl fmt::Display for Command {
@@ -62,6 +65,7 @@ impl fmt::Display for Command {
             Command::Health => "XINFO GROUPS (health)",
             Command::Retire => "EVAL (retire)",
             Command::Twins => "CLIENT LIST (twins)",
+            Command::Connections => "CLIENT LIST (retire)",
         })
     }
 }
