@@ -1,12 +1,13 @@
-//! A tiny blocking client for `pending`, `produce` and `demo`'s bookkeeping: commands go out
-//! as RESP arrays of bulk strings over a `std::net::TcpStream` (wrapped in `rustls` for
-//! `rediss://`), replies come back through `redis-protocol`'s RESP2 decoder. Logs in and
-//! selects the database as the URL says. Every wait is bounded.
+//! A tiny blocking client for `pending`, `produce`, `retire` and `demo`'s bookkeeping:
+//! commands go out as RESP arrays of bulk strings over a `std::net::TcpStream` (wrapped in
+//! `rustls` for `rediss://`), replies come back through `redis-protocol`'s RESP2 decoder.
+//! Logs in and selects the database as the URL says. Every wait is bounded.
 //!
 //! In a Redis/Valkey Cluster, [`Client::call`] follows the redirects, a few at most: `-MOVED`
 //! reconnects to the node named and sends the command again there (that node is kept for
 //! the next commands); `-ASK` (the slot is being migrated) sends `ASKING` and the command
-//! once to the node named.
+//! once to the node named. [`Client::call_after`] does the same for a command that must
+//! meet the node of an unkeyed one sent before it (`retire`'s `CLIENT LIST`, then script).
 
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
