@@ -294,6 +294,22 @@ fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
     }
 }
 
+/// A user the ACL refuses `CLIENT LIST` cannot retire: exit 1, the server's refusal and why
+/// the listing is needed said; nothing removed.
+#[test]
+fn retire_refused_client_list_says_why_and_removes_nothing() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    admin.call(&["XGROUP", "CREATECONSUMER", "s", "g", "gone"]);
+    admin.call(&["ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-client|list"]);
+    let url = format!("redis://ops:pw@{}", server.addr());
+    let (status, _, err) = run(&["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.starts_with("pelican: s: NOPERM") && err.contains("CLIENT LIST"), "{err}");
+    assert_eq!(consumer_names(&mut admin, "s"), ["gone"]);
+}
+
 /// In a cluster, the connections are listed on the node serving the stream (where its
 /// consumers are connected), not on the node the URL names: a consumer parked there is kept
 /// as connected through another master's URL, and while the stream's slot is migrating
