@@ -1,12 +1,13 @@
-//! A tiny blocking client for `pending`, `produce` and `demo`'s bookkeeping: commands go out
-//! as RESP arrays of bulk strings over a `std::net::TcpStream` (wrapped in `rustls` for
-//! `rediss://`), replies come back through `redis-protocol`'s RESP2 decoder. Logs in and
-//! selects the database as the URL says. Every wait is bounded.
+//! A tiny blocking client for `pending`, `produce`, `retire` and `demo`'s bookkeeping:
+//! commands go out as RESP arrays of bulk strings over a `std::net::TcpStream` (wrapped in
+//! `rustls` for `rediss://`), replies come back through `redis-protocol`'s RESP2 decoder.
+//! Logs in and selects the database as the URL says. Every wait is bounded.
 //!
 //! In a Redis/Valkey Cluster, [`Client::call`] follows the redirects, a few at most: `-MOVED`
 //! reconnects to the node named and sends the command again there (that node is kept for
 //! the next commands); `-ASK` (the slot is being migrated) sends `ASKING` and the command
-//! once to the node named.
+//! once to the node named. [`Client::call_after`] does the same for a command that must
+//! meet the node of an unkeyed one sent before it (`retire`'s `CLIENT LIST`, then script).
 
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -214,17 +215,59 @@ impl Client {
     }
 
     /// `ASKING`, then the command, on the node an `ASK` named (the slot is being migrated
-    /// there: it serves the key only when asked so). The node's connection is kept for the
-    /// next `ASK`, which is likely while the migration lasts.
+    /// there: it serves the key only when asked so).
     fn ask(&mut self, host: &str, port: u16, args: &[&[u8]]) -> Result<Reply, String> {
+        let node = self.asked_node(host, port)?;
+        refused(node.exchange(&[b"ASKING"])?).map_err(|e| format!("ASKING: {e}"))?;
+        node.exchange(args)
+    }
+
+    /// The connection to the node an `ASK` named, kept for the next `ASK`, which is likely
+    /// while the migration lasts.
+    fn asked_node(&mut self, host: &str, port: u16) -> Result<&mut Client, String> {
         let addr = node_addr(host, port, self.peer)?;
         let node = match self.asked.take() {
             Some(node) if node.peer == addr => node,
             _ => Box::new(self.connect_node(host, port)?),
         };
-        let node = self.asked.insert(node);
-        refused(node.exchange(&[b"ASKING"])?).map_err(|e| format!("ASKING: {e}"))?;
-        node.exchange(args)
+        Ok(self.asked.insert(node))
+    }
+
+    /// A keyed command that needs to know something of the node it runs on: `first`, a
+    /// command of no key (`CLIENT LIST`), goes to the node connected to, then the command
+    /// `then` builds from its reply. Both must meet the same node, the one serving the key,
+    /// so a redirect of the command sends both again where it says: after `MOVED`, to that
+    /// node (kept for the next commands); after `ASK` (the slot is migrating), `first` goes
+    /// to the node named as well and `then` gets both replies (this node's first), since
+    /// what it asks about may be on either, then `ASKING` and the command there. An error
+    /// reply to `first` is an `Err` with the server's text.
+    pub fn call_after(
+        &mut self,
+        first: &[&[u8]],
+        mut then: impl FnMut(&[Reply]) -> Result<Vec<Vec<u8>>, String>,
+    ) -> Result<Reply, String> {
+        for _ in 0..=MAX_REDIRECTS {
+            let here = refused(self.exchange(first)?)?;
+            let args = then(std::slice::from_ref(&here))?;
+            let reply = self.exchange(&args.iter().map(|a| &a[..]).collect::<Vec<_>>())?;
+            match redirect(&reply) {
+                None => return refused(reply),
+                Some(Redirect::Moved { host, port }) => *self = self.connect_node(&host, port)?,
+                Some(Redirect::Ask { host, port }) => {
+                    let node = self.asked_node(&host, port)?;
+                    let there = refused(node.exchange(first)?)?;
+                    let args = then(&[here, there])?;
+                    let node = self.asked_node(&host, port)?;
+                    refused(node.exchange(&[b"ASKING"])?).map_err(|e| format!("ASKING: {e}"))?;
+                    let reply = node.exchange(&args.iter().map(|a| &a[..]).collect::<Vec<_>>())?;
+                    if redirect(&reply).is_none() {
+                        return refused(reply);
+                    }
+                    // The migration moved on meanwhile: start again from this node.
+                }
+            }
+        }
+        Err(format!("the cluster redirected the command {} times: is it still settling?", MAX_REDIRECTS + 1))
     }
 
     /// One command and its reply, an error reply included; `Err` only for the connection.

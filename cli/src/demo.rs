@@ -6,7 +6,6 @@
 //! worker's connection drops with its entry in hand and its earned acks unsent, as when a
 //! process dies.
 
-use std::collections::BTreeSet;
 use std::net::{SocketAddr, TcpListener};
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
@@ -55,6 +54,8 @@ pub struct Args {
 }
 
 const GROUP: &str = "demo";
+/// The most entries a worker's read asks for (`COUNT`), from its first read on.
+const BATCH: u32 = 5;
 /// No step of the tour may take longer than this.
 const STEP_LIMIT: Duration = Duration::from_secs(15);
 
@@ -87,10 +88,14 @@ pub fn main(args: Args) -> Result<(), Failure> {
         admin,
         start: Instant::now(),
         added: Vec::new(),
-        handled: BTreeSet::new(),
+        handlings: Vec::new(),
         deleted: Vec::new(),
     };
-    println!("pelican demo on {where_}: stream {}, group {GROUP}\n", tour.stream);
+    println!("pelican demo on {where_}: stream {}, group {GROUP}", tour.stream);
+    println!(
+        "workers read batches of up to {BATCH} entries (COUNT {BATCH}), the next read sent ahead while entries \
+         keep coming,\nand handle one entry at a time, acking it a few ms later or with the next read\n"
+    );
     let result = tour.run();
     if _sim.is_none() {
         let _ = tour.admin.call(&[b"DEL", tour.stream.as_bytes()]);
@@ -106,7 +111,8 @@ struct Tour {
     admin: Client,
     start: Instant,
     added: Vec<String>,
-    handled: BTreeSet<String>,
+    /// Every entry handled and acked by a worker done with, once per handling.
+    handlings: Vec<String>,
     deleted: Vec<String>,
 }
 
@@ -120,106 +126,144 @@ impl Tour {
         let mut alice = self.worker("alice", Duration::from_secs(30));
         alice.until(Worker::caught_up, |_| Verdict::Ack)?;
         self.say("cold start: alice joins (XGROUP CREATE … MKSTREAM), drains its empty pending list, parks");
-        self.add(5)?;
-        alice.until(|w| w.seen.len() >= 5, |_| Verdict::Ack)?;
-        self.note(&alice);
-        self.say(&format!("5 new entries → alice handled {} ({})", alice.seen.len(), alice.sources()));
+        let batch = self.add(5)?;
+        // Its acks confirmed: nothing of this batch is left pending.
+        alice.until(|w| w.consumer().stats().acked >= batch.len() as u64, |_| Verdict::Ack)?;
+        alice.until(Worker::caught_up, |_| Verdict::Ack)?;
+        self.say(&format!(
+            "{} new entries → alice handled {} ({})",
+            batch.len(),
+            alice.handled_of(&batch),
+            alice.sources()
+        ));
 
         // 2. A crash mid-batch, and a restart under the same name.
-        self.add(10)?;
+        let batch = self.add(10)?;
         let before = alice.seen.len();
         let crashed = alice.crash_after(before + 3)?;
-        self.note(&alice);
-        let held = self.admin_pending_ids("alice")?.len();
+        let handled = alice.handled_of(&batch);
+        self.finish(alice)?;
+        // What the server holds once the dead connection is gone: every command it sent was
+        // served or dropped by then.
+        let delivered = self.delivered(&batch)?;
+        let held = self.admin_pending_ids("alice")?.iter().filter(|id| batch.contains(id)).count();
+        let acked = delivered.saturating_sub(held);
         self.say(&format!(
-            "alice crashes mid-batch after 3 more (handling {crashed}): {held} entries stay pending on alice, unacked"
+            "{n} new entries; alice handles {handled} and crashes mid-batch on the next, {crashed}: of the {n}, \
+             the server had delivered her {delivered} and counted {}, so {} stay pending on alice ({lost} handled, \
+             their acks lost with her)",
+            plural(acked, "ack", "acks"),
+            held,
+            n = batch.len(),
+            lost = handled.saturating_sub(acked)
         ));
         let t = Instant::now();
         let mut alice = self.worker("alice", Duration::from_secs(30));
         alice.until(|w| w.seen.len() >= held, |_| Verdict::Ack)?;
-        self.note(&alice);
         self.say(&format!(
-            "alice restarts under its name: its {held} pending entries are back in {} ms ({}), no idle wait",
-            t.elapsed().as_millis(),
-            alice.sources()
+            "alice restarts under its name: its {} are back in {} ms, from its pending list, no idle wait",
+            plural(alice.count(Source::Pending), "pending entry", "pending entries"),
+            t.elapsed().as_millis()
         ));
         alice.until(Worker::caught_up, |_| Verdict::Ack)?;
-        self.note(&alice);
         alice.stop()?;
-        settle_close();
+        let fresh = alice.count(Source::New);
+        self.finish(alice)?;
+        let fresh = match fresh {
+            0 => String::new(),
+            n => format!(" with the {n} never delivered (new)"),
+        };
+        self.say(&format!(
+            "alice catches up{fresh}: all {} of the {} handled, {} of them twice",
+            self.handled_of(&batch),
+            batch.len(),
+            self.repeats_of(&batch)
+        ));
 
         // 3. A worker dies for good; a peer reclaims its entries after min_idle.
         let min_idle = Duration::from_millis(1500);
-        self.add(4)?;
+        let batch = self.add(4)?;
         let mut bob = self.worker("bob", min_idle);
         bob.crash_after(0)?;
+        self.finish(bob)?;
         let held = self.admin_pending_ids("bob")?.len();
-        self.say(&format!("bob reads {held} entries and dies for good, holding them"));
+        self.say(&format!(
+            "{} new entries; bob reads {held} of them and dies for good, holding them",
+            batch.len()
+        ));
         let t = Instant::now();
         let mut carol = self.worker("carol", min_idle);
-        carol.until(
-            |w| w.seen.iter().filter(|(_, s)| *s == Source::Claimed).count() >= held,
-            |_| Verdict::Ack,
-        )?;
-        self.note(&carol);
+        carol.until(|w| w.count(Source::Claimed) >= held, |_| Verdict::Ack)?;
         self.say(&format!(
-            "carol reclaims bob's {held} entries once idle past min_idle {} ms (XAUTOCLAIM), {} ms after bob died",
+            "carol reclaims bob's {} once idle past min_idle {} ms (XAUTOCLAIM), {} ms after bob died",
+            plural(carol.count(Source::Claimed), "entry", "entries"),
             min_idle.as_millis(),
             t.elapsed().as_millis()
         ));
         carol.until(Worker::caught_up, |_| Verdict::Ack)?;
-        self.note(&carol);
         carol.stop()?;
-        settle_close();
+        self.tell_new(&carol, "bob never read");
+        self.finish(carol)?;
 
         // 4. A pending entry deleted under a worker.
-        self.add(3)?;
+        let batch = self.add(3)?;
         let mut dave = self.worker("dave", Duration::from_secs(30));
         dave.crash_after(0)?;
+        self.finish(dave)?;
         let held = self.admin_pending_ids("dave")?;
         let victim = held.first().cloned().ok_or_else(|| fail("dave holds nothing"))?;
         self.admin.call(&[b"XDEL", self.stream.as_bytes(), victim.as_bytes()]).map_err(Failure::Failed)?;
         self.deleted.push(victim.clone());
         self.say(&format!(
-            "dave crashes holding {} entries; {victim} is deleted (XDEL) while pending",
+            "{} new entries; dave reads {} and crashes holding them; {victim} is deleted (XDEL) while pending",
+            batch.len(),
             held.len()
         ));
         let mut dave = self.worker("dave", Duration::from_secs(30));
-        let live = held.len() - 1;
-        dave.until(|w| w.seen.len() >= live && w.consumer().stats().deleted_seen >= 1, |_| Verdict::Ack)?;
-        self.note(&dave);
+        dave.until(
+            |w| w.seen.len() + 1 >= held.len() && w.consumer().stats().deleted_seen >= 1,
+            |_| Verdict::Ack,
+        )?;
         self.say(&format!(
-            "dave restarts: {live} entries back; the deleted one comes back as [id, nil] and is acked away, never handed out"
+            "dave restarts: {} back from its pending list; the deleted one comes back as [id, nil] and is \
+             acked away, never handed out",
+            plural(dave.count(Source::Pending), "entry", "entries")
         ));
 
         // 5. A clean stop while parked.
         dave.until(Worker::caught_up, |_| Verdict::Ack)?;
-        self.note(&dave);
+        self.tell_new(&dave, "it never read");
         let t = Instant::now();
         let stats = dave.stop()?;
         self.say(&format!(
-            "dave stops while parked: {} µs, its acks confirmed ({} acked in all)",
+            "dave stops while parked: {} µs, its acks confirmed ({} acked: {} handled, {} deleted)",
             t.elapsed().as_micros(),
-            stats.acked
+            stats.acked,
+            dave.acked.len(),
+            stats.deleted_seen
         ));
+        self.finish(dave)?;
 
         // The check.
         let stream = self.stream.clone();
         let summary = self.call(&["XPENDING", &stream, GROUP])?;
         let pending = client::array(&summary).and_then(|s| s.first()).and_then(client::int).unwrap_or(-1);
+        let handled = self.handled_of(&self.added);
         let lost: Vec<String> = self
             .added
             .iter()
-            .filter(|id| !self.handled.contains(*id) && !self.deleted.contains(id))
+            .filter(|id| !self.handlings.contains(*id) && !self.deleted.contains(id))
             .cloned()
             .collect();
         println!();
         if lost.is_empty() && pending == 0 {
             self.say(&format!(
-                "nothing lost: {} entries added, {} handled and acked, {} deleted while pending, {pending} pending",
+                "nothing lost: {} entries added = {handled} handled and acked + {} deleted while pending; {} \
+                 handlings, {} of them repeats (handled before a crash, the ack lost); {pending} pending",
                 self.added.len(),
-                self.handled.len(),
-                self.deleted.len()
+                self.deleted.len(),
+                self.handlings.len(),
+                self.handlings.len() - handled,
             ));
             Ok(())
         } else {
@@ -230,7 +274,8 @@ impl Tour {
     fn worker(&self, name: &str, min_idle: Duration) -> Worker {
         let config = self.server.target.apply(
             Config::new(&self.stream, GROUP, name)
-                .count(5)
+                .count(BATCH)
+                .start_count(BATCH)
                 .beat(Duration::from_millis(200))
                 .min_idle(min_idle)
                 .create_group("0")
@@ -245,24 +290,77 @@ impl Tour {
         Worker::new(name, driver)
     }
 
-    fn note(&mut self, w: &Worker) {
-        self.handled.extend(w.acked.iter().cloned());
+    /// A worker done with (stopped, or crashed): its handlings are counted, and the tour
+    /// goes on once the server has seen its connection close (until then, a stopped worker's
+    /// parked read could be handed the next entries, and a crashed one's last commands could
+    /// still be served).
+    fn finish(&mut self, w: Worker) -> Result<(), Failure> {
+        self.handlings.extend(w.acked.iter().cloned());
+        let name = format!("name=pelican:{GROUP}:{} ", w.name);
+        let end = Instant::now() + STEP_LIMIT;
+        loop {
+            let list = self.call(&["CLIENT", "LIST", "TYPE", "normal"])?;
+            let text = client::bytes(&list).map(String::from_utf8_lossy).unwrap_or_default();
+            if !text.lines().any(|l| format!("{l} ").contains(&name)) {
+                return Ok(());
+            }
+            if Instant::now() > end {
+                return Err(fail(&format!("the server still lists {}'s connection", w.name)));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
-    /// Adds `n` entries in one pipelined write, so that they arrive together.
-    fn add(&mut self, n: usize) -> Result<(), Failure> {
+    /// Tells the new entries `w` was handed, if any (the ones of a batch `what`).
+    fn tell_new(&self, w: &Worker, what: &str) {
+        let fresh = w.count(Source::New);
+        if fresh > 0 {
+            self.say(&format!("{} then reads the {fresh} {what}, new", w.name));
+        }
+    }
+
+    /// How many of `ids` were handled (and acked) by any worker done with.
+    fn handled_of(&self, ids: &[String]) -> usize {
+        ids.iter().filter(|id| self.handlings.contains(id)).count()
+    }
+
+    /// How many handlings of `ids` were repeats.
+    fn repeats_of(&self, ids: &[String]) -> usize {
+        let handlings = self.handlings.iter().filter(|id| ids.contains(id)).count();
+        handlings - self.handled_of(ids)
+    }
+
+    /// How many of `ids` the group has delivered: those up to its `last-delivered-id`.
+    fn delivered(&mut self, ids: &[String]) -> Result<usize, Failure> {
+        let stream = self.stream.clone();
+        let groups = self.call(&["XINFO", "GROUPS", &stream])?;
+        let last = client::array(&groups)
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|g| client::array(g))
+            .find(|g| client::field(g, "name").and_then(client::bytes) == Some(GROUP.as_bytes()))
+            .and_then(|g| client::field(g, "last-delivered-id").and_then(client::bytes))
+            .and_then(|id| id_key(&String::from_utf8_lossy(id)))
+            .ok_or_else(|| fail(&format!("XINFO GROUPS answered {groups:?}")))?;
+        Ok(ids.iter().filter(|id| id_key(id).is_some_and(|k| k <= last)).count())
+    }
+
+    /// Adds `n` entries in one pipelined write, so that they arrive together; their ids.
+    fn add(&mut self, n: usize) -> Result<Vec<String>, Failure> {
         let mut out = Vec::new();
         for i in 0..n {
             let order = format!("order-{}", self.added.len() + i + 1);
             client::encode(&mut out, &[b"XADD", self.stream.as_bytes(), b"*", b"order", order.as_bytes()]);
         }
         self.admin.write(&[&out]).map_err(Failure::Failed)?;
+        let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
             let reply = self.admin.read().map_err(Failure::Failed)?;
             let id = client::bytes(&reply).ok_or_else(|| fail(&format!("XADD answered {reply:?}")))?;
-            self.added.push(String::from_utf8_lossy(id).into_owned());
+            ids.push(String::from_utf8_lossy(id).into_owned());
         }
-        Ok(())
+        self.added.extend(ids.iter().cloned());
+        Ok(ids)
     }
 
     fn call(&mut self, args: &[&str]) -> Result<client::Reply, Failure> {
@@ -282,10 +380,15 @@ impl Tour {
     }
 }
 
-/// Gives the server a moment to see a stopped worker's connection close: until it does, the
-/// parked read it still thinks alive could be handed the tour's next entries.
-fn settle_close() {
-    std::thread::sleep(Duration::from_millis(100));
+/// `n` and the noun, singular or plural.
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// An entry id as a pair of numbers, to compare.
+fn id_key(id: &str) -> Option<(u64, u64)> {
+    let (ms, seq) = id.split_once('-')?;
+    Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
 fn fail(what: &str) -> Failure {
@@ -441,8 +544,18 @@ impl Worker {
         }
     }
 
+    /// How many entries it was handed from `source`.
+    fn count(&self, source: Source) -> usize {
+        self.seen.iter().filter(|(_, s)| *s == source).count()
+    }
+
+    /// How many of `ids` it handled and acked.
+    fn handled_of(&self, ids: &[String]) -> usize {
+        ids.iter().filter(|id| self.acked.contains(id)).count()
+    }
+
     fn sources(&self) -> String {
-        let count = |s| self.seen.iter().filter(|(_, x)| *x == s).count();
+        let count = |s| self.count(s);
         let parts: Vec<String> = [
             (Source::Pending, "from its pending list"),
             (Source::Claimed, "reclaimed"),

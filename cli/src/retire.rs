@@ -1,19 +1,20 @@
 //! `pelican retire`: removes a group's consumers that are gone for good — idle longer than
-//! a bound with nothing pending — each check and removal in one server-side script.
+//! a bound, nothing pending, no live connection under their name — each check and removal in
+//! one server-side script, after a `CLIENT LIST` on the node serving the stream.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use clap::value_parser;
-use pelican::retire::Retirement;
+use pelican::retire::{ConsumerState, Decision, Retirement, Step};
 use pelican::MAX_DURATION;
 use redis_protocol::resp2::encode::encode;
 use redis_protocol::resp2::types::Resp2Frame as _;
 use unicode_width::UnicodeWidthStr as _;
 
 use crate::args::{Failure, TEMPLATE};
-use crate::client::Client;
+use crate::client::{Client, Reply};
 use crate::name::show;
 use crate::server::ServerArgs;
 
@@ -24,14 +25,16 @@ pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run] 
 const ABOUT: &str = "\
 Removes the consumers of group G on each stream KEY that have been idle (the server's
 XINFO CONSUMERS `idle`: since it last read, claimed or acked) for at least N ms AND hold
-no pending entry. XGROUP DELCONSUMER drops a consumer's pending entries with it, where no
-reclaim can reach them: so a consumer that holds any is kept, however long idle, and the
-check and the removal run as one server-side script, so that a consumer handed an entry
-meanwhile is never removed. A live consumer removed while it held nothing comes back at
-its next read. Lists every consumer with what was decided.
+no pending entry AND have no live connection under their name (pelican:G:<consumer>, as
+pelican names a consumer's connection; CLIENT LIST): on Redis 7.0 a consumer parked on
+reads that find nothing looks idle however long it waits. XGROUP DELCONSUMER drops a
+consumer's pending entries with it, where no reclaim can reach them: so a consumer that
+holds any is kept, however long idle, and the check and the removal run as one server-side
+script, so that a consumer handed an entry meanwhile is never removed. Lists every consumer
+with what was decided, and why it was kept.
 
 In a Redis/Valkey Cluster, any node's URL will do: each stream is retired on the node
-serving it (MOVED and ASK are followed).";
+serving it, where its connections are listed too (MOVED and ASK are followed).";
 
 const AFTER: &str = "\
 Exit status: 0 done (whether or not any consumer was removed), 1 the server failed or
@@ -60,24 +63,13 @@ pub struct Args {
 /// Runs `retire`: each stream in turn, a table of its group's consumers.
 pub fn main(args: Args) -> Result<(), Failure> {
     let server = args.server.to_server()?;
-    let mut client = Client::connect(&server, "pelican:retire").map_err(Failure::Failed)?;
+    let mut client = Client::connect(&server, pelican::retire::CLIENT_NAME).map_err(Failure::Failed)?;
     let group = args.group.as_bytes();
     let min_idle = Duration::from_millis(args.idle_ms);
     let mut failed = Vec::new();
     for stream in &args.streams {
         let stream = stream.as_bytes();
-        let mut retirement = Retirement::script(stream, group, min_idle, args.dry_run);
-        let command: Vec<&[u8]> = retirement.args().collect();
-        let outcome = client.call(&command).and_then(|reply| {
-            // The reply is read by the core, from its RESP2 bytes.
-            let mut bytes = vec![0; reply.encode_len(false)];
-            encode(&mut bytes, &reply, false).map_err(|e| e.to_string())?;
-            match retirement.read(&bytes) {
-                Ok(Some(consumers)) => Ok(consumers),
-                Ok(None) => Err("the reply was cut short".into()),
-                Err(e) => Err(e.to_string()),
-            }
-        });
+        let outcome = retire(&mut client, stream, group, min_idle, args.dry_run);
         let (stream, group) = (show(stream), show(group));
         match outcome {
             Ok(consumers) => {
@@ -87,6 +79,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
             Err(e) if e.contains("NOGROUP") => {
                 failed.push(format!("{stream}: there is no group {group} on stream {stream}"));
             }
+            Err(e) if e.contains("NOPERM") => failed.push(format!(
+                "{stream}: {e} (retire lists the connections, CLIENT LIST, so as not to remove a \
+                 consumer still connected)"
+            )),
             Err(e) => failed.push(format!("{stream}: {e}")),
         }
     }
@@ -96,9 +92,64 @@ pub fn main(args: Args) -> Result<(), Failure> {
     }
 }
 
-/// The consumers, a line each: name, pending, idle, what was decided; the names' column
-/// as wide as the widest (by display width).
-fn table(consumers: &[pelican::retire::ConsumerState], dry_run: bool) -> String {
+/// One stream's retirement: the live connections listed and the script run on the node
+/// serving the stream (the client follows the stream there, both steps together).
+fn retire(
+    client: &mut Client,
+    stream: &[u8],
+    group: &[u8],
+    min_idle: Duration,
+    dry_run: bool,
+) -> Result<Vec<ConsumerState>, String> {
+    let start = || Retirement::script(stream, group, min_idle, dry_run);
+    let list: Vec<Vec<u8>> = start().args().map(<[u8]>::to_vec).collect();
+    let mut retirement = None;
+    let reply = client.call_after(&list.iter().map(|a| &a[..]).collect::<Vec<_>>(), |listings| {
+        let mut r = start();
+        match r.read(&resp2(&listed(listings))?) {
+            Ok(Some(Step::Send(_))) => {}
+            Ok(_) => return Err("CLIENT LIST: the reply was cut short".into()),
+            Err(e) => return Err(e.to_string()),
+        }
+        let script = r.args().map(<[u8]>::to_vec).collect();
+        retirement = Some(r);
+        Ok(script)
+    })?;
+    let mut r = retirement.ok_or("no script was sent")?;
+    match r.read(&resp2(&reply)?) {
+        Ok(Some(Step::Done(consumers))) => Ok(consumers),
+        Ok(_) => Err("the reply was cut short".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The `CLIENT LIST` replies of the nodes asked (two while the stream's slot migrates), as
+/// one: a line per connection, so the lines of both list the connections of both.
+fn listed(listings: &[Reply]) -> Reply {
+    match listings {
+        [Reply::BulkString(a), Reply::BulkString(b)] => {
+            let mut both = a.clone();
+            if !both.is_empty() && !both.ends_with(b"\n") {
+                both.push(b'\n');
+            }
+            both.extend_from_slice(b);
+            Reply::BulkString(both)
+        }
+        [one, ..] => one.clone(),
+        [] => Reply::Null,
+    }
+}
+
+/// A reply as RESP2 bytes, for the core to read.
+fn resp2(reply: &Reply) -> Result<Vec<u8>, String> {
+    let mut bytes = vec![0; reply.encode_len(false)];
+    encode(&mut bytes, reply, false).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// The consumers, a line each: name, pending, idle, what was decided (and why a consumer
+/// was kept); the names' column as wide as the widest (by display width).
+fn table(consumers: &[ConsumerState], dry_run: bool) -> String {
     if consumers.is_empty() {
         return "  no consumers\n".into();
     }
@@ -106,17 +157,18 @@ fn table(consumers: &[pelican::retire::ConsumerState], dry_run: bool) -> String 
     let width = names.iter().map(|n| n.width()).max().unwrap_or(0).max("consumer".len());
     let mut out = format!("  {:width$}  {:>9}  {:>12}  decision\n", "consumer", "pending", "idle");
     for (c, name) in consumers.iter().zip(&names) {
-        let decision = match (c.retired, dry_run, c.pending) {
-            (true, true, _) => "would be removed".to_string(),
-            (true, false, _) => "removed".to_string(),
-            (false, _, 0) => "kept: active".to_string(),
-            (false, _, n) => format!("kept: holds {n} pending"),
+        let idle = format!("{:.1} s", c.idle.as_secs_f64());
+        let decision = match (c.decision, dry_run) {
+            (Decision::Retired, true) => "would be removed".to_string(),
+            (Decision::Retired, false) => "removed".to_string(),
+            (Decision::Pending, _) => format!("kept: holds {} pending", c.pending),
+            (Decision::Connected, _) => "kept: connected".to_string(),
+            (Decision::Recent, _) => format!("kept: idle only {idle}"),
         };
         let pad = width - name.width();
-        let idle = format!("{:.1} s", c.idle.as_secs_f64());
         out += &format!("  {name}{:pad$}  {:>9}  {:>12}  {decision}\n", "", c.pending, idle);
     }
-    let removed = consumers.iter().filter(|c| c.retired).count();
+    let removed = consumers.iter().filter(|c| c.retired()).count();
     let verb = if dry_run { "would be removed" } else { "removed" };
     out += &format!("  {removed} of {} {verb}\n", consumers.len());
     out
@@ -125,24 +177,30 @@ fn table(consumers: &[pelican::retire::ConsumerState], dry_run: bool) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pelican::retire::ConsumerState;
 
     #[test]
     fn the_table_lines_up_and_says_why() {
-        let row = |name: &str, pending, idle_ms, retired| ConsumerState {
+        let row = |name: &str, pending, idle_ms, decision| ConsumerState {
             name: name.as_bytes().to_vec().into(),
             pending,
             idle: Duration::from_millis(idle_ms),
-            retired,
+            connected: decision == Decision::Connected,
+            decision,
         };
-        let rows = [row("w1", 0, 600_000, true), row("長い名前", 3, 700_000, false), row("w3", 0, 10, false)];
+        let rows = [
+            row("w1", 0, 600_000, Decision::Retired),
+            row("長い名前", 3, 700_000, Decision::Pending),
+            row("w3", 0, 1_250, Decision::Recent),
+            row("w4", 0, 900_000, Decision::Connected),
+        ];
         let text = table(&rows, false);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "  consumer    pending          idle  decision");
         assert_eq!(lines[1], "  w1                0       600.0 s  removed");
         assert_eq!(lines[2], "  長い名前          3       700.0 s  kept: holds 3 pending");
-        assert_eq!(lines[3], "  w3                0         0.0 s  kept: active");
-        assert_eq!(lines[4], "  1 of 3 removed");
+        assert_eq!(lines[3], "  w3                0         1.2 s  kept: idle only 1.2 s");
+        assert_eq!(lines[4], "  w4                0       900.0 s  kept: connected");
+        assert_eq!(lines[5], "  1 of 4 removed");
         assert!(table(&rows, true).contains("would be removed"));
         assert_eq!(table(&[], true), "  no consumers\n");
     }

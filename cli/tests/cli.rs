@@ -390,17 +390,85 @@ fn a_second_signal_exits_at_once_without_acking() {
 fn demo_on_the_embedded_simulator_loses_nothing() {
     let (status, stdout, stderr) = run(&["demo"]);
     assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
-    for step in [
-        "cold start",
-        "alice crashes mid-batch",
-        "no idle wait",
-        "reclaims bob's",
-        "XDEL",
-        "stops while parked",
-    ] {
+    for step in
+        ["cold start", "crashes mid-batch", "no idle wait", "reclaims bob's", "XDEL", "stops while parked"]
+    {
         assert!(stdout.contains(step), "missing {step:?} in\n{stdout}");
     }
     assert!(stdout.contains("nothing lost"), "{stdout}");
+    demo_numbers_add_up(&stdout);
+}
+
+/// The number in `text` right after `prefix` (the line must have it).
+fn number_after(text: &str, prefix: &str) -> usize {
+    let at = text.find(prefix).unwrap_or_else(|| panic!("no {prefix:?} in {text:?}")) + prefix.len();
+    let digits: String = text[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().unwrap_or_else(|_| panic!("no number after {prefix:?} in {text:?}"))
+}
+
+/// The tour's numbers, as printed, agree with one another (issue 22: the simulator said 5
+/// entries stay pending, a real server 9, and neither said the batch size). Each step's
+/// entries are accounted for: delivered = acked + pending, what comes back is what was
+/// pending, handlings = entries handled + repeats, added = handled + deleted.
+fn demo_numbers_add_up(out: &str) {
+    let line = |what: &str| -> &str {
+        out.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no line with {what:?} in\n{out}"))
+    };
+    let maybe = |what: &str| out.lines().find(|l| l.contains(what));
+    let batch = number_after(line("workers read batches of up to "), "workers read batches of up to ");
+    assert!(line("workers read").contains(&format!("(COUNT {batch})")), "{out}");
+
+    let first = line("new entries → alice handled");
+    let added_first = number_after(first, "s  ");
+    assert_eq!(number_after(first, "alice handled "), added_first, "{out}");
+
+    let crash = line("alice handles");
+    let added_crash = number_after(crash, "s  ");
+    let handled = number_after(crash, "alice handles ");
+    let delivered = number_after(crash, "delivered her ");
+    let acked = number_after(crash, "and counted ");
+    let held = number_after(crash, ", so ");
+    let lost = number_after(crash, "stay pending on alice (");
+    assert_eq!(delivered, acked + held, "delivered = acked + pending: {crash}");
+    assert_eq!(handled, acked + lost, "handled = acked + acks lost: {crash}");
+    assert!(delivered > handled && delivered <= added_crash, "the one in hand was delivered too: {crash}");
+    assert!(delivered <= batch * 5, "at most four reads ahead of the one handled: {crash}");
+    assert_eq!(number_after(line("alice restarts"), "name: its "), held, "the pending come back: {out}");
+    let caught_up = line("alice catches up");
+    let fresh = maybe("alice catches up with the").map_or(0, |l| number_after(l, "catches up with the "));
+    assert_eq!(fresh, added_crash - delivered, "the rest come new: {caught_up}");
+    assert_eq!(number_after(caught_up, ": all "), added_crash, "{caught_up}");
+    assert_eq!(number_after(caught_up, "handled, "), lost, "the repeats are the acks lost: {caught_up}");
+
+    let bob = line("bob reads");
+    let added_bob = number_after(bob, "s  ");
+    let read_by_bob = number_after(bob, "bob reads ");
+    assert!(read_by_bob >= 1 && read_by_bob <= added_bob.min(batch * 5), "{bob}");
+    assert_eq!(number_after(line("carol reclaims"), "bob's "), read_by_bob, "{out}");
+    let carol_new = maybe("carol then reads").map_or(0, |l| number_after(l, "carol then reads the "));
+    assert_eq!(carol_new, added_bob - read_by_bob, "{out}");
+
+    let dave = line("dave reads");
+    let added_dave = number_after(dave, "s  ");
+    let read_by_dave = number_after(dave, "dave reads ");
+    let back = number_after(line("dave restarts"), "dave restarts: ");
+    assert_eq!(back + 1, read_by_dave, "all but the deleted come back: {out}");
+    let dave_new = maybe("dave then reads").map_or(0, |l| number_after(l, "dave then reads the "));
+    assert_eq!(dave_new, added_dave - read_by_dave, "{out}");
+    let stop = line("dave stops");
+    let (dave_acked, dave_handled) = (number_after(stop, "confirmed ("), number_after(stop, "acked: "));
+    assert_eq!(dave_handled, back + dave_new, "{stop}");
+    assert_eq!(dave_acked, dave_handled + number_after(stop, "handled, "), "{stop}");
+
+    let end = line("nothing lost");
+    let added = number_after(end, "nothing lost: ");
+    assert_eq!(added, added_first + added_crash + added_bob + added_dave, "{out}");
+    let (handled_all, deleted) = (number_after(end, "= "), number_after(end, "acked + "));
+    assert_eq!((added, deleted), (handled_all + deleted, 1), "{end}");
+    let (handlings, repeats) = (number_after(end, "pending; "), number_after(end, "handlings, "));
+    assert_eq!(handlings, handled_all + repeats, "{end}");
+    assert_eq!(repeats, lost, "bob and dave crash on their first entry: only alice repeats: {end}");
+    assert!(end.ends_with("; 0 pending"), "{end}");
 }
 
 #[test]
@@ -410,6 +478,7 @@ fn demo_against_each_real_server_loses_nothing_and_cleans_up() {
         let (status, stdout, stderr) = run(&["demo", "--url", &url(&server)]);
         assert!(status.success(), "{flavor}: {status:?}\n{stdout}\n{stderr}");
         assert!(stdout.contains("nothing lost"), "{flavor}: {stdout}");
+        demo_numbers_add_up(&stdout);
         let keys = server.admin().call(&["DBSIZE"]);
         assert_eq!(keys.as_int(), Some(0), "{flavor}: the demo deletes its keys");
     }
@@ -974,6 +1043,7 @@ fn many_streams_through_a_replica(flavor: Flavor) {
     let (status, stdout, stderr) = run(&["demo", "--url", &url]);
     assert!(status.success(), "{flavor}: {status:?}\n{stdout}\n{stderr}");
     assert!(stdout.contains("nothing lost"), "{flavor}: {stdout}");
+    demo_numbers_add_up(&stdout);
 }
 
 /// [`many_streams_through_a_replica`] on Redis 7.0, Valkey 8.1 and Redis 6.2 at once.

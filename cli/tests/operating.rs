@@ -1,6 +1,7 @@
 //! Operating `pelican` on real servers: what it says on stderr when the server is down,
 //! silent, not a Redis server, or dies; `--quiet`; the group's health on the progress line;
-//! named connections; `retire`, alone and racing a consumer.
+//! named connections; `retire`, alone, racing a consumer, beside parked consumers and in a
+//! cluster.
 
 mod support;
 
@@ -9,6 +10,8 @@ use std::net::TcpListener;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pelican_tests::admin::Admin;
+use pelican_tests::cluster::Cluster;
 use pelican_tests::server::{Flavor, Server};
 use support::{run, wait_until, Json, Pelican, Scratch};
 
@@ -208,6 +211,157 @@ fn retire_racing_a_consumer_orphans_nothing() {
     assert_eq!(json.get("acked").num() as usize, total, "after {rounds} retirements");
     assert_eq!(json.get("lost_to_peer").num(), 0.0);
     assert!(admin.xpending_all("s", "g").is_empty());
+}
+
+/// The names of the group's consumers (`XINFO CONSUMERS`).
+fn consumer_names(admin: &mut Admin, stream: &str) -> Vec<String> {
+    let reply = admin.call(&["XINFO", "CONSUMERS", stream, "g"]);
+    let rows = reply.as_array().map(<[_]>::to_vec).unwrap_or_default();
+    rows.iter()
+        .filter_map(|c| {
+            let fields = c.as_array()?;
+            let name = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("name"))?;
+            name[1].as_text()
+        })
+        .collect()
+}
+
+/// Whether a connection named `name` is open on the server `admin` speaks to.
+fn connected(admin: &mut Admin, name: &str) -> bool {
+    let list = admin.call(&["CLIENT", "LIST"]).as_text().unwrap_or_default();
+    list.lines().any(|l| l.split(' ').any(|kv| kv == format!("name={name}")))
+}
+
+/// The line of `retire`'s table about `consumer`.
+fn row<'a>(out: &'a str, consumer: &str) -> &'a str {
+    let line = out.lines().find(|l| l.split_whitespace().next() == Some(consumer));
+    line.unwrap_or_else(|| panic!("no line for {consumer} in\n{out}"))
+}
+
+/// Issue 22: on Redis 7.0 consumers parked with `--beat-ms 1000` were shown idle 23 s and
+/// removed (a read that finds nothing does not move 7.0's `idle`). Two consumers parked with
+/// a short beat and nothing pending are kept as connected, even with `--idle-ms 0`; a third
+/// that has stopped is removed.
+#[test]
+fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
+    for flavor in Flavor::ALL {
+        let server = Server::start(flavor);
+        let url = url(&server);
+        let mut admin = server.admin();
+        admin.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+        let consume = |name: &str| {
+            Pelican::spawn(&[
+                "consume",
+                "--url",
+                &url,
+                "--stream",
+                "s",
+                "--group",
+                "g",
+                "--consumer",
+                name,
+                "--beat-ms",
+                "100",
+            ])
+        };
+        let mut gone = consume("gone");
+        wait_until("gone to join", || consumer_names(&mut admin, "s").contains(&"gone".into()));
+        gone.stop();
+        wait_until("gone's connection to close", || !connected(&mut admin, "pelican:s:g:gone"));
+        let mut parked = [consume("p1"), consume("p2")];
+        wait_until("p1 and p2 to join", || consumer_names(&mut admin, "s").len() == 3);
+        thread::sleep(Duration::from_millis(300));
+        let retire = |extra: &[&str]| {
+            let mut args = vec!["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"];
+            args.extend_from_slice(extra);
+            let (status, out, err) = run(&args);
+            assert!(status.success(), "{flavor}: {err}");
+            out
+        };
+        let out = retire(&["--dry-run"]);
+        assert!(row(&out, "gone").ends_with("  would be removed"), "{flavor}: {out}");
+        let out = retire(&[]);
+        for name in ["p1", "p2"] {
+            assert!(row(&out, name).ends_with("  kept: connected"), "{flavor}: {out}");
+        }
+        assert!(row(&out, "gone").ends_with("  removed"), "{flavor}: {out}");
+        assert!(out.contains("1 of 3 removed"), "{flavor}: {out}");
+        assert_eq!(consumer_names(&mut admin, "s"), ["p1", "p2"], "{flavor}");
+        for p in &mut parked {
+            p.stop();
+            assert!(!p.stderr().contains("twin"), "{flavor}: {}", p.stderr());
+        }
+    }
+}
+
+/// A user the ACL refuses `CLIENT LIST` cannot retire: exit 1, the server's refusal and why
+/// the listing is needed said; nothing removed.
+#[test]
+fn retire_refused_client_list_says_why_and_removes_nothing() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+    admin.call(&["XGROUP", "CREATECONSUMER", "s", "g", "gone"]);
+    admin.call(&["ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-client|list"]);
+    let url = format!("redis://ops:pw@{}", server.addr());
+    let (status, _, err) = run(&["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.starts_with("pelican: s: NOPERM") && err.contains("CLIENT LIST"), "{err}");
+    assert_eq!(consumer_names(&mut admin, "s"), ["gone"]);
+}
+
+/// In a cluster, the connections are listed on the node serving the stream (where its
+/// consumers are connected), not on the node the URL names: a consumer parked there is kept
+/// as connected through another master's URL, and while the stream's slot is migrating
+/// (the script runs on the target after ASK, the connections of both nodes listed).
+#[test]
+fn retire_in_a_cluster_lists_the_connections_where_the_stream_is() {
+    let cluster = Cluster::start(Flavor::Redis70);
+    let stream = "{r}";
+    let owner = cluster.owner_of(stream);
+    let other = cluster.masters().into_iter().find(|&m| m != owner).expect("another master");
+    let url = format!("redis://{other}");
+    let mut admin = Admin::connect(owner);
+    admin.call(&["XGROUP", "CREATE", stream, "g", "$", "MKSTREAM"]);
+    admin.call(&["XGROUP", "CREATECONSUMER", stream, "g", "gone"]);
+    let mut parked = Pelican::spawn(&[
+        "consume",
+        "--url",
+        &url,
+        "--stream",
+        stream,
+        "--group",
+        "g",
+        "--consumer",
+        "p1",
+        "--beat-ms",
+        "100",
+    ]);
+    wait_until("p1 to join", || consumer_names(&mut admin, stream).contains(&"p1".into()));
+    assert!(connected(&mut admin, &format!("pelican:{stream}:g:p1")), "p1 followed its stream to its master");
+    let retire = |extra: &[&str]| {
+        let mut args = vec!["retire", "--url", &url, "--stream", stream, "--group", "g", "--idle-ms", "0"];
+        args.extend_from_slice(extra);
+        let (status, out, err) = run(&args);
+        assert!(status.success(), "{err}");
+        out
+    };
+    let out = retire(&["--dry-run"]);
+    assert!(row(&out, "p1").ends_with("  kept: connected"), "{out}");
+    assert!(row(&out, "gone").ends_with("  would be removed"), "{out}");
+
+    let migration = cluster.begin_migration(cluster.slot_of(stream), other);
+    assert_eq!(migration.keys_moved(), 1);
+    // p1 is told (UNBLOCKED, then ASK) and reconnects, to the target: between connections
+    // it has none, and is not kept for one.
+    let mut on_target = Admin::connect(other);
+    wait_until("p1 to follow the slot", || connected(&mut on_target, &format!("pelican:{stream}:g:p1")));
+    let out = retire(&[]);
+    assert!(row(&out, "p1").ends_with("  kept: connected"), "during the migration: {out}");
+    assert!(row(&out, "gone").ends_with("  removed"), "during the migration: {out}");
+    migration.finish();
+    assert_eq!(consumer_names(&mut on_target, stream), ["p1"], "the retirement ran where the stream is");
+    parked.stop();
 }
 
 /// Whether the group has been delivered every entry (lag 0 on Valkey).

@@ -233,6 +233,7 @@ fn a_port_that_is_no_redis_server_is_named() {
     for args in [
         &["pending", "--url", &url, "--stream", "s", "--group", "g"][..],
         &["produce", "--url", &url, "--stream", "s", "--count", "1"],
+        &["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"],
         &["demo", "--url", &url],
     ] {
         let (status, _, stderr) = run(args);
@@ -293,6 +294,7 @@ fn logins_refused_say_how_to_give_the_password() {
         for args in [
             &["pending", "--url", &url, "--stream", "s", "--group", "g"][..],
             &["produce", "--url", &url, "--stream", "s", "--count", "1"],
+            &["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"],
             &["demo", "--url", &url],
             &["consume", "--url", &url, "--stream", "s", "--group", "g", "--consumer", "c", "--create-group"],
         ] {
@@ -400,6 +402,7 @@ fn an_unresolvable_host_is_bad_usage_for_every_command() {
         &["consume", "--url", url, "--stream", "s", "--group", "g", "--consumer", "c"][..],
         &["pending", "--url", url, "--stream", "s", "--group", "g"],
         &["produce", "--url", url, "--stream", "s", "--count", "1"],
+        &["retire", "--url", url, "--stream", "s", "--group", "g", "--idle-ms", "0"],
         &["demo", "--url", url],
     ] {
         let (status, _, stderr) = run(args);

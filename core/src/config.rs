@@ -219,7 +219,7 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// `pelican:<stream>:<group>:<consumer>` (the three that make one pending list: two
 /// connections under one name are twins), each byte a connection name cannot hold (a space, a control
 /// or a non-ASCII byte) shown as `?`.
-fn default_client_name(stream: &[u8], group: &[u8], consumer: &[u8]) -> Bytes {
+pub(crate) fn default_client_name(stream: &[u8], group: &[u8], consumer: &[u8]) -> Bytes {
     let name = [&b"pelican:"[..], stream, b":", group, b":", consumer].concat();
     name.into_iter().map(|b| if b.is_ascii_graphic() { b } else { b'?' }).collect::<Vec<u8>>().into()
 }

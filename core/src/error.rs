@@ -44,6 +44,9 @@ pub enum Command {
     /// `EVAL …` at each connect: the check that dead letters can be moved (the keys share a
     /// cluster slot, the user may run what the move needs).
     DeadLetterCheck,
+    /// `CLIENT LIST TYPE normal`: the live connections, so that a retirement keeps the
+    /// consumers still connected ([`Retirement`](crate::retire::Retirement)).
+    Connections,
 }
 
 impl fmt::Display for Command {
@@ -66,6 +69,7 @@ impl fmt::Display for Command {
             Command::Retire => "EVAL (retire)",
             Command::Twins => "CLIENT LIST (twins)",
             Command::DeadLetterCheck => "EVAL (the check that dead letters can be moved)",
+            Command::Connections => "CLIENT LIST (retire)",
         })
     }
 }

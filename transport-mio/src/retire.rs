@@ -1,23 +1,27 @@
-//! Retiring a group's idle, empty consumers, on a short blocking connection.
+//! Retiring a group's idle, empty, unconnected consumers, on a short blocking connection.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-use pelican::retire::{ConsumerState, Retirement};
+use pelican::retire::{ConsumerState, Retirement, Step};
 use pelican::Config;
 
 /// Removes the consumers of `config`'s group on its stream that have been idle at least
-/// `min_idle` **and** hold no pending entry, the check and the removal in one server-side
-/// script so that no pending entry is orphaned by a race (see [`pelican::retire`]). With
-/// `dry_run`, removes nothing and reports the same. Returns every consumer of the group with
-/// what was decided for it.
+/// `min_idle`, hold no pending entry **and** have no live connection under their default
+/// name (`pelican:<group>:<consumer>`: on Redis 7.0 a consumer parked on reads that find
+/// nothing looks idle however long it waits). The server is asked `CLIENT LIST` first, then
+/// the check and the removal run in one server-side script, so that no pending entry is
+/// orphaned by a race (see [`pelican::retire`]). With `dry_run`, removes nothing and reports
+/// the same. Returns every consumer of the group with what was decided for it, and why.
 ///
-/// Uses the config's credentials, database and client name; a plaintext connection,
-/// bounded by `timeout` per step (over TLS, write [`Retirement::request`] on your own
-/// connection and read the reply with [`Retirement::read`]). A refusal by the server (no
-/// such group, bad credentials) is an [`io::Error`] of kind `Other` wrapping the
-/// [`pelican::Error`].
+/// Uses the config's credentials, database and protocol; the connection is named
+/// `pelican:retire` (the consumer and client names are not used). A plaintext connection to
+/// `addr`, which in a cluster must be the node serving the stream, bounded by `timeout` per
+/// step (over TLS, write [`Retirement::request`] on your own connection and feed the
+/// replies to [`Retirement::read`]). A refusal by the server (no such group, bad
+/// credentials, `CLIENT LIST` not allowed, a cluster redirect) is an [`io::Error`] of kind
+/// `Other` wrapping the [`pelican::Error`].
 pub fn retire(
     addr: impl ToSocketAddrs,
     config: &Config,
@@ -53,8 +57,9 @@ fn exchange(
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
         match retirement.read(&chunk[..n]) {
-            Ok(Some(consumers)) => return Ok(consumers),
             Ok(None) => {}
+            Ok(Some(Step::Send(script))) => socket.write_all(&script)?,
+            Ok(Some(Step::Done(consumers))) => return Ok(consumers),
             Err(e) => return Err(io::Error::other(e)),
         }
     }

@@ -7,6 +7,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use pelican::retire::Decision;
 use pelican::{Config, Notice, Stats, Verdict};
 use pelican_mio::{RunError, Runner, StopHandle};
 use pelican_tests::admin::Admin;
@@ -146,18 +147,20 @@ fn retirement_racing_a_busy_consumer_orphans_nothing() {
         // A dry run reports and removes nothing.
         let rows = pelican_mio::retire(server.addr(), &config, Duration::ZERO, true, PATIENCE).unwrap();
         let decided: Vec<_> =
-            rows.iter().map(|r| (String::from_utf8_lossy(&r.name).into_owned(), r.retired)).collect();
+            rows.iter().map(|r| (String::from_utf8_lossy(&r.name).into_owned(), r.retired())).collect();
         assert_eq!(decided, [("empty".to_string(), true), ("holder".to_string(), false)], "{flavor:?}");
         assert_eq!(admin.call(&["XINFO", "CONSUMERS", "s", "g"]).as_array().unwrap().len(), 2);
 
         // A busy consumer is handed 2,000 entries while retirement runs in a loop with no
         // idle bound at all: it is removed whenever its pending list is empty (it comes back
-        // at its next read), never while it holds an entry.
+        // at its next read), never while it holds an entry. Its connection carries another
+        // name than its default: the retirement cannot tell it is connected, so only the
+        // pending check (in the same script as the removal) stands between it and removal.
         let total = 2_000;
         admin.xadd_n("s", total, 10);
         let handled = Arc::new(AtomicUsize::new(0));
         let count = handled.clone();
-        let worker = Config::new("s", "g", "busy").count(10);
+        let worker = Config::new("s", "g", "busy").count(10).client_name("busy-worker");
         let (stop, rx) = spawn(Runner::new(server.addr(), worker).unwrap(), move |_| {
             count.fetch_add(1, Ordering::Relaxed);
             Verdict::Ack
@@ -168,8 +171,8 @@ fn retirement_racing_a_busy_consumer_orphans_nothing() {
             assert!(Instant::now() < deadline, "{flavor:?}: the busy consumer did not finish");
             let rows = pelican_mio::retire(server.addr(), &config, Duration::ZERO, false, PATIENCE).unwrap();
             for row in &rows {
-                assert!(!row.retired || row.pending == 0, "{flavor:?}: {row:?}");
-                removed += usize::from(row.retired && &row.name[..] == b"busy");
+                assert!(!row.retired() || row.pending == 0, "{flavor:?}: {row:?}");
+                removed += usize::from(row.retired() && &row.name[..] == b"busy");
             }
             rounds += 1;
         }
@@ -182,6 +185,71 @@ fn retirement_racing_a_busy_consumer_orphans_nothing() {
         let pending = admin.xpending_all("s", "g");
         assert_eq!(pending.len(), 1, "{flavor:?}");
         assert_eq!(pending[0].1, "holder");
+    }
+}
+
+/// Issue 22: on Redis 7.0 a consumer parked on reads that find nothing looks idle
+/// (`XINFO CONSUMERS`), so an idle bound alone removed live consumers. Two consumers parked
+/// with a short beat and nothing pending are kept as connected even with no idle bound; a
+/// third that has disconnected is removed.
+#[test]
+fn retirement_keeps_parked_consumers_and_removes_the_departed() {
+    for flavor in Flavor::ALL {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
+        let consumers = |admin: &mut Admin| -> Vec<String> {
+            let reply = admin.call(&["XINFO", "CONSUMERS", "s", "g"]);
+            let rows = reply.as_array().expect("XINFO CONSUMERS").to_vec();
+            rows.iter()
+                .map(|c| {
+                    let fields = c.as_array().expect("a consumer's fields");
+                    let name = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("name"));
+                    name.and_then(|kv| kv[1].as_text()).expect("a name")
+                })
+                .collect()
+        };
+        // The departed: it read (so the group knows it), then stopped.
+        let (stop, rx) =
+            spawn(Runner::new(server.addr(), Config::new("s", "g", "gone")).unwrap(), |_| Verdict::Ack);
+        wait_for("gone to join", || consumers(&mut admin).contains(&"gone".to_string()));
+        finish(&stop, &rx);
+        wait_for("gone's connection to close", || {
+            !client_names(&mut admin).contains(&"pelican:s:g:gone".into())
+        });
+        // Two parked, beating every 100 ms on an empty stream.
+        let parked: Vec<_> = ["p1", "p2"]
+            .iter()
+            .map(|name| {
+                let config = Config::new("s", "g", name).beat(Duration::from_millis(100));
+                spawn(Runner::new(server.addr(), config).unwrap(), |_| Verdict::Ack)
+            })
+            .collect();
+        wait_for("both parked consumers to join", || consumers(&mut admin).len() == 3);
+        thread::sleep(Duration::from_millis(300));
+        let config = Config::new("s", "g", "admin");
+        for dry_run in [true, false] {
+            let rows =
+                pelican_mio::retire(server.addr(), &config, Duration::ZERO, dry_run, PATIENCE).unwrap();
+            let decided: Vec<_> = rows
+                .iter()
+                .map(|r| (String::from_utf8_lossy(&r.name).into_owned(), r.pending, r.connected, r.decision))
+                .collect();
+            assert_eq!(
+                decided,
+                [
+                    ("gone".to_string(), 0, false, Decision::Retired),
+                    ("p1".to_string(), 0, true, Decision::Connected),
+                    ("p2".to_string(), 0, true, Decision::Connected),
+                ],
+                "{flavor:?}, dry run {dry_run}"
+            );
+        }
+        assert_eq!(consumers(&mut admin), ["p1", "p2"], "{flavor:?}: only the departed was removed");
+        for (stop, rx) in &parked {
+            let stats = finish(stop, rx);
+            assert_eq!(stats.errors, 0, "{flavor:?}: the parked consumers ran on undisturbed");
+        }
     }
 }
 
