@@ -541,7 +541,8 @@ mod tests {
                     // What the capture sent, as the core would.
                     assert_eq!(
                         script_tail(&r)[2..],
-                        [&b"pelican:s7:g7:A"[..], b"pelican:s7:g7:C", b"pelican:s7:g7:E??x"].map(|n| n.to_vec()),
+                        [&b"pelican:s7:g7:A"[..], b"pelican:s7:g7:C", b"pelican:s7:g7:E??x"]
+                            .map(|n| n.to_vec()),
                         "{flavor} {dir}"
                     );
                     let Some(Step::Done(rows)) =
