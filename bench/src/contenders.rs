@@ -66,6 +66,8 @@ pub struct Job<'a> {
     pub group: &'static str,
     pub batch: usize,
     pub total: usize,
+    /// `Config::concurrency` for pelican.
+    pub in_hand: u32,
 }
 
 /// Runs `who` over `job`; the number of entries it handled.
@@ -82,7 +84,7 @@ pub fn run(who: Contender, job: Job<'_>) -> Result<usize, String> {
 }
 
 fn config(job: Job<'_>) -> Config {
-    Config::new(job.stream, job.group, "bench").count(job.batch as u32)
+    Config::new(job.stream, job.group, "bench").count(job.batch as u32).concurrency(job.in_hand)
 }
 
 fn mio(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {

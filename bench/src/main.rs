@@ -69,6 +69,10 @@ struct Args {
     /// Entries in hand at once (`Config::concurrency`), for `--slow-ms` and `--latency`.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 64])]
     concurrency: Vec<u32>,
+    /// Entries in hand at once for pelican's contenders in the throughput tables
+    /// (`Config::concurrency`; the handlers are instant).
+    #[arg(long, default_value_t = 1)]
+    in_hand: u32,
     /// Consumers sharing one backlog, for `--slow-ms` (0: none).
     #[arg(long, default_value_t = 8)]
     consumers: usize,
@@ -116,7 +120,15 @@ fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
         args.rounds
     );
     for &batch in &args.batch {
-        let job = Job { addr: server.addr(), tls, stream: STREAM, group: GROUP, batch, total: args.entries };
+        let job = Job {
+            addr: server.addr(),
+            tls,
+            stream: STREAM,
+            group: GROUP,
+            batch,
+            total: args.entries,
+            in_hand: args.in_hand,
+        };
         let mut samples: Vec<(Contender, Vec<Sample>)> =
             args.only.iter().filter(|c| !c.over_tls() || tls.is_some()).map(|c| (*c, Vec::new())).collect();
         for _ in 0..args.rounds {

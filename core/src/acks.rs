@@ -21,11 +21,13 @@ impl Acks {
         self.count += 1;
     }
 
-    /// An id whose entry a peer could have taken before this ack: one the server does not
-    /// count is put down to that peer.
-    pub(crate) fn push_exposed(&mut self, id: &[u8]) {
-        self.push(id);
-        self.exposed += 1;
+    /// An id already as its bulk string (as an entry in hand's is kept). `exposed`: a
+    /// peer could have taken it before this ack, so one the server does not count is put
+    /// down to that peer.
+    pub(crate) fn push_bulk(&mut self, bulk: &[u8], exposed: bool) {
+        self.args.put_slice(bulk);
+        self.count += 1;
+        self.exposed += usize::from(exposed);
     }
 
     /// How many acks a peer could have made moot.

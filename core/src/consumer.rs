@@ -16,6 +16,7 @@ use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
+use crate::held::{key_hash, HeldId, HeldIds, KeyHasher};
 use crate::in_flight::{HealthPart, InFlight, Pipeline, Sent};
 use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
@@ -109,8 +110,10 @@ pub struct Consumer {
     staged: Option<Staged>,
     /// The entries handed out and not yet settled, at most `concurrency`.
     in_hand: Vec<InHand>,
+    /// The ids of the entries in hand.
+    held: HeldIds,
     /// The keys of the entries in hand, with [`Config::order_by`].
-    keys_in_hand: HashSet<Bytes>,
+    keys_in_hand: HashSet<u64, KeyHasher>,
     /// Acks earned and not yet written.
     acks: Acks,
     /// Emptied id lists of answered `XACK`s, reused for the next acks.
@@ -226,17 +229,16 @@ struct Buffered {
     /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
     /// that the hot path compares instants instead of subtracting them.
     due: Instant,
-    /// Its key, with [`Config::order_by`].
-    key: Option<Bytes>,
+    /// Its key's hash, with [`Config::order_by`].
+    key: Option<u64>,
 }
 
 /// An entry handed out and not yet settled.
 #[derive(Debug)]
 struct InHand {
-    /// Its id (sharing the entry's bytes).
-    id: Bytes,
-    /// Its key, with [`Config::order_by`].
-    key: Option<Bytes>,
+    id: HeldId,
+    /// Its key's hash, with [`Config::order_by`].
+    key: Option<u64>,
     deliveries: u64,
     /// When its lease was last renewed; `None` once a peer has taken it (nothing to renew).
     read_at: Option<Instant>,
@@ -278,7 +280,8 @@ impl Consumer {
             buffer: VecDeque::new(),
             staged: None,
             in_hand: Vec::new(),
-            keys_in_hand: HashSet::new(),
+            held: HeldIds::default(),
+            keys_in_hand: HashSet::default(),
             acks: Acks::default(),
             ack_pool: Vec::new(),
             ack_due: None,
@@ -322,7 +325,7 @@ impl Consumer {
     /// Ids of the entries the application holds (handed out, not yet settled), oldest first
     /// unless some were settled out of order.
     pub fn in_hand(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
-        self.in_hand.iter().map(|h| &h.id[..])
+        self.in_hand.iter().map(|h| self.held.id(h.id))
     }
 
     /// How many entries are read and waiting to be handed out.
@@ -557,10 +560,10 @@ impl Consumer {
     /// or given up by [`abandon`](Self::abandon)).
     pub fn settle(&mut self, id: &[u8], verdict: Verdict, now: Instant) -> bool {
         self.last_now = Some(now);
-        let Some(i) = self.in_hand.iter().position(|h| h.id == id) else { return false };
+        let Some(i) = self.in_hand.iter().position(|h| self.held.id(h.id) == id) else { return false };
         let hand = self.in_hand.swap_remove(i);
-        if let Some(key) = &hand.key {
-            self.keys_in_hand.remove(key);
+        if let Some(key) = hand.key {
+            self.keys_in_hand.remove(&key);
         }
         let took = now.saturating_duration_since(hand.handed_at);
         self.pace.record_handler(took);
@@ -570,25 +573,23 @@ impl Consumer {
                 // too late: a peer's reclaim could have taken it.
                 let exposed =
                     hand.read_at.map_or(true, |at| now.saturating_duration_since(at) >= self.config.min_idle);
-                if exposed {
-                    self.acks.push_exposed(&hand.id);
-                } else {
-                    self.acks.push(&hand.id);
-                }
+                self.acks.push_bulk(self.held.bulk(hand.id), exposed);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
             Verdict::Retry => self.stats.retried += 1,
             Verdict::DeadLetter => {
                 if self.config.dead_letter.is_none() {
-                    let id = String::from_utf8_lossy(&hand.id).into_owned();
+                    let id = String::from_utf8_lossy(self.held.id(hand.id)).into_owned();
                     self.fail_after_acks(Error::NoDeadLetter { id });
                     self.pump(now);
                     return true;
                 }
                 let reason = DeadLetterReason::Verdict;
-                self.dead_letters.push(Job { id: hand.id, deliveries: hand.deliveries, reason });
+                let id = self.held.to_bytes(hand.id);
+                self.dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
             }
         }
+        self.held.tidy(self.in_hand.iter_mut().map(|h| &mut h.id));
         // One at a time, after a slow handler the next one is likely slow too, and its ack
         // would wait as long (a blocking driver writes nothing while a handler runs). With
         // many in hand the driver keeps driving: acks wait `ack_delay` to share an `XACK`.
@@ -632,6 +633,7 @@ impl Consumer {
             // Finished already (stopped, or failed with entries in hand): forget them.
             self.in_hand.clear();
             self.keys_in_hand.clear();
+            self.held.clear();
             return;
         }
         self.reset_link(); // acks in flight join the owed ones
@@ -643,6 +645,7 @@ impl Consumer {
         self.returns.clear();
         self.in_hand.clear();
         self.keys_in_hand.clear();
+        self.held.clear();
         self.link = Link::Closed;
         self.stop = Stop::Stopped { reported: false };
         if let Some(error) = self.failing.take() {
@@ -693,16 +696,18 @@ impl Consumer {
         if now >= self.buffer[i].due {
             return None; // renewed first (the next pump or timeout)
         }
-        let Buffered { entry, read_at, key, .. } = self.buffer.remove(i)?;
+        let Buffered { entry, read_at, key, .. } =
+            if i == 0 { self.buffer.pop_front()? } else { self.buffer.remove(i)? };
         match entry.source {
             Source::Pending => self.stats.drained += 1,
             Source::Claimed => self.stats.claimed += 1,
             Source::New => self.stats.new += 1,
         }
-        if let Some(key) = &key {
-            self.keys_in_hand.insert(key.clone());
+        if let Some(key) = key {
+            self.keys_in_hand.insert(key);
         }
-        let id = entry.id_bytes();
+        let (raw, id) = entry.id_parts();
+        let id = self.held.hold(raw, id);
         self.in_hand.push(InHand {
             id,
             key,
@@ -724,7 +729,7 @@ impl Consumer {
         if self.keys_in_hand.is_empty() {
             return (!self.buffer.is_empty()).then_some(0);
         }
-        self.buffer.iter().position(|b| b.key.as_ref().map_or(true, |k| !self.keys_in_hand.contains(k)))
+        self.buffer.iter().position(|b| b.key.map_or(true, |k| !self.keys_in_hand.contains(&k)))
     }
 
     /// Nothing buffered can be handed out, and what is buffered (entries whose keys are in
@@ -791,11 +796,14 @@ impl Consumer {
             return;
         }
         let mut ahead = self.in_flight.reads_ahead();
-        if self.lease_due().is_some_and(|due| now >= due) {
+        let free = self.in_hand.len() < self.config.concurrency as usize;
+        // The next entry to hand out is renewed first if its lease ran out (the entries in
+        // hand are renewed at `poll_timeout`). Only that one is looked at: this runs at every
+        // settle.
+        if free && self.next_handout().is_some_and(|i| now >= self.buffer[i].due) {
             self.renew_leases(now);
             return;
         }
-        let free = self.in_hand.len() < self.config.concurrency as usize;
         if ahead == 0 && free && self.starved() && (self.buffer.is_empty() || !self.drains_from_top()) {
             // Caught up with what was read: the next read, parked on `>` if it comes to that.
             self.flush_acks(now);
@@ -1013,7 +1021,7 @@ impl Consumer {
             .iter()
             .filter(|b| elapsed(b.read_at) >= lease)
             .map(|b| (elapsed(b.read_at), b.entry.id_bytes()))
-            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), h.id.clone()))))
+            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), self.held.to_bytes(h.id)))))
             .filter(|(e, _)| *e >= lease)
             .collect();
         self.send_renewals(due, now);
@@ -1035,7 +1043,7 @@ impl Consumer {
         let due: Vec<(Duration, Bytes)> = self
             .in_hand
             .iter()
-            .filter_map(|h| Some((now.saturating_duration_since(h.read_at?), h.id.clone())))
+            .filter_map(|h| Some((now.saturating_duration_since(h.read_at?), self.held.to_bytes(h.id))))
             .collect();
         self.send_renewals(due, now);
     }
@@ -1552,7 +1560,7 @@ impl Consumer {
     /// True if `id` is an entry in hand.
     #[inline]
     fn holds(&self, id: &[u8]) -> bool {
-        !self.in_hand.is_empty() && self.in_hand.iter().any(|h| h.id == id)
+        !self.in_hand.is_empty() && self.in_hand.iter().any(|h| self.held.id(h.id) == id)
     }
 
     /// Buffers an entry for the application (with its key, when ordered); after a stop,
@@ -1561,7 +1569,7 @@ impl Consumer {
     #[inline]
     fn keep(&mut self, mut entry: Buffered) {
         if let Some(order) = &self.config.order_by {
-            entry.key = order.key(&entry.entry);
+            entry.key = order.key(&entry.entry).map(|k| key_hash(&k));
         }
         if self.stop == Stop::Running {
             self.buffer.push_back(entry);
@@ -1628,7 +1636,7 @@ impl Consumer {
                 if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == &id[..]) {
                     b.read_at = now;
                     b.due = now + self.config.lease_threshold();
-                } else if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
+                } else if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == &id[..]) {
                     h.read_at = Some(now);
                 }
                 continue;
@@ -1636,7 +1644,7 @@ impl Consumer {
             if let Some(i) = self.buffer.iter().position(|b| b.entry.id() == &id[..]) {
                 self.buffer.remove(i);
                 self.lost(id, false);
-            } else if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
+            } else if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == &id[..]) {
                 h.read_at = None;
                 self.lost(id, true);
             }

@@ -108,6 +108,12 @@ impl Entry {
         &self.raw[self.id_range()]
     }
 
+    /// The entry's bytes, which start with its id as the bulk string it came as
+    /// (`$<n>\r\n<id>\r\n`), and the id's place in them.
+    pub(crate) fn id_parts(&self) -> (&[u8], Range<usize>) {
+        (&self.raw, self.id_range())
+    }
+
     /// The entry id as its own [`Bytes`] (sharing the reply's bytes, no copy).
     pub fn id_bytes(&self) -> Bytes {
         self.raw.slice(self.id_range())

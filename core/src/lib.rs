@@ -100,6 +100,7 @@ mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod held;
 mod in_flight;
 mod lease;
 mod notice;

@@ -106,7 +106,10 @@ fn capture(n: usize, field_size: usize) -> Vec<u8> {
 /// its count. Returns ns and allocations per entry handed out.
 fn run(reply: &[u8], piece: usize, entries: usize, batches: usize) -> (f64, f64) {
     // No connection name: the scripted opening answers the drain and the sweep only.
-    let config = Config::new("s", "g", "c").count(entries as u32).no_client_name();
+    // The full count from the first read: the scripted server answers every read with the
+    // whole captured reply.
+    let count = entries as u32;
+    let config = Config::new("s", "g", "c").count(count).start_count(count).no_client_name();
     let mut c = Consumer::new(config).expect("a valid config");
     // Virtual time: it never moves, so no timer fires (the beat, leases, ack delays).
     let now = Instant::now();
