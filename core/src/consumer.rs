@@ -1381,14 +1381,16 @@ impl Consumer {
     }
 
     /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be
-    /// processed, so it is acked away and counted, never handed out; the one in hand (read
-    /// again by a drain after a reconnect) is left to its handler.
+    /// processed, so it is acked away and counted, never handed out; one in hand (read
+    /// again by a drain after a reconnect) is left to its handler, and one settled whose ack
+    /// or move is not yet confirmed (settled after the drain or reclaim went out, which
+    /// entries in hand do not hold back) to that ack or move.
     fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
         let id = match &item {
             Item::Entry(e) => e.id(),
             Item::Deleted(id) => &id[..],
         };
-        if self.holds(id) {
+        if self.holds(id) || self.settling(id) {
             return None;
         }
         match item {
@@ -1406,6 +1408,17 @@ impl Consumer {
     #[inline]
     fn holds(&self, id: &[u8]) -> bool {
         !self.in_hand.is_empty() && self.in_hand.iter().any(|h| h.id == id)
+    }
+
+    /// True if `id` was settled and its ack (or dead-letter move) is owed or in flight.
+    fn settling(&self, id: &[u8]) -> bool {
+        self.acks.contains(id)
+            || self.dead_letters.iter().any(|job| job.id == id)
+            || self.in_flight.iter().any(|c| match &c.sent {
+                Sent::Ack(acks) => acks.contains(id),
+                Sent::DeadLetter(job) => job.id == id,
+                _ => false,
+            })
     }
 
     /// Buffers an entry for the application (with its key, when ordered); after a stop,

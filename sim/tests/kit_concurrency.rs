@@ -331,3 +331,46 @@ fn worlds_from_bytes_run_many_in_hand_and_ordered() {
         assert_eq!(world.ordered_by().map(|_| world.key_count()), keys, "{bits:#b}");
     }
 }
+
+/// Found by the kit (`sim/tests/simulation.rs` with concurrency 8, seed 13, a disconnect): with
+/// more than one entry allowed in hand, a reconnect's drain of the own pending list goes out
+/// while entries are still in hand. An entry settled after the drain went out and before its
+/// reply came back — its `XACK` owed, due `ack_delay` later, or written behind the drain — was
+/// in the reply, no longer in hand, and was handed out again: a duplicate no fault explains
+/// (a dead-letter verdict's move likewise). One entry, concurrency 2, a disconnect at 50 ms;
+/// c0 is back at 61 ms, when the handling ends. With concurrency 1 the drain waits for the
+/// entry in hand, so its `XACK` goes out first. Entries settled and not yet confirmed are now
+/// left to their ack or move, as the one in hand is left to its handler.
+#[test]
+fn an_entry_settled_while_a_drain_is_under_way_is_not_handed_out_again() {
+    for verdict in [Verdict::Ack, Verdict::DeadLetter] {
+        let world = World::new(1)
+            .consumers(1)
+            .concurrency(2)
+            .entries([NewEntry::new(0, [("n", "1")])])
+            .fault(50, Fault::Disconnect { consumer: 0 })
+            .trace(true);
+        let report = world.run((), |_, ctx, _| {
+            ctx.takes(61);
+            verdict
+        });
+        let window = ["61 ms c0: reconnected".to_string(), format!("61 ms c0 settles 1-0: {verdict:?}")];
+        assert!(window.iter().all(|line| report.trace.contains(line)), "the window: {:#?}", report.trace);
+        report.check().unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(report.entries[0].handlings.len(), 1, "{}", report.entries[0]);
+    }
+    // Wherever the handlings end around the reconnect, with one or two in hand.
+    for takes in 40..=200 {
+        let world = World::new(1)
+            .consumers(1)
+            .concurrency(2)
+            .entries([NewEntry::new(0, [("n", "1")]), NewEntry::new(0, [("n", "2")])])
+            .fault(50, Fault::Disconnect { consumer: 0 });
+        let report = world.run((), |_, ctx, entry| {
+            ctx.takes(if entry_field(entry, "n") == 1 { takes } else { 240 - takes });
+            Verdict::Ack
+        });
+        report.check().unwrap_or_else(|f| panic!("takes {takes}: {f}"));
+        assert_eq!(report.duplicates().total, 0, "takes {takes}");
+    }
+}
