@@ -355,13 +355,17 @@ pub enum Violation {
         at_ms: u64,
     },
     /// A consumer ordering by key first handed out an entry, in one life of its process,
-    /// after a later entry of the same key, with nothing [`OrderBy`](pelican::OrderBy)'s
-    /// promise allows to explain it. Explained are: an entry it reclaimed from a peer
-    /// (handled in its own order); an entry of its own pending list drained after a
-    /// reconnect since the later one (a drain starts the order again, pending entries first,
-    /// by id); a destroyed group since its connection began (the group delivers the stream
-    /// anew). A retried entry coming back after later ones of its key is not a first handing:
-    /// only first handings are held to the order.
+    /// after a later entry of the same key, though it read both as new entries (`XREADGROUP
+    /// … >`, which reads in id order) in that life: [`OrderBy`](pelican::OrderBy) promises
+    /// each key's entries in the order read. Only such entries are held to it (the simulated
+    /// server tells how each reached its consumer, [`Sim::origin`](crate::Sim::origin)): not
+    /// one reclaimed from a peer, handled in the reclaimer's own order however it comes (a
+    /// reclaim, or a drain after a reclaim's reply was too big to keep); not one an earlier
+    /// life left pending (a restart drains those first); not reads on either side of a
+    /// destroyed group (which delivers the stream anew), nor an entry held unacked across
+    /// one (read from both groups, either copy may be handed out). Only first handings
+    /// count: `Retry`
+    /// frees the key, and the retried entry comes back after later ones.
     OutOfOrder {
         /// The consumer.
         consumer: String,
@@ -446,7 +450,7 @@ impl fmt::Display for Violation {
             Violation::OutOfOrder { consumer, life, key, id, after, at_ms } => write!(
                 f,
                 "{consumer} (life {life}) first handed out {id} at {at_ms} ms after {after} of the same key \
-                 {key}, with no reclaim, reconnect or destroyed group to explain it"
+                 {key}, though it read {id} first (both as new entries)"
             ),
             Violation::Invariant(text) => write!(f, "invariant: {text}"),
             Violation::EntryInvariant { id, text } => write!(f, "invariant on {id}: {text}"),

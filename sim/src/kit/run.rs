@@ -5,7 +5,7 @@ use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Source, Verdict};
+use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict};
 
 use super::fault::Fault;
 use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
@@ -77,18 +77,6 @@ struct Work {
     key: Option<Vec<u8>>,
 }
 
-/// The latest entries (record indices, in id order) of one key a consumer's life first
-/// handed out, for the order check: a first handing of an earlier one is out of order
-/// unless something the promise allows explains it (see `Violation::OutOfOrder`).
-#[derive(Clone, Copy, Debug, Default)]
-struct KeyOrder {
-    /// On the current connection: a drain after a reconnect starts the order again.
-    on_connection: Option<usize>,
-    /// On connections begun after the last destroyed group (which delivers the stream anew;
-    /// entries read before it may still be handed out on the connection it cut across).
-    since_destroy: Option<usize>,
-}
-
 /// One consumer process, over its lives.
 struct Node {
     name: String,
@@ -97,10 +85,15 @@ struct Node {
     conn: Option<ConnId>,
     /// The entries in hand, in the order handed out.
     work: Vec<Work>,
-    /// Per key, what this life first handed out (with an order by key).
-    order: BTreeMap<Vec<u8>, KeyOrder>,
-    /// When the current connection of this life began.
-    connected_at: u64,
+    /// Per key, the latest entry (record index) this life read as new (since the last
+    /// destroyed group) and first handed out: for the order check (with an order by key).
+    order: BTreeMap<Vec<u8>, usize>,
+    /// When this life began.
+    born_at: u64,
+    /// Entries (record indices) this life held unacked when the group was destroyed: it
+    /// may hand out the copy it read before, or the one the new group delivers, whose
+    /// reads are not one order.
+    across_destroy: BTreeSet<usize>,
     restart_at: Option<u64>,
     /// How long after its `Stopped` the next life starts.
     restart_after: u64,
@@ -205,7 +198,8 @@ where
             conn: None,
             work: Vec::new(),
             order: BTreeMap::new(),
-            connected_at: 0,
+            born_at: 0,
+            across_destroy: BTreeSet::new(),
             restart_at: None,
             restart_after: 0,
             dead: false,
@@ -532,12 +526,19 @@ where
                 }
             }
             Fault::DestroyGroup if !down => {
+                for p in self.sim.pending(&self.stream, &self.group).unwrap_or_default() {
+                    let owner = self.nodes.iter().position(|n| n.name.as_bytes() == &p.consumer[..]);
+                    if let (Some(n), Some(&r)) = (owner, self.by_id.get(p.id.to_string().as_bytes())) {
+                        self.nodes[n].across_destroy.insert(r);
+                    }
+                }
                 let (stream, group) = (self.stream.clone(), self.group.clone());
                 self.admin(&[b"XGROUP", b"DESTROY", &stream, &group]);
                 self.group_destroyed = true;
                 self.last_destroy = Some(now);
-                for order in self.nodes.iter_mut().flat_map(|n| n.order.values_mut()) {
-                    order.since_destroy = None;
+                // The stream is delivered anew: reads before and after are not one order.
+                for node in &mut self.nodes {
+                    node.order.clear();
                 }
                 true
             }
@@ -576,6 +577,7 @@ where
         node.consumer = None;
         node.work.clear();
         node.order.clear();
+        node.across_destroy.clear();
         node.stop_asked = false;
         node.fail_next = false;
         node.dead_letter_next = false;
@@ -594,7 +596,9 @@ where
             if node.restart_at.is_some_and(|t| t <= now) && !node.dead {
                 node.restart_at = None;
                 node.life += 1;
+                node.born_at = now;
                 node.order.clear();
+                node.across_destroy.clear();
                 // A new process under the same name: its own pending list comes back to it.
                 node.consumer = Consumer::new(node.config.clone()).ok();
             }
@@ -616,11 +620,6 @@ where
                 } else {
                     node.conn = Some(self.sim.connect());
                     consumer.on_connected(at);
-                    // Its drain starts each key's order again.
-                    node.connected_at = now;
-                    for order in node.order.values_mut() {
-                        order.on_connection = None;
-                    }
                 }
                 progress = true;
             }
@@ -803,7 +802,7 @@ where
             self.violation(Violation::Contract { consumer: name.clone(), at_ms: now, what });
         }
         if let Some(key) = &key {
-            self.check_order(i, record, key, entry.source);
+            self.check_order(i, record, key);
         }
         if self.nodes[i].stop_asked {
             let what = format!("got {} after its stop", self.records[record].id);
@@ -863,7 +862,7 @@ where
     /// With an order by key, before node `i` hands out `record` of `key`: no other entry of
     /// the key is in hand, and a first handing in this life comes in id order among the
     /// key's, unless the promise explains it (see `Violation::OutOfOrder`).
-    fn check_order(&mut self, i: usize, record: usize, key: &[u8], source: Source) {
+    fn check_order(&mut self, i: usize, record: usize, key: &[u8]) {
         let now = self.now();
         let lossy = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
         let node = &self.nodes[i];
@@ -882,18 +881,25 @@ where
         if self.records[record].handlings.iter().any(|h| h.index == i && h.life == life) {
             return; // handed out again (a retry, a drain): the promise is about the first time
         }
-        let after_destroy = self.last_destroy.map_or(true, |d| node.connected_at >= d);
-        let order = node.order.get(key).copied().unwrap_or_default();
-        let latest = match source {
-            // Reclaimed from a peer: handled in this consumer's own order.
-            Source::Claimed => None,
-            // Drained: the drain after the latest (re)connect starts the order again.
-            Source::Pending => order.on_connection.filter(|_| after_destroy),
-            Source::New => order.since_destroy,
-        };
-        if let Some(after) = latest.filter(|&after| after > record) {
+        // Only what this life read as new is held to the order: not what it reclaimed from a
+        // peer (handled in its own order, whichever way it comes: a reclaim, or a drain after
+        // a reclaim's reply was too big to keep), nor what an earlier life left pending, nor
+        // what it held across a destroyed group (read twice, once from each group).
+        let origin = crate::EntryId::parse_strict(self.records[record].id.as_bytes(), 0)
+            .and_then(|id| self.sim.origin(&self.stream, &self.group, id));
+        let read_new = !node.across_destroy.contains(&record)
+            && origin.is_some_and(|o| {
+                o.read_by == node.name.as_bytes()
+                    && !o.moved
+                    && o.read_at >= node.born_at
+                    && self.last_destroy.map_or(true, |d| o.read_at >= d)
+            });
+        if !read_new {
+            return;
+        }
+        if let Some(&after) = node.order.get(key).filter(|&&after| after > record) {
             let v = Violation::OutOfOrder {
-                consumer: self.nodes[i].name.clone(),
+                consumer: node.name.clone(),
                 life,
                 key: lossy(key),
                 id: self.records[record].id.clone(),
@@ -902,11 +908,8 @@ where
             };
             self.violation(v);
         }
-        let order = self.nodes[i].order.entry(key.to_vec()).or_default();
-        order.on_connection = order.on_connection.max(Some(record));
-        if after_destroy {
-            order.since_destroy = order.since_destroy.max(Some(record));
-        }
+        let latest = self.nodes[i].order.entry(key.to_vec()).or_insert(record);
+        *latest = (*latest).max(record);
     }
 
     /// The entries node `i`'s core has in hand are those the kit handed to the handler.
