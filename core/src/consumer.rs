@@ -1227,8 +1227,16 @@ impl Consumer {
             }
             Sent::ReadNew { count, .. } => {
                 let due = read_at + self.config.lease_threshold();
+                // A read ahead of this one was skipped for its size: the drain due reads its
+                // entries again, then these, in the order read. Until then these are left
+                // to it, their delivery counts given back as for any entry dropped unhandled.
+                let behind_skipped = self.drains_from_top();
                 // The hot path: each entry goes straight to the buffer, moved as little as can be.
                 let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
+                    Item::Entry(mut entry) if behind_skipped => {
+                        entry.deliveries = 1;
+                        self.returns.push(Buffered { entry, read_at, due, key: None });
+                    }
                     Item::Entry(mut entry) if !self.holds(entry.id()) => {
                         entry.deliveries = 1;
                         self.keep(Buffered { entry, read_at, due, key: None });
