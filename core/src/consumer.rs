@@ -1390,7 +1390,7 @@ impl Consumer {
 
     /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be
     /// processed, so it is acked away and counted, never handed out; one in hand (read
-    /// again by a drain after a reconnect) is left to its handler, and one settled whose ack
+    /// again by a drain) is left to its handler, and one settled whose ack
     /// or move is not yet confirmed (settled after the drain or reclaim went out, which
     /// entries in hand do not hold back) to that ack or move.
     fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
@@ -1398,7 +1398,14 @@ impl Consumer {
             Item::Entry(e) => e.id(),
             Item::Deleted(id) => &id[..],
         };
-        if self.holds(id) || self.settling(id) {
+        if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
+            // Delivered to us again (a drain, a reclaim): the server reset its idle time, so
+            // its lease runs from this reply, or the next renewal would find it too young
+            // and take it for a peer's.
+            h.read_at = Some(now);
+            return None;
+        }
+        if self.settling(id) {
             return None;
         }
         match item {

@@ -431,3 +431,50 @@ fn a_read_skipped_for_its_size_is_not_overtaken_by_the_reads_behind_it() {
         }
     }
 }
+
+/// Found by the kit (the simulation's seed 914: Redis 6.2, whose `XAUTOCLAIM` claims deleted
+/// entries without naming them, so that the consumer drains its pending list to ack them
+/// away): with entries in hand, a drain of the own pending list from the top (after such a
+/// claim, or a read skipped for its size) delivers the entries in hand again, which resets
+/// their idle time on the server. The consumer kept their lease clocks, so the next
+/// owner-checked renewal asked for more idle time than they had, claimed nothing, and took
+/// them for taken by a peer (`LeaseLost` in hand); renewals stopped and a peer reclaimed one
+/// while its handler still ran: a duplicate no fault explains. Two consumers, concurrency 2:
+/// c0 holds 1-0 (2.5 s); at 600 ms two big entries make its read outgrow `read_bytes`, the
+/// drain re-delivers 1-0, the renewal at 1,003 ms asks for 453 ms idle of 403, and c1
+/// reclaims 1-0 at 1,600 ms. A drain's (or reclaim's) delivery of an entry in hand now
+/// restarts its lease.
+#[test]
+fn a_drain_that_delivers_an_entry_in_hand_again_restarts_its_lease() {
+    let slow_and_two_big = |at: u64| {
+        let big = "v".repeat(3_000);
+        vec![
+            NewEntry::new(0, [("n", "slow".to_string())]),
+            NewEntry::new(at, [("n", "big".to_string()), ("f", big.clone())]),
+            NewEntry::new(at, [("n", "big".to_string()), ("f", big)]),
+        ]
+    };
+    let handler = |_: &mut (), ctx: &pelican_sim::kit::HandlerCtx<'_>, entry: &pelican::Entry| {
+        if entry.field(b"n") == Some(b"slow") {
+            ctx.takes(2_500);
+        }
+        Verdict::Ack
+    };
+    let report = World::new(0).consumers(2).concurrency(2).entries(slow_and_two_big(600)).run((), handler);
+    report.check().unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.notices.contains_key("read-shrunk-big-entries"), "the window: {:?}", report.notices);
+    assert!(!report.notices.contains_key("lease-lost-in-hand"), "{:?}", report.notices);
+    assert_eq!(report.entries[0].handlings.len(), 1, "{}", report.entries[0]);
+    for seed in 0..12 {
+        for at in [200, 400, 600, 800, 1_000] {
+            let world = World::new(seed).consumers(2).concurrency(2).entries(slow_and_two_big(at));
+            let report = world.run((), handler);
+            report.check().unwrap_or_else(|f| panic!("{f}"));
+            assert!(
+                !report.notices.contains_key("lease-lost-in-hand"),
+                "seed {seed}, at {at}: {:?}",
+                report.notices
+            );
+        }
+    }
+}
