@@ -57,6 +57,24 @@ impl Acks {
         std::mem::replace(self, empty)
     }
 
+    /// Whether `id` is among the acks.
+    pub(crate) fn contains(&self, id: &[u8]) -> bool {
+        // Each is a bulk string: `$<len>\r\n<id>\r\n`.
+        let mut rest = &self.args[..];
+        while let Some(eol) = rest.iter().position(|b| *b == b'\n') {
+            let digits = rest.get(1..eol.saturating_sub(1)).unwrap_or_default();
+            let Some(len) = std::str::from_utf8(digits).ok().and_then(|n| n.parse::<usize>().ok()) else {
+                return false;
+            };
+            let Some(arg) = rest.get(eol + 1..eol + 1 + len) else { return false };
+            if arg == id {
+                return true;
+            }
+            rest = rest.get(eol + 3 + len..).unwrap_or_default();
+        }
+        false
+    }
+
     /// Forgets the acks.
     pub(crate) fn clear(&mut self) {
         self.args.clear();
@@ -99,7 +117,10 @@ mod tests {
             xack(&acks),
             b"*6\r\n$4\r\nXACK\r\n$1\r\ns\r\n$1\r\ng\r\n$3\r\n1-0\r\n$4\r\n22-1\r\n$3\r\n3-0\r\n"
         );
+        assert!(acks.contains(b"1-0") && acks.contains(b"22-1") && acks.contains(b"3-0"));
+        assert!(!acks.contains(b"2-1") && !acks.contains(b"22") && !acks.contains(b""));
         let sent = acks.take(Acks::default());
         assert_eq!((sent.len(), acks.len()), (3, 0));
+        assert!(!acks.contains(b"1-0"));
     }
 }

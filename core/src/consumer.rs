@@ -1363,8 +1363,16 @@ impl Consumer {
             }
             Sent::ReadNew { count, .. } => {
                 let due = read_at + self.config.lease_threshold();
+                // A read ahead of this one was skipped for its size: the drain due reads its
+                // entries again, then these, in the order read. Until then these are left
+                // to it, their delivery counts given back as for any entry dropped unhandled.
+                let behind_skipped = self.drains_from_top();
                 // The hot path: each entry goes straight to the buffer, moved as little as can be.
                 let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
+                    Item::Entry(mut entry) if behind_skipped => {
+                        entry.deliveries = 1;
+                        self.returns.push(Buffered { entry, read_at, due, key: None });
+                    }
                     Item::Entry(mut entry) if !self.holds(entry.id()) => {
                         entry.deliveries = 1;
                         self.keep(Buffered { entry, read_at, due, key: None });
@@ -1536,14 +1544,23 @@ impl Consumer {
     }
 
     /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be
-    /// processed, so it is acked away and counted, never handed out; the one in hand (read
-    /// again by a drain after a reconnect) is left to its handler.
+    /// processed, so it is acked away and counted, never handed out; one in hand (read
+    /// again by a drain) is left to its handler, and one settled whose ack
+    /// or move is not yet confirmed (settled after the drain or reclaim went out, which
+    /// entries in hand do not hold back) to that ack or move.
     fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
         let id = match &item {
             Item::Entry(e) => e.id(),
             Item::Deleted(id) => &id[..],
         };
-        if self.holds(id) {
+        if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
+            // Delivered to us again (a drain, a reclaim): the server reset its idle time, so
+            // its lease runs from this reply, or the next renewal would find it too young
+            // and take it for a peer's.
+            h.read_at = Some(now);
+            return None;
+        }
+        if self.settling(id) {
             return None;
         }
         match item {
@@ -1561,6 +1578,17 @@ impl Consumer {
     #[inline]
     fn holds(&self, id: &[u8]) -> bool {
         !self.in_hand.is_empty() && self.in_hand.iter().any(|h| self.held.id(h.id) == id)
+    }
+
+    /// True if `id` was settled and its ack (or dead-letter move) is owed or in flight.
+    fn settling(&self, id: &[u8]) -> bool {
+        self.acks.contains(id)
+            || self.dead_letters.iter().any(|job| job.id == id)
+            || self.in_flight.iter().any(|c| match &c.sent {
+                Sent::Ack(acks) => acks.contains(id),
+                Sent::DeadLetter(job) => job.id == id,
+                _ => false,
+            })
     }
 
     /// Buffers an entry for the application (with its key, when ordered); after a stop,

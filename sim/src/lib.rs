@@ -97,7 +97,7 @@ mod sim;
 
 pub use conn::ConnId;
 pub use id::EntryId;
-pub use model::PendingEntry;
+pub use model::{Origin, PendingEntry};
 pub use net::{serve, ServerHandle};
 pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
 pub use sim::{Sim, StreamEntry};

@@ -25,12 +25,27 @@ pub struct PendingEntry {
     pub delivery_count: u64,
 }
 
+/// How a pending entry reached its owner, for test checks ([`Sim::origin`](crate::Sim::origin)):
+/// who read it as a new entry, when, and whether a claim moved it on since. The servers keep
+/// no such record; the simulator keeps it beside the pending entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// The consumer whose read of new entries (`XREADGROUP … >`) delivered it.
+    pub read_by: Vec<u8>,
+    /// When (virtual ms).
+    pub read_at: u64,
+    /// Whether a claim (`XCLAIM`, `XAUTOCLAIM`) has given it to another consumer since.
+    pub moved: bool,
+}
+
 /// A group's record of one delivered, unacknowledged entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Nack {
     pub(crate) owner: Vec<u8>,
     pub(crate) delivered_at: u64,
     pub(crate) count: u64,
+    /// Who read it as new, when, and whether a claim moved it to another consumer since.
+    origin: Origin,
     /// `delivered_at` and `count` as the append-only file last recorded them: the servers
     /// write a delivery of a new entry and every claim to it (as `XCLAIM … TIME … RETRYCOUNT`)
     /// but not a read of a consumer's own pending list, whose raised count and fresh delivery
@@ -41,7 +56,8 @@ pub(crate) struct Nack {
 impl Nack {
     /// A first delivery to `owner` at `now` (recorded).
     fn new(owner: &[u8], now: u64) -> Nack {
-        Nack { owner: owner.to_vec(), delivered_at: now, count: 1, saved: (now, 1) }
+        let origin = Origin { read_by: owner.to_vec(), read_at: now, moved: false };
+        Nack { owner: owner.to_vec(), delivered_at: now, count: 1, saved: (now, 1), origin }
     }
 
     /// The delivery time and count as they are now are recorded (a claim).
@@ -167,6 +183,7 @@ impl Group {
         }
         nack.save();
         if nack.owner != consumer {
+            nack.origin.moved = true;
             let old = std::mem::replace(&mut nack.owner, consumer.to_vec());
             if let Some(c) = self.consumers.get_mut(&old) {
                 c.pel.remove(&id);
@@ -515,6 +532,11 @@ impl Stream {
                 }
             })
             .collect()
+    }
+
+    /// How pending entry `id` of `group` reached its owner.
+    pub(crate) fn origin(&self, group: &[u8], id: EntryId) -> Option<Origin> {
+        Some(self.groups.get(group)?.pel.get(&id)?.origin.clone())
     }
 
     /// Every pending entry of `group`, in id order.

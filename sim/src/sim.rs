@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::command::{execute, new_entries_reply, nogroup_read, Ctx, Outcome, Signal};
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::EntryId;
-use crate::model::{Db, Fields, PendingEntry};
+use crate::model::{Db, Fields, Origin, PendingEntry};
 use crate::options::{GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
 use crate::reply::Reply;
 
@@ -22,7 +22,7 @@ pub type StreamEntry = (EntryId, Vec<(Vec<u8>, Vec<u8>)>);
 ///   [`is_closed`](Sim::is_closed);
 /// - time: [`now`](Sim::now), [`advance_to`](Sim::advance_to),
 ///   [`next_wakeup`](Sim::next_wakeup);
-/// - inspection for test checks (no RESP): [`pending`](Sim::pending),
+/// - inspection for test checks (no RESP): [`pending`](Sim::pending), [`origin`](Sim::origin),
 ///   [`stream_ids`](Sim::stream_ids), [`entries`](Sim::entries),
 ///   [`group_exists`](Sim::group_exists), [`consumers`](Sim::consumers);
 /// - the server itself: [`restart`](Sim::restart).
@@ -142,6 +142,15 @@ impl Sim {
     /// does not exist.
     pub fn pending(&self, key: &[u8], group: &[u8]) -> Option<Vec<PendingEntry>> {
         self.db.streams.get(key)?.pending(group)
+    }
+
+    /// How pending entry `id` of `group` on `key` reached the consumer that owns it: who read
+    /// it as new (`XREADGROUP … >`), when, and whether a claim has moved it to another
+    /// consumer since. `None` when it is not pending (or the key or group does not exist).
+    /// For checks of what a consumer does with what it read (the servers keep no such
+    /// record).
+    pub fn origin(&self, key: &[u8], group: &[u8], id: EntryId) -> Option<Origin> {
+        self.db.streams.get(key)?.origin(group, id)
     }
 
     /// The ids of the entries of stream `key` (empty when missing).

@@ -124,6 +124,33 @@ fn a_crash_between_applying_and_acking_catches_a_naive_handler_and_not_an_idempo
     let text = failure.to_string();
     assert!(text.starts_with("seed 1: 1 violation\n"), "{text}");
     assert!(text.contains(".fault(100, Fault::Crash { consumer: 0, restart_ms: 50 })"), "{text}");
+    // The invariant names no entry: the failure tells the story of the one handled again
+    // after an Ack, whose side effects the naive handler applied twice.
+    let [story] = &failure.entries[..] else { panic!("{text}") };
+    assert_eq!(story.id, "1-0");
+    assert!(
+        text.contains(
+            "the entries handled again after an Ack:\n  - 1-0 (amount=1), added at 0 ms, acked, handled 2 times:\n      \
+             c0 (life 0) 0 ms–never settled: Ack (new, delivery 1)\n      c0 (life 1) "
+        ),
+        "{text}"
+    );
+    // Per entry, the failure names the entries that broke it.
+    let applied = |e: &pelican_sim::kit::EntryReport| e.handlings.iter().filter(|h| h.by_handler).count();
+    let failure = report
+        .check_entries(|_, e| match applied(e) {
+            0 | 1 => Ok(()),
+            n => Err(format!("applied {n} times")),
+        })
+        .expect_err("1-0 was applied twice");
+    assert_eq!(
+        failure.violations,
+        [Violation::EntryInvariant { id: "1-0".into(), text: "applied 2 times".into() }]
+    );
+    assert_eq!(failure.violations[0].entry_ids(), ["1-0"]);
+    assert_eq!(failure.entries.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), ["1-0"]);
+    let text = failure.to_string();
+    assert!(text.contains("invariant on 1-0: applied 2 times\nthe entries:\n  - 1-0 (amount=1)"), "{text}");
 
     let report = world.run(Bank::default(), idempotent);
     report.check_with(|_| balanced(&report)).unwrap_or_else(|f| panic!("{f}"));
@@ -225,6 +252,12 @@ fn the_checks_catch_an_unsettled_world_and_a_failed_consumer() {
     assert!(v.contains(&Violation::NoQuiescence { at_ms: 5_000 }), "{v:?}");
     assert_eq!(v.iter().filter(|v| matches!(v, Violation::Lost { .. })).count(), 5, "{v:?}");
     assert!(v.iter().any(|v| matches!(v, Violation::PendingLeft { ids } if ids.len() == 5)), "{v:?}");
+    // The stories of the lost entries: each handled again and again, never settled for good.
+    assert_eq!(failure.entries.len(), 5);
+    let text = failure.to_string();
+    assert!(text.contains("the entries:\n  - 1-0 (amount=1), added at 0 ms, unsettled, handled"), "{text}");
+    assert!(text.contains("c0 (life 0) 1008–1031 ms: Retry (reclaimed, delivery 2)"), "{text}");
+    assert_eq!(text.matches(", unsettled, handled 5 times:").count(), 5, "{text}");
     assert!(report.entries.iter().all(|e| e.fate == Fate::Unsettled && e.handlings.len() > 2));
     assert!(failure.to_string().contains(".configure(/* as in the original world */)"));
 

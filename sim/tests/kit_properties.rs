@@ -1,5 +1,6 @@
 //! Property tests over the test kit (feature `proptest`): for any world the strategies draw,
-//! pelican keeps its promises and an idempotent handler's side effects add up; a naive
+//! one entry in hand at a time or many, ordered by key or not, pelican keeps its promises
+//! and an idempotent handler's side effects add up; a naive
 //! handler's side effects are exactly one application per handling; reports replay; and
 //! proptest's shrinking brings a failure of the naive handler down to a small schedule.
 
@@ -49,6 +50,11 @@ fn small() -> Worlds {
     Worlds { max_entries: 25, max_faults: 6, phase_ms: 2_000, ..Worlds::default() }
 }
 
+/// Up to 8 entries in hand, ordered by one of 3 keys.
+fn ordered() -> Worlds {
+    Worlds { concurrency: 1..=8, keys: 3, ..small() }
+}
+
 proptest! {
     // No regression files: a failure prints its world, which is the replay.
     #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
@@ -60,6 +66,18 @@ proptest! {
             return Err(TestCaseError::fail(failure.to_string()));
         }
         prop_assert!(report.quiescent);
+    }
+
+    #[test]
+    fn with_many_in_hand_and_an_order_by_key_too(world in strategy::worlds(ordered())) {
+        prop_assert_eq!(world.ordered_by(), Some(strategy::KEY_FIELD.as_bytes()));
+        let report = world.run(Bank::default(), idempotent);
+        if let Err(failure) = report.check_with(|_| balanced(&report)) {
+            return Err(TestCaseError::fail(failure.to_string()));
+        }
+        prop_assert!(report.quiescent);
+        let mut handlings = report.entries.iter().flat_map(|e| &e.handlings);
+        prop_assert!(handlings.all(|h| h.key.is_some()), "every entry has its key");
     }
 
     #[test]
@@ -90,8 +108,11 @@ proptest! {
 /// among them.
 #[test]
 fn shrinking_finds_a_minimal_failing_schedule_for_a_naive_handler() {
-    let spec =
-        Worlds { kinds: vec![FaultKind::Crash, FaultKind::Disconnect, FaultKind::SlowHandler], ..small() };
+    let spec = Worlds {
+        kinds: vec![FaultKind::Crash, FaultKind::Disconnect, FaultKind::SlowHandler],
+        concurrency: 1..=8,
+        ..small()
+    };
     // A fixed seed: the figure asserted (how small the shrunk world is) does not vary by run.
     let config = Config { cases: 256, failure_persistence: None, ..Config::default() };
     let mut runner = TestRunner::new_with_rng(config, TestRng::deterministic_rng(RngAlgorithm::ChaCha));
@@ -105,6 +126,7 @@ fn shrinking_finds_a_minimal_failing_schedule_for_a_naive_handler() {
     assert!((1..=2).contains(&faults.len()), "{minimal}");
     assert!(faults.iter().any(|(_, f)| f.kind() == FaultKind::Crash), "{minimal}");
     assert!(minimal.given_entries().map_or(0, <[_]>::len) <= 3, "{minimal}");
+    assert_eq!(minimal.max_in_hand(), 1, "no concurrency needed: {minimal}");
     let report = minimal.run(Bank::default(), idempotent);
     report.check_with(|_| balanced(&report)).unwrap_or_else(|f| panic!("{f}"));
 }

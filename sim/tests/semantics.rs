@@ -523,3 +523,38 @@ fn a_restart_forgets_what_reads_of_the_pending_list_did_and_keeps_the_rest() {
     assert_eq!(entries[1], (EntryId::new(2, 0), vec![(b"f".to_vec(), b"v2".to_vec())]));
     assert!(sim.entries(b"missing").is_empty());
 }
+
+/// The simulator's record of how a pending entry reached its owner (for the kit's checks):
+/// who read it as new and when; a claim by another consumer moves it, a consumer's claim of
+/// its own (a lease renewal, a drain) does not; it survives a restart; an ack ends it.
+#[test]
+fn origin_tells_who_read_an_entry_as_new_and_whether_a_claim_moved_it() {
+    let (mut sim, c) = setup(SimOptions::default());
+    let id = |n: u64| EntryId { ms: n, seq: 0 };
+    sim.advance_to(100);
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g A COUNT 2 STREAMS s >");
+    sim.advance_to(200);
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g B COUNT 1 STREAMS s >");
+    let origin = |sim: &Sim, n| {
+        sim.origin(b"s", b"g", id(n)).map(|o| (String::from_utf8(o.read_by).unwrap(), o.read_at, o.moved))
+    };
+    assert_eq!(origin(&sim, 1), Some(("A".into(), 100, false)));
+    assert_eq!(origin(&sim, 3), Some(("B".into(), 200, false)));
+    // A's own claims and reads keep it A's own read.
+    sim.advance_to(400);
+    let _ = cmd(&mut sim, c, "XCLAIM s g A 0 1-0 JUSTID");
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g A STREAMS s 0");
+    let _ = cmd(&mut sim, c, "XAUTOCLAIM s g A 0 0-0 COUNT 1");
+    assert_eq!(origin(&sim, 1), Some(("A".into(), 100, false)));
+    // B takes 2-0 from A, A takes 3-0 from B: both moved, and stay so.
+    let _ = cmd(&mut sim, c, "XCLAIM s g B 0 2-0");
+    let _ = cmd(&mut sim, c, "XAUTOCLAIM s g A 0 3-0 COUNT 1");
+    assert_eq!(origin(&sim, 2), Some(("A".into(), 100, true)));
+    assert_eq!(origin(&sim, 3), Some(("B".into(), 200, true)));
+    sim.restart();
+    assert_eq!(origin(&sim, 2), Some(("A".into(), 100, true)));
+    let c = sim.connect();
+    let _ = cmd(&mut sim, c, "XACK s g 1-0");
+    assert_eq!(origin(&sim, 1), None, "acked: no longer pending");
+    assert_eq!(sim.origin(b"s", b"nope", id(2)), None);
+}

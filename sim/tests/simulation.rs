@@ -6,7 +6,9 @@
 //! acks), a destroyed group, server restarts that forget the delivery counts raised by
 //! drains — and an entry stream with poison entries (whose handler always fails) and big
 //! entries (reads past `read_bytes`). The kit's drivers keep driving while a handler runs
-//! (like `pelican-smol`), so leases are renewed meanwhile.
+//! (like `pelican-smol`), so leases are renewed meanwhile. Each seed draws how many entries a
+//! consumer holds in hand at once (1, 2 or 8, each settled as its handling finishes), and
+//! about two worlds in five order entries by a key field of one to four values.
 //!
 //! After every run the kit's check holds: every added entry was handled with `Ack` at least
 //! once, or moved to the dead-letter stream, or was deleted; the dead-letter stream holds
@@ -14,9 +16,12 @@
 //! fields and origin; no `XACK` went out without an `Ack` verdict; no entry was handed out
 //! past `max_deliveries`; the pending list is empty at quiescence; no consumer ever held two
 //! entries, got one after its stop, stopped unasked or with an entry in hand, failed, or
-//! livelocked; and no entry was handled again after an `Ack` unless a fault that loses a
-//! process, the group or the server's counts explains it. Here also: poison entries went to
-//! the dead-letter stream (or were deleted) and were never acked.
+//! livelocked; no entry was handled again after an `Ack` unless a fault that loses a
+//! process, the group or the server's counts explains it; and in ordered worlds, no consumer
+//! held two entries of one key at once, and each first handed out a key's entries in id order
+//! within a life of its process, but for what a reclaim, a drain after a reconnect or a
+//! destroyed group explains. Here also: poison entries went to the dead-letter stream (or
+//! were deleted) and were never acked.
 //!
 //! `PELICAN_SIM_SEEDS=n` sets how many seeds run (default 1000); `PELICAN_SIM_SEED=s` replays
 //! one seed, printed on failure; with `PELICAN_SIM_TRACE=1` too, the run's story is printed.
@@ -50,23 +55,48 @@ impl Rng {
     }
 }
 
+/// How a seed's consumers take entries: how many in hand at once, and how many key values
+/// the entries carry when ordered by key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Shape {
+    concurrency: u32,
+    keys: Option<u64>,
+}
+
+fn shape(seed: u64) -> Shape {
+    let mut rng = Rng(seed ^ 0xc0c0);
+    let concurrency = [1, 2, 8][rng.below(3) as usize];
+    let keys = rng.chance(40).then(|| 1 + rng.below(4));
+    Shape { concurrency, keys }
+}
+
 /// The entry stream: batches of 1–8 small entries every 50–450 ms; now and then a poison
-/// entry, or 2–5 entries of 1.5–3 KB (a read of several passes `read_bytes`, 4 KiB).
-fn entries(seed: u64) -> Vec<NewEntry> {
+/// entry, or 2–5 entries of 1.5–3 KB (a read of several passes `read_bytes`, 4 KiB). Ordered
+/// by key, each entry has a field `k` of `keys` values.
+fn entries(seed: u64, keys: Option<u64>) -> Vec<NewEntry> {
     let mut rng = Rng(seed ^ 0xe7e5);
+    let mut key = Rng(seed ^ 0x6b65);
     let mut out = Vec::new();
     let mut at = 0;
+    let mut add = |at: u64, mut fields: Vec<(String, String)>| {
+        if let Some(keys) = keys {
+            fields.push(("k".into(), format!("k{}", key.below(keys))));
+        }
+        out.push(NewEntry::new(at, fields));
+    };
+    let small = || vec![("f".to_string(), "v".to_string())];
     while at < PHASE {
         for _ in 0..1 + rng.below(8) {
-            out.push(NewEntry::new(at, [("f", "v")]));
+            add(at, small());
         }
         if rng.chance(4) {
-            out.push(NewEntry::new(at, [("f", "v"), ("poison", "1")]));
+            let mut poison = small();
+            poison.push(("poison".into(), "1".into()));
+            add(at, poison);
         }
         if rng.chance(4) {
             for _ in 0..2 + rng.below(4) {
-                let big = "v".repeat(1_500 + rng.below(1_500) as usize);
-                out.push(NewEntry::new(at, [("f", big)]));
+                add(at, vec![("f".into(), "v".repeat(1_500 + rng.below(1_500) as usize))]);
             }
         }
         at += 50 + rng.below(400);
@@ -74,9 +104,17 @@ fn entries(seed: u64) -> Vec<NewEntry> {
     out
 }
 
+/// The application's state: the handler's random failures, and the most entries a consumer
+/// had in hand at once.
+struct App {
+    rng: Rng,
+    most_in_hand: usize,
+}
+
 /// The handler: poison entries always fail, and 5% of handlings fail during the phase.
-fn handle(rng: &mut Rng, ctx: &HandlerCtx<'_>, entry: &Entry) -> Verdict {
-    if entry.field(b"poison").is_some() || (ctx.now_ms() < PHASE && rng.chance(5)) {
+fn handle(app: &mut App, ctx: &HandlerCtx<'_>, entry: &Entry) -> Verdict {
+    app.most_in_hand = app.most_in_hand.max(ctx.in_hand());
+    if entry.field(b"poison").is_some() || (ctx.now_ms() < PHASE && app.rng.chance(5)) {
         Verdict::Retry
     } else {
         Verdict::Ack
@@ -89,9 +127,17 @@ fn tracing() -> bool {
 
 /// Runs one seed with faults of these kinds and checks it; panics with the seed and what
 /// went wrong.
-fn run(seed: u64, kinds: &[FaultKind]) -> Report<Rng> {
-    let world = World::new(seed).entries(entries(seed)).random_faults(kinds.iter().copied()).trace(tracing());
-    let report = world.run(Rng(seed ^ 0x4a4d), handle);
+fn run(seed: u64, kinds: &[FaultKind]) -> Report<App> {
+    let Shape { concurrency, keys } = shape(seed);
+    let mut world = World::new(seed)
+        .concurrency(concurrency)
+        .entries(entries(seed, keys))
+        .random_faults(kinds.iter().copied())
+        .trace(tracing());
+    if keys.is_some() {
+        world = world.order_by("k");
+    }
+    let report = world.run(App { rng: Rng(seed ^ 0x4a4d), most_in_hand: 0 }, handle);
     if tracing() {
         for line in &report.trace {
             eprintln!("{line}");
@@ -107,11 +153,11 @@ fn run(seed: u64, kinds: &[FaultKind]) -> Report<Rng> {
         Ok(())
     });
     if let Err(failure) = outcome {
-        let violations: Vec<String> = failure.violations.iter().map(|v| format!("  - {v}")).collect();
-        panic!(
-            "seed {seed} ({report}):\n{}\nreplay: PELICAN_SIM_SEED={seed} (PELICAN_SIM_TRACE=1 for its story)",
-            violations.join("\n")
-        );
+        // The violations and the stories of their entries; the world's code is long (its
+        // entries written out): the seed replays it.
+        let text = failure.to_string();
+        let story = text.split("\nreplay:\n").next().unwrap_or_default();
+        panic!("{story}\n({report})\nreplay: PELICAN_SIM_SEED={seed} (PELICAN_SIM_TRACE=1 for its story)");
     }
     report
 }
@@ -130,8 +176,13 @@ fn nothing_is_lost_under_every_fault() {
     let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
     let mut notices: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut duplicates, mut slow, mut very_slow, mut poisoned) = (0, 0, 0, 0);
+    // Per shape: worlds, and the most entries in hand at once.
+    let mut shapes: BTreeMap<Shape, (u64, usize)> = BTreeMap::new();
     for &seed in &seeds {
         let report = run(seed, &FaultKind::ALL);
+        let seen = shapes.entry(shape(seed)).or_default();
+        seen.0 += 1;
+        seen.1 = seen.1.max(report.state.most_in_hand);
         duplicates += report.duplicates().total;
         for (kind, n) in report.faults_applied() {
             *faults.entry(kind).or_default() += n;
@@ -151,10 +202,27 @@ fn nothing_is_lost_under_every_fault() {
         poisoned += report.server.dead_letters.iter().filter(|d| d.reason == "max-deliveries").count();
     }
     eprintln!(
-        "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings; notices {notices:?}",
-        seeds.len()
+        "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings; notices {notices:?}; \
+         (concurrency, keys): (worlds, most in hand) {:?}",
+        seeds.len(),
+        shapes.iter().map(|(s, seen)| ((s.concurrency, s.keys), *seen)).collect::<Vec<_>>()
     );
     if seeds.len() >= 50 {
+        // Every concurrency ran, ordered and not, and used what it allows: up to its
+        // concurrency, and one entry per key at a time when ordered.
+        let allowed = |s: &Shape| (s.concurrency as usize).min(s.keys.map_or(usize::MAX, |k| k as usize));
+        for (s, (_, most)) in &shapes {
+            assert!(*most <= allowed(s), "{s:?}: {most} in hand at once");
+        }
+        for concurrency in [1, 2, 8] {
+            for ordered in [false, true] {
+                let of = |s: &&Shape| s.concurrency == concurrency && s.keys.is_some() == ordered;
+                let most = shapes.iter().filter(|(s, _)| of(s)).map(|(_, seen)| seen.1).max();
+                let allowed = shapes.keys().filter(of).map(allowed).max();
+                assert!(allowed.is_some(), "concurrency {concurrency}, ordered {ordered} ran");
+                assert_eq!(most, allowed, "concurrency {concurrency}, ordered {ordered}: {shapes:?}");
+            }
+        }
         assert_eq!(faults.len(), FaultKind::ALL.len(), "every fault was exercised: {faults:?}");
         assert!(slow > 0 && very_slow > 0, "slow handlers under and over min_idle: {slow}, {very_slow}");
         assert!(poisoned > 0, "poison entries went to the dead-letter stream after max_deliveries");

@@ -12,8 +12,8 @@ use super::rng::Rng;
 /// in [`FaultRecord::applied`](super::FaultRecord::applied).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Fault {
-    /// The consumer's process dies: its state, the entry in hand (whose handler already ran:
-    /// its side effects stay, its verdict is lost) and its acks not yet confirmed. A new
+    /// The consumer's process dies: its state, the entries in hand (whose handlers already
+    /// ran: their side effects stay, their verdicts are lost) and its acks not yet confirmed. A new
     /// process starts under the same name `restart_ms` later and drains its pending list.
     Crash {
         /// Which consumer.
@@ -33,7 +33,7 @@ pub enum Fault {
         consumer: usize,
     },
     /// The consumer's next handling takes `ms` (the driver keeps driving meanwhile, so the
-    /// entry's lease is renewed).
+    /// entry's lease is renewed); other entries in hand at once take their own time.
     SlowHandler {
         /// Which consumer.
         consumer: usize,
@@ -68,8 +68,9 @@ pub enum Fault {
     /// `XGROUP DESTROY`: the group and its pending list are gone. The consumers create it
     /// again from the stream's start, so every entry still in the stream is delivered anew.
     DestroyGroup,
-    /// The consumer is asked to stop ([`Consumer::stop`](pelican::Consumer::stop)); once it
-    /// has stopped, a new process starts under the same name `restart_ms` later.
+    /// The consumer is asked to stop ([`Consumer::stop`](pelican::Consumer::stop)): the
+    /// entries in hand are settled as their handlings finish; once it has stopped, a new
+    /// process starts under the same name `restart_ms` later.
     Stop {
         /// Which consumer.
         consumer: usize,
@@ -77,8 +78,8 @@ pub enum Fault {
         restart_ms: u64,
     },
     /// The consumer is told to stop at once ([`Consumer::abandon`](pelican::Consumer::abandon)):
-    /// the entry in hand is dropped (its handler already ran) and acks not yet confirmed are
-    /// given up; a new process starts `restart_ms` after it stopped.
+    /// the entries in hand are dropped (their handlers already ran) and acks not yet confirmed
+    /// are given up; a new process starts `restart_ms` after it stopped.
     Abandon {
         /// Which consumer.
         consumer: usize,
@@ -144,8 +145,8 @@ impl FaultKind {
     ];
 
     /// Whether a fault of this kind may, by design, have an entry handled again after its
-    /// handler succeeded: it loses a process's memory (its unsent acks, its verdict on the
-    /// entry in hand), the group's pending list, or the delivery counts and idle times that
+    /// handler succeeded: it loses a process's memory (its unsent acks, its verdicts on the
+    /// entries in hand), the group's pending list, or the delivery counts and idle times that
     /// keep a peer from reclaiming an entry still being handled. Other faults never do (a
     /// duplicate after them alone is a bug).
     pub fn may_duplicate(self) -> bool {

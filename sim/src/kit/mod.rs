@@ -54,13 +54,32 @@
 //!
 //! To find a failing world and shrink it to a small one: [`search`] (no dependency), or
 //! proptest with the strategies of `kit::strategy` (feature `proptest`). A [`Failure`] prints
-//! the seed, the violations and the Rust code of the world, to replay it. For fuzzing,
+//! the seed, the violations, the story of each entry they are about (every handling: by
+//! whom, in which life, from when to when, with which verdict; for an invariant of yours that
+//! names no entry, the entries handled again after an `Ack`, or name them with
+//! [`Report::check_entries`]) and the Rust code of the world, to replay it. For fuzzing,
 //! [`World::from_bytes`] makes a world of any input.
+//!
+//! ## Many entries in hand, and an order by key
+//!
+//! [`World::concurrency`] lets each consumer hold up to n entries in hand
+//! ([`Config::concurrency`](pelican::Config::concurrency)): each handling takes its own time
+//! and gets its own verdict, and verdicts reach the consumer as handlings finish, each by
+//! its id. A crash, a death or an abandon drops every entry in hand, a stop waits for them
+//! all, a slow or failing handler is one handling's. [`World::order_by`] orders entries by a
+//! field ([`Config::order_by`](pelican::Config::order_by); the entries drawn from the seed
+//! carry it, with [`World::keys`] values), and the checks then hold each consumer to
+//! [`OrderBy`](pelican::OrderBy)'s promise: never two entries of one key in hand at once
+//! ([`Violation::KeyInHandTwice`]), and each key's entries handed out first in the order it
+//! read them ([`Violation::OutOfOrder`], which says what the promise leaves out: reclaimed
+//! entries, a retried one coming back, what an earlier life left pending, a destroyed
+//! group).
 //!
 //! ## What the kit models, and how
 //!
-//! - The drivers keep driving while a handler works (like `pelican-smol`), so acks go out
-//!   within `ack_delay` and leases are renewed.
+//! - The drivers keep driving while handlers work (like `pelican-smol`), so acks go out
+//!   within `ack_delay` and leases are renewed; the kit checks that the entries the core
+//!   has in hand are those it handed to the handler, never more than the concurrency.
 //! - A [`Fault::ServerRestart`] is a restart from an append-only file written on every
 //!   command ([`Sim::restart`](crate::Sim::restart)): the data survives, but the delivery
 //!   counts and idle times raised by reads of a consumer's own pending list do not (the

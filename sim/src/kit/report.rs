@@ -34,6 +34,35 @@ pub struct Handling {
     /// When the verdict reached the consumer; `None` if its process died or abandoned the
     /// entry first (the handler's side effects happened, its verdict was lost).
     pub settled_at_ms: Option<u64>,
+    /// The entry's key by the consumer's [`order_by`](pelican::Config::order_by); `None` if
+    /// it does not order by key or the entry has no key (a key of its own).
+    pub key: Option<Vec<u8>>,
+}
+
+impl fmt::Display for Handling {
+    /// `c0 (life 1) 120–150 ms: Ack (new, delivery 1, key k2)`; a verdict that never reached
+    /// the consumer shows as `120 ms–never settled`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (life {}) {}", self.consumer, self.life, self.at_ms)?;
+        match self.settled_at_ms {
+            Some(end) => write!(f, "–{end} ms")?,
+            None => f.write_str(" ms–never settled")?,
+        }
+        let source = match self.source {
+            Source::New => "new",
+            Source::Pending => "drained",
+            Source::Claimed => "reclaimed",
+        };
+        write!(f, ": {:?}", self.verdict)?;
+        if !self.by_handler {
+            f.write_str(" (a fault's, the handler not called)")?;
+        }
+        write!(f, " ({source}, delivery {}", self.deliveries)?;
+        if let Some(key) = &self.key {
+            write!(f, ", key {}", String::from_utf8_lossy(key))?;
+        }
+        f.write_str(")")
+    }
 }
 
 /// How an entry ended.
@@ -90,6 +119,53 @@ impl EntryReport {
             .map_or(0, |i| self.handlings.len() - i - 1)
     }
 }
+
+impl fmt::Display for EntryReport {
+    /// Its story: id, when added, its fields (cut short), how it ended, and each handling on
+    /// a line of its own.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fields: Vec<String> = self
+            .fields
+            .iter()
+            .take(4)
+            .map(|(n, v)| {
+                let v = &v[..v.len().min(24)];
+                format!("{}={}", String::from_utf8_lossy(n), String::from_utf8_lossy(v))
+            })
+            .collect();
+        let more = if self.fields.len() > 4 { " …" } else { "" };
+        let fate = match self.fate {
+            Fate::Acked => "acked",
+            Fate::DeadLettered => "dead-lettered",
+            Fate::Deleted => "deleted",
+            Fate::Unsettled => "unsettled",
+        };
+        write!(f, "{} ({}{more}), added at {} ms, {fate}", self.id, fields.join(" "), self.added_at_ms)?;
+        if self.deleted && self.fate != Fate::Deleted {
+            f.write_str(", deleted")?;
+        }
+        match self.handlings.len() {
+            0 => f.write_str(", never handled"),
+            n => {
+                write!(f, ", handled {n} time{}:", if n == 1 { "" } else { "s" })?;
+                for h in self.handlings.iter().take(MAX_STORY_HANDLINGS) {
+                    write!(f, "\n      {h}")?;
+                }
+                if n > MAX_STORY_HANDLINGS {
+                    write!(f, "\n      … and {} more", n - MAX_STORY_HANDLINGS)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How many handlings an entry's story shows.
+const MAX_STORY_HANDLINGS: usize = 12;
+/// How many entries' stories a failure keeps.
+const MAX_STORIES: usize = 10;
+/// How many of them its `Display` shows.
+const SHOWN_STORIES: usize = 5;
 
 impl From<Record> for EntryReport {
     fn from(r: Record) -> EntryReport {
@@ -240,8 +316,9 @@ pub enum Violation {
         /// When (virtual ms).
         at_ms: u64,
     },
-    /// A consumer broke the driving contract: two entries in hand, an entry after its stop,
-    /// a stop with an entry in hand or unasked, an entry never added.
+    /// A consumer broke the driving contract: more entries in hand than its concurrency, an
+    /// entry after its stop, a stop with entries in hand or unasked, an entry never added, a
+    /// settle refused, entries in hand other than those the kit handed to the handler.
     Contract {
         /// The consumer.
         consumer: String,
@@ -263,8 +340,79 @@ pub enum Violation {
         /// What went wrong.
         detail: String,
     },
+    /// A consumer ordering by key ([`Config::order_by`](pelican::Config::order_by)) handed
+    /// out an entry while another entry of its key was in hand.
+    KeyInHandTwice {
+        /// The consumer.
+        consumer: String,
+        /// The key (lossy UTF-8).
+        key: String,
+        /// The entry handed out.
+        id: String,
+        /// The entry of the same key in hand.
+        in_hand: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
+    /// A consumer ordering by key first handed out an entry, in one life of its process,
+    /// after a later entry of the same key, though it read both as new entries (`XREADGROUP
+    /// … >`, which reads in id order) in that life: [`OrderBy`](pelican::OrderBy) promises
+    /// each key's entries in the order read. Only such entries are held to it (the simulated
+    /// server tells how each reached its consumer, [`Sim::origin`](crate::Sim::origin)): not
+    /// one reclaimed from a peer, handled in the reclaimer's own order however it comes (a
+    /// reclaim, or a drain after a reclaim's reply was too big to keep); not one an earlier
+    /// life left pending (a restart drains those first); not reads on either side of a
+    /// destroyed group (which delivers the stream anew), nor an entry held unacked across
+    /// one (read from both groups, either copy may be handed out). Only first handings
+    /// count: `Retry`
+    /// frees the key, and the retried entry comes back after later ones.
+    OutOfOrder {
+        /// The consumer.
+        consumer: String,
+        /// The life of its process.
+        life: u32,
+        /// The key (lossy UTF-8).
+        key: String,
+        /// The entry handed out late.
+        id: String,
+        /// The later entry of its key handed out before it.
+        after: String,
+        /// When (virtual ms).
+        at_ms: u64,
+    },
     /// Your invariant ([`Report::check_with`]) does not hold.
     Invariant(String),
+    /// Your invariant on one entry ([`Report::check_entries`]) does not hold.
+    EntryInvariant {
+        /// The entry.
+        id: String,
+        /// What your invariant said.
+        text: String,
+    },
+}
+
+impl Violation {
+    /// The ids of the entries it is about (none for a violation of the whole run).
+    pub fn entry_ids(&self) -> Vec<&str> {
+        match self {
+            Violation::Lost { id }
+            | Violation::AckWithoutVerdict { id, .. }
+            | Violation::OverDelivered { id, .. }
+            | Violation::DeadLetteredTwice { id }
+            | Violation::UnexplainedDuplicate { id, .. }
+            | Violation::EntryInvariant { id, .. } => vec![id],
+            Violation::KeyInHandTwice { id, in_hand, .. } => vec![id, in_hand],
+            Violation::OutOfOrder { id, after, .. } => vec![id, after],
+            Violation::PendingLeft { ids } => ids.iter().map(String::as_str).collect(),
+            Violation::NoQuiescence { .. }
+            | Violation::DeadLetterStream { .. }
+            | Violation::Fatal { .. }
+            | Violation::Contract { .. }
+            | Violation::Livelock { .. }
+            | Violation::Kit { .. }
+            | Violation::Invariant(_) => Vec::new(),
+        }
+    }
 }
 
 impl fmt::Display for Violation {
@@ -293,19 +441,37 @@ impl fmt::Display for Violation {
             Violation::Contract { consumer, at_ms, what } => write!(f, "{consumer} {what} at {at_ms} ms"),
             Violation::Livelock { consumer, at_ms } => write!(f, "{consumer} livelocked at {at_ms} ms"),
             Violation::Kit { detail } => write!(f, "the world could not be played: {detail}"),
+            Violation::KeyInHandTwice { consumer, key, id, in_hand, at_ms } => {
+                write!(
+                    f,
+                    "{consumer} handed out {id} at {at_ms} ms with {in_hand} of the same key {key} in hand"
+                )
+            }
+            Violation::OutOfOrder { consumer, life, key, id, after, at_ms } => write!(
+                f,
+                "{consumer} (life {life}) first handed out {id} at {at_ms} ms after {after} of the same key \
+                 {key}, though it read {id} first (both as new entries)"
+            ),
             Violation::Invariant(text) => write!(f, "invariant: {text}"),
+            Violation::EntryInvariant { id, text } => write!(f, "invariant on {id}: {text}"),
         }
     }
 }
 
-/// A world that failed its checks: the violations, and the world to replay (its
-/// [`Display`](fmt::Display) prints the seed, the violations and the code of the world).
+/// A world that failed its checks: the violations, the stories of the entries they are
+/// about, and the world to replay (its [`Display`](fmt::Display) prints the seed, the
+/// violations, those stories and the code of the world).
 #[derive(Clone, Debug)]
 pub struct Failure {
     /// The world, with drawn entries and faults written out: it fails the same way again.
     pub world: Box<World>,
     /// What went wrong.
     pub violations: Vec<Violation>,
+    /// The stories of the entries the violations are about (up to 10): those they name
+    /// ([`Violation::entry_ids`]); for a broken [`Violation::Invariant`], which names none,
+    /// the entries handled again after an `Ack` (whose side effects may have been applied
+    /// twice), if no violation names an entry.
+    pub entries: Vec<EntryReport>,
 }
 
 impl fmt::Display for Failure {
@@ -318,7 +484,37 @@ impl fmt::Display for Failure {
         if n > 20 {
             writeln!(f, "  - … and {} more", n - 20)?;
         }
+        if !self.entries.is_empty() {
+            let named = self.violations.iter().any(|v| !v.entry_ids().is_empty());
+            f.write_str(if named { "the entries:\n" } else { "the entries handled again after an Ack:\n" })?;
+            for e in self.entries.iter().take(SHOWN_STORIES) {
+                writeln!(f, "  - {e}")?;
+            }
+            if self.entries.len() > SHOWN_STORIES {
+                writeln!(f, "  - … and {} more (Failure::entries)", self.entries.len() - SHOWN_STORIES)?;
+            }
+        }
         write!(f, "replay:\n{}", self.world)
+    }
+}
+
+impl Failure {
+    /// A failure of these violations in the run `report` tells, with the stories of the
+    /// entries they are about.
+    fn of<S>(report: &Report<S>, violations: Vec<Violation>) -> Failure {
+        let mut entries: Vec<EntryReport> = Vec::new();
+        let mut named = false;
+        for id in violations.iter().flat_map(Violation::entry_ids) {
+            named = true;
+            if entries.len() < MAX_STORIES && !entries.iter().any(|e| e.id == id) {
+                entries.extend(report.entry(id).cloned());
+            }
+        }
+        if !named && violations.iter().any(|v| matches!(v, Violation::Invariant(_))) {
+            let twice = report.entries.iter().filter(|e| e.duplicates() > 0);
+            entries.extend(twice.take(MAX_STORIES).cloned());
+        }
+        Failure { world: Box::new(report.world.clone()), violations, entries }
     }
 }
 
@@ -358,7 +554,10 @@ impl<S> Report<S> {
     /// dead-letter stream, or deleted), nothing left pending, no `XACK` without an `Ack`
     /// verdict, no entry handed out past `max_deliveries` or moved twice, the dead-letter
     /// stream as reported, no duplicate handling that a fault does not explain, no consumer
-    /// failed, and the driving contract kept.
+    /// failed, the driving contract kept (no more entries in hand than the concurrency), and,
+    /// for consumers ordering by key, never two entries of one key in hand at once and each
+    /// key's entries first handed out in id order as [`OrderBy`](pelican::OrderBy) promises
+    /// ([`Violation::OutOfOrder`] says what explains a departure).
     pub fn check(&self) -> Result<(), Failure> {
         self.check_with(|_| Ok(()))
     }
@@ -374,7 +573,28 @@ impl<S> Report<S> {
         if violations.is_empty() {
             Ok(())
         } else {
-            Err(Failure { world: Box::new(self.world.clone()), violations })
+            Err(Failure::of(self, violations))
+        }
+    }
+
+    /// [`check`](Report::check), and your invariant on each entry, given the application's
+    /// state and the entry's story (e.g. "an entry that succeeded was applied exactly
+    /// once"): a failure names the entries that broke it ([`Violation::EntryInvariant`]) and
+    /// tells their stories.
+    pub fn check_entries(
+        &self,
+        mut invariant: impl FnMut(&S, &EntryReport) -> Result<(), String>,
+    ) -> Result<(), Failure> {
+        let mut violations = self.violations.clone();
+        for entry in &self.entries {
+            if let Err(text) = invariant(&self.state, entry) {
+                violations.push(Violation::EntryInvariant { id: entry.id.clone(), text });
+            }
+        }
+        if violations.is_empty() {
+            Ok(())
+        } else {
+            Err(Failure::of(self, violations))
         }
     }
 
@@ -415,11 +635,16 @@ impl<S> fmt::Display for Report<S> {
         let applied = self.faults.iter().filter(|r| r.applied).count();
         write!(
             f,
-            "seed {}, {}, {} consumers: {} entries ({} acked, {} dead-lettered, {} deleted, {} unsettled), \
+            "seed {}, {}, {} consumers{}: {} entries ({} acked, {} dead-lettered, {} deleted, {} unsettled), \
              {} faults ({applied} applied), {} duplicates, {} at {} ms, {} violations",
             self.world.seed,
             flavor(&self.world.server),
             self.world.consumers,
+            match (self.world.concurrency, &self.world.order_by) {
+                (1, None) => String::new(),
+                (n, None) => format!(" of concurrency {n}"),
+                (n, Some(field)) => format!(" of concurrency {n} ordered by {}", String::from_utf8_lossy(field)),
+            },
             self.entries.len(),
             count(Fate::Acked),
             count(Fate::DeadLettered),

@@ -43,3 +43,4 @@ pub(crate) const SETUP: u64 = 1;
 pub(crate) const ENTRIES: u64 = 2;
 pub(crate) const FAULTS: u64 = 3;
 pub(crate) const HANDLINGS: u64 = 4;
+pub(crate) const KEYS: u64 = 5;

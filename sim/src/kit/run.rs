@@ -20,6 +20,7 @@ pub struct HandlerCtx<'a> {
     index: usize,
     life: u32,
     now_ms: u64,
+    in_hand: usize,
     took: Cell<Option<u64>>,
 }
 
@@ -46,6 +47,12 @@ impl HandlerCtx<'_> {
         self.now_ms
     }
 
+    /// How many entries the consumer has in hand, this one included (at most its
+    /// [`concurrency`](super::World::concurrency)).
+    pub fn in_hand(&self) -> usize {
+        self.in_hand
+    }
+
     /// Says how long this handling takes, in ms (else it is drawn from
     /// [`World::handler_ms`]; a [`Fault::SlowHandler`] overrides both).
     pub fn takes(&self, ms: u64) {
@@ -58,7 +65,7 @@ const MAX_ROUNDS: usize = 10_000;
 /// How many violations found while running are kept (the rest would say the same).
 const MAX_VIOLATIONS: usize = 100;
 
-/// The entry a consumer's handler is working on.
+/// An entry a consumer's handler is working on (in hand).
 #[derive(Clone, Debug)]
 struct Work {
     /// Index of its record, and of the handling in it.
@@ -66,6 +73,8 @@ struct Work {
     handling: usize,
     done_at: u64,
     verdict: Verdict,
+    /// Its key, when the consumer orders by key.
+    key: Option<Vec<u8>>,
 }
 
 /// One consumer process, over its lives.
@@ -74,7 +83,17 @@ struct Node {
     config: Config,
     consumer: Option<Consumer>,
     conn: Option<ConnId>,
-    work: Option<Work>,
+    /// The entries in hand, in the order handed out.
+    work: Vec<Work>,
+    /// Per key, the latest entry (record index) this life read as new (since the last
+    /// destroyed group) and first handed out: for the order check (with an order by key).
+    order: BTreeMap<Vec<u8>, usize>,
+    /// When this life began.
+    born_at: u64,
+    /// Entries (record indices) this life held unacked when the group was destroyed: it
+    /// may hand out the copy it read before, or the one the new group delivers, whose
+    /// reads are not one order.
+    across_destroy: BTreeSet<usize>,
     restart_at: Option<u64>,
     /// How long after its `Stopped` the next life starts.
     restart_after: u64,
@@ -125,6 +144,8 @@ struct Runner<'w, S, H> {
     faults: Vec<FaultRecord>,
     down_until: Option<u64>,
     group_destroyed: bool,
+    /// When the group was last destroyed.
+    last_destroy: Option<u64>,
     notices: BTreeMap<&'static str, u64>,
     violations: Vec<Violation>,
     livelocked: bool,
@@ -155,7 +176,11 @@ where
             .backoff(Duration::from_millis(20), Duration::from_millis(500))
             .dead_letter_after(5, "dl")
             .read_bytes(4096)
-            .seed(setup.next());
+            .seed(setup.next())
+            .concurrency(world.concurrency);
+        if let Some(field) = &world.order_by {
+            config = config.order_by(field);
+        }
         if let Some(change) = &world.configure {
             config = change(config);
         }
@@ -171,7 +196,10 @@ where
             config,
             consumer,
             conn: None,
-            work: None,
+            work: Vec::new(),
+            order: BTreeMap::new(),
+            born_at: 0,
+            across_destroy: BTreeSet::new(),
             restart_at: None,
             restart_after: 0,
             dead: false,
@@ -215,6 +243,7 @@ where
         faults: Vec::new(),
         down_until: None,
         group_destroyed: false,
+        last_destroy: None,
         notices: BTreeMap::new(),
         violations,
         livelocked: false,
@@ -227,15 +256,23 @@ where
 /// The most entries drawn (about 30 minutes' worth): a longer phase draws no more.
 const MAX_DRAWN: usize = 100_000;
 
-/// The entry stream drawn from the seed: batches of 1–8 entries every 50–450 ms.
+/// The entry stream drawn from the seed: batches of 1–8 entries every 50–450 ms, with a key
+/// (`k0`, `k1`, …) when the world orders by key (drawn apart, so that the times and counts
+/// do not change with it).
 fn drawn_entries(world: &World) -> Vec<NewEntry> {
     let mut rng = Rng::new(world.seed, rng::ENTRIES);
+    let mut keys = Rng::new(world.seed, rng::KEYS);
     let mut entries = Vec::new();
     let mut at = 0;
     while at < world.phase_ms && entries.len() < MAX_DRAWN {
         for _ in 0..1 + rng.below(8) {
             let n = (entries.len() + 1).to_string();
-            entries.push(NewEntry::new(at, [("n", n)]));
+            let mut entry = NewEntry::new(at, [("n", n)]);
+            if let Some(field) = &world.order_by {
+                let key = format!("k{}", keys.below(u64::from(world.keys)));
+                entry.fields.push((field.clone(), key.into_bytes()));
+            }
+            entries.push(entry);
         }
         at += 50 + rng.below(400);
     }
@@ -489,9 +526,20 @@ where
                 }
             }
             Fault::DestroyGroup if !down => {
+                for p in self.sim.pending(&self.stream, &self.group).unwrap_or_default() {
+                    let owner = self.nodes.iter().position(|n| n.name.as_bytes() == &p.consumer[..]);
+                    if let (Some(n), Some(&r)) = (owner, self.by_id.get(p.id.to_string().as_bytes())) {
+                        self.nodes[n].across_destroy.insert(r);
+                    }
+                }
                 let (stream, group) = (self.stream.clone(), self.group.clone());
                 self.admin(&[b"XGROUP", b"DESTROY", &stream, &group]);
                 self.group_destroyed = true;
+                self.last_destroy = Some(now);
+                // The stream is delivered anew: reads before and after are not one order.
+                for node in &mut self.nodes {
+                    node.order.clear();
+                }
                 true
             }
             Fault::Stop { restart_ms, .. } if up && !self.nodes[i].stop_asked => {
@@ -504,8 +552,8 @@ where
                 let node = &mut self.nodes[i];
                 node.stop_asked = true;
                 node.restart_after = restart_ms;
-                // The handling under way is dropped: its verdict never comes.
-                node.work = None;
+                // The handlings under way are dropped: their verdicts never come.
+                node.work.clear();
                 node.consumer.as_mut().map(Consumer::abandon).is_some()
             }
             Fault::ServerRestart { down_ms } if !down => {
@@ -520,14 +568,16 @@ where
         self.faults.push(FaultRecord { at_ms: now, fault, consumer: target, applied });
     }
 
-    /// The process of node `i` dies: its core, its connection, the entry in hand.
+    /// The process of node `i` dies: its core, its connection, the entries in hand.
     fn kill(&mut self, i: usize) {
         let node = &mut self.nodes[i];
         if let Some(conn) = node.conn.take() {
             self.sim.disconnect(conn);
         }
         node.consumer = None;
-        node.work = None;
+        node.work.clear();
+        node.order.clear();
+        node.across_destroy.clear();
         node.stop_asked = false;
         node.fail_next = false;
         node.dead_letter_next = false;
@@ -546,6 +596,9 @@ where
             if node.restart_at.is_some_and(|t| t <= now) && !node.dead {
                 node.restart_at = None;
                 node.life += 1;
+                node.born_at = now;
+                node.order.clear();
+                node.across_destroy.clear();
                 // A new process under the same name: its own pending list comes back to it.
                 node.consumer = Consumer::new(node.config.clone()).ok();
             }
@@ -663,8 +716,8 @@ where
                             at_ms: now,
                             what: "stopped unasked".into(),
                         });
-                    } else if node.work.is_some() {
-                        let what = "stopped with an entry in hand".into();
+                    } else if !node.work.is_empty() {
+                        let what = format!("stopped with {} entries in hand", node.work.len());
                         self.violation(Violation::Contract { consumer: name, at_ms: now, what });
                     }
                     let node = &mut self.nodes[i];
@@ -672,7 +725,7 @@ where
                         self.sim.disconnect(conn);
                     }
                     node.consumer = None;
-                    node.work = None;
+                    node.work.clear();
                     node.stop_asked = false;
                     node.restart_at = Some(now.saturating_add(node.restart_after));
                     return;
@@ -693,24 +746,39 @@ where
         self.livelocked = true;
     }
 
-    /// Gives node `i`'s verdict to its consumer if the handling's time is up.
+    /// Gives node `i`'s verdicts to its consumer for the handlings whose time is up, in the
+    /// order they finished (those finishing together in the order handed out), each by id.
     fn settle_due(&mut self, i: usize) -> bool {
         let now = self.now();
         let at = self.instant();
         let node = &mut self.nodes[i];
-        let Some(work) = node.work.clone().filter(|w| w.done_at <= now) else { return false };
         let Some(consumer) = node.consumer.as_mut() else { return false };
-        node.work = None;
-        let record = &mut self.records[work.record];
-        if work.verdict == Verdict::Ack {
-            node.acked.insert(work.record);
-            record.acked = true;
+        if !node.work.iter().any(|w| w.done_at <= now) {
+            return false;
         }
-        record.handlings[work.handling].settled_at_ms = Some(now);
-        consumer.settle(record.id.as_bytes(), work.verdict, at);
-        let line = format!("{now} ms {} settles {}: {:?}", node.name, record.id, work.verdict);
-        if let Some(trace) = &mut self.trace {
-            trace.push(line);
+        let mut done: Vec<Work> = node.work.iter().filter(|w| w.done_at <= now).cloned().collect();
+        node.work.retain(|w| w.done_at > now);
+        done.sort_by_key(|w| w.done_at); // stable: ties keep the order handed out
+        for work in done {
+            let record = &mut self.records[work.record];
+            if work.verdict == Verdict::Ack {
+                node.acked.insert(work.record);
+                record.acked = true;
+            }
+            record.handlings[work.handling].settled_at_ms = Some(now);
+            if !consumer.settle(record.id.as_bytes(), work.verdict, at) {
+                let what = format!("refused the settle of {}, handed out and not yet settled", record.id);
+                if self.violations.len() < MAX_VIOLATIONS {
+                    self.violations.push(Violation::Contract {
+                        consumer: node.name.clone(),
+                        at_ms: now,
+                        what,
+                    });
+                }
+            }
+            if let Some(trace) = &mut self.trace {
+                trace.push(format!("{now} ms {} settles {}: {:?}", node.name, record.id, work.verdict));
+            }
         }
         true
     }
@@ -726,9 +794,15 @@ where
             self.violation(Violation::Contract { consumer: name, at_ms: now, what });
             return;
         };
-        if self.nodes[i].work.is_some() {
-            let what = "got a second entry while one is in hand".into();
+        let node = &self.nodes[i];
+        let (limit, held) = (node.config.concurrency as usize, node.work.len());
+        let key = node.config.order_by.as_ref().and_then(|order| order.key(entry)).map(|k| k.to_vec());
+        if held >= limit {
+            let what = format!("got an entry with {held} in hand (concurrency {limit})");
             self.violation(Violation::Contract { consumer: name.clone(), at_ms: now, what });
+        }
+        if let Some(key) = &key {
+            self.check_order(i, record, key);
         }
         if self.nodes[i].stop_asked {
             let what = format!("got {} after its stop", self.records[record].id);
@@ -752,6 +826,7 @@ where
             index: i,
             life: node.life,
             now_ms: now,
+            in_hand: node.work.len() + 1,
             took: Cell::new(None),
         };
         let (verdict, by_handler) = if std::mem::take(&mut node.dead_letter_next) {
@@ -777,9 +852,82 @@ where
             verdict,
             by_handler,
             settled_at_ms: None,
+            key: key.clone(),
         });
-        node.work =
-            Some(Work { record, handling: handlings.len() - 1, done_at: now.saturating_add(took), verdict });
+        let handling = handlings.len() - 1;
+        node.work.push(Work { record, handling, done_at: now.saturating_add(took), verdict, key });
+        self.check_in_hand(i);
+    }
+
+    /// With an order by key, before node `i` hands out `record` of `key`: no other entry of
+    /// the key is in hand, and a first handing in this life comes in id order among the
+    /// key's, unless the promise explains it (see `Violation::OutOfOrder`).
+    fn check_order(&mut self, i: usize, record: usize, key: &[u8]) {
+        let now = self.now();
+        let lossy = |k: &[u8]| String::from_utf8_lossy(k).into_owned();
+        let node = &self.nodes[i];
+        if let Some(w) = node.work.iter().find(|w| w.key.as_deref() == Some(key)) {
+            let v = Violation::KeyInHandTwice {
+                consumer: node.name.clone(),
+                key: lossy(key),
+                id: self.records[record].id.clone(),
+                in_hand: self.records[w.record].id.clone(),
+                at_ms: now,
+            };
+            self.violation(v);
+        }
+        let node = &self.nodes[i];
+        let life = node.life;
+        if self.records[record].handlings.iter().any(|h| h.index == i && h.life == life) {
+            return; // handed out again (a retry, a drain): the promise is about the first time
+        }
+        // Only what this life read as new is held to the order: not what it reclaimed from a
+        // peer (handled in its own order, whichever way it comes: a reclaim, or a drain after
+        // a reclaim's reply was too big to keep), nor what an earlier life left pending, nor
+        // what it held across a destroyed group (read twice, once from each group).
+        let origin = crate::EntryId::parse_strict(self.records[record].id.as_bytes(), 0)
+            .and_then(|id| self.sim.origin(&self.stream, &self.group, id));
+        let read_new = !node.across_destroy.contains(&record)
+            && origin.is_some_and(|o| {
+                o.read_by == node.name.as_bytes()
+                    && !o.moved
+                    && o.read_at >= node.born_at
+                    && self.last_destroy.map_or(true, |d| o.read_at >= d)
+            });
+        if !read_new {
+            return;
+        }
+        if let Some(&after) = node.order.get(key).filter(|&&after| after > record) {
+            let v = Violation::OutOfOrder {
+                consumer: node.name.clone(),
+                life,
+                key: lossy(key),
+                id: self.records[record].id.clone(),
+                after: self.records[after].id.clone(),
+                at_ms: now,
+            };
+            self.violation(v);
+        }
+        let latest = self.nodes[i].order.entry(key.to_vec()).or_insert(record);
+        *latest = (*latest).max(record);
+    }
+
+    /// The entries node `i`'s core has in hand are those the kit handed to the handler.
+    fn check_in_hand(&mut self, i: usize) {
+        let node = &self.nodes[i];
+        let Some(consumer) = node.consumer.as_ref() else { return };
+        let mut kit: Vec<&[u8]> = node.work.iter().map(|w| self.records[w.record].id.as_bytes()).collect();
+        let mut core: Vec<&[u8]> = consumer.in_hand().collect();
+        kit.sort_unstable();
+        core.sort_unstable();
+        if kit != core {
+            let list = |ids: &[&[u8]]| {
+                ids.iter().map(|id| String::from_utf8_lossy(id).into_owned()).collect::<Vec<_>>().join(", ")
+            };
+            let what = format!("holds [{}] in hand, the kit handed out [{}]", list(&core), list(&kit));
+            let v = Violation::Contract { consumer: node.name.clone(), at_ms: self.now(), what };
+            self.violation(v);
+        }
     }
 
     fn on_notice(&mut self, i: usize, notice: &Notice) {
@@ -807,7 +955,7 @@ where
             && !self.is_down()
             && self.records.iter().all(|r| r.acked || r.dead_letter_moves > 0 || r.deleted)
             && self.sim.pending(&self.stream, &self.group).map_or(true, |p| p.is_empty())
-            && self.nodes.iter().all(|n| n.work.is_none() && n.restart_at.is_none())
+            && self.nodes.iter().all(|n| n.work.is_empty() && n.restart_at.is_none())
     }
 
     /// The next moment anything can happen.
@@ -835,7 +983,7 @@ where
             t = t.min(w);
         }
         for node in &self.nodes {
-            if let Some(work) = &node.work {
+            for work in &node.work {
                 t = t.min(work.done_at);
             }
             if let Some(r) = node.restart_at {

@@ -11,7 +11,8 @@ pub struct Found {
     /// The first world that failed, as it failed.
     pub first: Failure,
     /// The smallest world found that still fails: fewest faults, entries and consumers, the
-    /// simplest fault parameters. Its [`Display`](std::fmt::Display) prints the seed, the
+    /// least concurrency, no order by key unless it is needed, the simplest fault
+    /// parameters. Its [`Display`](std::fmt::Display) prints the seed, the
     /// violations and the code that replays it.
     pub minimal: Failure,
     /// How many worlds were run, searching and shrinking.
@@ -54,7 +55,8 @@ where
 }
 
 /// Shrinks a failure: removes faults and entries (halves, then quarters, … then one at a
-/// time), lowers the number of consumers and the phase, and simplifies fault parameters,
+/// time), lowers the number of consumers, their concurrency and the phase, drops the order by
+/// key, and simplifies fault parameters,
 /// keeping each change under which `property` still fails, until none helps (or 3,000 runs).
 /// The seed stays: it draws the rest (handling times, consumer settings). Returns the
 /// smallest failure and how many worlds were run.
@@ -68,6 +70,7 @@ where
         let mut better = shrinker.faults();
         better |= shrinker.entries();
         better |= shrinker.consumers();
+        better |= shrinker.concurrency();
         better |= shrinker.parameters();
         better |= shrinker.phase();
         if !better || shrinker.runs >= SHRINK_RUNS {
@@ -140,6 +143,20 @@ where
     fn consumers(&mut self) -> bool {
         let n = self.best.world.consumers;
         (1..n).any(|fewer| self.fails(self.best.world.clone().consumers(fewer)))
+    }
+
+    /// One entry in hand at a time, else half as many; then no order by key.
+    fn concurrency(&mut self) -> bool {
+        let n = self.best.world.concurrency;
+        let fewer = n > 1
+            && (self.fails(self.best.world.clone().concurrency(1))
+                || (n > 2 && self.fails(self.best.world.clone().concurrency(n / 2))));
+        let unordered = self.best.world.order_by.is_some() && {
+            let mut world = World::clone(&self.best.world);
+            world.order_by = None;
+            self.fails(world)
+        };
+        fewer || unordered
     }
 
     /// The phase down to the last entry or fault, when that is earlier.

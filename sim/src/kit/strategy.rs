@@ -1,8 +1,10 @@
 //! proptest strategies for worlds, fault schedules and entry streams (feature `proptest`).
 //!
 //! A failing property shrinks to a small world — fewer faults and entries, simpler fault
-//! parameters, fewer consumers, a smaller seed — and proptest prints it as its minimal
-//! failing input: a [`World`]'s `Debug` is the code that builds it again, seed included.
+//! parameters, fewer consumers, less concurrency, a smaller seed — and proptest prints it as
+//! its minimal failing input: a [`World`]'s `Debug` is the code that builds it again, seed
+//! included. [`Worlds::concurrency`] lets consumers hold many entries in hand, and
+//! [`Worlds::keys`] orders them by a key field.
 //!
 //! ```
 //! use pelican::Verdict;
@@ -47,10 +49,19 @@ pub struct Worlds {
     pub phase_ms: u64,
     /// The kinds of faults scheduled.
     pub kinds: Vec<FaultKind>,
+    /// How many entries each consumer may hold in hand at once
+    /// ([`World::concurrency`]); it shrinks towards the range's start.
+    pub concurrency: RangeInclusive<u32>,
+    /// With more than 0, consumers order entries by a field `key` ([`World::order_by`]), and
+    /// the entries of [`worlds`] carry one of this many values (`k0`, `k1`, …; see
+    /// [`keyed_entries`]); give the entries of [`worlds_with`] the field yourself. 0: not
+    /// ordered.
+    pub keys: u32,
 }
 
 impl Default for Worlds {
-    /// 1 to 4 consumers, up to 40 entries and 8 faults of every kind within 3 s.
+    /// 1 to 4 consumers, up to 40 entries and 8 faults of every kind within 3 s, one entry
+    /// in hand at a time, not ordered.
     fn default() -> Worlds {
         Worlds {
             consumers: 1..=4,
@@ -58,9 +69,14 @@ impl Default for Worlds {
             max_faults: 8,
             phase_ms: 3_000,
             kinds: FaultKind::ALL.to_vec(),
+            concurrency: 1..=1,
+            keys: 0,
         }
     }
 }
+
+/// The field [`Worlds::keys`] orders by.
+pub const KEY_FIELD: &str = "key";
 
 /// A fault of one of `kinds` (every kind if empty) aimed at one of `consumers`, with
 /// parameters in the ranges the random faults use; it shrinks towards the first kind
@@ -117,11 +133,29 @@ pub fn entries(max: usize, phase_ms: u64) -> impl Strategy<Value = Vec<NewEntry>
     entries_with(amount, max, phase_ms)
 }
 
-/// A world: a seed, consumers, an entry stream ([`entries`]) and a fault schedule
-/// ([`schedule`]) as `spec` says.
-pub fn worlds(spec: Worlds) -> impl Strategy<Value = World> {
-    let stream = entries(spec.max_entries, spec.phase_ms);
-    worlds_with(spec, stream)
+/// An entry stream of 1 to `max` entries, each with a field `amount` of 1 to 1,000 and a
+/// field `key` ([`KEY_FIELD`]) of one of `keys` values (`k0`, `k1`, …; it shrinks towards
+/// `k0`), added within `phase_ms`.
+pub fn keyed_entries(max: usize, phase_ms: u64, keys: u32) -> impl Strategy<Value = Vec<NewEntry>> {
+    let fields = (1..=1_000u32, 0..keys.max(1)).prop_map(|(amount, key)| {
+        vec![
+            (b"amount".to_vec(), amount.to_string().into_bytes()),
+            (KEY_FIELD.as_bytes().to_vec(), format!("k{key}").into_bytes()),
+        ]
+    });
+    entries_with(fields, max, phase_ms)
+}
+
+/// A world: a seed, consumers, an entry stream ([`entries`], or [`keyed_entries`] when
+/// ordered) and a fault schedule ([`schedule`]) as `spec` says.
+pub fn worlds(spec: Worlds) -> BoxedStrategy<World> {
+    if spec.keys > 0 {
+        let stream = keyed_entries(spec.max_entries, spec.phase_ms, spec.keys);
+        worlds_with(spec, stream).boxed()
+    } else {
+        let stream = entries(spec.max_entries, spec.phase_ms);
+        worlds_with(spec, stream).boxed()
+    }
 }
 
 /// A world with entries drawn by `stream` (e.g. [`entries_with`] your own fields).
@@ -129,13 +163,27 @@ pub fn worlds_with<E>(spec: Worlds, stream: E) -> impl Strategy<Value = World>
 where
     E: Strategy<Value = Vec<NewEntry>>,
 {
-    let Worlds { consumers, max_faults, phase_ms, kinds, .. } = spec;
-    // An empty or zero range would be refused by proptest: at least one consumer.
+    let Worlds { consumers, max_faults, phase_ms, kinds, concurrency, keys, .. } = spec;
+    // An empty or zero range would be refused by proptest: at least one consumer, one in
+    // hand.
     let most = (*consumers.end()).clamp(1, 64);
     let consumers = (*consumers.start()).clamp(1, most)..=most;
-    (any::<u64>(), consumers, stream, schedule(&kinds, most, max_faults, phase_ms)).prop_map(
-        move |(seed, consumers, entries, faults)| {
-            World::new(seed).consumers(consumers).phase_ms(phase_ms).entries(entries).faults(faults)
+    let most_in_hand = (*concurrency.end()).clamp(1, pelican::MAX_CONCURRENCY);
+    let concurrency = (*concurrency.start()).clamp(1, most_in_hand)..=most_in_hand;
+    let faults = schedule(&kinds, most, max_faults, phase_ms);
+    (any::<u64>(), consumers, concurrency, stream, faults).prop_map(
+        move |(seed, consumers, concurrency, entries, faults)| {
+            let world = World::new(seed)
+                .consumers(consumers)
+                .concurrency(concurrency)
+                .phase_ms(phase_ms)
+                .entries(entries)
+                .faults(faults);
+            if keys > 0 {
+                world.order_by(KEY_FIELD)
+            } else {
+                world
+            }
         },
     )
 }

@@ -49,14 +49,23 @@ type Configure = Arc<dyn Fn(Config) -> Config + Send + Sync>;
 /// `World::new(seed)` draws from the seed what is not set: the server's flavor (Redis 6.2,
 /// Redis 7.0 or Valkey 8.1), 2 to 4 consumers, each consumer's protocol (RESP2/RESP3) and
 /// `count` (1 to 10), the entry stream (batches of 1 to 8 entries with a field `n`, every
-/// 50–450 ms, for [`phase_ms`](World::phase_ms)), each handling's duration
+/// 50–450 ms, for [`phase_ms`](World::phase_ms); with [`order_by`](World::order_by), each
+/// with that field too, one of [`keys`](World::keys) values), each handling's duration
 /// ([`handler_ms`](World::handler_ms)); faults are drawn only when asked
 /// ([`random_faults`](World::random_faults)).
 ///
 /// Consumers are configured as `Config::new("s", "g", "c<i>")` with a 100 ms beat,
 /// `min_idle` 1 s, `read_grace` 1 s, the group created at `0` and re-created if it goes,
 /// reconnects after 20–500 ms, entries moved to the dead-letter stream `dl` after 5
-/// deliveries, 4 KiB reads; [`configure`](World::configure) changes any of it.
+/// deliveries, 4 KiB reads, one entry in hand at a time unless
+/// [`concurrency`](World::concurrency) says more, ordered by key if
+/// [`order_by`](World::order_by) says so; [`configure`](World::configure) changes any of it.
+///
+/// With many entries in hand, each handling has its own time and verdict, and verdicts reach
+/// the consumer as handlings finish (in that order, by id). With an order by key, the checks
+/// also hold the consumers to [`OrderBy`](pelican::OrderBy)'s promise (see
+/// [`Violation::KeyInHandTwice`](super::Violation::KeyInHandTwice) and
+/// [`Violation::OutOfOrder`](super::Violation::OutOfOrder)).
 #[derive(Clone)]
 pub struct World {
     pub(crate) seed: u64,
@@ -71,6 +80,9 @@ pub struct World {
     pub(crate) handler_ms: (u64, u64),
     pub(crate) configure: Option<Configure>,
     pub(crate) trace: bool,
+    pub(crate) concurrency: u32,
+    pub(crate) order_by: Option<Vec<u8>>,
+    pub(crate) keys: u32,
 }
 
 /// The most consumers a world runs.
@@ -78,6 +90,10 @@ const MAX_CONSUMERS: usize = 64;
 /// The longest phase or deadline: a year of virtual time (the clock stays far from any
 /// overflow of `Instant`).
 const MAX_MS: u64 = 365 * 24 * 3600 * 1000;
+/// How many key values drawn entries carry, by default.
+const DEFAULT_KEYS: u32 = 4;
+/// The most key values drawn entries carry.
+const MAX_KEYS: u32 = 1_000_000;
 
 impl World {
     /// A world drawn from `seed` (see [`World`]): no faults until you add some.
@@ -101,6 +117,9 @@ impl World {
             handler_ms: (0, 30),
             configure: None,
             trace: false,
+            concurrency: 1,
+            order_by: None,
+            keys: DEFAULT_KEYS,
         }
     }
 
@@ -108,6 +127,39 @@ impl World {
     #[must_use]
     pub fn consumers(mut self, n: usize) -> World {
         self.consumers = n.clamp(1, MAX_CONSUMERS);
+        self
+    }
+
+    /// Lets each consumer hold up to `n` entries in hand at once
+    /// ([`Config::concurrency`](pelican::Config::concurrency); 1 to
+    /// [`MAX_CONCURRENCY`](pelican::MAX_CONCURRENCY), default 1). Each handling takes its own
+    /// time and gets its own verdict; a crash, a death or an abandon drops every entry in
+    /// hand, a stop waits for them all, a slow or failing handler is one handling's.
+    #[must_use]
+    pub fn concurrency(mut self, n: u32) -> World {
+        self.concurrency = n.clamp(1, pelican::MAX_CONCURRENCY);
+        self
+    }
+
+    /// Has each consumer order entries by the value of `field`
+    /// ([`Config::order_by`](pelican::Config::order_by)): never two entries of one key in
+    /// hand at once, each key's entries handed out in the order read. Entries drawn from the
+    /// seed then carry `field` with one of [`keys`](World::keys) values (`k0`, `k1`, …); give
+    /// your own entries the field yourself. (For a key function, use
+    /// [`configure`](World::configure) with
+    /// [`Config::order_by_key`](pelican::Config::order_by_key): the checks use whatever
+    /// order each consumer's configuration has.)
+    #[must_use]
+    pub fn order_by(mut self, field: impl AsRef<[u8]>) -> World {
+        self.order_by = Some(field.as_ref().to_vec());
+        self
+    }
+
+    /// How many distinct values of the [`order_by`](World::order_by) field the entries drawn
+    /// from the seed carry (default 4; 1 to 1,000,000): few keys, long runs of one key.
+    #[must_use]
+    pub fn keys(mut self, n: u32) -> World {
+        self.keys = n.clamp(1, MAX_KEYS);
         self
     }
 
@@ -238,6 +290,22 @@ impl World {
         &self.random_faults
     }
 
+    /// How many entries each consumer may hold in hand at once (as set by
+    /// [`concurrency`](World::concurrency), before any [`configure`](World::configure)).
+    pub fn max_in_hand(&self) -> u32 {
+        self.concurrency
+    }
+
+    /// The field consumers order entries by, if [`order_by`](World::order_by) set one.
+    pub fn ordered_by(&self) -> Option<&[u8]> {
+        self.order_by.as_deref()
+    }
+
+    /// How many key values drawn entries carry ([`keys`](World::keys)).
+    pub fn key_count(&self) -> u32 {
+        self.keys
+    }
+
     /// Plays the world with `handler` and the application's `state`, to quiescence or the
     /// deadline. The handler runs when its entry is handed out (its side effects on `state`
     /// happen then) and its verdict is given to the consumer when the handling's time is up:
@@ -254,10 +322,12 @@ impl World {
 
     /// A world decoded from arbitrary bytes, for fuzzing (`cargo fuzz`): any input is a valid
     /// world, and similar inputs make similar worlds. The first 8 bytes are the seed
-    /// (little-endian, missing bytes 0), the 9th the number of consumers (1–4), the 10th the
-    /// server's flavor; then each 4 bytes are a fault: its kind, its consumer, a parameter,
-    /// and the time since the previous fault in units of 8 ms. Entries are drawn from the
-    /// seed for 2 s ([`phase_ms`](World::phase_ms) 2,000).
+    /// (little-endian, missing bytes 0); the 9th says how the consumers run: bits 0–1 how
+    /// many (1–4), bits 2–3 their [`concurrency`](World::concurrency) (1, 2, 8 or 3), bits 4–5
+    /// their order (none, or by a field `k` with 1, 3 or 8 [`keys`](World::keys)), bits 6–7
+    /// are ignored; the 10th is the server's flavor; then each 4 bytes are a fault: its kind,
+    /// its consumer, a parameter, and the time since the previous fault in units of 8 ms.
+    /// Entries are drawn from the seed for 2 s ([`phase_ms`](World::phase_ms) 2,000).
     ///
     /// ```
     /// use pelican::Verdict;
@@ -281,10 +351,15 @@ impl World {
             1 => SimOptions::redis70(),
             _ => SimOptions::valkey81(),
         };
+        let how = byte(0);
         let mut world = World::new(u64::from_le_bytes(seed))
-            .consumers(1 + usize::from(byte(0) % 4))
+            .consumers(1 + usize::from(how & 3))
+            .concurrency([1, 2, 8, 3][usize::from((how >> 2) & 3)])
             .server(server)
             .phase_ms(2_000);
+        if let Some(keys) = [None, Some(1), Some(3), Some(8)][usize::from((how >> 4) & 3)] {
+            world = world.order_by("k").keys(keys);
+        }
         let mut at = 0u64;
         for record in rest.get(2..).unwrap_or_default().chunks_exact(4) {
             let [kind, consumer, param, gap] = [record[0], record[1], record[2], record[3]];
@@ -366,6 +441,18 @@ impl fmt::Display for World {
         }
         if self.handler_ms != defaults.handler_ms {
             write!(f, "\n    .handler_ms({}, {})", self.handler_ms.0, self.handler_ms.1)?;
+        }
+        if self.concurrency != defaults.concurrency {
+            write!(f, "\n    .concurrency({})", self.concurrency)?;
+        }
+        if let Some(field) = &self.order_by {
+            match std::str::from_utf8(field) {
+                Ok(text) => write!(f, "\n    .order_by({text:?})")?,
+                Err(_) => write!(f, "\n    .order_by(&b\"{}\"[..])", field.escape_ascii())?,
+            }
+        }
+        if self.keys != defaults.keys {
+            write!(f, "\n    .keys({})", self.keys)?;
         }
         if let Some(entries) = &self.entries {
             f.write_str("\n    .entries([")?;
