@@ -1553,7 +1553,7 @@ impl Consumer {
             Item::Entry(e) => e.id(),
             Item::Deleted(id) => &id[..],
         };
-        if let Some(h) = self.in_hand.iter_mut().find(|h| h.id == id) {
+        if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == id) {
             // Delivered to us again (a drain, a reclaim): the server reset its idle time, so
             // its lease runs from this reply, or the next renewal would find it too young
             // and take it for a peer's.
