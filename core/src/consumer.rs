@@ -256,6 +256,9 @@ struct Staged {
 }
 
 const CURSOR_START: &[u8] = b"0-0";
+/// The longest a parked read blocks while entries are in hand: how long their acks may wait
+/// behind it when the stream is idle.
+const PARK_IN_HAND: Duration = Duration::from_millis(100);
 const DRAIN_START: &[u8] = b"0";
 
 impl Consumer {
@@ -797,10 +800,12 @@ impl Consumer {
         }
         let mut ahead = self.in_flight.reads_ahead();
         let free = self.in_hand.len() < self.config.concurrency as usize;
-        // The next entry to hand out is renewed first if its lease ran out (the entries in
-        // hand are renewed at `poll_timeout`). Only that one is looked at: this runs at every
-        // settle.
-        if free && self.next_handout().is_some_and(|i| now >= self.buffer[i].due) {
+        // Leases run out are renewed before the next read: the next entry to hand out's, and
+        // those of the entries in hand (a parked read, as this one may be, would hold their
+        // renewals back). Only these are looked at: this runs at every settle.
+        let lease = self.config.lease_threshold();
+        let in_hand_due = self.in_hand.iter().any(|h| h.read_at.is_some_and(|at| now >= at + lease));
+        if in_hand_due || (free && self.next_handout().is_some_and(|i| now >= self.buffer[i].due)) {
             self.renew_leases(now);
             return;
         }
@@ -976,15 +981,21 @@ impl Consumer {
     }
 
     /// How long a parked read blocks: the beat, unless entries are in hand. Their acks and
-    /// lease renewals would wait behind it, so it then blocks only until the first of them
-    /// is expected to be settled (by the handlers' pace), at least `ack_delay` (and 1 ms),
-    /// at most the beat and a quarter of the lease.
+    /// lease renewals would wait behind it, so it then blocks until the first of them is
+    /// expected to be settled (by the handlers' pace); a handler not yet timed, or overdue,
+    /// is given half the time it has run so far (so a long one is not polled every few ms).
+    /// At least `ack_delay` (and 1 ms), at most [`PARK_IN_HAND`], the beat and a quarter of
+    /// the lease.
     fn park_for(&self, now: Instant) -> Duration {
         let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else { return self.config.beat };
         let expected = (first + self.pace.handler_time()).saturating_duration_since(now);
+        let guess = match expected.is_zero() {
+            true => now.saturating_duration_since(first) / 2,
+            false => expected,
+        };
         let least = self.config.ack_delay.max(Duration::from_millis(1));
-        let most = self.config.beat.min(self.config.lease_threshold() / 4).max(least);
-        expected.clamp(least, most)
+        let most = PARK_IN_HAND.min(self.config.beat).min(self.config.lease_threshold() / 4).max(least);
+        guess.clamp(least, most)
     }
 
     /// The count for the next read; a smaller count than before is a notice.

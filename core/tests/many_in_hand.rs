@@ -114,6 +114,53 @@ fn with_entries_in_hand_a_parked_read_blocks_only_until_the_next_settle_is_expec
 }
 
 #[test]
+fn a_long_handler_not_yet_timed_is_not_polled_every_few_ms() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol, 4), flavor);
+        let _in_hand = [rig.entry(), rig.entry(), rig.entry()];
+        let mut blocks = Vec::new();
+        for _ in 0..12 {
+            let sent = rig.sent();
+            let park = sent.iter().find(|c| c[0] == "XREADGROUP").expect("a parked read");
+            let block: u64 = park[7].parse().unwrap();
+            blocks.push(block);
+            rig.advance(Duration::from_millis(block));
+            rig.reply("read_new_nil").unwrap();
+        }
+        // Half the time the handlers have run so far, from ack_delay up to 100 ms.
+        assert_eq!(blocks[0], 5, "{blocks:?}");
+        assert!(blocks.windows(2).all(|w| w[1] >= w[0]), "{blocks:?}");
+        assert_eq!(*blocks.last().unwrap(), 100, "{blocks:?}");
+    });
+}
+
+#[test]
+fn entries_in_hand_are_renewed_between_parked_reads_while_the_stream_is_idle() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol, 4), flavor);
+        let _in_hand = [rig.entry(), rig.entry(), rig.entry()];
+        let mut renewed = false;
+        let mut waited = Duration::ZERO;
+        // Parked reads come and go every 100 ms at most; the lease (1.5 s) runs out meanwhile.
+        while waited < LEASE + Duration::from_millis(200) {
+            let sent = rig.sent();
+            if let Some(renewal) = sent.iter().find(|c| c[0] == "XCLAIM") {
+                assert_eq!(renewal[5..8], ["1-0", "2-0", "3-0"], "{sent:?}");
+                assert!(waited >= LEASE - Duration::from_millis(100), "renewed early: {waited:?}");
+                renewed = true;
+                break;
+            }
+            let park = sent.iter().find(|c| c[0] == "XREADGROUP").expect("a parked read");
+            let block = Duration::from_millis(park[7].parse().unwrap());
+            rig.advance(block);
+            waited += block;
+            rig.reply("read_new_nil").unwrap();
+        }
+        assert!(renewed, "no renewal within the lease and a parked read: {waited:?}");
+    });
+}
+
+#[test]
 fn entries_in_hand_keep_their_leases() {
     each(|flavor, protocol| {
         let mut rig = with_batch(config(protocol, 3), flavor);
