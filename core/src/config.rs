@@ -109,7 +109,9 @@ pub struct Config {
     /// How long an earned ack may wait to share its `XACK` with the next ones (default 5 ms).
     /// Fast handlers thus get one `XACK` per batch or per `ack_delay`; after a handler that
     /// took `ack_delay` or longer, the ack goes out at once, before the next entry is handed
-    /// out. Zero sends every ack at its settle.
+    /// out. Zero sends every ack at its settle. With entries in hand and nothing new on the
+    /// stream, an ack may also wait for the parked read to answer (50 ms at most: such reads
+    /// block only that long then).
     pub ack_delay: Duration,
     /// How long after the read that delivered it (or the last renewal) an entry's ownership
     /// is renewed, so that no peer's `XAUTOCLAIM` takes it while it waits in the buffer or is

@@ -258,7 +258,7 @@ struct Staged {
 const CURSOR_START: &[u8] = b"0-0";
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
-const PARK_IN_HAND: Duration = Duration::from_millis(100);
+const PARK_IN_HAND: Duration = Duration::from_millis(50);
 const DRAIN_START: &[u8] = b"0";
 
 impl Consumer {

@@ -127,10 +127,10 @@ fn a_long_handler_not_yet_timed_is_not_polled_every_few_ms() {
             rig.advance(Duration::from_millis(block));
             rig.reply("read_new_nil").unwrap();
         }
-        // Half the time the handlers have run so far, from ack_delay up to 100 ms.
+        // Half the time the handlers have run so far, from ack_delay up to 50 ms.
         assert_eq!(blocks[0], 5, "{blocks:?}");
         assert!(blocks.windows(2).all(|w| w[1] >= w[0]), "{blocks:?}");
-        assert_eq!(*blocks.last().unwrap(), 100, "{blocks:?}");
+        assert_eq!(*blocks.last().unwrap(), 50, "{blocks:?}");
     });
 }
 
@@ -141,12 +141,12 @@ fn entries_in_hand_are_renewed_between_parked_reads_while_the_stream_is_idle() {
         let _in_hand = [rig.entry(), rig.entry(), rig.entry()];
         let mut renewed = false;
         let mut waited = Duration::ZERO;
-        // Parked reads come and go every 100 ms at most; the lease (1.5 s) runs out meanwhile.
+        // Parked reads come and go every 50 ms at most; the lease (1.5 s) runs out meanwhile.
         while waited < LEASE + Duration::from_millis(200) {
             let sent = rig.sent();
             if let Some(renewal) = sent.iter().find(|c| c[0] == "XCLAIM") {
                 assert_eq!(renewal[5..8], ["1-0", "2-0", "3-0"], "{sent:?}");
-                assert!(waited >= LEASE - Duration::from_millis(100), "renewed early: {waited:?}");
+                assert!(waited >= LEASE - Duration::from_millis(50), "renewed early: {waited:?}");
                 renewed = true;
                 break;
             }

@@ -296,7 +296,9 @@ fn search_lowers_the_concurrency_and_drops_the_order_when_a_failure_needs_neithe
     })
     .expect("a crash catches the counter");
     let minimal = &found.minimal.world;
-    assert_eq!((minimal.max_in_hand(), minimal.ordered_by()), (1, None), "{}", found.minimal);
+    // One in hand when the crash alone explains it; two when it needs an ack that waited
+    // behind a short parked read (entries in hand, nothing new) and died with the process.
+    assert!(minimal.max_in_hand() <= 2 && minimal.ordered_by().is_none(), "{}", found.minimal);
     assert!(minimal.given_entries().map_or(0, <[NewEntry]>::len) <= 3, "{}", found.minimal);
     // Its failure tells the story of the entry counted twice.
     assert!(!found.minimal.entries.is_empty(), "{}", found.minimal);
