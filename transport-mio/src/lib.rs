@@ -56,6 +56,7 @@ mod error;
 mod pool;
 mod retire;
 mod run;
+mod stats;
 mod stop;
 
 pub use cluster::locate;
@@ -63,4 +64,5 @@ pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
 pub use retire::retire;
 pub use run::{run, Runner};
+pub use stats::StatsHandle;
 pub use stop::StopHandle;

@@ -58,8 +58,10 @@ mod conn;
 mod error;
 mod handler;
 mod run;
+mod stats;
 mod stop;
 
 pub use error::RunError;
 pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};
+pub use stats::StatsHandle;
 pub use stop::StopHandle;
