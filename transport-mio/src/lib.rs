@@ -58,6 +58,7 @@ mod retire;
 mod run;
 mod stats;
 mod stop;
+mod streams;
 
 pub use cluster::locate;
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
@@ -66,3 +67,4 @@ pub use retire::retire;
 pub use run::{run, Runner};
 pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use streams::{StreamStats, Streams};

@@ -14,7 +14,7 @@ use crate::driver::{Driver, Status};
 use crate::error::RunError;
 use crate::pool::{self, Dispatch, Outcome, Panicked, Pool};
 use crate::stats::{Publisher, StatsHandle};
-use crate::stop::{StopFlags, StopHandle};
+use crate::stop::StopHandle;
 use pelican_tls::Tls;
 
 const CONSUMER: Token = Token(0);
@@ -221,7 +221,7 @@ impl Runner {
             if status? == Status::Stopped {
                 return finished(&self.driver, panicked.take());
             }
-            wait(&mut self.poll, &mut events, &self.driver, flags)?;
+            wait(&mut self.poll, &mut events, earliest(self.driver.next_deadline(), flags.deadline()))?;
         }
     }
 
@@ -305,7 +305,7 @@ fn drive_pool(
     stop: &StopHandle,
     mut observer: Option<Observer>,
     stats: &mut Publisher,
-    dispatch: &Dispatch<'_>,
+    dispatch: &Dispatch<'_, Entry>,
     verdicts: &mpsc::Receiver<(Entry, Outcome)>,
 ) -> Result<Stats, RunError> {
     let mut events = Events::with_capacity(8);
@@ -347,17 +347,21 @@ fn drive_pool(
         if status? == Status::Stopped {
             return finished(driver, panicked);
         }
-        wait(poll, &mut events, driver, flags)?;
+        wait(poll, &mut events, earliest(driver.next_deadline(), flags.deadline()))?;
     }
 }
 
-/// Waits on `poll` until the driver's next deadline or a stop's (or an event: the socket,
-/// the waker). Whatever woke it, driving again does what is due.
-fn wait(poll: &mut Poll, events: &mut Events, driver: &Driver, stop: &StopFlags) -> Result<(), RunError> {
-    let next = match (driver.next_deadline(), stop.deadline()) {
+/// The earlier of two deadlines, if any.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
+    }
+}
+
+/// Waits on `poll` until `next` (the drivers' next deadline, or a stop's) or an event (a
+/// socket, the waker). Whatever woke it, driving again does what is due.
+pub(crate) fn wait(poll: &mut Poll, events: &mut Events, next: Option<Instant>) -> Result<(), RunError> {
     let timeout = next.map(|at| at.saturating_duration_since(Instant::now()));
     match poll.poll(events, timeout) {
         Ok(()) => Ok(()),

@@ -60,8 +60,10 @@ mod handler;
 mod run;
 mod stats;
 mod stop;
+mod streams;
 
 pub use error::RunError;
 pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};
 pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use streams::{StreamStats, Streams};

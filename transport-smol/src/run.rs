@@ -150,7 +150,7 @@ impl Runner {
         Runner::with_addrs(consumer, addrs)
     }
 
-    fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
+    pub(crate) fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
         if addrs.is_empty() {
             return Err(RunError::Resolve(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -210,6 +210,20 @@ impl Runner {
     /// A handle that stops [`run`](Self::run) from any task or thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// Shares `stop` with this runner: one handle stops every runner given it (the streams
+    /// of a [`Streams`](crate::Streams)).
+    pub(crate) fn with_stop(mut self, stop: StopHandle) -> Runner {
+        self.stop = stop;
+        self
+    }
+
+    /// Tries `home` first (the master serving the stream, in a cluster), then the addresses
+    /// given.
+    pub(crate) fn lead_to(&mut self, home: SocketAddr) {
+        self.addrs.insert(0, home);
+        self.next_addr = 0;
     }
 
     /// A handle that reads the consumer's counters, the entries in hand and buffered and
@@ -746,7 +760,7 @@ async fn bounded<T>(
 /// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
 /// name themselves by IP address; a name is resolved on smol's blocking pool (`None` if it
 /// fails).
-async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+pub(crate) async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }

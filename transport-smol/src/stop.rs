@@ -18,7 +18,8 @@ pub(crate) enum Request {
 /// No deadline, in [`StopInner::deadline`].
 const NEVER: u64 = u64::MAX;
 
-/// Stops a [`Runner`](crate::Runner) from any task or thread: the consumer hands out nothing more, the entries in hand finish, their
+/// Stops a [`Runner`](crate::Runner) (or every stream of a [`Streams`](crate::Streams)) from
+/// any task or thread: the consumer hands out nothing more, the entries in hand finish, their
 /// earned acks are confirmed and [`Runner::run`](crate::Runner::run) returns.
 /// Cheap to clone; stopping twice is harmless.
 #[derive(Clone, Debug)]
