@@ -22,7 +22,7 @@ use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::reply;
-use crate::stats::Stats;
+use crate::stats::{Snapshot, Stats};
 use crate::stream_reply::{self, Item, Span};
 
 /// What the consumer has to tell its driver.
@@ -339,6 +339,16 @@ impl Consumer {
     /// True while a connection is up (between `on_connected` and its loss).
     pub fn is_connected(&self) -> bool {
         self.link == Link::Up
+    }
+
+    /// The counters, the entries in hand and buffered, and whether connected, at once.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            stats: self.stats.clone(),
+            in_hand: self.in_hand.len(),
+            buffered: self.buffered(),
+            connected: self.is_connected(),
+        }
     }
 
     /// Where the next connection should go when the server is a cluster node that said the

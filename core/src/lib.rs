@@ -121,4 +121,4 @@ pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
-pub use stats::Stats;
+pub use stats::{Snapshot, Stats};

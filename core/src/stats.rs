@@ -49,3 +49,22 @@ pub struct Stats {
     /// Times the read size was cut ([`Notice::ReadShrunk`](crate::Notice::ReadShrunk)).
     pub reads_shrunk: u64,
 }
+
+/// A consumer's state at one moment: its counters, the entries in hand and buffered, and
+/// whether it is connected. [`Consumer::snapshot`](crate::Consumer::snapshot) takes one; the
+/// transports publish them while they run, for other threads to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Snapshot {
+    /// The counters since the consumer was created.
+    pub stats: Stats,
+    /// Entries handed out and not yet settled
+    /// ([`Consumer::in_hand`](crate::Consumer::in_hand)).
+    pub in_hand: usize,
+    /// Entries read and waiting to be handed out
+    /// ([`Consumer::buffered`](crate::Consumer::buffered)).
+    pub buffered: usize,
+    /// True while a connection is up
+    /// ([`Consumer::is_connected`](crate::Consumer::is_connected)).
+    pub connected: bool,
+}

@@ -16,11 +16,23 @@
 //!     [`Config::order_by`](pelican::Config::order_by)), acks sent within `ack_delay`, and
 //!     the leases of the entries being handled renewed however long the handlers take. For
 //!     handlers that wait on I/O or run long, even one at a time.
+//! - [`Streams`]: several streams in one call, one consumer (and connection) each, all on one
+//!   `Poll` on the calling thread, one handler for all, which is told each entry's stream
+//!   (`|stream, entry|`); [`Streams::run`] inline or [`Streams::run_pool`] on workers, one
+//!   [`StopHandle`] for all. In a cluster each stream starts at the master serving it.
 //! - [`Driver`]: one consumer and its socket, registered on *your* `mio::Poll` under *your*
 //!   `Token`, so that many consumers share one thread inside your own event loop. It hands
 //!   entries to a handler inline ([`Driver::drive`]), or out to your own workers
 //!   ([`Driver::drive_deferred`], up to the concurrency in hand at once), each settled by its
 //!   id as it completes ([`Driver::settle`]); `examples/pool.rs` shows such a loop.
+//!
+//! While a runner runs, [`Runner::stats_handle`] (and [`Streams::stats_handles`]) read its
+//! counters, the entries in hand and buffered and whether it is connected from any thread.
+//! [`StopHandle::stop`] waits for the server to confirm the acks earned, however long an
+//! outage lasts; [`StopHandle::stop_within`] gives that wait a deadline, past which the stop
+//! becomes an [`abandon`](StopHandle::abandon): what a process told to exit wants
+//! (`examples/signals.rs`: the first SIGTERM or SIGINT stops within a grace period, a second
+//! abandons).
 //!
 //! Cluster: a [`Driver`] started at any node follows `MOVED` to the master serving its
 //! stream; [`locate`] asks a node once where each stream belongs, so lanes start there.
@@ -56,11 +68,15 @@ mod error;
 mod pool;
 mod retire;
 mod run;
+mod stats;
 mod stop;
+mod streams;
 
 pub use cluster::locate;
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
 pub use retire::retire;
 pub use run::{run, Runner};
+pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use streams::{StreamStats, Streams};

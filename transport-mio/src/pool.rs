@@ -33,13 +33,14 @@ impl From<Panicked> for RunError {
     }
 }
 
-/// Runs `handler` on `entry`, catching a panic: its message comes back instead of a verdict.
+/// Runs `handler` on `work` (an entry, or a stream's entry), catching a panic: its message
+/// comes back instead of a verdict.
 ///
 /// `AssertUnwindSafe`: what the handler may have left half-changed is its own state, which
 /// the runner never looks at; the runner only stops and reports the panic (a handler that
 /// wants its state checked after a panic checks it itself, as it would after a crash).
-pub(crate) fn handle(handler: impl FnOnce(&Entry) -> Verdict, entry: &Entry) -> Outcome {
-    panic::catch_unwind(AssertUnwindSafe(|| handler(entry))).map_err(|payload| panic_message(&*payload))
+pub(crate) fn handle<T>(handler: impl FnOnce(&T) -> Verdict, work: &T) -> Outcome {
+    panic::catch_unwind(AssertUnwindSafe(|| handler(work))).map_err(|payload| panic_message(&*payload))
 }
 
 /// A panic's payload as text: `panic!("…")` gives a `&str` or a `String`; anything else
@@ -54,25 +55,26 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     }
 }
 
-/// What the workers share: the queue of entries to handle, and whether the run is over.
+/// What the workers share: the queue of entries to handle (`T`: an [`Entry`], or a stream's
+/// index and its entry), and whether the run is over.
 #[derive(Debug)]
-pub(crate) struct Pool {
+pub(crate) struct Pool<T> {
     /// One receiver for all the workers; each holds the lock only while it waits for an
     /// entry (the core hands out no more than there are workers, so none waits for long
     /// while another is free).
-    queue: Mutex<Receiver<Entry>>,
+    queue: Mutex<Receiver<T>>,
     /// Set when the driving loop is done (stopped, abandoned, failed): an entry still queued
     /// is not handled but left pending, as the core gave it up.
     closed: AtomicBool,
 }
 
-impl Pool {
-    pub(crate) fn new(queue: Receiver<Entry>) -> Pool {
+impl<T> Pool<T> {
+    pub(crate) fn new(queue: Receiver<T>) -> Pool<T> {
         Pool { queue: Mutex::new(queue), closed: AtomicBool::new(false) }
     }
 
     /// The driving side's end of the queue; dropping it ends the workers.
-    pub(crate) fn dispatch(&self, to_workers: Sender<Entry>) -> Dispatch<'_> {
+    pub(crate) fn dispatch(&self, to_workers: Sender<T>) -> Dispatch<'_, T> {
         Dispatch { closed: &self.closed, to_workers }
     }
 
@@ -80,19 +82,19 @@ impl Pool {
     /// and sends it back with its outcome, waking the driving thread with `wake`.
     pub(crate) fn work(
         &self,
-        handler: &impl Fn(&Entry) -> Verdict,
-        done: &Sender<(Entry, Outcome)>,
+        handler: &impl Fn(&T) -> Verdict,
+        done: &Sender<(T, Outcome)>,
         wake: impl Fn(),
     ) {
         loop {
             // The guard goes at the end of the statement: the lock is not held while handling.
             let next = self.queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
-            let Ok(entry) = next else { return };
+            let Ok(work) = next else { return };
             if self.closed.load(Ordering::Acquire) {
                 return;
             }
-            let outcome = handle(handler, &entry);
-            if done.send((entry, outcome)).is_err() {
+            let outcome = handle(handler, &work);
+            if done.send((work, outcome)).is_err() {
                 return;
             }
             wake();
@@ -104,21 +106,21 @@ impl Pool {
 /// error, an unwind): it marks the pool closed, then the queue's sender goes, so that each
 /// worker ends once its running handler returns, and `thread::scope` can join them all.
 #[derive(Debug)]
-pub(crate) struct Dispatch<'a> {
+pub(crate) struct Dispatch<'a, T> {
     closed: &'a AtomicBool,
-    to_workers: Sender<Entry>,
+    to_workers: Sender<T>,
 }
 
-impl Dispatch<'_> {
-    /// Queues `entry` for the next free worker.
-    pub(crate) fn send(&self, entry: Entry) {
+impl<T> Dispatch<'_, T> {
+    /// Queues `work` for the next free worker.
+    pub(crate) fn send(&self, work: T) {
         // Fails only once every worker is gone, which the pool's receiver (alive until the
         // scope ends) rules out; were it to fail, the entry would stay in hand, pending.
-        let _ = self.to_workers.send(entry);
+        let _ = self.to_workers.send(work);
     }
 }
 
-impl Drop for Dispatch<'_> {
+impl<T> Drop for Dispatch<'_, T> {
     fn drop(&mut self) {
         self.closed.store(true, Ordering::Release);
         // `to_workers` is dropped right after this, waking the workers waiting on it.

@@ -13,6 +13,7 @@ use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
 use crate::driver::{Driver, Status};
 use crate::error::RunError;
 use crate::pool::{self, Dispatch, Outcome, Panicked, Pool};
+use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
 use pelican_tls::Tls;
 
@@ -65,6 +66,7 @@ pub struct Runner {
     driver: Driver,
     stop: StopHandle,
     observer: Option<Observer>,
+    stats: Publisher,
 }
 
 /// What [`Runner::on_notice`] was given.
@@ -119,7 +121,7 @@ impl Runner {
     fn with_driver(driver: Driver) -> Result<Runner, RunError> {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
-        Ok(Runner { poll, driver, stop: StopHandle::new(waker), observer: None })
+        Ok(Runner { poll, driver, stop: StopHandle::new(waker), observer: None, stats: Publisher::default() })
     }
 
     /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
@@ -132,6 +134,28 @@ impl Runner {
     /// A handle that stops [`run`](Self::run) from any thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// A handle that reads the consumer's counters, the entries in hand and buffered and
+    /// whether it is connected while [`run`](Self::run) or [`run_pool`](Self::run_pool)
+    /// runs, from any thread; after the run, what it ended with.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use pelican::{Config, Verdict};
+    ///
+    /// let runner = pelican_mio::Runner::new("127.0.0.1:6379", Config::new("orders", "billing", "w1"))?;
+    /// let stats = runner.stats_handle();
+    /// std::thread::spawn(move || loop {
+    ///     std::thread::sleep(Duration::from_secs(10));
+    ///     let now = stats.get();
+    ///     println!("acked {}, {} in hand, connected: {}", now.stats.acked, now.in_hand, now.connected);
+    /// });
+    /// runner.run(|_entry| Verdict::Ack)?;
+    /// # Ok::<(), pelican_mio::RunError>(())
+    /// ```
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.stats.handle()
     }
 
     /// The consumer, e.g. for its [`config`](Consumer::config).
@@ -192,11 +216,12 @@ impl Runner {
         };
         loop {
             let status =
-                self.driver.drive_until(self.poll.registry(), &mut hand, &mut observe, &mut requests)?;
-            if status == Status::Stopped {
+                self.driver.drive_until(self.poll.registry(), &mut hand, &mut observe, &mut requests);
+            self.stats.publish(self.driver.consumer());
+            if status? == Status::Stopped {
                 return finished(&self.driver, panicked.take());
             }
-            wait(&mut self.poll, &mut events, &self.driver)?;
+            wait(&mut self.poll, &mut events, earliest(self.driver.next_deadline(), flags.deadline()))?;
         }
     }
 
@@ -252,7 +277,7 @@ impl Runner {
     /// # Ok::<(), pelican_mio::RunError>(())
     /// ```
     pub fn run_pool(self, handler: impl Fn(&Entry) -> Verdict + Sync) -> Result<Stats, RunError> {
-        let Runner { mut poll, mut driver, stop, observer } = self;
+        let Runner { mut poll, mut driver, stop, observer, mut stats } = self;
         let workers = driver.consumer().config().concurrency.max(1);
         let (to_workers, queue) = mpsc::channel();
         let (done, verdicts) = mpsc::channel();
@@ -268,7 +293,7 @@ impl Runner {
                     .spawn_scoped(scope, move || pool.work(handler, &done, || stop.wake()))
                     .map_err(RunError::Io)?;
             }
-            drive_pool(&mut poll, &mut driver, stop, observer, &dispatch, &verdicts)
+            drive_pool(&mut poll, &mut driver, stop, observer, &mut stats, &dispatch, &verdicts)
         })
     }
 }
@@ -279,7 +304,8 @@ fn drive_pool(
     driver: &mut Driver,
     stop: &StopHandle,
     mut observer: Option<Observer>,
-    dispatch: &Dispatch<'_>,
+    stats: &mut Publisher,
+    dispatch: &Dispatch<'_, Entry>,
     verdicts: &mpsc::Receiver<(Entry, Outcome)>,
 ) -> Result<Stats, RunError> {
     let mut events = Events::with_capacity(8);
@@ -316,18 +342,27 @@ fn drive_pool(
             },
             &mut observe,
             &mut |consumer| flags.apply(consumer),
-        )?;
-        if status == Status::Stopped {
+        );
+        stats.publish(driver.consumer());
+        if status? == Status::Stopped {
             return finished(driver, panicked);
         }
-        wait(poll, &mut events, driver)?;
+        wait(poll, &mut events, earliest(driver.next_deadline(), flags.deadline()))?;
     }
 }
 
-/// Waits on `poll` until the driver's next deadline (or an event: the socket, the waker).
-/// Whatever woke it, driving again does what is due.
-fn wait(poll: &mut Poll, events: &mut Events, driver: &Driver) -> Result<(), RunError> {
-    let timeout = driver.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+/// The earlier of two deadlines, if any.
+pub(crate) fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Waits on `poll` until `next` (the drivers' next deadline, or a stop's) or an event (a
+/// socket, the waker). Whatever woke it, driving again does what is due.
+pub(crate) fn wait(poll: &mut Poll, events: &mut Events, next: Option<Instant>) -> Result<(), RunError> {
+    let timeout = next.map(|at| at.saturating_duration_since(Instant::now()));
     match poll.poll(events, timeout) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),

@@ -32,6 +32,16 @@ pub enum RunError {
         /// "a non-string panic".
         message: String,
     },
+    /// One stream of a [`Streams`](crate::Streams) ended with this error (failed for good,
+    /// or its handler panicked); the other streams were stopped as for a stop (their entries
+    /// in hand finished, their earned acks confirmed) before the run returned it. The first
+    /// such error, if several streams failed.
+    Stream {
+        /// The stream's key (its bytes as UTF-8, lossily).
+        stream: String,
+        /// What ended it.
+        error: Box<RunError>,
+    },
 }
 
 impl fmt::Display for RunError {
@@ -44,6 +54,7 @@ impl fmt::Display for RunError {
             RunError::HandlerPanicked { id, message } => {
                 write!(f, "the handler panicked on entry {id} ({message}); that entry stays pending")
             }
+            RunError::Stream { stream, error } => write!(f, "stream {stream}: {error}"),
         }
     }
 }
@@ -56,6 +67,7 @@ impl std::error::Error for RunError {
             RunError::Resolve(e) => Some(e),
             RunError::Tls(e) => Some(e),
             RunError::HandlerPanicked { .. } => None,
+            RunError::Stream { error, .. } => Some(&**error),
         }
     }
 }

@@ -5,7 +5,19 @@
 //!
 //! - [`run`]: consume one stream until the consumer fails for good (or a handler panics),
 //!   handing each entry to an async handler and settling it with the verdict it returns.
-//! - [`Runner`]: the same, with a [`StopHandle`] to stop it from any task or thread.
+//! - [`Runner`]: the same, with a [`StopHandle`] to stop it from any task or thread, and a
+//!   [`StatsHandle`] to read its counters, the entries in hand and buffered and whether it is
+//!   connected while it runs.
+//! - [`Streams`]: several streams in one call, one runner (and connection) each, all polled
+//!   inside one future, one handler for all, which is given each entry's stream
+//!   (`|stream, entry| async move { … }`), one [`StopHandle`] for all. In a cluster each
+//!   stream starts at the master serving it.
+//!
+//! [`StopHandle::stop`] waits for the server to confirm the acks earned, however long an
+//! outage lasts; [`StopHandle::stop_within`] gives that wait a deadline, past which the stop
+//! becomes an [`abandon`](StopHandle::abandon): what a process told to exit wants
+//! (`examples/signals.rs`: the first SIGTERM or SIGINT stops within a grace period, a second
+//! abandons).
 //!
 //! The futures work on any executor: sockets and timers are served by `async-io`'s reactor
 //! (driven by [`smol::block_on`], or by its own thread under any other executor), so
@@ -58,8 +70,12 @@ mod conn;
 mod error;
 mod handler;
 mod run;
+mod stats;
 mod stop;
+mod streams;
 
 pub use error::RunError;
 pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};
+pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use streams::{StreamStats, Streams};

@@ -19,6 +19,7 @@ use smol::Timer;
 use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
 use crate::handler::{self, Panic};
+use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
 
 /// Size of one socket read.
@@ -101,6 +102,7 @@ pub struct Runner {
     heard: bool,
     /// The first handler panic, which ends the run once the stop it started has.
     panic: Option<Panic>,
+    stats: Publisher,
 }
 
 /// What [`Runner::on_notice`] was given.
@@ -148,7 +150,7 @@ impl Runner {
         Runner::with_addrs(consumer, addrs)
     }
 
-    fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
+    pub(crate) fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
         if addrs.is_empty() {
             return Err(RunError::Resolve(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -169,6 +171,7 @@ impl Runner {
             quiet: 0,
             heard: false,
             panic: None,
+            stats: Publisher::default(),
         })
     }
 
@@ -207,6 +210,42 @@ impl Runner {
     /// A handle that stops [`run`](Self::run) from any task or thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// Shares `stop` with this runner: one handle stops every runner given it (the streams
+    /// of a [`Streams`](crate::Streams)).
+    pub(crate) fn with_stop(mut self, stop: StopHandle) -> Runner {
+        self.stop = stop;
+        self
+    }
+
+    /// Tries `home` first (the master serving the stream, in a cluster), then the addresses
+    /// given.
+    pub(crate) fn lead_to(&mut self, home: SocketAddr) {
+        self.addrs.insert(0, home);
+        self.next_addr = 0;
+    }
+
+    /// A handle that reads the consumer's counters, the entries in hand and buffered and
+    /// whether it is connected while [`run`](Self::run) runs, from any task or thread; after
+    /// the run, what it ended with.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use pelican::{Config, Verdict};
+    ///
+    /// let runner = pelican_smol::Runner::new("127.0.0.1:6379", Config::new("orders", "billing", "w1"))?;
+    /// let stats = runner.stats_handle();
+    /// std::thread::spawn(move || loop {
+    ///     std::thread::sleep(Duration::from_secs(10));
+    ///     let now = stats.get();
+    ///     println!("acked {}, {} in hand, connected: {}", now.stats.acked, now.in_hand, now.connected);
+    /// });
+    /// smol::block_on(runner.run(|_entry| async { Verdict::Ack }))?;
+    /// # Ok::<(), pelican_smol::RunError>(())
+    /// ```
+    pub fn stats_handle(&self) -> StatsHandle {
+        self.stats.handle()
     }
 
     /// The consumer, e.g. for its [`config`](Consumer::config).
@@ -270,6 +309,7 @@ impl Runner {
         } else {
             self.serve_one(handler).await
         };
+        self.stats.publish(&self.consumer);
         // A panic ended the run, whatever happened after it.
         let outcome = match self.panic.take() {
             Some(Panic { id, message }) => {
@@ -485,7 +525,11 @@ impl Runner {
 
     /// Waits for one thing — a write, a read, the consumer's next deadline, a stop request,
     /// a connect — and tells the consumer. `Err` only when the consumer failed for good.
+    ///
+    /// What changed since the last step (entries handed out and settled, what the last step
+    /// read) is published to the [`StatsHandle`] first: before the wait, which may be long.
     async fn step(&mut self) -> Result<(), RunError> {
+        self.stats.publish(&self.consumer);
         self.tell();
         if let Some(err) = self.consumer.error() {
             return Err(RunError::Consumer(err.clone()));
@@ -716,7 +760,7 @@ async fn bounded<T>(
 /// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
 /// name themselves by IP address; a name is resolved on smol's blocking pool (`None` if it
 /// fails).
-async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+pub(crate) async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }
