@@ -168,6 +168,10 @@ pub struct Consumer {
     health_refused: bool,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
+    /// No entry buffered or in hand was read or last renewed before this: a floor that may
+    /// lag (an entry gone since may have set it), so that the next renewal's time costs no
+    /// walk of the buffer at every turn of the driver.
+    lease_floor: Option<Instant>,
     stats: Stats,
 }
 
@@ -309,6 +313,7 @@ impl Consumer {
             health: None,
             health_refused: false,
             twins: Twins::default(),
+            lease_floor: None,
             stats: Stats::default(),
         })
     }
@@ -1023,9 +1028,13 @@ impl Consumer {
         if self.in_flight.leasing() {
             return None;
         }
-        let oldest =
-            self.buffer.iter().map(|b| b.read_at).chain(self.in_hand.iter().filter_map(|h| h.read_at)).min();
-        oldest.map(|at| at + self.config.lease_threshold())
+        self.lease_floor.map(|at| at + self.config.lease_threshold())
+    }
+
+    /// When the entries buffered or in hand were read or renewed, the oldest: worked out
+    /// anew (the whole buffer) only when a renewal was due or answered.
+    fn oldest_read(&self) -> Option<Instant> {
+        self.buffer.iter().map(|b| b.read_at).chain(self.in_hand.iter().filter_map(|h| h.read_at)).min()
     }
 
     /// Renews every buffered or in-hand entry whose lease has run out, unless renewals are
@@ -1045,6 +1054,10 @@ impl Consumer {
             .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), self.held.to_bytes(h.id)))))
             .filter(|(e, _)| *e >= lease)
             .collect();
+        if due.is_empty() {
+            // Woken by a floor that an entry gone since had set: the floor as it is now.
+            self.lease_floor = self.oldest_read();
+        }
         self.send_renewals(due, now);
     }
 
@@ -1621,6 +1634,7 @@ impl Consumer {
             entry.key = order.key(&entry.entry).map(|k| key_hash(&k));
         }
         if self.stop == Stop::Running {
+            self.lease_floor = Some(self.lease_floor.map_or(entry.read_at, |at| at.min(entry.read_at)));
             self.buffer.push_back(entry);
         } else {
             self.returns.push(entry);
@@ -1698,6 +1712,7 @@ impl Consumer {
                 self.lost(id, true);
             }
         }
+        self.lease_floor = self.oldest_read();
     }
 
     fn lost(&mut self, id: Bytes, in_hand: bool) {
