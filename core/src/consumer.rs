@@ -356,6 +356,19 @@ impl Consumer {
         }
     }
 
+    /// Brings `last` up to date; true if anything changed. For a driver that publishes
+    /// snapshots only when they change (compared without copying the counters first).
+    pub fn refresh_snapshot(&self, last: &mut Snapshot) -> bool {
+        let same = self.stats == last.stats
+            && self.in_hand.len() == last.in_hand
+            && self.buffered() == last.buffered
+            && self.is_connected() == last.connected;
+        if !same {
+            *last = self.snapshot();
+        }
+        !same
+    }
+
     /// Where the next connection should go when the server is a cluster node that said the
     /// stream's slot is served elsewhere (`MOVED`), or is moving there (`ASK`: each command
     /// there then follows `ASKING`): a host as the cluster names it (empty:

@@ -41,14 +41,8 @@ impl Publisher {
     /// per turn that changed something, none while nothing does (parked, or waiting out an
     /// outage).
     pub(crate) fn publish(&mut self, consumer: &Consumer) {
-        let same = consumer.stats() == &self.last.stats
-            && consumer.in_hand().len() == self.last.in_hand
-            && consumer.buffered() == self.last.buffered
-            && consumer.is_connected() == self.last.connected;
-        if same {
-            return;
+        if consumer.refresh_snapshot(&mut self.last) {
+            self.handle.latest.lock().unwrap_or_else(PoisonError::into_inner).clone_from(&self.last);
         }
-        self.last = consumer.snapshot();
-        self.handle.latest.lock().unwrap_or_else(PoisonError::into_inner).clone_from(&self.last);
     }
 }
