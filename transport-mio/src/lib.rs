@@ -21,6 +21,8 @@
 //!   entries to a handler inline ([`Driver::drive`]), or out to your own workers
 //!   ([`Driver::drive_deferred`], up to the concurrency in hand at once), each settled by its
 //!   id as it completes ([`Driver::settle`]); `examples/pool.rs` shows such a loop.
+//!   [`Driver::drive_mixed`] decides per entry: inline when the handler can answer at once,
+//!   out to a worker when it would have to wait.
 //!
 //! Cluster: a [`Driver`] started at any node follows `MOVED` to the master serving its
 //! stream; [`locate`] asks a node once where each stream belongs, so lanes start there.
