@@ -22,8 +22,8 @@ pub const EX_DATAERR: i32 = 65;
 /// Set by a second signal, before its commands are ended and the process exits with 130.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// The longest line written to stdout on the executor's thread (`--transport smol`): a
-/// pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
+/// The longest line written to stdout on the transport's own thread (the event loop, the
+/// executor): a pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
 const PIPE_BUF: usize = 4096;
 
 /// What a lane's handler counts, read by the progress line and the final report.
@@ -205,12 +205,13 @@ impl Handler {
     /// `--exec`) while stdout has room for its line. `None`: hand it to [`handle`](Self::handle)
     /// on a thread that may block.
     ///
-    /// This is how `--transport smol` prints without a hop to the blocking pool per entry,
-    /// yet with each line written to stdout before its verdict, as on mio: the runner may
-    /// send the `XACK` right after the settle (the batch's end, the ack delay, a read ahead),
-    /// so a line held in a buffer past its verdict could be acknowledged and then lost with
-    /// the process. One `write` per entry is the price; a blocked stdout never stalls the
-    /// executor, whose connections keep renewing leases and confirming acks.
+    /// This is how both transports print without a hop to a worker thread (mio) or the
+    /// blocking pool (smol) per entry, yet with each line written to stdout before its
+    /// verdict: the driver may send the `XACK` right after the settle (the batch's end, the
+    /// ack delay, a read ahead), so a line held in a buffer past its verdict could be
+    /// acknowledged and then lost with the process. One `write` per entry is the price; a
+    /// blocked stdout never stalls the event loop (mio) or the executor (smol), whose
+    /// connections keep renewing leases and confirming acks.
     pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
         if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
             return None;
