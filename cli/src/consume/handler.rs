@@ -3,6 +3,8 @@
 //! flags that stop every lane ([`Shared`]) are common to all.
 
 use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -404,10 +406,32 @@ fn signal_name(signal: i32) -> Option<&'static str> {
 /// a pipe or terminal with room, a file. No answer (an error) counts as no room: the blocking
 /// path then finds out what is wrong.
 fn stdout_has_room() -> bool {
+    if stdout_always_ready() {
+        return true;
+    }
     let stdout = std::io::stdout();
     let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
     let now = Timespec { tv_sec: 0, tv_nsec: 0 };
     matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(1))
         && fds[0].revents().contains(PollFlags::OUT)
         && !fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+}
+
+/// Whether stdout is a regular file or `/dev/null`, which poll(2) always finds ready: its
+/// room is then not asked before each line (a system call per entry that could only say
+/// yes). Asked once: stdout stays the same file.
+fn stdout_always_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let stdout = std::io::stdout().as_fd().try_clone_to_owned().map(std::fs::File::from);
+        let Ok(meta) = stdout.and_then(|file| file.metadata()) else { return false };
+        let is_null = || {
+            std::fs::metadata("/dev/null").is_ok_and(|null| {
+                meta.file_type().is_char_device()
+                    && null.file_type().is_char_device()
+                    && meta.rdev() == null.rdev()
+            })
+        };
+        meta.file_type().is_file() || is_null()
+    })
 }
