@@ -215,16 +215,18 @@ fn two_deliberate_signals_from_one_process_exit_130() {
     assert!(p.stderr().contains("pelican: exiting"), "stderr:\n{}", p.stderr());
 }
 
-/// Reads `count` entry lines of `pelican consume` over smol and checks them against the
-/// stream: each entry once, in stream order.
+/// Checks the entry lines `pelican consume` printed against the stream: each entry once, in
+/// stream order.
 fn check_in_order(lines: &[String], ids: &[String]) {
     let got: Vec<String> = lines.iter().map(|l| Json::parse(l).get("id").str().to_string()).collect();
     assert_eq!(got.len(), ids.len(), "as many lines as entries");
     assert!(got == ids, "every entry once, in stream order");
 }
 
-#[test]
-fn smol_prints_every_entry_once_in_order() {
+/// Printed lines, on `transport`: into a pipe read as it comes (lines are written on the
+/// transport's thread while it has room, by a worker or smol's blocking pool when it is
+/// full), then into a file (always room: every line written on the transport's thread).
+fn prints_every_entry_once_in_order(transport: &str) {
     let server = Server::start(Flavor::Valkey81);
     let mut admin = server.admin();
     let url = url(&server);
@@ -233,18 +235,16 @@ fn smol_prints_every_entry_once_in_order() {
     let ids: Vec<String> = admin.xrange("s").into_iter().map(|e| e.0).collect();
     assert_eq!(ids.len(), 20000);
 
-    // Into a pipe read as it comes (it may fill: then lines go through the blocking pool).
-    let mut p = Pelican::spawn(&consume(&url, &["--transport", "smol"]));
+    let mut p = Pelican::spawn(&consume(&url, &["--transport", transport]));
     let lines: Vec<String> = (0..ids.len()).map(|_| p.line()).collect();
     wait_until("XPENDING 0", || admin.xpending_count("s", "g") == 0);
     p.stop();
     check_in_order(&lines, &ids);
 
-    // Into a file, which always has room: every line written on the executor.
-    let dir = Scratch::new("smol-file");
+    let dir = Scratch::new("print-file");
     let out = dir.file("out");
     let child = Command::new(BIN)
-        .args(consume_as(&url, "g2", &["--transport", "smol"]))
+        .args(consume_as(&url, "g2", &["--transport", transport]))
         .env_remove("PELICAN_URL")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&out).expect("create the output file"))
@@ -259,6 +259,79 @@ fn smol_prints_every_entry_once_in_order() {
     let status = child.wait("pelican");
     assert_eq!(status.code(), Some(0));
     check_in_order(&lines_of(&out), &ids);
+}
+
+#[test]
+fn mio_prints_every_entry_once_in_order() {
+    prints_every_entry_once_in_order("mio");
+}
+
+#[test]
+fn smol_prints_every_entry_once_in_order() {
+    prints_every_entry_once_in_order("smol");
+}
+
+/// A stdout nobody reads (a stuck reader down the pipe): its line waits on a worker (mio)
+/// or smol's blocking pool, never on the connection's thread, which goes on renewing the
+/// leases of the entry in hand and of those read behind it. A peer reclaiming idle entries
+/// every beat, running while the pipe stays full for three times `--min-idle-ms`, takes
+/// none of them; once the pipe is read, every entry was printed once, by one or the other.
+fn a_full_stdout_keeps_its_entries_leased(transport: &str) {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let ids = admin.xadd_n("s", 3000, 100); // lines of ~160 bytes: the pipe fills
+    let url = url(&server);
+    let timing = ["--min-idle-ms", "1000", "--beat-ms", "100", "--transport", transport];
+    let child = Command::new(BIN)
+        .args(consume(&url, &timing))
+        .env_remove("PELICAN_URL")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn pelican");
+    let mut stuck = Spawned { child, group: false };
+    let stuck_err = Collected::from(stuck.child.stderr.take().expect("piped stderr"));
+    let stuck_out = stuck.child.stdout.take().expect("piped stdout");
+    // A pipe holds 64 KiB: full but for less than a line.
+    wait_until("the pipe to fill", || rustix::io::ioctl_fionread(&stuck_out).is_ok_and(|n| n > 60_000));
+    let mut peer_args = consume(&url, &timing);
+    peer_args[8] = "peer";
+    let mut peer = Pelican::spawn(&peer_args);
+    thread::sleep(Duration::from_millis(3000)); // 3 × --min-idle-ms, 30 of the peer's beats
+    let out = Collected::from(stuck_out);
+    let mut peer_lines = Vec::new();
+    wait_until("every entry printed and acked", || {
+        while let Some(line) = peer.try_line() {
+            peer_lines.push(line);
+        }
+        out.text().lines().count() + peer_lines.len() >= ids.len() && admin.xpending_count("s", "g") == 0
+    });
+    peer.stop();
+    signal(stuck.child.id(), Signal::TERM);
+    assert_eq!(stuck.wait("pelican").code(), Some(0), "{}", stuck_err.all());
+    let mut printed: Vec<String> = out
+        .all()
+        .lines()
+        .chain(peer_lines.iter().map(String::as_str))
+        .map(|l| Json::parse(l).get("id").str().to_string())
+        .collect();
+    printed.sort();
+    let mut ids = ids;
+    ids.sort();
+    assert!(printed == ids, "{transport}: each entry once ({} lines for {})", printed.len(), ids.len());
+    assert!(!peer.stderr().contains("reclaimed"), "{transport}: {}", peer.stderr());
+    assert!(!stuck_err.text().contains("lease"), "{transport}: {}", stuck_err.text());
+}
+
+#[test]
+fn a_full_stdout_keeps_its_entries_leased_on_mio() {
+    a_full_stdout_keeps_its_entries_leased("mio");
+}
+
+#[test]
+fn a_full_stdout_keeps_its_entries_leased_on_smol() {
+    a_full_stdout_keeps_its_entries_leased("smol");
 }
 
 #[test]

@@ -101,7 +101,8 @@ enum Link {
 /// hand and of those waiting. Wake your `Poll` when a worker is done (a
 /// [`mio::Waker`]) and settle its entry before driving again, as
 /// `transport-mio/examples/pool.rs` does; [`Runner::run_pool`](crate::Runner::run_pool) is
-/// that loop, ready made. A [`stop`](Self::stop) hands out nothing more and waits for the
+/// that loop, ready made. [`drive_mixed`](Self::drive_mixed) does both, entry by entry: a
+/// handler that can answer at once does so inside the call, the others are passed on. A [`stop`](Self::stop) hands out nothing more and waits for the
 /// entries in hand to be settled; [`abandon`](Self::abandon) drops them (a later `settle`
 /// returns false) and they stay pending.
 ///
@@ -317,6 +318,40 @@ impl Driver {
         };
         let status =
             self.drive_until(registry, &mut hand, &mut |n| keep_notice(&mut notices, n), &mut |_| {});
+        self.notices = notices;
+        status
+    }
+
+    /// [`drive`](Self::drive) and [`drive_deferred`](Self::drive_deferred) in one, decided
+    /// per entry: `hand` either handles the entry inside the call and returns its verdict
+    /// (`Some`: it is settled at once, as `drive` does), or passes it on (to a worker, a
+    /// queue…) and returns `None`: it stays in hand until [`settle`](Self::settle) is called
+    /// with its id, as with `drive_deferred`. Up to
+    /// [`Config::concurrency`](pelican::Config::concurrency) entries are in hand at once,
+    /// those passed on counting until settled.
+    ///
+    /// For handlers that are quick most of the time but may have to wait (a line written to
+    /// a pipe that may be full): the quick ones cost no hop between threads and no wake-up
+    /// of the loop, a batch of them is handled in one call, and the others do not hold up the
+    /// connection (earned acks, lease renewals) while they wait.
+    ///
+    /// `stop` is asked at the start of the call and after each verdict returned by `hand`,
+    /// before its entry is settled; `true` stops the consumer as [`stop`](Self::stop) does
+    /// (asking again is harmless), so that a stop asked meanwhile (from a signal handler, by
+    /// the handler itself) is honored right after the entry, not after the whole batch.
+    pub fn drive_mixed(
+        &mut self,
+        registry: &Registry,
+        hand: &mut impl FnMut(Entry) -> Option<Verdict>,
+        stop: &mut impl FnMut() -> bool,
+    ) -> Result<Status, DriveError> {
+        let mut notices = std::mem::take(&mut self.notices);
+        let mut requests = |consumer: &mut Consumer| {
+            if stop() {
+                consumer.stop();
+            }
+        };
+        let status = self.drive_until(registry, hand, &mut |n| keep_notice(&mut notices, n), &mut requests);
         self.notices = notices;
         status
     }

@@ -25,6 +25,8 @@
 //!   entries to a handler inline ([`Driver::drive`]), or out to your own workers
 //!   ([`Driver::drive_deferred`], up to the concurrency in hand at once), each settled by its
 //!   id as it completes ([`Driver::settle`]); `examples/pool.rs` shows such a loop.
+//!   [`Driver::drive_mixed`] decides per entry: inline when the handler can answer at once,
+//!   out to a worker when it would have to wait.
 //!
 //! While a runner runs, [`Runner::stats_handle`] (and [`Streams::stats_handles`]) read its
 //! counters, the entries in hand and buffered and whether it is connected from any thread.

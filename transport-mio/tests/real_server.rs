@@ -548,3 +548,80 @@ fn deferred_with_a_peer(flavor: Flavor) {
     assert!(stats.leases_renewed >= 2, "{flavor:?}: {stats:?}");
     assert_eq!((stats.leases_lost, stats.lost_to_peer, peer_stats.claimed), (0, 0, 0));
 }
+
+/// `drive_mixed`: two of three entries handled inline, every third passed to a worker and
+/// settled when it comes back; a stop asked through `stop` after the 20th entry is honored
+/// right after it, in the middle of the read's batch. One at a time (concurrency 1), so in
+/// order whichever way each went; the 20 acked, the rest of the read left pending. On every
+/// server.
+#[test]
+fn drive_mixed_handles_inline_or_defers_and_stops_between_two_entries() {
+    let threads: Vec<_> = Flavor::ALL.into_iter().map(|f| thread::spawn(move || mixed(f))).collect();
+    for t in threads {
+        t.join().expect("every server");
+    }
+}
+
+fn mixed(flavor: Flavor) {
+    let server = Server::start(flavor);
+    let mut admin = server.admin();
+    create_group(&mut admin, "s", "g");
+    let ids = admin.xadd_n("s", 30, 8);
+
+    let mut poll = Poll::new().unwrap();
+    let mut events = Events::with_capacity(16);
+    let waker = std::sync::Arc::new(mio::Waker::new(poll.registry(), Token(1)).unwrap());
+    // One read takes them all: the stop comes in the middle of its batch.
+    let consumer = Consumer::new(config("s", "g", "c1").start_count(30)).unwrap();
+    let mut driver = Driver::new(server.addr(), consumer, Token(0));
+    let (to_worker, work) = mpsc::channel::<Entry>();
+    let (done, verdicts) = mpsc::channel::<String>();
+    let wake = waker.clone();
+    let worker = thread::spawn(move || {
+        for entry in work.iter() {
+            let _ = done.send(String::from_utf8(entry.id().to_vec()).unwrap());
+            let _ = wake.wake();
+        }
+    });
+
+    let text = |entry: &Entry| String::from_utf8(entry.id().to_vec()).unwrap();
+    let handed = std::cell::RefCell::new(Vec::new());
+    let (mut inline, mut deferred) = (0, 0);
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        assert!(Instant::now() < deadline, "{flavor:?}: handed {:?}", handed.borrow());
+        while let Ok(id) = verdicts.try_recv() {
+            assert!(driver.settle(id.as_bytes(), Verdict::Ack), "{id} in hand");
+        }
+        let status = driver
+            .drive_mixed(
+                poll.registry(),
+                &mut |entry| {
+                    let mut handed = handed.borrow_mut();
+                    handed.push(text(&entry));
+                    if handed.len() % 3 == 0 {
+                        deferred += 1;
+                        to_worker.send(entry).unwrap();
+                        None
+                    } else {
+                        inline += 1;
+                        Some(Verdict::Ack)
+                    }
+                },
+                &mut || handed.borrow().len() >= 20,
+            )
+            .unwrap();
+        if status == Status::Stopped {
+            break;
+        }
+        let timeout = driver.next_deadline().map(|at| at.saturating_duration_since(Instant::now()));
+        poll.poll(&mut events, Some(timeout.unwrap_or(PATIENCE).min(Duration::from_millis(100)))).unwrap();
+    }
+    drop(to_worker);
+    worker.join().unwrap();
+    assert_eq!(handed.into_inner(), ids[..20].to_vec(), "{flavor:?}: each once, in order");
+    assert_eq!((inline, deferred), (14, 6), "{flavor:?}");
+    let stats = driver.consumer().stats();
+    assert_eq!((stats.new, stats.acked), (20, 20), "{flavor:?}: {stats:?}");
+    assert_eq!(pending_ids(&mut admin, "s", "g"), ids[20..].to_vec(), "{flavor:?}");
+}

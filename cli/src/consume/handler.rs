@@ -3,6 +3,8 @@
 //! flags that stop every lane ([`Shared`]) are common to all.
 
 use std::io::Write;
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
@@ -22,8 +24,8 @@ pub const EX_DATAERR: i32 = 65;
 /// Set by a second signal, before its commands are ended and the process exits with 130.
 pub static EXITING: AtomicBool = AtomicBool::new(false);
 
-/// The longest line written to stdout on the executor's thread (`--transport smol`): a
-/// pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
+/// The longest line written to stdout on the transport's own thread (the event loop, the
+/// executor): a pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
 const PIPE_BUF: usize = 4096;
 
 /// What a lane's handler counts, read by the progress line and the final report.
@@ -205,12 +207,13 @@ impl Handler {
     /// `--exec`) while stdout has room for its line. `None`: hand it to [`handle`](Self::handle)
     /// on a thread that may block.
     ///
-    /// This is how `--transport smol` prints without a hop to the blocking pool per entry,
-    /// yet with each line written to stdout before its verdict, as on mio: the runner may
-    /// send the `XACK` right after the settle (the batch's end, the ack delay, a read ahead),
-    /// so a line held in a buffer past its verdict could be acknowledged and then lost with
-    /// the process. One `write` per entry is the price; a blocked stdout never stalls the
-    /// executor, whose connections keep renewing leases and confirming acks.
+    /// This is how both transports print without a hop to a worker thread (mio) or the
+    /// blocking pool (smol) per entry, yet with each line written to stdout before its
+    /// verdict: the driver may send the `XACK` right after the settle (the batch's end, the
+    /// ack delay, a read ahead), so a line held in a buffer past its verdict could be
+    /// acknowledged and then lost with the process. One `write` per entry is the price; a
+    /// blocked stdout never stalls the event loop (mio) or the executor (smol), whose
+    /// connections keep renewing leases and confirming acks.
     pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
         if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
             return None;
@@ -403,10 +406,32 @@ fn signal_name(signal: i32) -> Option<&'static str> {
 /// a pipe or terminal with room, a file. No answer (an error) counts as no room: the blocking
 /// path then finds out what is wrong.
 fn stdout_has_room() -> bool {
+    if stdout_always_ready() {
+        return true;
+    }
     let stdout = std::io::stdout();
     let mut fds = [PollFd::new(&stdout, PollFlags::OUT)];
     let now = Timespec { tv_sec: 0, tv_nsec: 0 };
     matches!(rustix::event::poll(&mut fds, Some(&now)), Ok(1))
         && fds[0].revents().contains(PollFlags::OUT)
         && !fds[0].revents().intersects(PollFlags::ERR | PollFlags::HUP)
+}
+
+/// Whether stdout is a regular file or `/dev/null`, which poll(2) always finds ready: its
+/// room is then not asked before each line (a system call per entry that could only say
+/// yes). Asked once: stdout stays the same file.
+fn stdout_always_ready() -> bool {
+    static READY: OnceLock<bool> = OnceLock::new();
+    *READY.get_or_init(|| {
+        let stdout = std::io::stdout().as_fd().try_clone_to_owned().map(std::fs::File::from);
+        let Ok(meta) = stdout.and_then(|file| file.metadata()) else { return false };
+        let is_null = || {
+            std::fs::metadata("/dev/null").is_ok_and(|null| {
+                meta.file_type().is_char_device()
+                    && null.file_type().is_char_device()
+                    && meta.rdev() == null.rdev()
+            })
+        };
+        meta.file_type().is_file() || is_null()
+    })
 }

@@ -1,12 +1,16 @@
 //! The lanes on `pelican-mio`: one `Driver` per lane, all on one `mio::Poll` on this thread,
 //! and per lane a pool of worker threads that run its handler, one entry each at a time.
 //!
-//! Entries are handed out deferred ([`Driver::drive_deferred`]), up to `--concurrency` at
-//! once per lane: each goes to the lane's queue, where an idle worker takes it, and the poll
-//! goes on driving every connection meanwhile. So a slow command on one stream holds up no
-//! other stream, and its own connection keeps writing earned acks and renewing the lease of
-//! the entries in hand, which no peer can then take however long the commands run. A worker
-//! sends each verdict back by the entry's id and wakes the poll, which settles it.
+//! Entries are handed out with [`Driver::drive_mixed`], up to `--concurrency` at once per
+//! lane. An entry printed (no `--exec`) while stdout has room for its line is written right
+//! there, on this thread, and settled at once (see [`Handler::handle_here`]): no hop to a
+//! worker and back, no wake-up of the poll, and a whole read's batch in one drive. Any other
+//! entry (a command, a line stdout has no room for) goes to the lane's queue, where an idle
+//! worker takes it, and the poll goes on driving every connection meanwhile. So a slow
+//! command on one stream (or a stdout nobody reads) holds up no other stream, and its own
+//! connection keeps writing earned acks and renewing the lease of the entries in hand,
+//! which no peer can then take however long the commands run. A worker sends each verdict
+//! back by the entry's id and wakes the poll, which settles it.
 //!
 //! A lane's workers are started as its entries in hand need them, up to `--concurrency`:
 //! as many as the most entries it had in hand at once, so an entry never waits for a worker,
@@ -89,7 +93,7 @@ fn drive_all(
             // While stopping, drive everyone: driving more often than needed is harmless,
             // and a stop may be done at once.
             let due = lane.driver.next_deadline().is_some_and(|at| at <= now);
-            if lane.outcome.is_none() && (woken || due || stopping) && lane.drive(poll.registry()) {
+            if lane.outcome.is_none() && (woken || due || stopping) && lane.drive(poll.registry(), stop) {
                 stop.stop();
             }
         }
@@ -219,11 +223,24 @@ impl Running {
         earned.saturating_sub(stats.acked + stats.lost_to_peer + stats.acks_unmatched)
     }
 
-    /// One turn of the driver: the entries handed out go to the workers, notices are told.
-    /// Returns true if the lane failed just now (the others must stop).
-    fn drive(&mut self, registry: &Registry) -> bool {
+    /// One turn of the driver: the entries handed out are printed here if they can be
+    /// without blocking, else go to the workers; notices are told. A stop asked meanwhile
+    /// is passed on between two entries. Returns true if the lane failed just now (the
+    /// others must stop).
+    fn drive(&mut self, registry: &Registry, stop: &StopAll) -> bool {
         let mut handed = Vec::new();
-        let status = self.driver.drive_deferred(registry, &mut |entry| handed.push(entry));
+        let handler = &self.handler;
+        let status = self.driver.drive_mixed(
+            registry,
+            &mut |entry| {
+                let here = caught(handler, &entry, || handler.handle_here(&entry), Some(Verdict::Retry));
+                if here.is_none() {
+                    handed.push(entry);
+                }
+                here
+            },
+            &mut || stop.is_requested(),
+        );
         while let Some(notice) = self.driver.poll_notice() {
             (self.tell)(&notice);
         }
@@ -296,21 +313,21 @@ fn spawn_worker(
         // Held while waiting: the other idle workers wait for the lock instead.
         let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
         let Ok(entry) = next else { return };
-        let verdict = match panic::catch_unwind(AssertUnwindSafe(|| handler.handle(&entry))) {
-            Ok(verdict) => verdict,
-            Err(_) => {
-                let id = String::from_utf8_lossy(entry.id()).into_owned();
-                handler
-                    .shared
-                    .screen
-                    .tell(format_args!("pelican: handling {id} failed (a bug); it stays pending"));
-                Verdict::Retry
-            }
-        };
+        let verdict = caught(&handler, &entry, || handler.handle(&entry), Verdict::Retry);
         if settled.send((i, entry.id_bytes(), verdict)).is_err() {
             return;
         }
         let _ = waker.wake();
+    })
+}
+
+/// What `handle` gives for `entry`, or `panicked` if it panics (a bug): the panic is told,
+/// and the entry, given `panicked` (a retry), stays pending.
+fn caught<T>(handler: &Handler, entry: &Entry, handle: impl FnOnce() -> T, panicked: T) -> T {
+    panic::catch_unwind(AssertUnwindSafe(handle)).unwrap_or_else(|_| {
+        let id = String::from_utf8_lossy(entry.id()).into_owned();
+        handler.shared.screen.tell(format_args!("pelican: handling {id} failed (a bug); it stays pending"));
+        panicked
     })
 }
 

@@ -100,6 +100,11 @@ impl Pelican {
             .unwrap_or_else(|e| panic!("no stdout line within {WAIT:?} ({e}); stderr:\n{}", self.stderr()))
     }
 
+    /// The next stdout line if one came already.
+    pub fn try_line(&mut self) -> Option<String> {
+        self.lines.as_ref().expect("stdout is read").try_recv().ok()
+    }
+
     /// What it wrote on stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
