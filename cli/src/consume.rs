@@ -189,6 +189,12 @@ pub struct Args {
     /// entries
     #[arg(long, value_name = "FIELD", value_parser = OsStringValueParser::new().try_map(field), verbatim_doc_comment)]
     order_by: Option<OsString>,
+    /// start and run beside another live process consuming under the same
+    /// name (stream, group and consumer): by default pelican refuses to start
+    /// then, since two processes under one name handle each other's entries
+    /// twice, and tells a twin that appears later
+    #[arg(long, verbatim_doc_comment)]
+    allow_twins: bool,
     /// progress on stderr every second even when stderr is not a terminal
     /// (on a terminal it is always shown, and cleared before other output and
     /// before each command starts), with the group's health every 5 s
@@ -306,6 +312,9 @@ fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
     }
     if a.recreate_group {
         config = config.on_group_gone(GroupGone::Recreate);
+    }
+    if a.allow_twins {
+        config = config.allow_twins();
     }
     if a.resp3 {
         config = config.protocol(Protocol::Resp3);
@@ -459,6 +468,7 @@ fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
         Some(pelican::Error::Server { message, .. }) => {
             login_refused("the server", message).unwrap_or_else(|| failure.message.clone())
         }
+        Some(pelican::Error::Twin { .. }) => format!("{} (--allow-twins)", failure.message),
         Some(pelican::Error::CrossSlot { .. }) => format!(
             "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",
             failure.message

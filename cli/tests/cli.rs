@@ -611,6 +611,37 @@ fn a_command_killed_by_a_signal_is_told() {
     assert_eq!(p.stderr().matches("killed by signal").count(), 1, "{}", p.stderr());
 }
 
+/// A second process under the same stream, group and consumer names is refused with exit 1,
+/// naming the first and the flag that allows it; with `--allow-twins` it runs beside it.
+#[test]
+fn a_twin_is_refused_unless_allowed() {
+    let server = Server::start(Flavor::Redis70);
+    let url = url(&server);
+    let mut first = Pelican::spawn(&consume(&url, &["--quiet"]));
+    wait_until("the first connected", || {
+        server
+            .admin()
+            .call(&["CLIENT", "LIST"])
+            .as_text()
+            .unwrap_or_default()
+            .contains(" name=pelican:s:g:c ")
+    });
+    let (status, _, stderr) = run(&consume(&url, &[]));
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("already consumes as pelican:s:g:c") && stderr.contains("(--allow-twins)"),
+        "{stderr}"
+    );
+    let mut twin = Pelican::spawn(&consume(&url, &["--quiet", "--allow-twins"]));
+    wait_until("both connected", || {
+        let list = server.admin().call(&["CLIENT", "LIST"]).as_text().unwrap_or_default();
+        list.matches(" name=pelican:s:g:c ").count() == 2
+    });
+    twin.stop();
+    first.stop();
+    assert_eq!((first.wait().code(), twin.wait().code()), (Some(0), Some(0)));
+}
+
 /// A command that cannot run (127: not found, 126: not executable) stops the consumer with
 /// exit 1 and a message naming it; the entry stays pending (a typo does not dead-letter or
 /// fail the whole stream).
