@@ -28,11 +28,23 @@ pub use tls::*;
 /// The application's handler, as the suite hands it to a transport.
 pub type Handler = Box<dyn FnMut(&Entry) -> Verdict + Send>;
 
+/// A handler many entries are in at once: shared by whatever runs them side by side. It may
+/// block (a slow handler is a sleep, or a bounded wait for the story to go on): the
+/// transport runs it so that the others in hand go on meanwhile.
+pub type SharedHandler = Arc<dyn Fn(&Entry) -> Verdict + Send + Sync>;
+
 /// What a transport must offer the suite: run one consumer on a thread of its own.
 pub trait Transport {
     /// Starts a consumer for `config` against `to` (over TLS if it says so), handling
     /// entries with `handler`.
     fn spawn(to: Endpoint, config: Config, handler: Handler) -> Running;
+
+    /// Starts a consumer for `config` against `to` that keeps up to
+    /// [`Config::concurrency`] entries in hand, handling them with `handler` at once (each
+    /// call may block without holding up the others), each settled by its verdict as it
+    /// returns. An [`abandon`](Running::abandon) gives up the entries in hand: their
+    /// verdicts are not sent, whenever their handlers return.
+    fn spawn_concurrent(to: Endpoint, config: Config, handler: SharedHandler) -> Running;
 }
 
 /// A consumer running on its own thread.
