@@ -242,22 +242,34 @@ pub fn crash_restart<T: Transport>(t: Target) {
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 120, 8);
-    // First life: handles 20 entries, then crashes mid-batch (the handler panics, the thread
-    // dies, the connection drops: no ack for the entry in hand or the rest of the batch).
+    // First life: handles 19 entries, then dies with the 20th in hand, mid-batch. A panic no
+    // longer crashes (it stops, confirming the earned acks): the 20th handler waits while
+    // the process is abandoned, as a kill -9 would leave it (no verdict, no ack owed sent,
+    // the connection dropped).
     let seen = Seen::default();
     let handled = AtomicUsize::new(0);
+    let (dying, killed) = (Arc::new(Mutex::new(None)), Arc::new(AtomicBool::new(false)));
+    let (in_hand, dead) = (dying.clone(), killed.clone());
     let crash = T::spawn(
         server.endpoint(),
         t.config("c1"),
-        seen.handler(move |_, _| match handled.fetch_add(1, Ordering::SeqCst) {
-            19 => panic!("crash (on purpose, for the test)"),
-            _ => Verdict::Ack,
+        seen.handler(move |id, _| {
+            if handled.fetch_add(1, Ordering::SeqCst) == 19 {
+                *in_hand.lock().unwrap() = Some(id.to_string());
+                assert!(wait_until(SETTLE, || dead.load(Ordering::SeqCst)), "never killed");
+            }
+            Verdict::Ack
         }),
     );
-    let _ = crash.join(SETTLE);
+    assert!(wait_until(SETTLE, || dying.lock().unwrap().is_some()), "handled {} of 20", seen.len());
+    crash.abandon();
+    killed.store(true, Ordering::SeqCst);
+    crash.join(SETTLE).expect("abandoned");
     let held: BTreeSet<String> =
         admin.xpending_consumer(STREAM, GROUP, "c1").into_iter().map(|p| p.0).collect();
-    assert!(held.len() >= 20, "c1 holds its unacked batch ({})", held.len());
+    let in_hand = dying.lock().unwrap().clone().expect("an entry in hand");
+    assert!(held.contains(&in_hand), "the entry in hand at the crash stays pending: {held:?}");
+    assert!(held.len() >= 31, "c1 holds the rest of its batch of 50 ({})", held.len());
     // Second life, same name: the backlog is handed out from its own pending list at once,
     // before anything new.
     let started = Instant::now();
@@ -271,6 +283,9 @@ pub fn crash_restart<T: Transport>(t: Target) {
     let (first, rest) = deliveries.split_at(held.len());
     assert!(first.iter().all(|(id, s)| *s == Source::Pending && held.contains(id)), "backlog first");
     assert!(rest.iter().all(|(_, s)| *s == Source::New));
+    let twice: BTreeSet<String> = seen.ids().intersection(&again.ids()).cloned().collect();
+    assert!(twice.is_subset(&held), "handled twice, yet acked before the crash: {twice:?}");
+    assert_eq!(again.len(), again.ids().len(), "the second life handled each once");
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
 
