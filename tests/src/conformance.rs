@@ -2,7 +2,8 @@
 //! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0 and Valkey 8.1, in RESP2 and
 //! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
 //! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
-//! handlers and of big entries are in [`handlers`].
+//! handlers and of big entries are in [`handlers`]; stories of many entries in hand at once
+//! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`].
 //!
 //! A transport's test file instantiates the whole suite with one line:
 //! `pelican_tests::conformance_suite!(MyTransport);`
@@ -20,9 +21,11 @@ use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
 pub mod cluster;
 pub mod handlers;
+pub mod in_hand;
 pub mod tls;
 pub use cluster::*;
 pub use handlers::*;
+pub use in_hand::*;
 pub use tls::*;
 
 /// The application's handler, as the suite hands it to a transport.
@@ -728,7 +731,8 @@ macro_rules! conformance_suite {
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
-            big_entries, entry_too_large_is_named, twins, acl_stream_worker);
+            big_entries, entry_too_large_is_named, twins, acl_stream_worker, kill_with_entries_in_hand,
+            stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_failover);
