@@ -2,7 +2,8 @@
 //! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0 and Valkey 8.1, in RESP2 and
 //! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
 //! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
-//! handlers and of big entries are in [`handlers`].
+//! handlers and of big entries are in [`handlers`]; stories of many entries in hand at once
+//! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`].
 //!
 //! A transport's test file instantiates the whole suite with one line:
 //! `pelican_tests::conformance_suite!(MyTransport);`
@@ -20,19 +21,33 @@ use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
 pub mod cluster;
 pub mod handlers;
+pub mod in_hand;
 pub mod tls;
 pub use cluster::*;
 pub use handlers::*;
+pub use in_hand::*;
 pub use tls::*;
 
 /// The application's handler, as the suite hands it to a transport.
 pub type Handler = Box<dyn FnMut(&Entry) -> Verdict + Send>;
+
+/// A handler many entries are in at once: shared by whatever runs them side by side. It may
+/// block (a slow handler is a sleep, or a bounded wait for the story to go on): the
+/// transport runs it so that the others in hand go on meanwhile.
+pub type SharedHandler = Arc<dyn Fn(&Entry) -> Verdict + Send + Sync>;
 
 /// What a transport must offer the suite: run one consumer on a thread of its own.
 pub trait Transport {
     /// Starts a consumer for `config` against `to` (over TLS if it says so), handling
     /// entries with `handler`.
     fn spawn(to: Endpoint, config: Config, handler: Handler) -> Running;
+
+    /// Starts a consumer for `config` against `to` that keeps up to
+    /// [`Config::concurrency`] entries in hand, handling them with `handler` at once (each
+    /// call may block without holding up the others), each settled by its verdict as it
+    /// returns. An [`abandon`](Running::abandon) gives up the entries in hand: their
+    /// verdicts are not sent, whenever their handlers return.
+    fn spawn_concurrent(to: Endpoint, config: Config, handler: SharedHandler) -> Running;
 }
 
 /// A consumer running on its own thread.
@@ -230,22 +245,34 @@ pub fn crash_restart<T: Transport>(t: Target) {
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 120, 8);
-    // First life: handles 20 entries, then crashes mid-batch (the handler panics, the thread
-    // dies, the connection drops: no ack for the entry in hand or the rest of the batch).
+    // First life: handles 19 entries, then dies with the 20th in hand, mid-batch. A panic no
+    // longer crashes (it stops, confirming the earned acks): the 20th handler waits while
+    // the process is abandoned, as a kill -9 would leave it (no verdict, no ack owed sent,
+    // the connection dropped).
     let seen = Seen::default();
     let handled = AtomicUsize::new(0);
+    let (dying, killed) = (Arc::new(Mutex::new(None)), Arc::new(AtomicBool::new(false)));
+    let (in_hand, dead) = (dying.clone(), killed.clone());
     let crash = T::spawn(
         server.endpoint(),
         t.config("c1"),
-        seen.handler(move |_, _| match handled.fetch_add(1, Ordering::SeqCst) {
-            19 => panic!("crash (on purpose, for the test)"),
-            _ => Verdict::Ack,
+        seen.handler(move |id, _| {
+            if handled.fetch_add(1, Ordering::SeqCst) == 19 {
+                *in_hand.lock().unwrap() = Some(id.to_string());
+                assert!(wait_until(SETTLE, || dead.load(Ordering::SeqCst)), "never killed");
+            }
+            Verdict::Ack
         }),
     );
-    let _ = crash.join(SETTLE);
+    assert!(wait_until(SETTLE, || dying.lock().unwrap().is_some()), "handled {} of 20", seen.len());
+    crash.abandon();
+    killed.store(true, Ordering::SeqCst);
+    crash.join(SETTLE).expect("abandoned");
     let held: BTreeSet<String> =
         admin.xpending_consumer(STREAM, GROUP, "c1").into_iter().map(|p| p.0).collect();
-    assert!(held.len() >= 20, "c1 holds its unacked batch ({})", held.len());
+    let in_hand = dying.lock().unwrap().clone().expect("an entry in hand");
+    assert!(held.contains(&in_hand), "the entry in hand at the crash stays pending: {held:?}");
+    assert!(held.len() >= 31, "c1 holds the rest of its batch of 50 ({})", held.len());
     // Second life, same name: the backlog is handed out from its own pending list at once,
     // before anything new.
     let started = Instant::now();
@@ -259,6 +286,9 @@ pub fn crash_restart<T: Transport>(t: Target) {
     let (first, rest) = deliveries.split_at(held.len());
     assert!(first.iter().all(|(id, s)| *s == Source::Pending && held.contains(id)), "backlog first");
     assert!(rest.iter().all(|(_, s)| *s == Source::New));
+    let twice: BTreeSet<String> = seen.ids().intersection(&again.ids()).cloned().collect();
+    assert!(twice.is_subset(&held), "handled twice, yet acked before the crash: {twice:?}");
+    assert_eq!(again.len(), again.ids().len(), "the second life handled each once");
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
 
@@ -701,7 +731,8 @@ macro_rules! conformance_suite {
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
-            big_entries, entry_too_large_is_named, twins, acl_stream_worker);
+            big_entries, entry_too_large_is_named, twins, acl_stream_worker, kill_with_entries_in_hand,
+            stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_failover);

@@ -1,27 +1,46 @@
 //! The conformance suite (`pelican-tests`) over `pelican-mio`, on Redis 6.2, Redis 7.0 and
-//! Valkey 8.1, RESP2 and RESP3, and over TLS (and mutual TLS) on Redis 7.0.
+//! Valkey 8.1, RESP2 and RESP3, and over TLS (and mutual TLS) on Redis 7.0. One entry at a
+//! time runs inline (`Runner::run`); many in hand run on the pool (`Runner::run_pool`).
 
 use std::thread;
 
 use pelican::Config;
-use pelican_tests::conformance::{Handler, Running, Transport};
+use pelican_mio::Runner;
+use pelican_tests::conformance::{Handler, Running, SharedHandler, Transport};
 use pelican_tests::server::Endpoint;
 
 struct Mio;
 
+/// A runner for `config` against `to`, over TLS if it says so.
+fn runner(to: Endpoint, config: Config) -> Runner {
+    let mut runner = Runner::new(to.addr, config).expect("a valid runner");
+    if let Some((tls, host)) = to.tls {
+        runner = runner.tls(tls, host);
+    }
+    if let Some(timeout) = to.connect_timeout {
+        runner = runner.connect_timeout(timeout);
+    }
+    runner
+}
+
+/// `run` on a thread of its own, stopped and abandoned through the runner's handle.
+fn running(
+    runner: Runner,
+    run: impl FnOnce(Runner) -> Result<pelican::Stats, pelican_mio::RunError> + Send + 'static,
+) -> Running {
+    let stop = runner.stop_handle();
+    let thread = thread::spawn(move || run(runner).map_err(|e| e.to_string()));
+    let abandon = stop.clone();
+    Running::new(move || stop.stop(), move || abandon.abandon(), thread)
+}
+
 impl Transport for Mio {
     fn spawn(to: Endpoint, config: Config, mut handler: Handler) -> Running {
-        let mut runner = pelican_mio::Runner::new(to.addr, config).expect("a valid runner");
-        if let Some((tls, host)) = to.tls {
-            runner = runner.tls(tls, host);
-        }
-        if let Some(timeout) = to.connect_timeout {
-            runner = runner.connect_timeout(timeout);
-        }
-        let stop = runner.stop_handle();
-        let thread = thread::spawn(move || runner.run(|e| handler(e)).map_err(|e| e.to_string()));
-        let abandon = stop.clone();
-        Running::new(move || stop.stop(), move || abandon.abandon(), thread)
+        running(runner(to, config), move |runner| runner.run(|e| handler(e)))
+    }
+
+    fn spawn_concurrent(to: Endpoint, config: Config, handler: SharedHandler) -> Running {
+        running(runner(to, config), move |runner| runner.run_pool(|e| handler(e)))
     }
 }
 

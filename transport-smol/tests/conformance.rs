@@ -1,33 +1,60 @@
 //! The conformance suite (`pelican-tests`) over `pelican-smol`, on Redis 6.2, Redis 7.0 and
-//! Valkey 8.1, RESP2 and RESP3.
+//! Valkey 8.1, RESP2 and RESP3, and over TLS (and mutual TLS) on Redis 7.0. Many entries in
+//! hand are futures polled inside `Runner::run`, each running the suite's (blocking) handler
+//! on smol's blocking-thread pool (`smol::unblock`).
 
 use std::thread;
 
 use pelican::Config;
-use pelican_tests::conformance::{Handler, Running, Transport};
+use pelican_smol::Runner;
+use pelican_tests::conformance::{Handler, Running, SharedHandler, Transport};
 use pelican_tests::server::Endpoint;
 
 struct Smol;
 
+/// A runner for `config` against `to`, over TLS if it says so.
+fn runner(to: Endpoint, config: Config) -> Runner {
+    let mut runner = Runner::new(to.addr, config).expect("a valid runner");
+    if let Some((tls, host)) = to.tls {
+        runner = runner.tls(tls, host);
+    }
+    if let Some(timeout) = to.connect_timeout {
+        runner = runner.connect_timeout(timeout);
+    }
+    runner
+}
+
+/// `run` blocked on, on a thread of its own, stopped and abandoned through the runner's
+/// handle.
+fn running(
+    runner: Runner,
+    run: impl FnOnce(Runner) -> Result<pelican::Stats, pelican_smol::RunError> + Send + 'static,
+) -> Running {
+    let stop = runner.stop_handle();
+    let thread = thread::spawn(move || run(runner).map_err(|e| e.to_string()));
+    let abandon = stop.clone();
+    Running::new(move || stop.stop(), move || abandon.abandon(), thread)
+}
+
 impl Transport for Smol {
     fn spawn(to: Endpoint, config: Config, mut handler: Handler) -> Running {
-        let mut runner = pelican_smol::Runner::new(to.addr, config).expect("a valid runner");
-        if let Some((tls, host)) = to.tls {
-            runner = runner.tls(tls, host);
-        }
-        if let Some(timeout) = to.connect_timeout {
-            runner = runner.connect_timeout(timeout);
-        }
-        let stop = runner.stop_handle();
-        let thread = thread::spawn(move || {
+        running(runner(to, config), move |runner| {
             smol::block_on(runner.run(move |e| {
                 let v = handler(&e);
                 async move { v }
             }))
-            .map_err(|e| e.to_string())
-        });
-        let abandon = stop.clone();
-        Running::new(move || stop.stop(), move || abandon.abandon(), thread)
+        })
+    }
+
+    fn spawn_concurrent(to: Endpoint, config: Config, handler: SharedHandler) -> Running {
+        running(runner(to, config), move |runner| {
+            // An abandon drops the futures: a handler already running on the pool finishes
+            // there, its verdict unused.
+            smol::block_on(runner.run(move |e| {
+                let handler = handler.clone();
+                smol::unblock(move || handler(&e))
+            }))
+        })
     }
 }
 
