@@ -471,11 +471,9 @@ pub fn key_order_across_restart<T: Transport>(t: Target) {
 /// concurrency) start together on 30 waiting entries, each handler taking 200 ms. Each
 /// handles some, none more than half, and every entry is handled once.
 ///
-/// `min_idle` is 1 s, five handlers' time. Until a handler is timed, each consumer reads
-/// the start count, 2, with two reads of 2 ahead: 6 each. Once one is timed, reads ask for
-/// what the handlers get through in half the lease: with a `min_idle` long against the
-/// handler (an hour, as the other stories have; or 6 s, the default 30 s against a 1 s
-/// handler) the first consumer to time one reads all 12 left, and handles 18 of the 30.
+/// With the suite's long `min_idle` (an hour): reads ask for the start count until a handler
+/// is timed, then for about 10 ms of the handlers' work (one entry each here), never what the
+/// lease would allow, so the consumer that times a handler first does not take what is left.
 pub fn fair_start<T: Transport>(t: Target) {
     let server = t.start();
     let mut admin = server.admin();
@@ -487,7 +485,7 @@ pub fn fair_start<T: Transport>(t: Target) {
         .iter()
         .zip(&logs)
         .map(|(name, log)| {
-            let mut config = t.config(name).concurrency(2).min_idle(Duration::from_secs(1));
+            let mut config = t.config(name).concurrency(2);
             config.start_count = None;
             let log = log.clone();
             T::spawn_concurrent(
@@ -514,6 +512,6 @@ pub fn fair_start<T: Transport>(t: Target) {
     }
     let counts: Vec<usize> = logs.iter().map(Log::len).collect();
     assert_eq!(counts.iter().sum::<usize>(), all.len(), "each entry handled once: {counts:?}");
-    assert!(counts.iter().all(|n| *n > 0 && *n <= all.len() / 2), "none hoards: {counts:?}");
+    assert!(counts.iter().all(|n| *n >= 5 && *n <= all.len() / 2), "none hoards: {counts:?}");
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
