@@ -37,8 +37,13 @@ pub(crate) struct Pace {
     /// Handlers that run at once.
     concurrency: u32,
     read_bytes: usize,
-    /// Handler time per entry, in nanoseconds.
+    /// Handler time per entry, in nanoseconds: up at once on a larger sample (reads shrink
+    /// as soon as handlers slow down, for the lease's sake).
     handler: u64,
+    /// Handler time per entry, smoothed both ways (an eighth of each gap): what sizes reads
+    /// to the handlers' pace ([`HORIZON`]), where one slow sample (a thread descheduled) must
+    /// not cut the reads of quick handlers. Never above `handler`.
+    smooth: u64,
     /// Whether any handler has been timed yet.
     timed: bool,
     entry_bytes: usize,
@@ -69,6 +74,7 @@ impl Pace {
             concurrency: concurrency.max(1),
             read_bytes,
             handler: 0,
+            smooth: 0,
             timed: false,
             entry_bytes: 0,
             reported: max,
@@ -83,6 +89,13 @@ impl Pace {
     pub(crate) fn record_handler(&mut self, took: Duration) {
         let took = nanos(took);
         self.handler = if took >= self.handler { took } else { self.handler - (self.handler - took) / 8 };
+        self.smooth = match self.timed {
+            false => took,
+            true if took >= self.smooth => self.smooth + (took - self.smooth) / 8,
+            true => self.smooth - (self.smooth - took) / 8,
+        };
+        // The plan depends on both estimates; `smooth` never passes `handler`, so this bound
+        // covers both.
         if !self.timed || self.handler > self.quick_until {
             self.timed = true;
             self.replan();
@@ -130,8 +143,8 @@ impl Pace {
     }
 
     fn replan(&mut self) {
-        self.plan = self.plan_for(self.handler);
-        let quickest = self.plan_for(0);
+        self.plan = self.plan_for(self.handler, self.smooth);
+        let quickest = self.plan_for(0, 0);
         self.quick_until = if self.timed && self.plan == quickest {
             // The largest handler time that still gives this plan (see `plan_for`).
             let count = u64::from(quickest.count);
@@ -146,10 +159,11 @@ impl Pace {
         };
     }
 
-    fn plan_for(&self, handler: u64) -> Plan {
+    fn plan_for(&self, handler: u64, smooth: u64) -> Plan {
         // Before any handler is timed, ask for the start count: enough for the handlers at
         // hand, not what idle peers could be working on.
-        let by_time = if self.timed { cap(self.horizon, handler) } else { self.start };
+        let by_time =
+            if self.timed { cap(self.budget, handler).min(cap(self.horizon, smooth)) } else { self.start };
         let by_size = cap(self.read_bytes as u64, self.entry_bytes as u64);
         let count = self.max.min(by_time).min(by_size);
         // The start count is no shrinking: nothing has been measured to shrink for.
@@ -287,10 +301,15 @@ mod tests {
         pace.record_read(100 * 100, 100);
         assert_eq!(pace.reads_ahead(), 4, "100 entries of 100 bytes");
         // Handlers of 50 µs: a read of 100 is 5 ms of work, within the 10 ms horizon: four
-        // ahead. Of 200 µs: 50 a read (the horizon), and one ahead only.
+        // ahead. One sample of 200 µs (a thread descheduled) does not cut the reads; handlers
+        // of 200 µs from then on make it 50 a read (the horizon), and one ahead only.
         pace.record_handler(Duration::from_micros(50));
         assert_eq!((pace.count().0, pace.reads_ahead()), (100, 4));
         pace.record_handler(Duration::from_micros(200));
+        assert_eq!(pace.count().0, 100, "one slow sample");
+        for _ in 0..60 {
+            pace.record_handler(Duration::from_micros(200));
+        }
         assert_eq!((pace.count().0, pace.reads_ahead()), (50, 1));
         // A tight lease still bounds what is buffered and on the way: (n + 1) reads of 100
         // entries within twice half the lease (20 ms): of 20 µs, four ahead; of 60 µs, two.
@@ -329,7 +348,7 @@ mod tests {
                     1 => pace.record_read(amount as usize, entries),
                     _ => pace.record_oversized(entries as u64),
                 }
-                proptest::prop_assert_eq!(pace.plan, pace.plan_for(pace.handler));
+                proptest::prop_assert_eq!(pace.plan, pace.plan_for(pace.handler, pace.smooth));
             }
         }
     }
