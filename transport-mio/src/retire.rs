@@ -9,7 +9,7 @@ use pelican::Config;
 
 /// Removes the consumers of `config`'s group on its stream that have been idle at least
 /// `min_idle`, hold no pending entry **and** have no live connection under their default
-/// name (`pelican:<group>:<consumer>`: on Redis 7.0 a consumer parked on reads that find
+/// name (`pelican:<stream>:<group>:<consumer>`: on Redis 7.0 a consumer parked on reads that find
 /// nothing looks idle however long it waits). The server is asked `CLIENT LIST` first, then
 /// the check and the removal run in one server-side script, so that no pending entry is
 /// orphaned by a race (see [`pelican::retire`]). With `dry_run`, removes nothing and reports
