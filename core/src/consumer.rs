@@ -53,7 +53,7 @@ pub enum Event {
 ///   [`on_disconnected`](Self::on_disconnected) when it is lost or a connect attempt failed.
 /// - **Input**: [`handle_input`](Self::handle_input) with bytes read from the socket,
 ///   [`handle_timeout`](Self::handle_timeout) when [`poll_timeout`](Self::poll_timeout) passes.
-/// - **Application**: [`settle`](Self::settle) with the verdict on the entry in hand,
+/// - **Application**: [`settle`](Self::settle) with the verdict on an entry in hand (by id),
 ///   [`stop`](Self::stop) to finish, [`abandon`](Self::abandon) to finish without waiting on
 ///   the server.
 /// - **Output**: [`poll_transmit`](Self::poll_transmit) / [`advance_transmit`](Self::advance_transmit)
@@ -62,9 +62,12 @@ pub enum Event {
 ///
 /// After every call of the first three groups the driver MUST drain the outputs: write what
 /// `poll_transmit` gives, handle every `poll_event`, and re-arm its timer from `poll_timeout`.
+/// Handing out an entry can queue bytes too (with [`Config::concurrency`] above 1, the next
+/// read once slots are free and nothing is buffered): look at `poll_transmit` again after the
+/// events, as the example in the crate docs does.
 /// A driver SHOULD keep doing so while the application works on an entry (reading, writing,
 /// and calling `handle_timeout` at `poll_timeout`): that is what sends earned acks within
-/// [`Config::ack_delay`] and keeps the entry in hand leased. A driver that cannot (a handler
+/// [`Config::ack_delay`] and keeps the entries in hand leased. A driver that cannot (a handler
 /// that blocks its thread) still gets each ack out at the next settle, but a handler running
 /// longer than `min_idle` can then lose its entry to a peer, which handles it too.
 ///
@@ -77,7 +80,7 @@ pub enum Event {
 /// - Entries read but not yet settled stay idle on the server, where a peer's `XAUTOCLAIM`
 ///   takes them after `min_idle`. So each is leased: before an entry read (or renewed) more
 ///   than [`Config::lease_threshold`] ago is handed out — and, while a driver keeps driving,
-///   as the lease of buffered entries and the entry in hand runs out — the consumer renews
+///   as the lease of buffered entries and those in hand runs out — the consumer renews
 ///   them all with one `XCLAIM … JUSTID` that skips any a peer took meanwhile. Those are
 ///   dropped unhandled ([`Notice::LeaseLost`]). Reads also ask for fewer entries when
 ///   handlers are slow, so that a read is handed out well within the lease.
