@@ -150,8 +150,8 @@ pub struct Config {
     pub order_by: Option<OrderBy>,
     /// Whether to start beside a live connection under this consumer's name (a *twin*: two
     /// processes sharing one name share one pending list and handle each other's entries
-    /// twice). `false` (the default): the first connect refuses with [`Error::Twin`]
-    /// (crate::Error::Twin), and a twin seen later (at a reconnect, or by the check every
+    /// twice). `false` (the default): the first connect refuses with
+    /// [`Error::Twin`](crate::Error::Twin), and a twin seen later (by the look every
     /// `min_idle`) is told as [`Notice::Twin`](crate::Notice::Twin). Needs a client name.
     pub allow_twins: bool,
 }
