@@ -24,6 +24,7 @@ use crate::pace::Pace;
 use crate::reply;
 use crate::stats::{Snapshot, Stats};
 use crate::stream_reply::{self, Item, Span};
+use crate::twins::{Outcome, Twins};
 
 /// What the consumer has to tell its driver.
 #[derive(Debug, PartialEq, Eq)]
@@ -176,27 +177,6 @@ pub struct Consumer {
     /// walk of the buffer at every turn of the driver.
     lease_floor: Option<Instant>,
     stats: Stats,
-}
-
-/// The look for *twins*: other live connections under this consumer's name.
-#[derive(Debug, Default)]
-struct Twins {
-    /// The first look answered: no twin at the start. Until then every connection looks
-    /// before it reads.
-    vetted: bool,
-    /// A twin was seen by the first look: looked again once (a predecessor whose connection
-    /// had just closed can still be listed), then refused.
-    seen_once: bool,
-    /// This connection's id (`CLIENT ID`), so that it is not its own twin.
-    own_id: Option<u64>,
-    /// When the next look is due, once vetted.
-    next_at: Option<Instant>,
-    /// A look is in flight.
-    asking: bool,
-    /// Twins told (by connection id), each once.
-    told: Vec<u64>,
-    /// The server refused the look: told once, then not asked again.
-    refused: bool,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -444,7 +424,7 @@ impl Consumer {
         for command in commands::handshake(&mut self.out, &self.config) {
             self.track(Sent::Handshake(command), now);
         }
-        if self.checks_twins() && !self.twins.vetted {
+        if self.checks_twins() && !self.twins.vetted() {
             self.look_for_twins(now);
         }
         if let Some(key) = self.config.dead_letter.as_ref().filter(|_| self.stop == Stop::Running) {
@@ -821,7 +801,7 @@ impl Consumer {
             return; // the entries in hand finish; nothing more is read
         }
         self.ask_health(now);
-        if self.twins.vetted && self.twins.next_at.is_some_and(|at| now >= at) && !self.in_flight.parked() {
+        if self.checks_twins() && self.twins.due(now) && !self.in_flight.parked() {
             self.look_for_twins(now);
         }
         // Reads of new entries that answer at once may overlap; anything else that decides
@@ -888,64 +868,27 @@ impl Consumer {
 
     /// Whether this consumer looks for twins: it has a name to look for, and may not share it.
     fn checks_twins(&self) -> bool {
-        !self.config.allow_twins && self.config.client_name.is_some() && !self.twins.refused
+        !self.config.allow_twins && self.config.client_name.is_some() && !self.twins.refused()
     }
 
     /// `CLIENT ID` and `CLIENT LIST`: until vetted, no read goes out before the answer.
     fn look_for_twins(&mut self, now: Instant) {
-        if self.twins.asking {
-            return;
-        }
-        let first = !self.twins.vetted;
-        self.twins.asking = true;
-        self.twins.own_id = None;
-        self.twins.next_at = Some(now + self.config.min_idle);
+        let Some(first) = self.twins.start(now, self.config.min_idle) else { return };
         commands::twins(&mut self.out);
         self.track(Sent::Twins { list: false, first }, now);
         self.track(Sent::Twins { list: true, first }, now);
     }
 
-    /// The `CLIENT LIST` answer: live connections under this consumer's name but this one.
-    /// A connection counts as live if it spoke within two beats and a grace (a consumer
-    /// running speaks at least every beat), so a connection the server has not yet seen die
-    /// (a host that vanished) does not keep a replacement from starting for long.
+    /// The `CLIENT LIST` answer (see [`Twins::on_list`]).
     fn on_twins(&mut self, value: Value, first: bool, now: Instant) -> Result<(), Error> {
-        self.twins.asking = false;
         let clients =
             reply::client_list(value).map_err(|e| Error::Shape { command: Command::Twins, detail: e.0 })?;
         let name = self.config.client_name.clone().unwrap_or_default();
-        let live_secs = (self.config.beat * 2 + self.config.read_grace).as_secs().max(1);
-        let own = self.twins.own_id;
-        let twins: Vec<reply::Client> = clients
-            .into_iter()
-            .filter(|c| c.name == name && Some(c.id) != own && c.idle_secs <= live_secs)
-            .collect();
-        if first {
-            match twins.into_iter().next() {
-                None => {
-                    self.twins.vetted = true;
-                    self.twins.next_at = Some(now + self.config.min_idle);
-                }
-                Some(_) if !self.twins.seen_once => {
-                    self.twins.seen_once = true;
-                    self.look_for_twins(now);
-                }
-                Some(twin) => {
-                    return Err(Error::Twin {
-                        name: String::from_utf8_lossy(&name).into_owned(),
-                        addr: twin.addr,
-                        idle: Duration::from_secs(twin.idle_secs),
-                    })
-                }
-            }
-            return Ok(());
-        }
-        for twin in twins {
-            if !self.twins.told.contains(&twin.id) {
-                self.twins.told.push(twin.id);
-                self.notices
-                    .push_back(Notice::Twin { addr: twin.addr, idle: Duration::from_secs(twin.idle_secs) });
-            }
+        let live = self.config.beat * 2 + self.config.read_grace;
+        match self.twins.on_list(clients, &name, live, first, now, self.config.min_idle)? {
+            Outcome::Done => {}
+            Outcome::LookAgain => self.look_for_twins(now),
+            Outcome::Tell(notices) => self.notices.extend(notices),
         }
         Ok(())
     }
@@ -1194,7 +1137,7 @@ impl Consumer {
         }
         self.staged = None;
         self.health = None;
-        self.twins.asking = false;
+        self.twins.lost();
         self.out.clear();
         self.tracked_upto = 0;
         self.decoder.reset();
@@ -1309,10 +1252,7 @@ impl Consumer {
             }
             Sent::GiveBack => {}
             Sent::Health(part) => self.on_health(part, value),
-            Sent::Twins { list: false, .. } => {
-                let id = reply::int(value).map_err(shape)?;
-                self.twins.own_id = u64::try_from(id).ok();
-            }
+            Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetterCheck => {
                 reply::int(value).map_err(shape)?;
@@ -1505,16 +1445,7 @@ impl Consumer {
             return Ok(());
         }
         if let Sent::Twins { list, .. } = sent {
-            // An ACL without `CLIENT ID`/`CLIENT LIST`: twins go unseen, said once. The
-            // other command of the pair answers too; it is the same refusal.
-            self.twins.vetted = true;
-            if list {
-                self.twins.asking = false;
-            }
-            if !self.twins.refused {
-                self.twins.refused = true;
-                self.notices.push_back(Notice::Refused { feature: Notice::TWINS, reason: text() });
-            }
+            self.notices.extend(self.twins.on_refused(list, text()));
             return Ok(());
         }
         if let Sent::DeadLetter(_) = sent {

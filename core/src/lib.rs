@@ -111,6 +111,7 @@ mod reply;
 pub mod retire;
 mod stats;
 mod stream_reply;
+mod twins;
 
 pub use config::{
     Auth, Config, ConfigError, GroupGone, KeyFn, Limits, OrderBy, Protocol, MAX_CONCURRENCY, MAX_DURATION,
