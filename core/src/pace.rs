@@ -162,8 +162,12 @@ impl Pace {
     fn plan_for(&self, handler: u64, smooth: u64) -> Plan {
         // Before any handler is timed, ask for the start count: enough for the handlers at
         // hand, not what idle peers could be working on.
-        let by_time =
-            if self.timed { cap(self.budget, handler).min(cap(self.horizon, smooth)) } else { self.start };
+        // Once timed, about HORIZON of the handlers' work, at least one entry for each handler
+        // (a read fills the free slots at once), within the lease.
+        let by_time = match self.timed {
+            true => cap(self.budget, handler).min(cap(self.horizon, smooth).max(self.concurrency)),
+            false => self.start,
+        };
         let by_size = cap(self.read_bytes as u64, self.entry_bytes as u64);
         let count = self.max.min(by_time).min(by_size);
         // The start count is no shrinking: nothing has been measured to shrink for.
@@ -273,6 +277,10 @@ mod tests {
         let mut pace = Pace::new(100, LEASE, 1 << 20, 8, 8);
         pace.record_handler(Duration::from_micros(1));
         assert_eq!(pace.count(), (100, None), "quick handlers: the configured count");
+        // Slower than the horizon: still one entry for each handler a read.
+        let mut pace = Pace::new(100, LEASE, 1 << 20, 4, 4);
+        pace.record_handler(Duration::from_millis(50));
+        assert_eq!(pace.count(), (4, Some(ShrinkCause::SlowHandler)));
     }
 
     #[test]
