@@ -78,6 +78,28 @@ impl<T> Pool<T> {
         Dispatch { closed: &self.closed, to_workers }
     }
 
+    /// Starts `workers` named worker threads in `scope`, each running [`work`](Self::work).
+    pub(crate) fn start<'scope, 'env, H>(
+        &'env self,
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        workers: u32,
+        handler: &'env H,
+        done: &Sender<(T, Outcome)>,
+        wake: impl Fn() + Send + Copy + 'env,
+    ) -> std::io::Result<()>
+    where
+        T: Send,
+        H: Fn(&T) -> Verdict + Sync,
+    {
+        for i in 0..workers {
+            let done = done.clone();
+            std::thread::Builder::new()
+                .name(format!("pelican-worker-{i}"))
+                .spawn_scoped(scope, move || self.work(handler, &done, wake))?;
+        }
+        Ok(())
+    }
+
     /// One worker: takes entries until the queue is closed, handles each (catching a panic),
     /// and sends it back with its outcome, waking the driving thread with `wake`.
     pub(crate) fn work(

@@ -286,13 +286,7 @@ impl Runner {
         thread::scope(|scope| {
             // Dropped on every way out of this closure, which ends the workers (see Dispatch).
             let dispatch = pool.dispatch(to_workers);
-            for i in 0..workers {
-                let done = done.clone();
-                thread::Builder::new()
-                    .name(format!("pelican-worker-{i}"))
-                    .spawn_scoped(scope, move || pool.work(handler, &done, || stop.wake()))
-                    .map_err(RunError::Io)?;
-            }
+            pool.start(scope, workers, handler, &done, || stop.wake()).map_err(RunError::Io)?;
             drive_pool(&mut poll, &mut driver, stop, observer, &mut stats, &dispatch, &verdicts)
         })
     }

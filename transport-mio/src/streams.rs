@@ -235,13 +235,7 @@ impl Streams {
         let failed = thread::scope(|scope| {
             // Dropped on every way out of this closure, which ends the workers.
             let dispatch = pool.dispatch(to_workers);
-            for i in 0..workers {
-                let done = done.clone();
-                thread::Builder::new()
-                    .name(format!("pelican-worker-{i}"))
-                    .spawn_scoped(scope, move || pool.work(handler, &done, || stop.wake()))
-                    .map_err(RunError::Io)?;
-            }
+            pool.start(scope, workers, handler, &done, || stop.wake()).map_err(RunError::Io)?;
             let mut settle = |lanes: &mut [Lane]| {
                 for ((i, entry), outcome) in verdicts.try_iter() {
                     let verdict = match outcome {
