@@ -39,7 +39,8 @@ pub enum GroupGoneWhileParked {
 }
 
 /// Options of a [`Sim`](crate::Sim). Start from [`SimOptions::redis62`],
-/// [`SimOptions::redis70`] or [`SimOptions::valkey81`] (the [`Default`]) and adjust.
+/// [`SimOptions::redis70`], [`SimOptions::valkey81`] (the [`Default`]) or
+/// [`SimOptions::redis810`] and adjust.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SimOptions {
     /// `XAUTOCLAIM` reply shape and deleted-entry handling.
@@ -110,6 +111,22 @@ impl SimOptions {
             requirepass: None,
             server_name: "valkey".into(),
             server_version: "8.1.8".into(),
+        }
+    }
+
+    /// Behaves like Redis 8.10 (its classic stream commands; see the sim's docs for the
+    /// Redis 8 verbs it speaks).
+    pub fn redis810() -> SimOptions {
+        SimOptions {
+            claim_shape: ClaimShape::Redis7,
+            key_deleted_while_parked: KeyDeletedWhileParked::NoGroup,
+            group_gone_while_parked: GroupGoneWhileParked::NoSuchKey,
+            xinfo_lag: true,
+            eager_consumer_creation: true,
+            autoclaim_deleted_use_count: true,
+            requirepass: None,
+            server_name: "redis".into(),
+            server_version: "8.10.2".into(),
         }
     }
 

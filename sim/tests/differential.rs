@@ -256,6 +256,7 @@ fn sim_options(flavor: Flavor) -> SimOptions {
         Flavor::Redis62 => SimOptions::redis62(),
         Flavor::Redis70 => SimOptions::redis70(),
         Flavor::Valkey81 => SimOptions::valkey81(),
+        Flavor::Redis810 => SimOptions::redis810(),
     }
 }
 

@@ -63,19 +63,22 @@ pub enum Flavor {
     Redis70,
     /// Valkey 8.1 (reports itself as `redis_version:7.2.4`).
     Valkey81,
+    /// Redis 8.10: speaks `XREADGROUP … CLAIM`, `XNACK`, `XACKDEL`, `MAXSIZE`, `XADD … IDMP`.
+    Redis810,
 }
 
 impl Flavor {
     /// Every flavor, oldest first.
-    pub const ALL: [Flavor; 3] = [Flavor::Redis62, Flavor::Redis70, Flavor::Valkey81];
+    pub const ALL: [Flavor; 4] = [Flavor::Redis62, Flavor::Redis70, Flavor::Valkey81, Flavor::Redis810];
 
     /// The flavor's name, which is also its binary's file name: `redis-6.2`, `redis-7.0`,
-    /// `valkey-8.1`.
+    /// `valkey-8.1`, `redis-8.10`.
     pub fn name(self) -> &'static str {
         match self {
             Flavor::Redis62 => "redis-6.2",
             Flavor::Redis70 => "redis-7.0",
             Flavor::Valkey81 => "valkey-8.1",
+            Flavor::Redis810 => "redis-8.10",
         }
     }
 

@@ -26,7 +26,7 @@ fn each_flavor(test: fn(Flavor)) {
 #[test]
 fn flavor_names_and_binaries() {
     let names: Vec<_> = Flavor::ALL.iter().map(|f| f.name()).collect();
-    assert_eq!(names, ["redis-6.2", "redis-7.0", "valkey-8.1"]);
+    assert_eq!(names, ["redis-6.2", "redis-7.0", "valkey-8.1", "redis-8.10"]);
     for flavor in Flavor::ALL {
         let binary = flavor.binary();
         assert!(binary.ends_with(format!(".servers/{}", flavor.name())), "{binary:?}");
