@@ -82,6 +82,18 @@ impl Acks {
         self.exposed = 0;
     }
 
+    /// Appends `<head…> IDS <n> <ids>` to `out`: the form of `XNACK` and `XACKDEL`.
+    pub(crate) fn encode_ids(&self, out: &mut BytesMut, head: &[&[u8]]) {
+        out.reserve(64 + head.iter().map(|a| a.len() + 8).sum::<usize>() + self.args.len());
+        header(out, b'*', head.len() + 2 + self.count);
+        for arg in head {
+            bulk(out, arg);
+        }
+        bulk(out, b"IDS");
+        bulk(out, crate::encode::Decimal::new(self.count as u64).as_bytes());
+        out.put_slice(&self.args);
+    }
+
     /// Appends `XACK key group <ids>` to `out`.
     pub(crate) fn encode(&self, out: &mut BytesMut, key: &[u8], group: &[u8]) {
         out.reserve(32 + key.len() + group.len() + self.args.len());
@@ -119,6 +131,13 @@ mod tests {
         );
         assert!(acks.contains(b"1-0") && acks.contains(b"22-1") && acks.contains(b"3-0"));
         assert!(!acks.contains(b"2-1") && !acks.contains(b"22") && !acks.contains(b""));
+        let mut xnack = BytesMut::new();
+        acks.encode_ids(&mut xnack, &[b"XNACK", b"s", b"g", b"FAIL"]);
+        assert_eq!(
+            &xnack[..],
+            &b"*9\r\n$5\r\nXNACK\r\n$1\r\ns\r\n$1\r\ng\r\n$4\r\nFAIL\r\n$3\r\nIDS\r\n$1\r\n3\r\n\
+               $3\r\n1-0\r\n$4\r\n22-1\r\n$3\r\n3-0\r\n"[..]
+        );
         let sent = acks.take(Acks::default());
         assert_eq!((sent.len(), acks.len()), (3, 0));
         assert!(!acks.contains(b"1-0"));

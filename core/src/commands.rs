@@ -51,53 +51,47 @@ pub(crate) fn create_group(out: &mut BytesMut, c: &Config) {
     command(out, &[b"XGROUP", b"CREATE", &c.stream, &c.group, start, b"MKSTREAM"]);
 }
 
-/// `XREADGROUP GROUP g c COUNT n STREAMS key <after>`: a page of the own pending list.
-pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8]) {
+/// `XREADGROUP GROUP g c COUNT n [MAXSIZE bytes] STREAMS key <after>`: a page of the own
+/// pending list.
+pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8], cap: Option<usize>) {
     let count = Decimal::new(count.into());
-    command(
-        out,
-        &[
-            b"XREADGROUP",
-            b"GROUP",
-            &c.group,
-            &c.consumer,
-            b"COUNT",
-            count.as_bytes(),
-            b"STREAMS",
-            &c.stream,
-            after,
-        ],
-    );
+    let cap = cap.map(|bytes| Decimal::new(bytes as u64));
+    let mut args: Vec<&[u8]> = vec![b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()];
+    if let Some(cap) = &cap {
+        args.extend([&b"MAXSIZE"[..], cap.as_bytes()]);
+    }
+    args.extend([&b"STREAMS"[..], &c.stream, after]);
+    command(out, &args);
 }
 
-/// `XREADGROUP GROUP g c COUNT n [BLOCK beat] STREAMS key >`: parked for new entries, or
-/// (without `BLOCK`) a read ahead that answers at once.
-pub(crate) fn read_new(out: &mut BytesMut, c: &Config, count: u32, block: Option<std::time::Duration>) {
+/// `XREADGROUP GROUP g c COUNT n [MAXSIZE bytes] [BLOCK beat] [CLAIM min_idle] STREAMS key >`:
+/// parked for new entries, or (without `BLOCK`) a read ahead that answers at once; with
+/// `CLAIM` (Redis 8.4+) it brings idle pending entries first; `MAXSIZE` (Redis 8.10+) caps
+/// its size.
+pub(crate) fn read_new(
+    out: &mut BytesMut,
+    c: &Config,
+    count: u32,
+    block: Option<std::time::Duration>,
+    claim: Option<std::time::Duration>,
+    cap: Option<usize>,
+) {
     let count = Decimal::new(count.into());
-    let beat = Decimal::new(block.map_or(0, |b| b.as_millis() as u64));
-    let (g, k) = (&c.group[..], &c.stream[..]);
-    let consumer = &c.consumer[..];
-    if block.is_some() {
-        let args: [&[u8]; 11] = [
-            b"XREADGROUP",
-            b"GROUP",
-            g,
-            consumer,
-            b"COUNT",
-            count.as_bytes(),
-            b"BLOCK",
-            beat.as_bytes(),
-            b"STREAMS",
-            k,
-            b">",
-        ];
-        command(out, &args);
-    } else {
-        command(
-            out,
-            &[b"XREADGROUP", b"GROUP", g, consumer, b"COUNT", count.as_bytes(), b"STREAMS", k, b">"],
-        );
+    let beat = block.map(|b| Decimal::new(b.as_millis() as u64));
+    let idle = claim.map(|d| Decimal::new(d.as_millis() as u64));
+    let cap = cap.map(|bytes| Decimal::new(bytes as u64));
+    // On the stack: this goes out for every read.
+    let mut args: [&[u8]; 15] = [b""; 15];
+    args[..6].copy_from_slice(&[b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()]);
+    let mut n = 6;
+    for (token, value) in [(&b"MAXSIZE"[..], &cap), (b"BLOCK", &beat), (b"CLAIM", &idle)] {
+        if let Some(value) = value {
+            args[n..n + 2].copy_from_slice(&[token, value.as_bytes()]);
+            n += 2;
+        }
     }
+    args[n..n + 3].copy_from_slice(&[b"STREAMS", &c.stream, b">"]);
+    command(out, &args[..n + 3]);
 }
 
 /// `XAUTOCLAIM key group consumer <min_idle> <cursor> COUNT n`.

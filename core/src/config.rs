@@ -154,6 +154,59 @@ pub struct Config {
     /// [`Error::Twin`](crate::Error::Twin), and a twin seen later (by the look every
     /// `min_idle`) is told as [`Notice::Twin`](crate::Notice::Twin). Needs a client name.
     pub allow_twins: bool,
+    /// What a [`Verdict::Retry`](crate::Verdict::Retry) does where the server can release
+    /// an entry (`XNACK`, Redis 8.8+). Default [`OnRetry::Release`].
+    pub on_retry: OnRetry,
+    /// Delete each acked entry from the stream in the same step (`XACKDEL`, Redis 8.2+),
+    /// for streams used as work queues: the condition says what happens to an entry other
+    /// groups have not acked yet. `None` (the default): acks leave the stream as it is. On a
+    /// server without `XACKDEL` the first connect fails with [`Error::Unsupported`](crate::Error::Unsupported).
+    pub delete_acked: Option<DeleteAcked>,
+    /// Speak only the classic stream verbs (Redis 6.2's) whatever the server offers (see
+    /// [`Dialect`](crate::Dialect)). Default `false`: the newer verbs where the server has them.
+    pub classic_verbs: bool,
+}
+
+/// What a [`Verdict::Retry`](crate::Verdict::Retry) does with its entry. On servers without
+/// `XNACK` (before Redis 8.8, Valkey) every choice is [`OnRetry::StayPending`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum OnRetry {
+    /// Released at once (`XNACK … FAIL`: its delivery count kept): the next read of any
+    /// consumer of the group — a peer, or this one — takes it again, without waiting
+    /// `min_idle`. The default.
+    #[default]
+    Release,
+    /// Released this long after the verdict, at most [`Config::lease_threshold`] (a longer
+    /// wait is what [`OnRetry::StayPending`] gives): a retry that waits a little, e.g. for a
+    /// flaky downstream.
+    ReleaseAfter(Duration),
+    /// Stays pending with this consumer until a reclaim takes it, after `min_idle` (or a
+    /// restart's drain): the classic behaviour.
+    StayPending,
+}
+
+/// [`Config::delete_acked`]: what `XACKDEL` does with an acked entry that other groups of the
+/// stream still reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteAcked {
+    /// Delete it; the other groups keep their references (`KEEPREF`): they read it as a
+    /// deleted entry.
+    KeepRef,
+    /// Delete it and the other groups' references to it (`DELREF`).
+    DelRef,
+    /// Delete it only once every group has acked it (`ACKED`).
+    Acked,
+}
+
+impl DeleteAcked {
+    /// The condition's token.
+    pub(crate) fn token(self) -> &'static [u8] {
+        match self {
+            DeleteAcked::KeepRef => b"KEEPREF",
+            DeleteAcked::DelRef => b"DELREF",
+            DeleteAcked::Acked => b"ACKED",
+        }
+    }
 }
 
 /// What makes two entries *the same key* for [`Config::order_by`]: such entries are handed
@@ -274,7 +327,28 @@ impl Config {
             start_count: None,
             order_by: None,
             allow_twins: false,
+            on_retry: OnRetry::Release,
+            delete_acked: None,
+            classic_verbs: false,
         }
+    }
+
+    /// Sets [`Config::on_retry`].
+    pub fn on_retry(mut self, on_retry: OnRetry) -> Self {
+        self.on_retry = on_retry;
+        self
+    }
+
+    /// Sets [`Config::delete_acked`]: acks delete their entries (`XACKDEL`, Redis 8.2+).
+    pub fn delete_acked(mut self, condition: DeleteAcked) -> Self {
+        self.delete_acked = Some(condition);
+        self
+    }
+
+    /// Sets [`Config::classic_verbs`]: only the classic stream verbs, whatever the server.
+    pub fn classic_verbs(mut self) -> Self {
+        self.classic_verbs = true;
+        self
     }
 
     /// Sets [`Config::concurrency`]: up to `n` entries in hand at once.
@@ -512,6 +586,11 @@ impl Config {
         if self.limits.max_frame < 1024 {
             return Err(LimitTooLow("max_frame (at least 1024 bytes)"));
         }
+        if let OnRetry::ReleaseAfter(delay) = self.on_retry {
+            if delay > self.lease_threshold() {
+                return Err(RetryDelayTooLong { given: delay, most: self.lease_threshold() });
+            }
+        }
         Ok(())
     }
 }
@@ -544,6 +623,14 @@ pub enum ConfigError {
     },
     /// `max_deliveries` is zero: nothing could ever be handed out.
     ZeroMaxDeliveries,
+    /// [`OnRetry::ReleaseAfter`] waits longer than the lease (past it, the entry is no longer
+    /// surely this consumer's to release: [`OnRetry::StayPending`] is what such a wait gives).
+    RetryDelayTooLong {
+        /// The delay given.
+        given: Duration,
+        /// The longest accepted: [`Config::lease_threshold`].
+        most: Duration,
+    },
     /// `max_deliveries` is set without a dead-letter stream to move entries to.
     MaxDeliveriesWithoutDeadLetter,
     /// The dead-letter stream is the consumed stream itself.
@@ -593,6 +680,10 @@ impl fmt::Display for ConfigError {
                 "the lease {given:?} must lie between a fifth and three quarters of min_idle {min_idle:?}"
             ),
             ConfigError::ZeroMaxDeliveries => f.write_str("max_deliveries must be at least 1"),
+            ConfigError::RetryDelayTooLong { given, most } => write!(
+                f,
+                "a retry released after {given:?} waits longer than the lease ({most:?}): keep it pending instead"
+            ),
             ConfigError::MaxDeliveriesWithoutDeadLetter => {
                 f.write_str("max_deliveries needs a dead-letter stream to move entries to")
             }

@@ -11,7 +11,8 @@ use crate::acks::Acks;
 use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
-use crate::config::{Config, ConfigError, GroupGone, Protocol};
+use crate::config::{Config, ConfigError, GroupGone, OnRetry, Protocol};
+use crate::dialect::Dialect;
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::entry::{Entry, Source, Verdict};
@@ -172,6 +173,18 @@ pub struct Consumer {
     health_refused: bool,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
+    /// The stream verbs spoken on this connection (classic until the server's `HELLO` says
+    /// more; kept from the last connection meanwhile).
+    dialect: Dialect,
+    /// The server as `HELLO` named it (`redis 8.10.2`), for errors.
+    server: String,
+    /// The `HELLO` that tells the dialect is in flight: [`Notice::Connected`] waits for it.
+    learning_dialect: bool,
+    /// Entries given `Retry`, to release (`XNACK … FAIL`), as its arguments.
+    releases: Acks,
+    /// Entries given `Retry` under [`OnRetry::ReleaseAfter`]: when each is released, its id,
+    /// and when it was last read or renewed (past the lease it is no longer surely ours).
+    delayed_releases: VecDeque<(Instant, Bytes, Instant)>,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
     /// lag (an entry gone since may have set it), so that the next renewal's time costs no
     /// walk of the buffer at every turn of the driver.
@@ -296,6 +309,11 @@ impl Consumer {
             health: None,
             health_refused: false,
             twins: Twins::default(),
+            dialect: Dialect::CLASSIC,
+            server: String::new(),
+            learning_dialect: false,
+            releases: Acks::default(),
+            delayed_releases: VecDeque::new(),
             lease_floor: None,
             stats: Stats::default(),
         })
@@ -322,6 +340,11 @@ impl Consumer {
     /// How many entries are read and waiting to be handed out.
     pub fn buffered(&self) -> usize {
         self.buffer.len() + self.staged.as_ref().map_or(0, |s| s.entries.len())
+    }
+
+    /// The stream verbs spoken on the current (or last) connection ([`Dialect`]).
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     /// True while a connection is up (between `on_connected` and its loss).
@@ -424,6 +447,12 @@ impl Consumer {
         for command in commands::handshake(&mut self.out, &self.config) {
             self.track(Sent::Handshake(command), now);
         }
+        // HELLO 3 tells the server's version; in RESP2 a `HELLO` without arguments asks it.
+        self.learning_dialect = !self.config.classic_verbs || self.config.protocol == Protocol::Resp3;
+        if self.learning_dialect && self.config.protocol == Protocol::Resp2 {
+            crate::encode::command(&mut self.out, &[b"HELLO"]);
+            self.track(Sent::Handshake(Command::ServerInfo), now);
+        }
         if self.checks_twins() && !self.twins.vetted() {
             self.look_for_twins(now);
         }
@@ -492,8 +521,9 @@ impl Consumer {
                 Ok(Some(frame)) => {
                     if !self.heard {
                         self.heard = true;
-                        self.notices.push_back(Notice::Connected { reconnect: self.announced_before });
-                        self.announced_before = true;
+                        if !self.learning_dialect {
+                            self.announce();
+                        }
                     }
                     frame
                 }
@@ -590,7 +620,20 @@ impl Consumer {
                 self.acks.push_bulk(self.held.bulk(hand.id), exposed);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
-            Verdict::Retry => self.stats.retried += 1,
+            Verdict::Retry => {
+                self.stats.retried += 1;
+                // Released only while surely still ours (`XNACK` checks no owner): not lost
+                // to a peer, and held less than `min_idle` since read or renewed.
+                let ours = hand.read_at.filter(|at| self.surely_ours(now.saturating_duration_since(*at)));
+                match (self.config.on_retry, ours) {
+                    (_, None) | (OnRetry::StayPending, _) => {}
+                    _ if !self.dialect.release => {}
+                    (OnRetry::Release, Some(_)) => self.releases.push_bulk(self.held.bulk(hand.id), false),
+                    (OnRetry::ReleaseAfter(delay), Some(read_at)) => {
+                        self.delayed_releases.push_back((now + delay, self.held.to_bytes(hand.id), read_at));
+                    }
+                }
+            }
             Verdict::DeadLetter => {
                 if self.config.dead_letter.is_none() {
                     let id = String::from_utf8_lossy(self.held.id(hand.id)).into_owned();
@@ -767,7 +810,8 @@ impl Consumer {
                 let parked = self.parked_read_in_flight();
                 let acks = self.ack_due.filter(|_| !parked);
                 let leases = self.lease_due().filter(|_| !parked);
-                [replies, acks, leases].into_iter().flatten().min()
+                let releases = self.delayed_releases.front().map(|(due, ..)| *due).filter(|_| !parked);
+                [replies, acks, leases, releases].into_iter().flatten().min()
             }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,
@@ -786,6 +830,11 @@ impl Consumer {
                 self.flush_dead_letters(now);
                 self.give_back(now);
                 self.flush_acks(now);
+                // Not worth waiting for at a stop: released now if still ours.
+                let delayed: Vec<_> = self.delayed_releases.drain(..).map(|(_, id, at)| (now, id, at)).collect();
+                self.delayed_releases.extend(delayed);
+                self.release_due(now);
+                self.flush_releases(now);
             }
             self.finish_stop_if_clear();
             return;
@@ -797,6 +846,10 @@ impl Consumer {
             self.flush_dead_letters(now);
             self.give_back(now);
         }
+        if !self.delayed_releases.is_empty() {
+            self.release_due(now);
+        }
+        self.flush_releases(now);
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read
         }
@@ -849,6 +902,69 @@ impl Consumer {
                 ahead += 1;
             }
         }
+    }
+
+    /// Tells [`Notice::Connected`] for this connection.
+    fn announce(&mut self) {
+        let reconnect = self.announced_before;
+        self.notices.push_back(Notice::Connected { reconnect, dialect: self.dialect });
+        self.announced_before = true;
+    }
+
+    /// The server's `HELLO` answered (`None`: it did not): the verbs spoken from now on.
+    fn learn_dialect(&mut self, hello: Option<(&[u8], &[u8])>) -> Result<(), Error> {
+        self.learning_dialect = false;
+        let (dialect, server) = match hello {
+            Some((server, version)) => (
+                Dialect::of(server, version),
+                format!("{} {}", String::from_utf8_lossy(server), String::from_utf8_lossy(version)),
+            ),
+            None => (Dialect::CLASSIC, "a server that does not answer HELLO".to_string()),
+        };
+        self.dialect = if self.config.classic_verbs { Dialect::CLASSIC } else { dialect };
+        self.server = server;
+        if self.config.delete_acked.is_some() && !dialect.ack_delete {
+            let (feature, needs) = ("deleting acked entries", "XACKDEL (Redis 8.2 or later)");
+            return Err(Error::Unsupported { feature, needs, server: self.server.clone() });
+        }
+        self.announce();
+        Ok(())
+    }
+
+    /// Whether acks delete their entries (`XACKDEL`) on this connection.
+    fn deletes_acked(&self) -> bool {
+        self.config.delete_acked.is_some() && self.dialect.ack_delete
+    }
+
+    /// How long a released entry may have been held, since it was last read or renewed, and
+    /// still surely be this consumer's (`XNACK` checks no owner): no peer reclaims it before
+    /// `min_idle`; halfway from the lease to that leaves room for the server's clock.
+    fn surely_ours(&self, held: Duration) -> bool {
+        let lease = self.config.lease_threshold();
+        held < lease + (self.config.min_idle.saturating_sub(lease)) / 2
+    }
+
+    /// Moves the delayed releases that have come due to the releases to write.
+    fn release_due(&mut self, now: Instant) {
+        while let Some((due, _, read_at)) = self.delayed_releases.front() {
+            if *due > now {
+                break;
+            }
+            let held = now.saturating_duration_since(*read_at);
+            let Some((_, id, _)) = self.delayed_releases.pop_front() else { break };
+            if self.surely_ours(held) {
+                self.releases.push(&id);
+            }
+        }
+    }
+
+    /// Writes the releases owed in one `XNACK … FAIL` — never behind a parked read.
+    fn flush_releases(&mut self, now: Instant) {
+        if self.releases.is_empty() || self.link != Link::Up || self.parked_read_in_flight() {
+            return;
+        }
+        let releases = self.releases.take(Acks::default());
+        self.send(Sent::Release { ids: releases, silent: false }, now);
     }
 
     /// Asks after the group's health when it is due — never behind a parked read, which
@@ -906,12 +1022,12 @@ impl Consumer {
             },
             HealthPart::Oldest => match reply::oldest_pending(value) {
                 Ok(oldest) => {
-                    health.oldest = oldest.map(|(id, owner, idle, deliveries)| OldestPending {
+                    health.oldest = oldest.map(|(id, held, deliveries)| OldestPending {
                         id,
                         age: Duration::ZERO,
-                        idle: Duration::from_millis(idle),
+                        idle: held.as_ref().map(|(_, idle)| Duration::from_millis(*idle)),
                         deliveries,
-                        owner,
+                        owner: held.map(|(owner, _)| owner),
                     })
                 }
                 Err(_) => return,
@@ -937,6 +1053,16 @@ impl Consumer {
     /// True if the next read is one of new entries (no drain page or reclaim due).
     fn next_reads_new(&self, now: Instant) -> bool {
         matches!(self.next, Next::Beat) && self.claim_at.is_some_and(|at| now < at)
+    }
+
+    /// How often `XAUTOCLAIM` runs: every beat; where reads claim (Redis 8.4+) it only
+    /// sweeps the pending entries whose messages were deleted (reads with `CLAIM` leave
+    /// those in place), every `min_idle`.
+    fn claim_every(&self) -> Duration {
+        match self.dialect.claim_in_read {
+            true => self.config.beat.max(self.config.min_idle),
+            false => self.config.beat,
+        }
     }
 
     fn drains_from_top(&self) -> bool {
@@ -1050,7 +1176,11 @@ impl Consumer {
         // its delivery count given back; a parked read is not (it may take a beat).
         let owed = !self.acks.is_empty()
             || !self.dead_letters.is_empty()
-            || (self.link == Link::Up && (!self.returns.is_empty() || self.staged.is_some()))
+            || (self.link == Link::Up
+                && (!self.returns.is_empty()
+                    || self.staged.is_some()
+                    || !self.releases.is_empty()
+                    || !self.delayed_releases.is_empty()))
             || self.in_flight.iter().any(|c| c.sent.is_owed());
         if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_empty() && !owed {
             self.reset_link();
@@ -1092,7 +1222,23 @@ impl Consumer {
         if self.returns.is_empty() {
             return;
         }
-        let returns = std::mem::take(&mut self.returns);
+        let mut returns = std::mem::take(&mut self.returns);
+        if self.dialect.release {
+            // Released (`XNACK … SILENT`: the read's count taken back) where surely still
+            // ours: the next read of any consumer takes them at once. The rest are given back
+            // owner-checked, and wait for `min_idle`.
+            let mut released = Acks::default();
+            returns.retain(|b| {
+                let ours = self.surely_ours(now.saturating_duration_since(b.read_at));
+                if ours {
+                    released.push(b.entry.id());
+                }
+                !ours
+            });
+            if !released.is_empty() {
+                self.send(Sent::Release { ids: released, silent: true }, now);
+            }
+        }
         let lease = self.config.lease_threshold();
         let mut i = 0;
         while i < returns.len() {
@@ -1214,6 +1360,11 @@ impl Consumer {
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         match sent {
+            Sent::Handshake(Command::Hello | Command::ServerInfo) if self.learning_dialect => {
+                // A map without a server and version (a proxy's?): the classic verbs.
+                let hello = crate::dialect::hello_fields(value);
+                self.learn_dialect(hello.as_ref().map(|(server, version)| (&server[..], &version[..])))?;
+            }
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
             Sent::CreateGroup => {
                 reply::ok(value).map_err(shape)?;
@@ -1225,8 +1376,13 @@ impl Consumer {
                 self.group_made = true;
             }
             Sent::Discard(_) => {}
+            Sent::Release { .. } => self.stats.released += reply::count(value).map_err(shape)?,
             Sent::Ack(mut acks) => {
-                let n = reply::count(value).map_err(shape)?;
+                let n = match self.deletes_acked() {
+                    true => reply::acked_deleted(value),
+                    false => reply::count(value),
+                }
+                .map_err(shape)?;
                 self.stats.acked += n;
                 // 0 for an id means it was no longer pending: a peer reclaimed and acked it
                 // first if one could have, else the server forgot it. A signal, not an error.
@@ -1318,7 +1474,13 @@ impl Consumer {
                 // failing handler cannot spin it; an empty page ends it.
                 self.next = match last {
                     Some(after) => Next::Drain { after },
-                    None => Next::Beat,
+                    None => {
+                        if self.dialect.claim_in_read && self.claim_at.is_none() {
+                            // Reads claim: the first sweep waits its turn.
+                            self.claim_at = Some(now + self.claim_every());
+                        }
+                        Next::Beat
+                    }
                 };
                 // Their counts come with the `XPENDING` pipelined behind the read.
                 self.stage(live, read_at, false);
@@ -1339,7 +1501,7 @@ impl Consumer {
                 let sweeping = (!live.is_empty() || claim.bare_nils > 0) && &claim.cursor[..] != CURSOR_START;
                 // Carry the cursor across beats; `0-0` starts the next sweep from the top.
                 self.cursor = claim.cursor;
-                self.claim_at = if sweeping { None } else { Some(now + self.config.beat) };
+                self.claim_at = if sweeping { None } else { Some(now + self.claim_every()) };
                 if let (Some(first), Some(last)) = (live.first(), live.last()) {
                     let (first, last, n) = (first.id_bytes(), last.id_bytes(), live.len() as u32);
                     self.stage(live, read_at, true);
@@ -1358,10 +1520,23 @@ impl Consumer {
                 // to it, their delivery counts given back as for any entry dropped unhandled.
                 let behind_skipped = self.drains_from_top();
                 // The hot path: each entry goes straight to the buffer, moved as little as can be.
+                let mut claimed = 0;
                 let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
                     Item::Entry(mut entry) if behind_skipped => {
-                        entry.deliveries = 1;
+                        entry.deliveries = entry.deliveries.max(1);
                         self.returns.push(Buffered { entry, read_at, due, key: None });
+                    }
+                    // Taken from its owner by the read's `CLAIM` (Redis 8.4+): as a reclaim.
+                    Item::Entry(entry) if entry.source == Source::Claimed => {
+                        let Some(entry) = self.live(Item::Entry(entry), now) else { return };
+                        claimed += 1;
+                        if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
+                            let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
+                            let reason = DeadLetterReason::MaxDeliveries;
+                            self.dead_letters.push(Job { id, deliveries, reason });
+                        } else {
+                            self.keep(Buffered { entry, read_at, due, key: None });
+                        }
                     }
                     Item::Entry(mut entry) if !self.holds(entry.id()) => {
                         entry.deliveries = 1;
@@ -1372,8 +1547,13 @@ impl Consumer {
                     }
                 })
                 .map_err(shape)?;
+                if claimed > 0 {
+                    self.notices.push_back(Notice::Reclaimed { count: claimed });
+                }
                 self.pace.record_read(len, n);
-                self.backlog = n >= count as usize;
+                // A read the server cut at `MAXSIZE` leaves more behind.
+                let capped = self.read_cap(count).is_some_and(|cap| len >= cap);
+                self.backlog = n >= count as usize || capped;
             }
             other => {
                 let detail = "a reply other than a read came as entries";
@@ -1431,8 +1611,14 @@ impl Consumer {
             self.group_made = true;
             return Ok(());
         }
-        if let Sent::GiveBack = sent {
-            return Ok(()); // best effort: the counts stay one higher
+        if let Sent::GiveBack | Sent::Release { .. } = sent {
+            // Best effort: the counts stay one higher; entries not released are reclaimed
+            // after `min_idle`.
+            return Ok(());
+        }
+        if let (Sent::Handshake(Command::ServerInfo), true) = (&sent, self.learning_dialect) {
+            // A server (or proxy) that does not answer `HELLO`: the classic verbs.
+            return self.learn_dialect(None);
         }
         if let Sent::Health(_) = sent {
             // No such key or group yet: nothing to tell this round. Not allowed (an ACL
@@ -1670,6 +1856,10 @@ impl Consumer {
     /// Encodes a command and tracks it. A drain page goes out with the `XPENDING` that
     /// gives its delivery counts, pipelined behind it.
     fn send(&mut self, sent: Sent, now: Instant) {
+        let cap = match &sent {
+            Sent::ReadPending { count } | Sent::ReadNew { count, .. } => self.read_cap(*count),
+            _ => None,
+        };
         let c = &self.config;
         let out = &mut self.out;
         match &sent {
@@ -1684,13 +1874,20 @@ impl Consumer {
             | Sent::DeadLetterCheck
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
-            Sent::Ack(acks) => acks.encode(out, &c.stream, &c.group),
+            Sent::Ack(acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
+                Some(condition) => acks.encode_ids(out, &[b"XACKDEL", &c.stream, &c.group, condition.token()]),
+                None => acks.encode(out, &c.stream, &c.group),
+            },
+            Sent::Release { ids, silent } => {
+                let mode: &[u8] = if *silent { b"SILENT" } else { b"FAIL" };
+                ids.encode_ids(out, &[b"XNACK", &c.stream, &c.group, mode]);
+            }
             Sent::ReadPending { count } => {
                 let after = match &self.next {
                     Next::Drain { after } => after.clone(),
                     Next::Beat => Bytes::from_static(DRAIN_START),
                 };
-                commands::read_pending(out, c, *count, &after);
+                commands::read_pending(out, c, *count, &after, cap);
                 let start = if &after[..] == DRAIN_START { b"-".to_vec() } else { commands::after(&after) };
                 let count = *count;
                 self.track(sent, now);
@@ -1699,7 +1896,10 @@ impl Consumer {
                 return;
             }
             Sent::Claim { count } => commands::claim(out, c, *count, &self.cursor),
-            Sent::ReadNew { count, block } => commands::read_new(out, c, *count, *block),
+            Sent::ReadNew { count, block } => {
+                let claim = self.dialect.claim_in_read.then_some(c.min_idle);
+                commands::read_new(out, c, *count, *block, claim, cap);
+            }
             Sent::DeadLetter(job) => {
                 if let Some(key) = &c.dead_letter {
                     dead_letter::encode(out, c, key, job);
@@ -1707,6 +1907,17 @@ impl Consumer {
             }
         }
         self.track(sent, now);
+    }
+
+    /// `MAXSIZE` for a read of `count` entries where the server caps reads by size (Redis
+    /// 8.10+): half of `read_bytes`, since the reply stops only after the entry that crosses
+    /// it, so that an entry up to as large again still fits in `read_bytes`.
+    fn read_cap(&self, count: u32) -> Option<usize> {
+        (self.dialect.read_size_cap && count > 1).then(|| self.pace_read_bytes() / 2)
+    }
+
+    fn pace_read_bytes(&self) -> usize {
+        self.config.read_bytes.min(self.config.limits.max_frame)
     }
 
     fn track(&mut self, sent: Sent, now: Instant) {

@@ -47,6 +47,13 @@ pub enum Command {
     /// `CLIENT LIST TYPE normal`: the live connections, so that a retirement keeps the
     /// consumers still connected ([`Retirement`](crate::retire::Retirement)).
     Connections,
+    /// `HELLO` without arguments (RESP2): the server's name and version, for its
+    /// [`Dialect`](crate::Dialect).
+    ServerInfo,
+    /// `XNACK key group FAIL|SILENT IDS n id…`: releasing entries (Redis 8.8+).
+    Release,
+    /// `XACKDEL key group <condition> IDS n id…`: acks that delete (Redis 8.2+).
+    AckDelete,
 }
 
 impl fmt::Display for Command {
@@ -70,6 +77,9 @@ impl fmt::Display for Command {
             Command::Twins => "CLIENT LIST (twins)",
             Command::DeadLetterCheck => "EVAL (the check that dead letters can be moved)",
             Command::Connections => "CLIENT LIST (retire)",
+            Command::ServerInfo => "HELLO (server info)",
+            Command::Release => "XNACK",
+            Command::AckDelete => "XACKDEL",
         })
     }
 }
@@ -187,6 +197,17 @@ pub enum Error {
         /// How long the other connection has been idle (it spoke this recently).
         idle: std::time::Duration,
     },
+    /// The configuration asks for something the server cannot do (e.g.
+    /// [`Config::delete_acked`](crate::Config::delete_acked) on a server without `XACKDEL`).
+    /// Fatal.
+    Unsupported {
+        /// What was asked for.
+        feature: &'static str,
+        /// What it needs.
+        needs: &'static str,
+        /// The server, as `HELLO` named it (`redis 7.0.15`).
+        server: String,
+    },
 }
 
 impl Error {
@@ -223,6 +244,9 @@ impl fmt::Display for Error {
                  this one another consumer name, or allow twins",
                 crate::notice::Secs(*idle)
             ),
+            Error::Unsupported { feature, needs, server } => {
+                write!(f, "{feature} needs {needs}, and the server is {server}")
+            }
             Error::NoDeadLetter { id } => {
                 write!(f, "entry {id} was given Verdict::DeadLetter, but no dead-letter stream is configured")
             }

@@ -259,10 +259,17 @@ fn read_entries(value: &Value) -> &[Value] {
     }
 }
 
-/// A parsed entry must be exactly its raw `[id, fields]`.
+/// A parsed entry must be exactly its raw `[id, fields]` (or `CLAIM`'s `[id, fields, idle,
+/// count]`).
 fn check_entry(raw: &Value, parsed: &oracle::RawEntry) {
     let Value::Array(pair) = raw else { panic!("parsed an entry from {raw:?}") };
-    assert_eq!(pair.len(), 2, "parsed an entry from {raw:?}");
+    match (&pair[..], parsed.claim) {
+        ([_, _], None) => {}
+        ([_, _, Value::Int(idle), Value::Int(before)], Some(claim)) => {
+            assert_eq!((*idle as u64, *before as u64), claim, "a CLAIM read's numbers");
+        }
+        _ => panic!("parsed an entry {parsed:?} from {raw:?}"),
+    }
     assert_eq!(pair[0], Value::Str(parsed.id.clone()), "entry id");
     match (&pair[1], &parsed.fields) {
         (Value::Nil, None) => {}

@@ -44,6 +44,12 @@ pub(crate) enum Sent {
     Lease(Vec<Bytes>),
     /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
     GiveBack,
+    /// `XNACK … FAIL` for entries given `Retry`, or `… SILENT` for entries dropped
+    /// unhandled (Redis 8.8+). Best effort.
+    Release {
+        ids: Acks,
+        silent: bool,
+    },
     DeadLetter(Job),
     /// The id of the next pending entry, which alone outgrew the frame limit.
     FindTooLarge,
@@ -83,6 +89,7 @@ impl Sent {
             Sent::ReadNew { .. } => Command::ReadNew,
             Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
             Sent::Lease(_) | Sent::GiveBack => Command::Lease,
+            Sent::Release { .. } => Command::Release,
             Sent::DeadLetter(_) => Command::DeadLetter,
             Sent::Health(_) => Command::Health,
             Sent::Twins { .. } => Command::Twins,
@@ -118,6 +125,7 @@ impl Sent {
             Sent::Ack(_)
                 | Sent::DeadLetter(_)
                 | Sent::GiveBack
+                | Sent::Release { .. }
                 | Sent::ReadPending { .. }
                 | Sent::Claim { .. }
                 | Sent::ReadNew { block: None, .. }

@@ -94,6 +94,7 @@ mod config;
 mod consumer;
 mod dead_letter;
 mod decode;
+mod dialect;
 mod encode;
 mod entry;
 mod error;
@@ -114,9 +115,10 @@ mod stream_reply;
 mod twins;
 
 pub use config::{
-    Auth, Config, ConfigError, GroupGone, KeyFn, Limits, OrderBy, Protocol, MAX_CONCURRENCY, MAX_DURATION,
-    MIN_MIN_IDLE, MIN_READ_GRACE,
+    Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol, MAX_CONCURRENCY,
+    MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
+pub use dialect::Dialect;
 pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use entry::{Entry, Fields, Source, Verdict};

@@ -18,6 +18,9 @@ pub enum Notice {
     Connected {
         /// True for every connection after the first.
         reconnect: bool,
+        /// The stream verbs the consumer speaks on this connection (what the server has,
+        /// unless [`Config::classic_verbs`](crate::Config::classic_verbs)).
+        dialect: crate::Dialect,
     },
     /// A connect attempt failed (the server is down, refused, unreachable…), or the
     /// connection was lost before the server ever answered on it.
@@ -35,8 +38,9 @@ pub enum Notice {
         /// When the next attempt is.
         retry_in: Duration,
     },
-    /// `XAUTOCLAIM` took entries idle past `min_idle` from their owners (dead peers, or
-    /// this consumer's own failed entries coming back for another try).
+    /// `XAUTOCLAIM` (or a read with `CLAIM`, Redis 8.4+) took entries idle past `min_idle`
+    /// from their owners (dead peers, or this consumer's own failed entries coming back for
+    /// another try), or released ones (`XNACK`, Redis 8.8+).
     Reclaimed {
         /// How many (deleted ones not included).
         count: u64,
@@ -113,12 +117,13 @@ pub struct OldestPending {
     /// Its age: the server's time now less the time in its id (zero for an id from the
     /// future, e.g. an explicit id).
     pub age: Duration,
-    /// Since it was last delivered (or claimed).
-    pub idle: Duration,
+    /// Since it was last delivered (or claimed); `None` if it is released.
+    pub idle: Option<Duration>,
     /// Times it was delivered.
     pub deliveries: u64,
-    /// The consumer that holds it.
-    pub owner: Bytes,
+    /// The consumer that holds it; `None` if it is *released* (`XNACK`, Redis 8.8+): no
+    /// consumer holds it, and the next read or reclaim of any consumer takes it.
+    pub owner: Option<Bytes>,
 }
 
 /// Why an entry went to the dead-letter stream.
@@ -179,8 +184,8 @@ impl Notice {
 impl fmt::Display for Notice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Notice::Connected { reconnect: false } => f.write_str("connected"),
-            Notice::Connected { reconnect: true } => f.write_str("reconnected"),
+            Notice::Connected { reconnect: false, dialect } => write!(f, "connected ({dialect})"),
+            Notice::Connected { reconnect: true, dialect } => write!(f, "reconnected ({dialect})"),
             Notice::ConnectFailed { reason, retry_in } => {
                 write!(f, "cannot connect: {reason}; retrying in {}", Secs(*retry_in))
             }
@@ -231,13 +236,11 @@ impl fmt::Display for GroupHealth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "group: {} pending", self.pending)?;
         if let Some(oldest) = &self.oldest {
-            write!(
-                f,
-                ", oldest {} old ({} held by {})",
-                Secs(oldest.age),
-                Id(&oldest.id),
-                Id(&oldest.owner)
-            )?;
+            write!(f, ", oldest {} old ({} ", Secs(oldest.age), Id(&oldest.id))?;
+            match &oldest.owner {
+                Some(owner) => write!(f, "held by {})", Id(owner))?,
+                None => f.write_str("released, for any consumer)")?,
+            }
         }
         if let Some(lag) = self.lag {
             write!(f, ", lag {lag}")?;
@@ -309,19 +312,28 @@ mod tests {
         let failed = Notice::ConnectFailed { reason: "refused".into(), retry_in: Duration::from_secs(5) };
         assert_eq!(failed.to_string(), "cannot connect: refused; retrying in 5.0 s");
         assert_eq!(Secs(Duration::from_millis(12_345)).to_string(), "12 s");
-        assert!(!Notice::Connected { reconnect: true }.is_trouble());
+        let connected = Notice::Connected { reconnect: true, dialect: crate::Dialect::CLASSIC };
+        assert!(!connected.is_trouble());
+        assert_eq!(connected.to_string(), "reconnected (classic verbs)");
         assert_eq!(Notice::Reclaimed { count: 1 }.to_string(), "reclaimed 1 idle entry from their owners");
         let oldest = OldestPending {
             id: Bytes::from_static(b"1-0"),
             age: Duration::from_secs(185),
-            idle: Duration::from_secs(3),
+            idle: Some(Duration::from_secs(3)),
             deliveries: 2,
-            owner: Bytes::from_static(b"w1"),
+            owner: Some(Bytes::from_static(b"w1")),
         };
-        let health = GroupHealth { pending: 4, lag: Some(10), consumers: 2, oldest: Some(oldest) };
+        let mut health = GroupHealth { pending: 4, lag: Some(10), consumers: 2, oldest: Some(oldest) };
         assert_eq!(
             health.to_string(),
             "group: 4 pending, oldest 3 min 5 s old (1-0 held by w1), lag 10, 2 consumers"
+        );
+        if let Some(oldest) = &mut health.oldest {
+            (oldest.owner, oldest.idle) = (None, None);
+        }
+        assert_eq!(
+            health.to_string(),
+            "group: 4 pending, oldest 3 min 5 s old (1-0 released, for any consumer), lag 10, 2 consumers"
         );
         let quiet = GroupHealth { pending: 0, lag: None, consumers: 1, oldest: None };
         assert_eq!(Notice::Health(quiet).to_string(), "group: 0 pending, 1 consumer");

@@ -18,6 +18,8 @@ type Result<T> = std::result::Result<T, ShapeError>;
 pub(crate) struct RawEntry {
     pub id: Bytes,
     pub fields: Option<Vec<(Bytes, Bytes)>>,
+    /// A `CLAIM` read's `[id, fields, idle_ms, deliveries_before]`: the two numbers.
+    pub claim: Option<(u64, u64)>,
 }
 
 /// An `XAUTOCLAIM` reply, either shape.
@@ -72,9 +74,19 @@ fn pair_of(pair: Vec<Value>) -> Result<(Value, Value)> {
     }
 }
 
-/// `[id, [field, value, …]]` or `[id, nil]`.
+/// `[id, [field, value, …]]` or `[id, nil]`, and from a read with `CLAIM` (Redis 8.4+) the
+/// same with two numbers after: `[id, fields, idle_ms, deliveries_before]`.
 fn entry(value: Value) -> Result<RawEntry> {
-    let Value::Array(pair) = value else { return Err(ShapeError("entry is not [id, fields]")) };
+    let Value::Array(mut pair) = value else { return Err(ShapeError("entry is not [id, fields]")) };
+    let claim = match pair.len() {
+        4 => match (pair.pop(), pair.pop()) {
+            (Some(Value::Int(before)), Some(Value::Int(idle))) if before >= 0 && idle >= 0 => {
+                Some((idle as u64, before as u64))
+            }
+            _ => return Err(ShapeError("a CLAIM read's entry: idle time or count is not a number")),
+        },
+        _ => None,
+    };
     let (id, fields) = pair_of(pair).map_err(|_| ShapeError("entry is not [id, fields]"))?;
     let Value::Str(id) = id else { return Err(ShapeError("entry id is not a string")) };
     // Fields are a flat array in RESP3 too (PROTOCOL.md 19).
@@ -83,7 +95,7 @@ fn entry(value: Value) -> Result<RawEntry> {
         Value::Array(flat) => Some(field_pairs(flat)?),
         _ => return Err(ShapeError("entry fields are not an array")),
     };
-    Ok(RawEntry { id, fields })
+    Ok(RawEntry { id, fields, claim })
 }
 
 fn field_pairs(flat: Vec<Value>) -> Result<Vec<(Bytes, Bytes)>> {
@@ -257,18 +269,28 @@ mod tests {
 /// An entry's field/value pairs.
 type Pairs = Vec<(Bytes, Bytes)>;
 
+/// An entry as [`Said`] has it: id, fields, and (claimed, delivery count) from a `CLAIM` read.
+pub(crate) type SaidEntry = (Bytes, Option<Pairs>, Option<(bool, u64)>);
+
 /// What a read or claim reply says, in a form both parsers can be compared on: each entry's
-/// id and fields (`None` for `[id, nil]`), and for a claim its cursor, bare nils and deleted
-/// ids.
+/// id, fields (`None` for `[id, nil]`) and, from a `CLAIM` read, its delivery count and
+/// whether it was claimed; for a claim its cursor, bare nils and deleted ids.
 #[derive(Debug, PartialEq)]
 pub(crate) struct Said {
-    pub entries: Vec<(Bytes, Option<Pairs>)>,
+    pub entries: Vec<SaidEntry>,
     pub claim: Option<(Bytes, u64, Vec<Bytes>)>,
 }
 
 /// The oracle's reading of a decoded reply, as a read (`claim` false) or a claim.
 pub(crate) fn said_by_tree(value: Value, claim: bool) -> Result<Said> {
-    let raw = |e: RawEntry| (e.id, e.fields);
+    let raw = |e: RawEntry| {
+        // What the one-pass parser makes of a `CLAIM` read's numbers (a deleted entry's are
+        // checked, then dropped).
+        let count = e.fields.as_ref().and(e.claim).map(|(idle, before)| {
+            (claim || (idle, before) != (0, 0), before.saturating_add(1))
+        });
+        (e.id, e.fields, count)
+    };
     if claim {
         let c = autoclaim(value)?;
         Ok(Said {
@@ -303,9 +325,10 @@ pub(crate) fn said_by_stream_parser(
                 acks.encode(&mut xack, b"s", b"g");
                 assert!(xack.ends_with(&bulk), "the id's bulk string");
                 let fields = e.fields().map(|(n, v)| (e.raw_slice(n), e.raw_slice(v))).collect();
-                (e.id_bytes(), Some(fields))
+                let count = (e.deliveries > 0).then_some((e.source == Source::Claimed, e.deliveries));
+                (e.id_bytes(), Some(fields), count)
             }
-            Item::Deleted(id) => (id, None),
+            Item::Deleted(id) => (id, None, None),
         })
     };
     if claim {

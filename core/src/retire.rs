@@ -522,7 +522,7 @@ mod tests {
     /// connected; a missing group is `GroupGone`.
     #[test]
     fn captured_replies() {
-        for flavor in ["redis-6.2", "redis-7.0", "valkey-8.1"] {
+        for flavor in ["redis-6.2", "redis-7.0", "valkey-8.1", "redis-8.10"] {
             for (dir, protocol) in [("resp2", Protocol::Resp2), ("resp3", Protocol::Resp3)] {
                 let load = |name: &str| {
                     let path =

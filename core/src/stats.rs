@@ -14,6 +14,9 @@ pub struct Stats {
     pub acked: u64,
     /// `Retry` verdicts.
     pub retried: u64,
+    /// Entries released (`XNACK`, Redis 8.8+): given `Retry`, or read and dropped unhandled
+    /// at a stop or a lost connection. The next read of any consumer takes them at once.
+    pub released: u64,
     /// Pending entries whose message was deleted (`XDEL`/`XTRIM`): never handed out; acked
     /// away when their id is known.
     pub deleted_seen: u64,

@@ -17,7 +17,9 @@ use crate::reply::ShapeError;
 /// One element of a read or claim reply's entry list.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Item {
-    /// A live entry (its delivery count is 0: unknown here).
+    /// A live entry. Its delivery count is 0 (unknown here), except from a read with
+    /// `CLAIM` (Redis 8.4+), whose entries are `[id, fields, idle_ms, deliveries_before]`:
+    /// then it is known, and one idle or delivered before is [`Source::Claimed`].
     Entry(Entry),
     /// `[id, nil]`: a pending entry whose message was deleted.
     Deleted(Bytes),
@@ -120,8 +122,9 @@ pub(crate) fn autoclaim(
     w.end(Claim { cursor: frame.slice(cursor), bare_nils, deleted })
 }
 
-/// Where a plain entry (`*2 $id *2k ($f $v)…`, the shape servers send) lies in a frame. The
-/// decoder's scan finds them as it delimits a read reply, so that the walk need not look again.
+/// Where a plain entry (`*2 $id *2k ($f $v)…`, the shape servers send, or `*4 … :idle
+/// :deliveries` from a read with `CLAIM`) lies in a frame. The decoder's scan finds them as it
+/// delimits a read reply, so that the walk need not look again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Span {
     pub start: usize,
@@ -129,7 +132,11 @@ pub(crate) struct Span {
     pub id_len: usize,
     pub fields_at: usize,
     pub pairs: usize,
+    /// Where the fields end (the entry's end, but for a `CLAIM` read's two numbers).
+    pub fields_end: usize,
     pub end: usize,
+    /// A `CLAIM` read's idle time and delivery count before this delivery.
+    pub claim: Option<(u64, u64)>,
 }
 
 /// The plain entry at `at`, if one is there whole (lengths and CRLFs checked); `None` for
@@ -137,9 +144,11 @@ pub(crate) struct Span {
 #[inline]
 pub(crate) fn plain_span(b: &[u8], at: usize) -> Option<Span> {
     let start = at + 4;
-    if b.get(at..start)? != b"*2\r\n" {
-        return None;
-    }
+    let claimed = match b.get(at..start)? {
+        b"*2\r\n" => false,
+        b"*4\r\n" => true,
+        _ => return None,
+    };
     let (id_len, id_at, after_id) = bulk_at(b, start)?;
     if *b.get(after_id)? != b'*' {
         return None;
@@ -148,11 +157,36 @@ pub(crate) fn plain_span(b: &[u8], at: usize) -> Option<Span> {
     if n % 2 != 0 {
         return None;
     }
-    let mut end = fields_at;
+    let mut fields_end = fields_at;
     for _ in 0..n {
-        end = bulk_at(b, end)?.2;
+        fields_end = bulk_at(b, fields_end)?.2;
     }
-    Some(Span { start: at, id_at, id_len, fields_at, pairs: n / 2, end })
+    let (mut end, mut claim) = (fields_end, None);
+    if claimed {
+        // `:<digits>` that fit an i64 (as `redis-protocol` reads numbers); anything else is
+        // left to the general path.
+        let number = |at: usize| {
+            let (_, next) = (*b.get(at)? == b':').then(|| digits(b, at + 1)).flatten()?;
+            let n = std::str::from_utf8(&b[at + 1..next - 2]).ok()?.parse::<i64>().ok()?;
+            Some((n as u64, next))
+        };
+        let (idle, at) = number(end)?;
+        let (before, at) = number(at)?;
+        (end, claim) = (at, Some((idle, before)));
+    }
+    Some(Span { start: at, id_at, id_len, fields_at, pairs: n / 2, fields_end, end, claim })
+}
+
+/// What a `CLAIM` read says of an entry: its delivery count, and whether it was claimed
+/// (idle, or delivered before) rather than new (`0, 0`).
+fn claimed(mut entry: Entry, claim: Option<(u64, u64)>) -> Entry {
+    if let Some((idle, before)) = claim {
+        entry.deliveries = before.saturating_add(1);
+        if (idle, before) != (0, 0) {
+            entry.source = Source::Claimed;
+        }
+    }
+    entry
 }
 
 /// A whole bulk string at `at`: its length, where its bytes start, where the next value starts.
@@ -280,11 +314,11 @@ impl Walk<'_> {
                 self.at = span.end;
                 // The entry's bytes from its id's bulk string on (after `*2\r\n`).
                 let from = span.start + 4;
-                let raw = self.frame.slice(from..span.end);
+                let raw = self.frame.slice(from..span.fields_end);
                 let id = span.id_at - from;
                 let fields_at = span.fields_at - from;
                 Entry::from_reply(raw, id..id + span.id_len, fields_at, span.pairs, source)
-                    .map(Item::Entry)
+                    .map(|e| Item::Entry(claimed(e, span.claim)))
                     .ok_or(TOO_LARGE)
             }
             None => self.any_entry(source),
@@ -293,14 +327,16 @@ impl Walk<'_> {
 
     /// Any entry: the general path.
     fn any_entry(&mut self, source: Source) -> Result<Item> {
-        if self.head()? != Head::Array(2) {
-            return Err(ShapeError("entry is not [id, fields]"));
-        }
+        let claim_read = match self.head()? {
+            Head::Array(2) => false,
+            Head::Array(4) => true,
+            _ => return Err(ShapeError("entry is not [id, fields]")),
+        };
         let start = self.at;
         let Head::Bulk(len) = self.head()? else { return Err(ShapeError("entry id is not a string")) };
         let id = self.at - len - 2..self.at - 2;
-        match self.head()? {
-            Head::Nil => Ok(Item::Deleted(self.frame.slice(id))),
+        let item = match self.head()? {
+            Head::Nil => Item::Deleted(self.frame.slice(id)),
             Head::Array(n) if n % 2 == 0 => {
                 let fields_at = self.at;
                 for _ in 0..n {
@@ -310,13 +346,36 @@ impl Walk<'_> {
                 }
                 let raw = self.frame.slice(start..self.at);
                 let shift = |i: usize| i - start;
-                Entry::from_reply(raw, shift(id.start)..shift(id.end), shift(fields_at), n / 2, source)
-                    .map(Item::Entry)
-                    .ok_or(TOO_LARGE)
+                let entry =
+                    Entry::from_reply(raw, shift(id.start)..shift(id.end), shift(fields_at), n / 2, source)
+                        .ok_or(TOO_LARGE)?;
+                Item::Entry(entry)
             }
-            Head::Array(_) => Err(ShapeError("entry fields are not pairs")),
-            _ => Err(ShapeError("entry fields are not an array")),
+            Head::Array(_) => return Err(ShapeError("entry fields are not pairs")),
+            _ => return Err(ShapeError("entry fields are not an array")),
+        };
+        if !claim_read {
+            return Ok(item);
         }
+        let claim = (self.number()?, self.number()?);
+        Ok(match item {
+            Item::Entry(entry) => Item::Entry(claimed(entry, Some(claim))),
+            deleted => deleted,
+        })
+    }
+
+    /// A number that is not negative (`:n`), read as `redis-protocol` reads it.
+    fn number(&mut self) -> Result<u64> {
+        const NOT: ShapeError = ShapeError("a CLAIM read's entry: idle time or count is not a number");
+        let b: &[u8] = self.frame;
+        if b.get(self.at) != Some(&b':') {
+            return Err(NOT);
+        }
+        let start = self.at + 1;
+        let end = start + b[start..].windows(2).position(|w| w == b"\r\n").ok_or(NOT)?;
+        self.at = end + 2;
+        let n = std::str::from_utf8(&b[start..end]).ok().and_then(|n| n.parse::<i64>().ok()).ok_or(NOT)?;
+        u64::try_from(n).map_err(|_| NOT)
     }
 
     /// The reply must end here.
@@ -338,7 +397,7 @@ mod tests {
     use crate::decode::{Budget, Decoder, Frame};
     use crate::oracle::{agree, said_by_stream_parser};
 
-    const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
+    const FLAVORS: [&str; 4] = ["redis-6.2", "redis-7.0", "valkey-8.1", "redis-8.10"];
     const PROTOS: [(&str, Protocol); 2] = [("resp2", Protocol::Resp2), ("resp3", Protocol::Resp3)];
 
     fn fixture(flavor: &str, proto: &str, name: &str) -> Vec<u8> {
@@ -360,7 +419,7 @@ mod tests {
     /// Ids, and whether each has fields, as read.
     fn ids(frame: &Bytes, protocol: Protocol) -> Vec<(String, bool)> {
         let said = said_by_stream_parser(frame, &[], protocol, false).unwrap();
-        said.entries.iter().map(|(id, f)| (String::from_utf8(id.to_vec()).unwrap(), f.is_some())).collect()
+        said.entries.iter().map(|(id, f, _)| (String::from_utf8(id.to_vec()).unwrap(), f.is_some())).collect()
     }
 
     fn owned(pairs: &[(&str, bool)]) -> Vec<(String, bool)> {
@@ -403,6 +462,42 @@ mod tests {
         }
     }
 
+    /// Redis 8.10's reads with `CLAIM`: `[id, fields, idle, count]`, claimed first.
+    #[test]
+    fn captured_claim_reads() {
+        for (dir, p) in PROTOS {
+            let read = |name: &str| raw(&fixture("redis-8.10", dir, name), p);
+            let mut got = Vec::new();
+            super::read(&read("read_claim"), &[], p, Source::New, |item| {
+                if let Item::Entry(e) = item {
+                    got.push((e.id_bytes(), e.source, e.deliveries, e.field(b"f").map(<[u8]>::to_vec)));
+                }
+            })
+            .unwrap();
+            let want = [
+                (Bytes::from("1-0"), Source::Claimed, 2, Some(b"v1".to_vec())),
+                (Bytes::from("2-0"), Source::Claimed, 2, Some(b"v2".to_vec())),
+                (Bytes::from("3-0"), Source::New, 1, Some(b"v3".to_vec())),
+            ];
+            assert_eq!(got, want, "{dir}");
+            assert_eq!(ids(&read("read_claim_none"), p), vec![], "{dir}");
+            // Released by XNACK FAIL with 2 deliveries: idle is the server's clock.
+            let said = said_by_stream_parser(&read("read_claim_released"), &[], p, false).unwrap();
+            assert_eq!(said.entries.len(), 1);
+            assert_eq!(said.entries[0].2, Some((true, 3)), "{dir}");
+            // The fast scan finds the same entries.
+            let frame = read("read_claim");
+            let spans: Vec<Span> = (0..frame.len()).filter_map(|at| plain_span(&frame, at)).collect();
+            assert_eq!(spans.len(), 3, "{dir}");
+            assert_eq!(spans[0].claim.map(|(_, n)| n), Some(1));
+            assert_eq!(spans[2].claim, Some((0, 0)));
+            assert_eq!(
+                said_by_stream_parser(&frame, &spans, p, false),
+                said_by_stream_parser(&frame, &[], p, false)
+            );
+        }
+    }
+
     #[test]
     fn captured_claims() {
         for flavor in FLAVORS {
@@ -413,7 +508,7 @@ mod tests {
                 let c = claim("autoclaim");
                 let (cursor, bare_nils, deleted) = c.claim.unwrap();
                 assert_eq!(&cursor[..], b"0-0");
-                let got: Vec<&[u8]> = c.entries.iter().map(|(id, _)| &id[..]).collect();
+                let got: Vec<&[u8]> = c.entries.iter().map(|(id, ..)| &id[..]).collect();
                 assert_eq!(got, [&b"1-0"[..], b"3-0"], "{flavor}");
                 if flavor == "redis-6.2" {
                     assert_eq!((bare_nils, deleted.len()), (1, 0));

@@ -70,6 +70,7 @@ impl Server {
     fn answer(&mut self, cmd: &[String]) -> Vec<u8> {
         let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
         match args.as_slice() {
+            ["HELLO"] => fixture("valkey-8.1", self.protocol, "hello_info"),
             ["HELLO", ..] => fixture("valkey-8.1", Protocol::Resp3, "hello"),
             // New entries: parked (`BLOCK`), or read ahead (answered at once).
             ["XREADGROUP", "GROUP", _, _, "COUNT", count, rest @ ..] if rest.last() == Some(&">") => {

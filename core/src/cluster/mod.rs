@@ -27,7 +27,7 @@ pub use slot_map::{read_slot_map, Node, SlotMap, SlotMapError, SLOTS_REQUEST};
 mod fixture_tests {
     use super::*;
     use crate::decode::Value;
-    use crate::reply::fixture_tests::each;
+    use crate::reply::fixture_tests::each_of;
 
     const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
     /// Every slot has a master, and there are three of them at distinct addresses.
@@ -48,7 +48,7 @@ mod fixture_tests {
 
     #[test]
     fn slot_maps_from_slots_and_shards() {
-        each(|what, load| {
+        each_of(&FLAVORS, |what, load| {
             let slots = slot_map(load, what);
             match load("cluster-shards") {
                 // Redis 6.2 has no CLUSTER SHARDS.
@@ -97,7 +97,7 @@ mod fixture_tests {
 
     #[test]
     fn redirects_and_cross_slot() {
-        each(|what, load| {
+        each_of(&FLAVORS, |what, load| {
             let map = slot_map(load, what);
             let error = |name: &str| match load(name) {
                 Value::Error(text) => text,

@@ -104,14 +104,22 @@ impl Rig {
         }
     }
 
-    /// Connects and answers the RESP3 `HELLO` (captured reply); returns the other commands
-    /// of the opening write.
+    /// Connects and answers the RESP3 `HELLO` or RESP2's `HELLO` without arguments that asks
+    /// the server's version (captured replies), when it opens the write; returns the other
+    /// commands of the opening write.
     pub fn start(&mut self) -> Vec<Vec<String>> {
         self.connect();
         let mut sent = self.sent();
-        if self.protocol == Protocol::Resp3 {
-            assert_eq!(sent.remove(0), ["HELLO", "3"]);
-            self.reply("hello").expect("HELLO reply");
+        match self.protocol {
+            Protocol::Resp3 => {
+                assert_eq!(sent.remove(0), ["HELLO", "3"]);
+                self.reply("hello").expect("HELLO reply");
+            }
+            Protocol::Resp2 if sent.first().is_some_and(|c| c == &["HELLO"]) => {
+                sent.remove(0);
+                self.reply("hello_info").expect("HELLO reply");
+            }
+            Protocol::Resp2 => {}
         }
         sent
     }
