@@ -56,7 +56,8 @@ pub(crate) fn create_group(out: &mut BytesMut, c: &Config) {
 pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8], cap: Option<usize>) {
     let count = Decimal::new(count.into());
     let cap = cap.map(|bytes| Decimal::new(bytes as u64));
-    let mut args: Vec<&[u8]> = vec![b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()];
+    let mut args: Vec<&[u8]> =
+        vec![b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()];
     if let Some(cap) = &cap {
         args.extend([&b"MAXSIZE"[..], cap.as_bytes()]);
     }

@@ -12,9 +12,9 @@ use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
 use crate::config::{Config, ConfigError, GroupGone, OnRetry, Protocol};
-use crate::dialect::Dialect;
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
+use crate::dialect::Dialect;
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
 use crate::held::{key_hash, HeldId, HeldIds, KeyHasher};
@@ -831,7 +831,8 @@ impl Consumer {
                 self.give_back(now);
                 self.flush_acks(now);
                 // Not worth waiting for at a stop: released now if still ours.
-                let delayed: Vec<_> = self.delayed_releases.drain(..).map(|(_, id, at)| (now, id, at)).collect();
+                let delayed: Vec<_> =
+                    self.delayed_releases.drain(..).map(|(_, id, at)| (now, id, at)).collect();
                 self.delayed_releases.extend(delayed);
                 self.release_due(now);
                 self.flush_releases(now);
@@ -1875,7 +1876,9 @@ impl Consumer {
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
-                Some(condition) => acks.encode_ids(out, &[b"XACKDEL", &c.stream, &c.group, condition.token()]),
+                Some(condition) => {
+                    acks.encode_ids(out, &[b"XACKDEL", &c.stream, &c.group, condition.token()])
+                }
                 None => acks.encode(out, &c.stream, &c.group),
             },
             Sent::Release { ids, silent } => {

@@ -610,10 +610,26 @@ mod tests {
     fn plain_entries_of_a_raw_read_are_noted() {
         let reply = b"*1\r\n*2\r\n$1\r\ns\r\n*3\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$2\r\nv1\r\n\
                       *2\r\n$3\r\n2-0\r\n*-1\r\n*2\r\n$3\r\n3-0\r\n*0\r\n";
-        let first =
-            Span { start: 19, id_at: 27, id_len: 3, fields_at: 36, pairs: 1, fields_end: 51, end: 51, claim: None };
-        let third =
-            Span { start: 69, id_at: 77, id_len: 3, fields_at: 86, pairs: 0, fields_end: 86, end: 86, claim: None };
+        let first = Span {
+            start: 19,
+            id_at: 27,
+            id_len: 3,
+            fields_at: 36,
+            pairs: 1,
+            fields_end: 51,
+            end: 51,
+            claim: None,
+        };
+        let third = Span {
+            start: 69,
+            id_at: 77,
+            id_len: 3,
+            fields_at: 86,
+            pairs: 0,
+            fields_end: 86,
+            end: 86,
+            claim: None,
+        };
         for chunk in [reply.len(), 30, 1] {
             let mut d = decoder();
             let budget = Budget { bytes: 1 << 20, skip: Some(2), raw: true };

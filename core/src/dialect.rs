@@ -41,9 +41,9 @@ impl Dialect {
         if !server.eq_ignore_ascii_case(b"redis") {
             return Dialect::CLASSIC;
         }
-        let mut parts = version.split(|b| *b == b'.').map(|p| {
-            std::str::from_utf8(p).ok().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0)
-        });
+        let mut parts = version
+            .split(|b| *b == b'.')
+            .map(|p| std::str::from_utf8(p).ok().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0));
         let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
         let since = |m: u32, n: u32| (major, minor) >= (m, n);
         Dialect {
@@ -94,7 +94,8 @@ pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<(Bytes, Bytes)
     };
     let (mut server, mut version) = (None, None);
     for (key, value) in pairs {
-        let (Value::Str(key) | Value::Text(key), Value::Str(value) | Value::Text(value)) = (key, value) else {
+        let (Value::Str(key) | Value::Text(key), Value::Str(value) | Value::Text(value)) = (key, value)
+        else {
             continue;
         };
         match &key[..] {

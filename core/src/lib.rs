@@ -115,12 +115,12 @@ mod stream_reply;
 mod twins;
 
 pub use config::{
-    Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol, MAX_CONCURRENCY,
-    MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
+    MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
-pub use dialect::Dialect;
 pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
+pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};

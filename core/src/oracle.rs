@@ -286,9 +286,11 @@ pub(crate) fn said_by_tree(value: Value, claim: bool) -> Result<Said> {
     let raw = |e: RawEntry| {
         // What the one-pass parser makes of a `CLAIM` read's numbers (a deleted entry's are
         // checked, then dropped).
-        let count = e.fields.as_ref().and(e.claim).map(|(idle, before)| {
-            (claim || (idle, before) != (0, 0), before.saturating_add(1))
-        });
+        let count = e
+            .fields
+            .as_ref()
+            .and(e.claim)
+            .map(|(idle, before)| (claim || (idle, before) != (0, 0), before.saturating_add(1)));
         (e.id, e.fields, count)
     };
     if claim {

@@ -690,7 +690,10 @@ fn group_health_is_asked_every_interval_and_never_behind_a_parked_read() {
             // No lag before 7.0; the oldest pending entry (2-0) is dated by its id.
             assert_eq!((h.pending, h.lag), (1, None));
             let oldest = h.oldest.expect("2-0 pending");
-            assert_eq!((&oldest.id[..], oldest.owner.as_deref().unwrap_or_default(), oldest.deliveries), (&b"2-0"[..], &b"B"[..], 3));
+            assert_eq!(
+                (&oldest.id[..], oldest.owner.as_deref().unwrap_or_default(), oldest.deliveries),
+                (&b"2-0"[..], &b"B"[..], 3)
+            );
             assert!(oldest.age > Duration::from_secs(50 * 365 * 24 * 3600), "id 2-0 is from 1970");
         } else {
             assert_eq!((h.pending, h.lag, h.oldest), (0, Some(0), None));

@@ -1,0 +1,237 @@
+//! The Redis 8 dialect: what the consumer sends once `HELLO` names Redis 8.10, driven through
+//! the public API with replies captured from Redis 8.10.2 (and 7.0 for what it must refuse).
+
+mod support;
+
+use std::time::Duration;
+
+use pelican::{Config, DeleteAcked, Dialect, Error, Event, Notice, OnRetry, Protocol, Source, Verdict};
+use support::*;
+
+const MIN_IDLE: Duration = Duration::from_secs(3);
+const PROTOCOLS: [Protocol; 2] = [Protocol::Resp2, Protocol::Resp3];
+
+fn config(protocol: Protocol) -> Config {
+    Config::new("s", "g", "A")
+        .count(10)
+        .start_count(10)
+        .beat(Duration::from_secs(2))
+        .min_idle(MIN_IDLE)
+        .protocol(protocol)
+        .no_client_name()
+}
+
+/// Half of the default 16 MiB `read_bytes`: the `MAXSIZE` of reads of more than one entry.
+const CAP: &str = "8388608";
+
+fn park() -> Vec<String> {
+    cmd(&format!("XREADGROUP GROUP g A COUNT 10 MAXSIZE {CAP} BLOCK 2000 CLAIM 3000 STREAMS s >"))
+}
+
+/// Connected to Redis 8.10 (the `Connected` notice checked), drained, parked.
+fn parked(config: Config) -> Rig {
+    let mut rig = Rig::new(config, "redis-8.10");
+    rig.connect();
+    let mut opening = rig.sent();
+    let hello = opening.remove(0);
+    match rig.protocol {
+        Protocol::Resp2 => {
+            assert_eq!(hello, ["HELLO"]);
+            rig.consumer.handle_input(&rig.fixture("hello_info"), rig.now).unwrap();
+        }
+        Protocol::Resp3 => {
+            assert_eq!(hello, ["HELLO", "3"]);
+            rig.consumer.handle_input(&rig.fixture("hello"), rig.now).unwrap();
+        }
+    }
+    rig.fresh = false;
+    let Some(Event::Notice(Notice::Connected { reconnect: false, dialect })) = rig.consumer.poll_event()
+    else {
+        panic!("not connected")
+    };
+    assert_eq!(dialect, Dialect::of(b"redis", b"8.10.2"));
+    assert!(dialect.claim_in_read && dialect.release && dialect.ack_delete && dialect.read_size_cap);
+    assert_eq!(rig.consumer.dialect(), dialect);
+    if opening[0][0] == "EVAL" {
+        // The check that dead letters can be moved holds the drain back.
+        rig.reply("dead_letter_check").unwrap();
+        let drain = format!("XREADGROUP GROUP g A COUNT 10 MAXSIZE {CAP} STREAMS s 0");
+        assert_eq!(rig.sent(), cmds(&[&drain, "XPENDING s g - + 10 A"]));
+    } else {
+        // The opening drain went out before the answer: in the classic words.
+        assert_eq!(opening, cmds(&["XREADGROUP GROUP g A COUNT 10 STREAMS s 0", "XPENDING s g - + 10 A"]));
+    }
+    rig.drain_reply("read_pending_empty").unwrap();
+    // No XAUTOCLAIM: the parked read claims.
+    assert_eq!(rig.sent(), [park()]);
+    rig
+}
+
+#[test]
+fn reads_claim_idle_entries_with_their_delivery_counts() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol));
+        rig.reply("read_claim").unwrap();
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+        let seen = rig.handle_all(Verdict::Ack);
+        let got: Vec<_> = seen.iter().map(|e| (e.id().to_vec(), e.source, e.deliveries)).collect();
+        assert_eq!(
+            got,
+            [
+                (b"1-0".to_vec(), Source::Claimed, 2),
+                (b"2-0".to_vec(), Source::Claimed, 2),
+                (b"3-0".to_vec(), Source::New, 1)
+            ],
+            "{protocol:?}"
+        );
+        assert_eq!((rig.consumer.stats().claimed, rig.consumer.stats().new), (2, 1));
+        // No XPENDING for their counts: the acks, then the next read.
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park()]);
+    }
+}
+
+#[test]
+fn claimed_entries_past_the_cap_are_dead_lettered_not_handed_out() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol).dead_letter_after(1, "dl"));
+        rig.reply("read_claim").unwrap();
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+        let seen = rig.handle_all(Verdict::Ack);
+        assert_eq!(ids(&seen), ["3-0"], "{protocol:?}");
+        let sent = rig.sent();
+        let moved: Vec<&str> = sent.iter().filter(|c| c[0] == "EVAL").map(|c| c[7].as_str()).collect();
+        assert_eq!(moved, ["1-0", "2-0"], "{sent:?}");
+    }
+}
+
+#[test]
+fn a_retry_releases_its_entry_at_once() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol));
+        rig.reply("read_new").unwrap();
+        rig.entry();
+        rig.settle(Verdict::Retry);
+        let sent = rig.sent();
+        assert_eq!(sent[0], cmd("XNACK s g FAIL IDS 1 1-0"), "{protocol:?}");
+        rig.reply("xnack_fail").unwrap();
+        assert_eq!(rig.consumer.stats().released, 1);
+        assert_eq!(rig.consumer.stats().retried, 1);
+    }
+}
+
+#[test]
+fn a_retry_can_stay_pending_or_wait_before_its_release() {
+    let mut rig = parked(config(Protocol::Resp2).on_retry(OnRetry::StayPending));
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    rig.settle(Verdict::Retry);
+    assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"), "stays pending");
+
+    let delay = Duration::from_millis(200);
+    let mut rig = parked(config(Protocol::Resp2).on_retry(OnRetry::ReleaseAfter(delay)));
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    let settled_at = rig.now;
+    rig.settle(Verdict::Retry);
+    assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"), "not yet");
+    assert_eq!(rig.consumer.poll_timeout(), Some(settled_at + delay));
+    rig.advance(delay);
+    rig.consumer.handle_timeout(rig.now).unwrap();
+    assert_eq!(rig.sent()[0], cmd("XNACK s g FAIL IDS 1 1-0"));
+
+    let too_long = config(Protocol::Resp2).on_retry(OnRetry::ReleaseAfter(MIN_IDLE));
+    assert!(pelican::Consumer::new(too_long).is_err(), "past the lease it may not be ours");
+}
+
+#[test]
+fn a_retry_held_past_the_lease_is_not_released() {
+    // Held long without a driver renewing it: a peer may own it now, and XNACK checks no owner.
+    let mut rig = parked(config(Protocol::Resp2));
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    rig.advance(MIN_IDLE);
+    rig.settle(Verdict::Retry);
+    assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"));
+}
+
+#[test]
+fn a_stop_releases_what_was_read_and_not_handed_out() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol));
+        rig.reply("read_new").unwrap();
+        let first = rig.entry();
+        rig.consumer.stop();
+        rig.consumer.settle(first.id(), Verdict::Ack, rig.now);
+        let sent = rig.sent();
+        assert!(sent.contains(&cmd("XNACK s g SILENT IDS 2 2-0 3-0")), "{sent:?}");
+        assert!(sent.contains(&cmd("XACK s g 1-0")), "{sent:?}");
+        assert!(!sent.iter().any(|c| c[0] == "XCLAIM"), "no give-back: {sent:?}");
+        // Stopped once both are answered.
+        let (ack, nack) = (rig.fixture("xack_1"), rig.fixture("xnack_silent"));
+        let mut replies = Vec::new();
+        for c in &sent {
+            replies.extend(if c[0] == "XACK" { &ack } else { &nack });
+        }
+        rig.consumer.handle_input(&replies, rig.now).unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped), "{protocol:?}");
+    }
+}
+
+#[test]
+fn acks_delete_their_entries_where_asked() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol).delete_acked(DeleteAcked::KeepRef));
+        rig.reply("read_new").unwrap();
+        rig.handle_all(Verdict::Ack);
+        let sent = rig.sent();
+        assert_eq!(sent[0], cmd("XACKDEL s g KEEPREF IDS 3 1-0 2-0 3-0"), "{protocol:?}");
+        // 1 for 1-0, -1 for the other: one acked.
+        rig.reply("xackdel").unwrap();
+        assert_eq!(rig.consumer.stats().acked, 1);
+    }
+}
+
+#[test]
+fn deleting_acked_entries_on_an_older_server_is_refused_at_connect() {
+    for protocol in PROTOCOLS {
+        let mut rig = Rig::new(config(protocol).delete_acked(DeleteAcked::Acked), "redis-7.0");
+        rig.connect();
+        rig.sent();
+        let hello = if protocol == Protocol::Resp3 { "hello" } else { "hello_info" };
+        let err = rig.consumer.handle_input(&rig.fixture(hello), rig.now).unwrap_err();
+        let Error::Unsupported { server, .. } = &err else { panic!("{err:?}") };
+        assert_eq!(server, "redis 7.0.15");
+        assert!(err.is_fatal());
+        assert!(err.to_string().contains("XACKDEL (Redis 8.2 or later)"), "{err}");
+    }
+}
+
+#[test]
+fn classic_verbs_keep_the_classic_loop_on_redis_8() {
+    let mut rig = Rig::new(config(Protocol::Resp2).classic_verbs(), "redis-8.10");
+    rig.connect();
+    assert_eq!(rig.sent(), cmds(&["XREADGROUP GROUP g A COUNT 10 STREAMS s 0", "XPENDING s g - + 10 A"]));
+    rig.drain_reply("read_pending_empty").unwrap();
+    assert_eq!(rig.sent()[0][0], "XAUTOCLAIM");
+}
+
+#[test]
+fn the_sweep_for_deleted_entries_comes_every_min_idle() {
+    let mut rig = parked(config(Protocol::Resp2));
+    rig.reply("read_new_nil").unwrap();
+    assert_eq!(rig.sent(), [park()], "no XAUTOCLAIM a beat later");
+    rig.advance(MIN_IDLE);
+    rig.reply("read_new_nil").unwrap();
+    assert_eq!(rig.sent()[0][0], "XAUTOCLAIM");
+}
+
+#[test]
+fn a_server_that_does_not_answer_hello_speaks_the_classic_verbs() {
+    let mut rig = Rig::new(config(Protocol::Resp2), "redis-8.10");
+    rig.connect();
+    assert_eq!(rig.sent()[0], ["HELLO"]);
+    rig.consumer.handle_input(b"-ERR unknown command 'HELLO'\r\n", rig.now).unwrap();
+    rig.fresh = false;
+    let Some(Event::Notice(Notice::Connected { dialect, .. })) = rig.consumer.poll_event() else { panic!() };
+    assert!(dialect.is_classic());
+}
