@@ -22,10 +22,12 @@ use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 pub mod cluster;
 pub mod handlers;
 pub mod in_hand;
+pub mod redis8;
 pub mod tls;
 pub use cluster::*;
 pub use handlers::*;
 pub use in_hand::*;
+pub use redis8::*;
 pub use tls::*;
 
 /// The application's handler, as the suite hands it to a transport.
@@ -201,7 +203,7 @@ fn set(ids: &[String]) -> BTreeSet<String> {
 }
 
 /// Creates the group at `0` (with MKSTREAM).
-fn create_group(admin: &mut Admin) {
+pub(crate) fn create_group(admin: &mut Admin) {
     admin.call(&["XGROUP", "CREATE", STREAM, GROUP, "0", "MKSTREAM"]);
 }
 
@@ -218,7 +220,7 @@ fn hold(admin: &mut Admin, consumer: &str) -> usize {
         .map_or(0, |e| e.len())
 }
 
-const SETTLE: Duration = Duration::from_secs(10);
+pub(crate) const SETTLE: Duration = Duration::from_secs(10);
 
 // ---- scenarios ------------------------------------------------------------------------------
 
@@ -315,7 +317,8 @@ pub fn dead_peer<T: Transport>(t: Target) {
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
 
-/// A `Retry` verdict comes back after `min_idle` (through `XAUTOCLAIM` of its own entry).
+/// A `Retry` verdict comes back after `min_idle` (through `XAUTOCLAIM` of its own entry),
+/// when it stays pending (where the server releases, on request: [`redis8`] has the release).
 pub fn retry_after_min_idle<T: Transport>(t: Target) {
     let server = t.start();
     let mut admin = server.admin();
@@ -324,7 +327,7 @@ pub fn retry_after_min_idle<T: Transport>(t: Target) {
     let seen = Seen::default();
     let run = T::spawn(
         server.endpoint(),
-        t.config("c1").min_idle(min_idle),
+        t.config("c1").min_idle(min_idle).on_retry(pelican::OnRetry::StayPending),
         seen.handler(|_, times| if times == 1 { Verdict::Retry } else { Verdict::Ack }),
     );
     thread::sleep(Duration::from_millis(300));
@@ -732,7 +735,8 @@ macro_rules! conformance_suite {
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
             big_entries, entry_too_large_is_named, twins, acl_stream_worker, kill_with_entries_in_hand,
-            stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start);
+            stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
+            retry_released_at_once, stop_releases_buffered, acks_delete, retry_stays_pending_on_request);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_failover);

@@ -1,0 +1,164 @@
+//! Stories of the Redis 8 verbs, where the server speaks them (Redis 8.10 here): a `Retry`
+//! released at once, a stop that hands its buffered entries to a peer at once, acks that
+//! delete. On servers without them each story checks the classic behaviour instead (or the
+//! clear refusal), so that every target asserts something.
+
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pelican::{DeleteAcked, OnRetry, Verdict};
+
+use super::{create_group, wait_until, Seen, Target, Transport, GROUP, SETTLE, STREAM};
+use crate::server::Flavor;
+
+/// Whether the target's server releases entries (`XNACK`, Redis 8.8+).
+pub fn releases(flavor: Flavor) -> bool {
+    flavor == Flavor::Redis810
+}
+
+/// Two consumers; every entry's first handling says `Retry`. Where the server releases, each
+/// is handled again (by either) well before `min_idle`; elsewhere it waits `min_idle`. The
+/// delays from each `Retry` to the next handling are printed (the figure the notes quote).
+pub fn retry_released_at_once<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let min_idle = Duration::from_secs(2);
+    // When each id was last given Retry, and how long until it was handled again.
+    let retried: Arc<Mutex<Vec<(String, Instant)>>> = Arc::default();
+    let again: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let seen = Seen::default();
+    let handler =
+        |seen: &Seen, retried: Arc<Mutex<Vec<(String, Instant)>>>, again: Arc<Mutex<Vec<Duration>>>| {
+            seen.handler(move |id, _| {
+                let mut retried = retried.lock().unwrap();
+                if let Some(i) = retried.iter().position(|(r, _)| r == id) {
+                    again.lock().unwrap().push(retried.remove(i).1.elapsed());
+                    return Verdict::Ack;
+                }
+                retried.push((id.to_string(), Instant::now()));
+                Verdict::Retry
+            })
+        };
+    let config = |name: &str| t.config(name).min_idle(min_idle).count(1).start_count(1);
+    let c1 = T::spawn(server.endpoint(), config("c1"), handler(&seen, retried.clone(), again.clone()));
+    let c2 = T::spawn(server.endpoint(), config("c2"), handler(&seen, retried.clone(), again.clone()));
+    thread::sleep(Duration::from_millis(300));
+    let ids = admin.xadd_n(STREAM, 20, 8);
+    let n = ids.len();
+    assert!(
+        wait_until(SETTLE, || again.lock().unwrap().len() == n),
+        "retried: {}",
+        again.lock().unwrap().len()
+    );
+    let (s1, s2) = (c1.finish(), c2.finish());
+    let mut delays = again.lock().unwrap().clone();
+    delays.sort();
+    let (median, worst) = (delays[n / 2], delays[n - 1]);
+    eprintln!(
+        "retry_released_at_once on {} {:?}: again after median {median:?}, worst {worst:?}",
+        t.flavor, t.protocol
+    );
+    if releases(t.flavor) {
+        assert!(worst < min_idle / 2, "released, yet handled again after {worst:?}");
+        assert_eq!(s1.released + s2.released, n as u64, "{s1:?} {s2:?}");
+    } else {
+        assert!(delays[0] + Duration::from_millis(5) >= min_idle, "before min_idle: {:?}", delays[0]);
+        assert_eq!(s1.released + s2.released, 0);
+    }
+    assert_eq!(s1.acked + s2.acked, n as u64);
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// A consumer holding 100 entries read and not handed out stops; a parked peer has them
+/// at once where the server releases (each handled once in all), after `min_idle` elsewhere
+/// (not within this story's wait: they stay pending with the stopped consumer).
+pub fn stop_releases_buffered<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 101, 8);
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = started.clone();
+    let first = Seen::default();
+    let c1 = T::spawn(
+        server.endpoint(),
+        t.config("c1").count(101).start_count(101).min_idle(Duration::from_secs(30)),
+        first.handler(move |_, _| {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            thread::sleep(Duration::from_millis(200));
+            Verdict::Ack
+        }),
+    );
+    assert!(wait_until(SETTLE, || started.load(std::sync::atomic::Ordering::SeqCst)));
+    let peer = Seen::default();
+    let c2 = T::spawn(server.endpoint(), t.config("c2").min_idle(Duration::from_secs(30)), peer.acking());
+    thread::sleep(Duration::from_millis(100));
+    let stopped = Instant::now();
+    c1.stop();
+    let s1 = c1.join(SETTLE).expect("a clean stop");
+    let handled = first.len();
+    if releases(t.flavor) {
+        assert!(wait_until(SETTLE, || first.len() + peer.len() == ids.len()), "peer has {}", peer.len());
+        eprintln!(
+            "stop_releases_buffered on {} {:?}: the peer had the {} released within {:?} of the stop",
+            t.flavor,
+            t.protocol,
+            peer.len(),
+            stopped.elapsed()
+        );
+        assert_eq!(s1.released as usize, ids.len() - handled, "{s1:?}");
+        let mut all: Vec<String> = first.all().into_iter().chain(peer.all()).map(|(id, _)| id).collect();
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), ids.len(), "each handled once");
+        assert_eq!(first.len() + peer.len(), ids.len(), "each handled once");
+        assert!(wait_until(SETTLE, || admin.xpending_count(STREAM, GROUP) == 0));
+    } else {
+        thread::sleep(Duration::from_millis(300));
+        assert_eq!(peer.len(), 0, "nothing for the peer before min_idle");
+        assert_eq!(admin.xpending_count(STREAM, GROUP), (ids.len() - handled) as i64);
+    }
+    c2.finish();
+}
+
+/// Acks that delete: the stream is empty once all is handled. A server without `XACKDEL`
+/// refuses the consumer at its first connect, saying what it needs.
+pub fn acks_delete<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    admin.xadd_n(STREAM, 30, 8);
+    let seen = Seen::default();
+    let config = t.config("c1").delete_acked(DeleteAcked::KeepRef);
+    let run = T::spawn(server.endpoint(), config, seen.acking());
+    if !releases(t.flavor) {
+        let err = run.join(SETTLE).expect_err("refused");
+        assert!(err.contains("XACKDEL"), "{err}");
+        assert_eq!(admin.xlen(STREAM), 30, "nothing read");
+        return;
+    }
+    assert!(wait_until(SETTLE, || admin.xlen(STREAM) == 0), "{} left", admin.xlen(STREAM));
+    let stats = run.finish();
+    assert_eq!((seen.len(), stats.acked), (30, 30));
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+}
+
+/// Retries kept pending ([`OnRetry::StayPending`]) on a server that could release them: the
+/// classic behaviour, on request.
+pub fn retry_stays_pending_on_request<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let config = t.config("c1").on_retry(OnRetry::StayPending);
+    let run = T::spawn(server.endpoint(), config, seen.handler(|_, _| Verdict::Retry));
+    admin.xadd_n(STREAM, 5, 8);
+    assert!(wait_until(SETTLE, || seen.len() >= 5));
+    thread::sleep(Duration::from_millis(500));
+    let stats = run.finish();
+    assert_eq!((seen.len(), stats.retried, stats.released), (5, 5, 0), "{stats:?}");
+    let held = admin.xpending_consumer(STREAM, GROUP, "c1");
+    assert_eq!(held.len(), 5, "pending with c1 still");
+}
