@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use clap::builder::{OsStringValueParser, TypedValueParser as _};
 use clap::value_parser;
-use pelican::{Config, GroupGone, Protocol};
+use pelican::{Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 
 use crate::args::{Failure, TEMPLATE};
 use crate::name::show;
@@ -195,6 +195,27 @@ pub struct Args {
     /// twice, and tells a twin that appears later
     #[arg(long, verbatim_doc_comment)]
     allow_twins: bool,
+    /// delete each acknowledged entry from the stream in the same step
+    /// (XACKDEL, Redis 8.2+), for streams used as work queues. WHEN says what
+    /// happens to an entry other groups of the stream have not acknowledged:
+    /// keepref (delete it; the default), delref (delete it and their
+    /// references), acked (only once every group has acknowledged it). On an
+    /// older server pelican refuses to start
+    #[arg(long, value_name = "WHEN", value_enum, num_args = 0..=1, default_missing_value = "keepref", verbatim_doc_comment)]
+    delete_acked: Option<DeleteWhen>,
+    /// what a failed entry (exit other than 0 and 65) does on Redis 8.8+,
+    /// which can release an entry (XNACK): release (the default: any
+    /// consumer of the group, this one too, takes it again at once, its
+    /// delivery counted) or keep (it stays pending with this consumer until a
+    /// reclaim takes it after --min-idle-ms, as on older servers). A number
+    /// releases it that many milliseconds later (at most half of
+    /// --min-idle-ms)
+    #[arg(long, value_name = "WHAT", default_value = "release", value_parser = on_retry, verbatim_doc_comment)]
+    on_retry: OnRetry,
+    /// speak only the classic stream commands (those of Redis 6.2), whatever
+    /// the server offers: no XREADGROUP … CLAIM, XNACK, XACKDEL or MAXSIZE
+    #[arg(long, verbatim_doc_comment)]
+    classic_verbs: bool,
     /// progress on stderr every second even when stderr is not a terminal
     /// (on a terminal it is always shown, and cleared before other output and
     /// before each command starts), with the group's health every 5 s
@@ -293,6 +314,26 @@ fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
     key
 }
 
+/// `--delete-acked`'s condition.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum DeleteWhen {
+    Keepref,
+    Delref,
+    Acked,
+}
+
+/// `--on-retry`: `release`, `keep` or a delay in milliseconds.
+fn on_retry(s: &str) -> Result<OnRetry, String> {
+    match s {
+        "release" => Ok(OnRetry::Release),
+        "keep" => Ok(OnRetry::StayPending),
+        ms => ms
+            .parse::<u64>()
+            .map(|ms| OnRetry::ReleaseAfter(Duration::from_millis(ms)))
+            .map_err(|_| format!("{ms:?}: release, keep, or a number of milliseconds")),
+    }
+}
+
 /// The consumer settings of `stream`'s lane. Names go on as the bytes given: one that
 /// `pending --json` printed in base64 can be given back as it is.
 /// How often the progress line's group health is asked for.
@@ -315,6 +356,17 @@ fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
     }
     if a.allow_twins {
         config = config.allow_twins();
+    }
+    if let Some(when) = a.delete_acked {
+        config = config.delete_acked(match when {
+            DeleteWhen::Keepref => DeleteAcked::KeepRef,
+            DeleteWhen::Delref => DeleteAcked::DelRef,
+            DeleteWhen::Acked => DeleteAcked::Acked,
+        });
+    }
+    config = config.on_retry(a.on_retry);
+    if a.classic_verbs {
+        config = config.classic_verbs();
     }
     if a.resp3 {
         config = config.protocol(Protocol::Resp3);

@@ -28,10 +28,11 @@ fn url(server: &Server) -> String {
 /// `stderr` as the one line it must be, led by `pelican: ` (after any lines `consume` told
 /// of its connection on the way).
 fn one_line(stderr: &str) -> &str {
-    let told = ["pelican: connected\n", "pelican: reconnected\n"];
+    // `connected`, or on Redis 8 `connected (speaking …)`.
+    let told = ["pelican: connected", "pelican: reconnected"];
     let mut rest = stderr;
-    while let Some(after) = told.iter().find_map(|t| rest.strip_prefix(t)) {
-        rest = after;
+    while told.iter().any(|t| rest.starts_with(t)) && rest.contains('\n') {
+        rest = rest.split_once('\n').map_or("", |(_, after)| after);
     }
     let line = rest.strip_suffix('\n').unwrap_or(rest);
     assert!(line.starts_with("pelican: ") && !line.contains('\n'), "one line: {stderr:?}");

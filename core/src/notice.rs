@@ -184,8 +184,13 @@ impl Notice {
 impl fmt::Display for Notice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Notice::Connected { reconnect: false, dialect } => write!(f, "connected ({dialect})"),
-            Notice::Connected { reconnect: true, dialect } => write!(f, "reconnected ({dialect})"),
+            Notice::Connected { reconnect, dialect } => {
+                f.write_str(if *reconnect { "reconnected" } else { "connected" })?;
+                match dialect.is_classic() {
+                    true => Ok(()),
+                    false => write!(f, " (speaking {dialect})"),
+                }
+            }
             Notice::ConnectFailed { reason, retry_in } => {
                 write!(f, "cannot connect: {reason}; retrying in {}", Secs(*retry_in))
             }
@@ -314,7 +319,12 @@ mod tests {
         assert_eq!(Secs(Duration::from_millis(12_345)).to_string(), "12 s");
         let connected = Notice::Connected { reconnect: true, dialect: crate::Dialect::CLASSIC };
         assert!(!connected.is_trouble());
-        assert_eq!(connected.to_string(), "reconnected (classic verbs)");
+        assert_eq!(connected.to_string(), "reconnected");
+        let dialect = crate::Dialect::of(b"redis", b"8.10.2");
+        assert_eq!(
+            Notice::Connected { reconnect: false, dialect }.to_string(),
+            "connected (speaking XREADGROUP CLAIM, XNACK, XACKDEL, MAXSIZE)"
+        );
         assert_eq!(Notice::Reclaimed { count: 1 }.to_string(), "reclaimed 1 idle entry from their owners");
         let oldest = OldestPending {
             id: Bytes::from_static(b"1-0"),

@@ -64,7 +64,7 @@ fn connects_losses_and_health_are_told() {
     server.kill9();
     wait_for("connection lost", || has(&seen, |n| matches!(n, Notice::ConnectionLost { .. })));
     server.restart();
-    wait_for("reconnected", || has(&seen, |n| matches!(n, Notice::Connected { reconnect: true })));
+    wait_for("reconnected", || has(&seen, |n| matches!(n, Notice::Connected { reconnect: true, .. })));
     stop.stop();
     thread.join().unwrap();
 }

@@ -150,7 +150,10 @@ mod tests {
             "cannot connect: timed out; retrying in 5.0 s (6 attempts failed since the last line)"
         );
         // Connected: the next failure is news.
-        assert_eq!(f.line(&Notice::Connected { reconnect: true }).unwrap(), "reconnected");
+        assert_eq!(
+            f.line(&Notice::Connected { reconnect: true, dialect: pelican::Dialect::CLASSIC }).unwrap(),
+            "reconnected"
+        );
         assert!(f.line(&failed("timed out")).is_some());
     }
 }

@@ -322,8 +322,8 @@ fn acked_ids(mut b: &[u8]) -> Vec<&[u8]> {
 /// The name a notice is counted under in [`Report::notices`].
 fn notice_name(notice: &Notice) -> &'static str {
     match notice {
-        Notice::Connected { reconnect: false } => "connected",
-        Notice::Connected { reconnect: true } => "reconnected",
+        Notice::Connected { reconnect: false, .. } => "connected",
+        Notice::Connected { reconnect: true, .. } => "reconnected",
         Notice::ConnectFailed { .. } => "connect-failed",
         Notice::ConnectionLost { .. } => "connection-lost",
         Notice::Reclaimed { .. } => "reclaimed",
