@@ -8,6 +8,7 @@
 //! cargo run --release -p pelican-bench -- [--entries 200000] [--rounds 5] [--batch 10,100,1000]
 //! cargo run --release -p pelican-bench -- --slow-ms 10 --concurrency 1,16,64 --consumers 8 --servers redis-7.0
 //! cargo run --release -p pelican-bench -- --latency 10000 --seconds 30 --concurrency 1,64 --servers redis-7.0
+//! cargo run --release -p pelican-bench -- --reclaim 10000 --servers redis-7.0,redis-8.10
 //! ```
 
 mod contenders;
@@ -15,6 +16,7 @@ mod lanes;
 mod latency;
 mod measure;
 mod raw;
+mod reclaim;
 mod slow;
 
 use std::process::ExitCode;
@@ -76,6 +78,10 @@ struct Args {
     /// Consumers sharing one backlog, for `--slow-ms` (0: none).
     #[arg(long, default_value_t = 8)]
     consumers: usize,
+    /// Instead: a dead peer's this many entries reclaimed, commands per 1,000 entries and
+    /// time, in each dialect the server speaks (classic; Redis 8's reads that claim).
+    #[arg(long)]
+    reclaim: Option<usize>,
 }
 
 const STREAM: &str = "bench";
@@ -85,10 +91,16 @@ fn main() -> ExitCode {
     let args = Args::parse();
     for name in &args.servers {
         let Some(flavor) = Flavor::ALL.into_iter().find(|f| f.name() == name) else {
-            eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1)");
+            eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1, redis-8.10)");
             return ExitCode::from(2);
         };
         let outcome = match (args.lanes, args.slow_ms, args.latency) {
+            _ if args.reclaim.is_some() => {
+                let server = Server::start(flavor);
+                println!("\n{}", flavor.name());
+                let n = args.reclaim.unwrap_or_default();
+                reclaim::compare(&mut server.admin(), server.addr(), n, flavor == Flavor::Redis810)
+            }
             (Some(lanes), _, _) => bench_lanes(flavor, lanes, &args),
             (_, Some(ms), _) => bench_slow(flavor, Duration::from_millis(ms), &args),
             (_, _, Some(rate)) => bench_latency(flavor, rate, &args),
