@@ -81,6 +81,6 @@ fn command_calls(stats: &str) -> Vec<(String, u64, u64)> {
         })
         .filter(|(name, ..)| !matches!(name.as_str(), "info" | "config|resetstat" | "config"))
         .collect();
-    calls.sort_by(|a, b| b.1.cmp(&a.1));
+    calls.sort_by_key(|c| std::cmp::Reverse(c.1));
     calls
 }
