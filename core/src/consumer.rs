@@ -171,6 +171,8 @@ pub struct Consumer {
     health: Option<GroupHealth>,
     /// The server refused the health commands: not asked again.
     health_refused: bool,
+    /// The last health gathered, for snapshots.
+    last_health: Option<GroupHealth>,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
     /// The stream verbs spoken on this connection (classic until the server's `HELLO` says
@@ -308,6 +310,7 @@ impl Consumer {
             health_at: None,
             health: None,
             health_refused: false,
+            last_health: None,
             twins: Twins::default(),
             dialect: Dialect::CLASSIC,
             server: String::new(),
@@ -359,6 +362,7 @@ impl Consumer {
             in_hand: self.in_hand.len(),
             buffered: self.buffered(),
             connected: self.is_connected(),
+            health: self.last_health.clone(),
         }
     }
 
@@ -368,7 +372,8 @@ impl Consumer {
         let same = self.stats == last.stats
             && self.in_hand.len() == last.in_hand
             && self.buffered() == last.buffered
-            && self.is_connected() == last.connected;
+            && self.is_connected() == last.connected
+            && self.last_health == last.health;
         if !same {
             *last = self.snapshot();
         }
@@ -611,6 +616,7 @@ impl Consumer {
         }
         let took = now.saturating_duration_since(hand.handed_at);
         self.pace.record_handler(took);
+        self.stats.handler_time.record(took);
         match verdict {
             Verdict::Ack => {
                 // Unrenewed for `min_idle` (a handler that held up its driver) or renewed
@@ -1044,6 +1050,7 @@ impl Consumer {
                         .and_then(|ms| std::str::from_utf8(ms).ok()?.parse::<u64>().ok());
                     oldest.age = Duration::from_millis(now_ms.saturating_sub(id_ms.unwrap_or(now_ms)));
                 }
+                self.last_health = Some(health.clone());
                 self.notices.push_back(Notice::Health(health));
                 return;
             }

@@ -124,4 +124,4 @@ pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
-pub use stats::{Snapshot, Stats};
+pub use stats::{HandlerTimes, Snapshot, Stats};

@@ -51,6 +51,37 @@ pub struct Stats {
     pub dead_lettered: u64,
     /// Times the read size was cut ([`Notice::ReadShrunk`](crate::Notice::ReadShrunk)).
     pub reads_shrunk: u64,
+    /// How long handlers took: from each entry's hand-out to its settle.
+    pub handler_time: HandlerTimes,
+}
+
+/// A histogram of handler times, in the buckets Prometheus uses for durations by default
+/// (5 ms to 10 s, and more): what a `…_duration_seconds` histogram exports.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HandlerTimes {
+    /// Handlers timed in each bucket: `counts[i]` took at most [`HandlerTimes::BOUNDS`]`[i]`
+    /// (and more than the bound before); the last counts those past every bound.
+    pub counts: [u64; HandlerTimes::BOUNDS.len() + 1],
+    /// All their times added up.
+    pub sum: std::time::Duration,
+}
+
+impl HandlerTimes {
+    /// The buckets' upper bounds, in seconds (Prometheus's default buckets).
+    pub const BOUNDS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+
+    /// Records one handler's time.
+    pub fn record(&mut self, took: std::time::Duration) {
+        let secs = took.as_secs_f64();
+        let i = Self::BOUNDS.iter().position(|b| secs <= *b).unwrap_or(Self::BOUNDS.len());
+        self.counts[i] += 1;
+        self.sum += took;
+    }
+
+    /// How many handlers were timed.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
 }
 
 /// A consumer's state at one moment: its counters, the entries in hand and buffered, and
@@ -70,4 +101,24 @@ pub struct Snapshot {
     /// True while a connection is up
     /// ([`Consumer::is_connected`](crate::Consumer::is_connected)).
     pub connected: bool,
+    /// The group's health as last asked ([`Config::health_every`](crate::Config::health_every);
+    /// `None` until the first answer, or if never asked).
+    pub health: Option<crate::GroupHealth>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn handler_times_fall_in_their_buckets() {
+        let mut times = HandlerTimes::default();
+        for ms in [1, 5, 6, 240, 250, 251, 10_000, 10_001, 60_000] {
+            times.record(Duration::from_millis(ms));
+        }
+        assert_eq!(times.counts, [2, 1, 0, 0, 0, 2, 1, 0, 0, 0, 1, 2]);
+        assert_eq!(times.count(), 9);
+        assert_eq!(times.sum, Duration::from_millis(1 + 5 + 6 + 240 + 250 + 251 + 10_000 + 10_001 + 60_000));
+    }
 }
