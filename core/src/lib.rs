@@ -11,7 +11,8 @@
 //!    from `0`, paging by the last id, until an empty page. A restarted consumer gets its
 //!    backlog back at once, without waiting for any idle timeout.
 //! 2. **Reclaim** dead peers' entries idle past `min_idle` with `XAUTOCLAIM`, once per beat,
-//!    carrying the cursor across beats.
+//!    carrying the cursor across beats — or, on Redis 8.4+, with the reads themselves
+//!    (`XREADGROUP … CLAIM`; see [`Dialect`] for what each server version changes).
 //! 3. **Park** on `XREADGROUP … BLOCK <beat> … >`.
 //!
 //! Each entry is handed out (one at a time, or up to [`Config::concurrency`] at once, in order
@@ -79,7 +80,7 @@
 //! ## Protocol facts it relies on
 //!
 //! Written down in the repository's `PROTOCOL.md` notes and pinned by tests against replies
-//! captured from Redis 6.2, Redis 7.0 and Valkey 8.1: both `XAUTOCLAIM` reply shapes,
+//! captured from Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10: both `XAUTOCLAIM` reply shapes,
 //! `[id, nil]` for deleted pending entries, `NOGROUP`/`UNBLOCKED` when the group is gone,
 //! `XACK` counting 0 for an entry a peer took first, RESP3 maps.
 
