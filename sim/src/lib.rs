@@ -99,5 +99,5 @@ pub use conn::ConnId;
 pub use id::EntryId;
 pub use model::{Origin, PendingEntry};
 pub use net::{serve, ServerHandle};
-pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
+pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, Redis8Verbs, SimOptions};
 pub use sim::{Sim, StreamEntry};
