@@ -119,9 +119,12 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         _ => true,
     };
     let Some(arity) = arity(&name).filter(|_| spoken) else {
-        let mut text = format!("ERR unknown command '{}', with args beginning with: ", lossy(&args[0]));
+        // Redis 6.2 quotes with backticks and separates with commas; later servers do not.
+        let old = ctx.options.server_version.starts_with("6.");
+        let (q, sep) = if old { ('`', ",") } else { ('\'', "") };
+        let mut text = format!("ERR unknown command {q}{}{q}, with args beginning with: ", lossy(&args[0]));
         for a in args.iter().skip(1).take(16) {
-            text.push_str(&format!("'{}' ", lossy(a)));
+            text.push_str(&format!("{q}{}{q}{sep} ", lossy(a)));
         }
         return Outcome::Reply(Reply::err(text));
     };
@@ -1057,7 +1060,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         .map(|c| match c {
             Claimed::Entry(id, f) => entry_reply(id, Some(&f)),
             Claimed::Id(id) => Reply::id(id),
-            Claimed::Gone => Reply::NilArray,
+            Claimed::Gone => Reply::NilBulk,
         })
         .collect();
     reply(Reply::Array(replies))
@@ -1212,13 +1215,14 @@ fn xpending(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         }
         let Some(nack) = g.pel.get(&id) else { continue };
         let idle = ctx.now.saturating_sub(nack.delivered_at);
-        if min_idle > 0 && (idle as i64) < min_idle {
+        // A released entry (XNACK) passes any IDLE filter and shows idle -1.
+        if !nack.released && min_idle > 0 && (idle as i64) < min_idle {
             continue;
         }
         out.push(Reply::Array(vec![
             Reply::id(id),
             Reply::Bulk(nack.owner.clone()),
-            Reply::Int(idle as i64),
+            Reply::Int(if nack.released { -1 } else { idle as i64 }),
             Reply::Int(nack.count as i64),
         ]));
     }
