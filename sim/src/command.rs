@@ -958,7 +958,8 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
                 None => reply(Reply::NilArray),
                 Some(ms) => {
                     read.deadline = (ms > 0).then(|| ctx.now.saturating_add(ms));
-                    read.claim_wake = claim.map(|min| stream.claim_wake(group, min, ctx.now));
+                    read.claim_wake =
+                        claim.map(|min| stream.claim_wake(group, min, ctx.now)).filter(|&w| w > ctx.now);
                     Ok(Outcome::Block(read))
                 }
             }

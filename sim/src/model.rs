@@ -567,7 +567,7 @@ impl Stream {
     /// `min_idle` from now when there is none (at least 1 ms ahead).
     pub(crate) fn claim_wake(&self, group: &[u8], min_idle: u64, now: u64) -> u64 {
         let from = self.first_live(group).map_or(now, |n| n.delivered_at);
-        from.saturating_add(min_idle).max(now + 1)
+        from.saturating_add(min_idle).max(now.saturating_add(1))
     }
 
     /// The pending entry delivered longest ago whose message still exists.

@@ -320,7 +320,10 @@ impl Sim {
             Some(stream) => serve_read(stream, &b, proto, self.now),
         };
         let wake = match (&answer, b.claim, self.db.streams.get(&b.key)) {
-            (None, Some(min), Some(stream)) => Some(stream.claim_wake(&b.group, min, self.now)),
+            // Never again at this ms (the clock at its end has no later one).
+            (None, Some(min), Some(stream)) => {
+                Some(stream.claim_wake(&b.group, min, self.now)).filter(|&w| w > self.now)
+            }
             _ => None,
         };
         let Some(conn) = self.conns.get_mut(&c) else { return };
