@@ -5,7 +5,9 @@ use bytes::Bytes;
 
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::{parse_i64, EntryId};
-use crate::model::{ClaimOptions as Options, Claimed, Db, Fields, Group, NewId, Trim};
+use crate::model::{
+    ClaimOptions as Options, Claimed, Db, Fields, Group, NewId, Refs, Stream, Trim, MAX_COUNT,
+};
 use crate::options::{ClaimShape, SimOptions};
 use crate::reply::{Protocol, Reply};
 
@@ -25,6 +27,8 @@ pub(crate) enum Outcome {
 pub(crate) enum Signal {
     /// Entries were added to the key.
     Added(Vec<u8>),
+    /// Pending entries of the key were released (`XNACK`): parked `CLAIM` reads look again.
+    Released(Vec<u8>),
     /// The key was deleted.
     Deleted(Vec<u8>),
     /// The group was destroyed: (key, group).
@@ -97,6 +101,9 @@ fn arity(name: &str) -> Option<i64> {
         "xack" => -4,
         "xpending" | "xdel" => -3,
         "xtrim" => -4,
+        "xnack" => -7,
+        "xackdel" => -6,
+        "xcfgset" => -2,
         _ => return None,
     })
 }
@@ -104,10 +111,20 @@ fn arity(name: &str) -> Option<i64> {
 /// Runs one command.
 pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
     let name = String::from_utf8_lossy(&args[0]).to_ascii_lowercase();
-    let Some(arity) = arity(&name) else {
-        let mut text = format!("ERR unknown command '{}', with args beginning with: ", lossy(&args[0]));
+    // The Redis 8 verbs are unknown commands to the servers that do not speak them.
+    let spoken = match name.as_str() {
+        "xnack" => ctx.options.redis8.nack,
+        "xackdel" => ctx.options.redis8.ackdel,
+        "xcfgset" => ctx.options.redis8.idmp,
+        _ => true,
+    };
+    let Some(arity) = arity(&name).filter(|_| spoken) else {
+        // Redis 6.2 quotes with backticks and separates with commas; later servers do not.
+        let old = ctx.options.server_version.starts_with("6.");
+        let (q, sep) = if old { ('`', ",") } else { ('\'', "") };
+        let mut text = format!("ERR unknown command {q}{}{q}, with args beginning with: ", lossy(&args[0]));
         for a in args.iter().skip(1).take(16) {
-            text.push_str(&format!("'{}' ", lossy(a)));
+            text.push_str(&format!("{q}{}{q}{sep} ", lossy(a)));
         }
         return Outcome::Reply(Reply::err(text));
     };
@@ -158,6 +175,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xdel" => xdel(ctx, args),
         "xtrim" => xtrim(ctx, args),
         "xinfo" => xinfo(ctx, args),
+        "xnack" => xnack(ctx, args),
+        "xackdel" => xackdel(ctx, args),
+        "xcfgset" => xcfgset(ctx, args),
         _ => Err(format!("ERR unknown command '{name}'")),
     };
     result.unwrap_or_else(|e| Outcome::Reply(Reply::err(e)))
@@ -289,16 +309,36 @@ fn client(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     }
 }
 
-/// Parsed `MAXLEN`/`MINID` options of `XADD`/`XTRIM`; returns the trim and the index of
-/// the first argument after the options.
-fn trim_options(args: &[Vec<u8>], mut i: usize, xadd: bool) -> Result<(Option<Trim>, bool, usize), String> {
+/// The options of `XADD`/`XTRIM` before the id.
+struct AddOptions {
+    trim: Option<Trim>,
+    nomkstream: bool,
+    /// `KEEPREF|DELREF|ACKED` (Redis 8); `KEEPREF` when not given.
+    refs: Refs,
+    /// `IDMP pid iid` (`Some(iid)`) or `IDMPAUTO pid` (`None`) (Redis 8.6).
+    idmp: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The index of the first argument after them (`XADD`'s id).
+    next: usize,
+}
+
+/// Parses the options of `XADD`/`XTRIM` from `args[i]` on, in the servers' order.
+fn trim_options(
+    args: &[Vec<u8>],
+    mut i: usize,
+    xadd: bool,
+    options: &SimOptions,
+) -> Result<AddOptions, String> {
+    let verbs = options.redis8;
     let mut trim = None;
     let mut nomkstream = false;
     let mut approx = false;
     let mut limit = false;
+    let mut refs = None;
+    let mut idmp: Option<(Vec<u8>, Option<Vec<u8>>)> = None;
     while i < args.len() {
         let more = args.len() - 1 - i;
         let opt = &args[i];
+        let refs_word = ["KEEPREF", "DELREF", "ACKED"].into_iter().find(|w| eq(opt, w));
         if xadd && opt.as_slice() == b"*" {
             break;
         } else if (eq(opt, "MAXLEN") || eq(opt, "MINID")) && more > 0 {
@@ -329,9 +369,30 @@ fn trim_options(args: &[Vec<u8>], mut i: usize, xadd: bool) -> Result<(Option<Tr
             }
             limit = true;
             i += 2;
+        } else if verbs.ackdel && refs.is_none() && refs_word.is_some() {
+            refs = Some(match refs_word {
+                Some("DELREF") => Refs::Delete,
+                Some("ACKED") => Refs::Acked,
+                _ => Refs::Keep,
+            });
+            i += 1;
         } else if xadd && eq(opt, "NOMKSTREAM") {
             nomkstream = true;
             i += 1;
+        } else if xadd && verbs.idmp && (eq(opt, "IDMPAUTO") && more > 0 || eq(opt, "IDMP") && more >= 2) {
+            let auto = eq(opt, "IDMPAUTO");
+            let word = if auto { "IDMPAUTO" } else { "IDMP" };
+            if idmp.is_some() {
+                return Err("ERR syntax error, IDMP/IDMPAUTO specified multiple times".into());
+            }
+            if args[i + 1].is_empty() {
+                return Err(format!("ERR syntax error, {word} requires a non-empty producer ID"));
+            }
+            if !auto && args[i + 2].is_empty() {
+                return Err("ERR syntax error, IDMP requires a non-empty idempotent ID".into());
+            }
+            idmp = Some((args[i + 1].clone(), (!auto).then(|| args[i + 2].clone())));
+            i += if auto { 2 } else { 3 };
         } else if xadd {
             break;
         } else {
@@ -347,11 +408,27 @@ fn trim_options(args: &[Vec<u8>], mut i: usize, xadd: bool) -> Result<(Option<Tr
     if limit && !approx {
         return Err("ERR syntax error, LIMIT cannot be used without the special ~ option".into());
     }
-    Ok((trim, nomkstream, i))
+    Ok(AddOptions { trim, nomkstream, refs: refs.unwrap_or(Refs::Keep), idmp, next: i })
+}
+
+/// The idempotent id `IDMPAUTO` derives from the fields: the servers hash the field/value
+/// pairs in an order-blind way, so the sorted pairs stand in for the hash.
+fn auto_iid(fields: &Fields) -> Vec<u8> {
+    let mut pairs: Vec<&(Bytes, Bytes)> = fields.iter().collect();
+    pairs.sort();
+    let mut iid = Vec::new();
+    for (f, v) in pairs {
+        for part in [f, v] {
+            iid.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            iid.extend_from_slice(part);
+        }
+    }
+    iid
 }
 
 fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
-    let (trim, nomkstream, pos) = trim_options(args, 2, true)?;
+    let opts = trim_options(args, 2, true, ctx.options)?;
+    let pos = opts.next;
     let id = match args.get(pos).map(Vec::as_slice) {
         None => return Err("ERR wrong number of arguments for 'xadd' command".into()),
         Some(b"*") => NewId::Auto,
@@ -360,6 +437,9 @@ fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             None => NewId::Exact(strict_id(text)?),
         },
     };
+    if opts.idmp.is_some() && !matches!(id, NewId::Auto) {
+        return Err("ERR syntax error, IDMP/IDMPAUTO can be used only with auto-generated IDs".into());
+    }
     let rest = &args[pos + 1..];
     if rest.is_empty() || rest.len() % 2 == 1 {
         return Err("ERR wrong number of arguments for 'xadd' command".into());
@@ -368,13 +448,20 @@ fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         return Err("ERR The ID specified in XADD must be greater than 0-0".into());
     }
     let key = &args[1];
-    if nomkstream && !ctx.db.streams.contains_key(key) {
+    if opts.nomkstream && !ctx.db.streams.contains_key(key) {
         return reply(Reply::NilBulk);
     }
     let fields: Fields =
         rest.chunks(2).map(|p| (Bytes::copy_from_slice(&p[0]), Bytes::copy_from_slice(&p[1]))).collect();
     let created = !ctx.db.streams.contains_key(key);
     let stream = ctx.db.streams.entry(key.clone()).or_default();
+    let idmp = opts.idmp.map(|(pid, iid)| (pid, iid.unwrap_or_else(|| auto_iid(&fields))));
+    if let Some((pid, iid)) = &idmp {
+        // A repeated (pid, iid) answers the first append's id and appends nothing.
+        if let Some(first) = stream.idmp_lookup(pid, iid, ctx.now) {
+            return reply(Reply::id(first));
+        }
+    }
     let id = match stream.add(id, fields, ctx.now) {
         Ok(id) => id,
         Err(_) => {
@@ -386,17 +473,183 @@ fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             );
         }
     };
-    if let Some(trim) = trim {
-        stream.trim(trim);
+    if let Some((pid, iid)) = idmp {
+        stream.idmp_insert(pid, iid, id);
+    }
+    if let Some(trim) = opts.trim {
+        stream.trim(trim, opts.refs);
     }
     ctx.signals.push(Signal::Added(key.clone()));
     reply(Reply::id(id))
 }
 
 fn xtrim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
-    let (trim, _, _) = trim_options(args, 2, false)?;
-    let (Some(trim), Some(stream)) = (trim, ctx.db.streams.get_mut(&args[1])) else { return int(0) };
-    int(stream.trim(trim) as usize)
+    let opts = trim_options(args, 2, false, ctx.options)?;
+    let (Some(trim), Some(stream)) = (opts.trim, ctx.db.streams.get_mut(&args[1])) else { return int(0) };
+    int(stream.trim(trim, opts.refs) as usize)
+}
+
+/// `XCFGSET key [IDMP-DURATION s] [IDMP-MAXSIZE n]` (Redis 8.6): a changed setting forgets
+/// the stream's idempotent ids.
+fn xcfgset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let Some(stream) = ctx.db.streams.get_mut(&args[1]) else { return Err("ERR no such key".into()) };
+    let mut duration = None;
+    let mut maxsize = None;
+    let mut i = 2;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let (slot, word, max, unit) = if eq(&args[i], "IDMP-DURATION") && more > 0 {
+            (&mut duration, "IDMP-DURATION", 86400, "seconds")
+        } else if eq(&args[i], "IDMP-MAXSIZE") && more > 0 {
+            (&mut maxsize, "IDMP-MAXSIZE", 10000, "entries")
+        } else {
+            return Err(SYNTAX.into());
+        };
+        if slot.is_some() {
+            return Err(format!("ERR {word} specified multiple times"));
+        }
+        let n = int_arg(&args[i + 1])?;
+        if !(1..=max).contains(&n) {
+            return Err(format!("ERR {word} must be between 1 and {max} {unit}"));
+        }
+        *slot = Some(n as u64);
+        i += 2;
+    }
+    if duration.is_none() && maxsize.is_none() {
+        return Err("ERR At least one parameter must be specified".into());
+    }
+    stream.idmp_configure(duration, maxsize);
+    reply(Reply::ok())
+}
+
+/// `XNACK key group SILENT|FAIL|FATAL IDS n id… [RETRYCOUNT c] [FORCE]` (Redis 8):
+/// releases pending entries to the group; answers how many.
+fn xnack(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let (key, group) = (&args[1], &args[2]);
+    let Some(stream) = ctx.db.streams.get_mut(key).filter(|s| s.groups.contains_key(group)) else {
+        return Err(format!("NOGROUP No such key '{}' or consumer group '{}'", lossy(key), lossy(group)));
+    };
+    let mode = &args[3];
+    let (silent, fatal) = if eq(mode, "SILENT") {
+        (true, false)
+    } else if eq(mode, "FAIL") {
+        (false, false)
+    } else if eq(mode, "FATAL") {
+        (false, true)
+    } else {
+        return Err("ERR mode must be SILENT, FAIL, or FATAL".into());
+    };
+    let mut ids_at = None;
+    let mut force = false;
+    let mut retry = None;
+    let mut i = 4;
+    while i < args.len() {
+        let more = args.len() - 1 - i;
+        let opt = &args[i];
+        if eq(opt, "IDS") && more > 0 {
+            let n = match parse_i64(&args[i + 1]) {
+                Some(n) if (1..=i64::from(i32::MAX)).contains(&n) => n as usize,
+                _ => return Err("ERR numids must be a positive integer".into()),
+            };
+            if n > args.len() - (i + 2) {
+                return Err("ERR number of IDs doesn't match numids".into());
+            }
+            ids_at = Some((i + 2, n));
+            i += 2 + n;
+        } else if eq(opt, "FORCE") {
+            force = true;
+            i += 1;
+        } else if eq(opt, "RETRYCOUNT") && more > 0 {
+            let n = int_arg(&args[i + 1])?;
+            if n < 0 {
+                return Err("ERR Invalid RETRYCOUNT value, must be >= 0".into());
+            }
+            retry = Some(n as u64);
+            i += 2;
+        } else {
+            return Err(format!("ERR Unrecognized XNACK option '{}'", lossy(opt)));
+        }
+    }
+    let Some((at, n)) = ids_at else { return Err("ERR syntax error, expected IDS keyword".into()) };
+    let ids = args[at..at + n].iter().map(|a| strict_id(a)).collect::<Result<Vec<_>, _>>()?;
+    let count = |c: u64| match retry {
+        Some(n) => n,
+        None if fatal => MAX_COUNT,
+        None if silent => c.saturating_sub(1),
+        None => c,
+    };
+    let mut released = 0;
+    for id in ids {
+        let exists = stream.entries.contains_key(&id);
+        let Some(g) = stream.groups.get_mut(group) else { break };
+        if g.release(id, count, force, exists, ctx.now) {
+            released += 1;
+        }
+    }
+    if released > 0 {
+        ctx.signals.push(Signal::Released(key.clone()));
+    }
+    int(released)
+}
+
+/// `XACKDEL key group [KEEPREF|DELREF|ACKED] IDS n id…` (Redis 8.2): acks and deletes;
+/// per id 1 (deleted, or already gone), 2 (acked, kept for another group: `ACKED`) or -1
+/// (not pending in the group).
+fn xackdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let mut refs = None;
+    let mut ids_at = None;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = &args[i];
+        let word = ["KEEPREF", "DELREF", "ACKED"].into_iter().find(|w| eq(opt, w));
+        if let (Some(word), None) = (word, refs) {
+            refs = Some(match word {
+                "DELREF" => Refs::Delete,
+                "ACKED" => Refs::Acked,
+                _ => Refs::Keep,
+            });
+            i += 1;
+        } else if eq(opt, "IDS") && i + 1 < args.len() {
+            let n = match parse_i64(&args[i + 1]) {
+                Some(n) if n >= 1 => n as usize,
+                _ => return Err("ERR Number of IDs must be a positive integer".into()),
+            };
+            if n > args.len() - i - 2 {
+                return Err("ERR The `numids` parameter must match the number of arguments".into());
+            }
+            ids_at = Some((i + 2, n));
+            i += 2 + n;
+        } else {
+            return Err(SYNTAX.into());
+        }
+    }
+    let Some((at, n)) = ids_at else { return Err("ERR IDS option is required".into()) };
+    let refs = refs.unwrap_or(Refs::Keep);
+    let Some(stream) = ctx.db.streams.get_mut(&args[1]).filter(|s| s.groups.contains_key(&args[2])) else {
+        return reply(Reply::Array(vec![Reply::Int(-1); n]));
+    };
+    let ids = args[at..at + n].iter().map(|a| strict_id(a)).collect::<Result<Vec<_>, _>>()?;
+    let mut out = Vec::with_capacity(n);
+    for id in ids {
+        let acked = stream.groups.get_mut(&args[2]).is_some_and(|g| g.ack(id));
+        if !acked {
+            out.push(Reply::Int(-1));
+            continue;
+        }
+        let delete = match refs {
+            Refs::Acked => !stream.referenced(id),
+            Refs::Delete => {
+                stream.drop_refs(id);
+                true
+            }
+            Refs::Keep => true,
+        };
+        if delete {
+            stream.delete(id);
+        }
+        out.push(Reply::Int(if delete { 1 } else { 2 }));
+    }
+    reply(Reply::Array(out))
 }
 
 fn xdel(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
@@ -489,11 +742,7 @@ fn xgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             g.consumer(&args[4]);
             return int(created as usize);
         }
-        let Some(consumer) = g.consumers.remove(&args[4]) else { return int(0) };
-        for id in &consumer.pel {
-            g.pel.remove(id);
-        }
-        int(consumer.pel.len())
+        int(g.remove_consumer(&args[4]).unwrap_or(0))
     }
 }
 
@@ -508,23 +757,105 @@ fn entry_reply(id: EntryId, fields: Option<&Fields>) -> Reply {
     Reply::Array(vec![Reply::id(id), body])
 }
 
-/// The reply to a `>` read that found entries.
-pub(crate) fn new_entries_reply(key: &[u8], entries: Vec<(EntryId, Fields)>) -> Reply {
-    let items = entries.iter().map(|(id, f)| entry_reply(*id, Some(f))).collect();
-    Reply::Streams(vec![(Reply::Bulk(key.to_vec()), Reply::Array(items))])
+/// An entry of a read reply: `[id, fields]`, or with `CLAIM` `[id, fields, idle, count]`.
+fn read_item(id: EntryId, fields: Option<&Fields>, claim: Option<(u64, u64)>) -> Reply {
+    let mut item = entry_reply(id, fields);
+    if let (Some((idle, count)), Reply::Array(parts)) = (claim, &mut item) {
+        parts.push(Reply::Int(idle.min(i64::MAX as u64) as i64));
+        parts.push(Reply::Int(count.min(i64::MAX as u64) as i64));
+    }
+    item
 }
 
+/// The `MAXSIZE` budget of a read: the servers count the reply bytes written so far (the
+/// stream's name and each entry; array lengths written afterwards do not count) and stop
+/// before the next entry once the count reaches the limit, after at least one entry.
+struct Budget {
+    limit: Option<u64>,
+    used: u64,
+    taken: usize,
+    proto: Protocol,
+}
+
+impl Budget {
+    fn new(limit: Option<u64>, proto: Protocol, key: &[u8]) -> Budget {
+        // RESP2 writes the `*2` of the [key, entries] pair at once; RESP3's map length is
+        // written afterwards.
+        let pair = if proto == Protocol::Resp2 { 4 } else { 0 };
+        let key = 1 + key.len().to_string().len() + 2 + key.len() + 2;
+        Budget { limit, used: (pair + key) as u64, taken: 0, proto }
+    }
+
+    /// Whether the next entry may go out (recording its size if so).
+    fn take(&mut self, item: impl FnOnce() -> Reply) -> bool {
+        let Some(limit) = self.limit else { return true };
+        if self.taken > 0 && self.used >= limit {
+            return false;
+        }
+        let mut bytes = Vec::new();
+        item().encode(self.proto, &mut bytes);
+        self.used += bytes.len() as u64;
+        self.taken += 1;
+        true
+    }
+}
+
+/// Serves an `XREADGROUP … >` read (at once or parked), as the servers decide: with
+/// `CLAIM`, when the oldest pending delivery still in the stream is idle enough, idle
+/// entries first (then new ones if any); otherwise new entries when there are some.
+/// `None` when there is nothing to serve (the read answers nil or stays parked).
+pub(crate) fn serve_read(stream: &mut Stream, b: &Blocked, proto: Protocol, now: u64) -> Option<Reply> {
+    let last = stream.groups.get(&b.group)?.last_id;
+    let fresh = stream.has_after(last);
+    let claimable = b.claim.is_some_and(|min| stream.claimable(&b.group, min, now));
+    if !fresh && !claimable {
+        return None;
+    }
+    let mut budget = Budget::new(b.maxsize, proto, &b.key);
+    let mut items = Vec::new();
+    if let Some(min) = b.claim {
+        let mut take =
+            |id, f: Option<&Fields>, idle, count| budget.take(|| read_item(id, f, Some((idle, count))));
+        let claimed = stream.claim_idle(&b.group, &b.consumer, min, b.count, now, &mut take);
+        items.extend(
+            claimed.iter().map(|(id, f, idle, count)| read_item(*id, Some(f), Some((*idle, *count)))),
+        );
+    }
+    let full = b.count != 0 && items.len() >= b.count;
+    if fresh && !full {
+        let extra = b.claim.map(|_| (0, 0));
+        let left = if b.count == 0 { 0 } else { b.count - items.len() };
+        let mut take = |id, f: Option<&Fields>, _, _| budget.take(|| read_item(id, f, extra));
+        let entries = stream.read_new(&b.group, &b.consumer, left, b.noack, now, &mut take);
+        items.extend(entries.iter().map(|(id, f)| read_item(*id, Some(f), extra)));
+    }
+    Some(Reply::Streams(vec![(Reply::Bulk(b.key.clone()), Reply::Array(items))]))
+}
+
+/// `XREADGROUP GROUP g c [COUNT n] [BLOCK ms] [NOACK] [CLAIM min-idle] [MAXCOUNT n]
+/// [MAXSIZE bytes] STREAMS key id` (one stream; the Redis 8 options when spoken).
 fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let verbs = ctx.options.redis8;
     let mut count = 0usize;
     let mut block = None;
     let mut noack = false;
+    let mut claim = None;
+    let mut maxcount = None;
+    let mut maxsize = None;
     let mut names = None;
     let mut streams_at = None;
     let mut i = 1;
     while i < args.len() {
         let more = args.len() - 1 - i;
         let opt = &args[i];
-        if eq(opt, "BLOCK") && more > 0 {
+        if verbs.claim && eq(opt, "CLAIM") && more > 0 {
+            let ms = parse_i64(&args[i + 1]).ok_or("ERR min-idle-time is not an integer or out of range")?;
+            if ms < 0 {
+                return Err("ERR min-idle-time must be a positive integer".into());
+            }
+            claim = Some(ms as u64);
+            i += 2;
+        } else if eq(opt, "BLOCK") && more > 0 {
             let ms = parse_i64(&args[i + 1]).ok_or("ERR timeout is not an integer or out of range")?;
             if ms < 0 {
                 return Err("ERR timeout is negative".into());
@@ -533,6 +864,18 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             i += 2;
         } else if eq(opt, "COUNT") && more > 0 {
             count = int_arg(&args[i + 1])?.max(0) as usize;
+            i += 2;
+        } else if verbs.read_limits && (eq(opt, "MAXCOUNT") || eq(opt, "MAXSIZE")) && more > 0 {
+            let n = int_arg(&args[i + 1])?;
+            let word = if eq(opt, "MAXCOUNT") { "MAXCOUNT" } else { "MAXSIZE" };
+            if n <= 0 {
+                return Err(format!("ERR {word} must be a positive integer"));
+            }
+            if word == "MAXCOUNT" {
+                maxcount = Some(n as u64);
+            } else {
+                maxsize = Some(n as u64);
+            }
             i += 2;
         } else if eq(opt, "STREAMS") && more > 0 {
             if (args.len() - i - 1) % 2 != 0 {
@@ -554,6 +897,13 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     }
     let Some(at) = streams_at else { return Err(SYNTAX.into()) };
     let Some((group, consumer)) = names else { return Err("ERR Missing GROUP option for XREADGROUP".into()) };
+    if let Some(max) = maxcount {
+        if count != 0 && (max as usize) < count {
+            return Err("ERR MAXCOUNT must be greater than or equal to COUNT".into());
+        }
+        // MAXCOUNT caps the whole reply; with one stream it is a COUNT.
+        count = if count == 0 { max.min(usize::MAX as u64) as usize } else { count };
+    }
     if args.len() - at != 2 {
         return Err("ERR the simulator supports XREADGROUP on one stream only".into());
     }
@@ -578,29 +928,40 @@ fn xreadgroup(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     if after.is_some() || ctx.options.eager_consumer_creation {
         g.consumer(consumer);
     }
+    let proto = ctx.conn.proto;
     match after {
         Some(after) => {
-            let items = stream.read_pending(group, consumer, after, count, ctx.now);
+            // CLAIM is ignored when reading the consumer's own history.
+            let mut budget = Budget::new(maxsize, proto, key);
+            let mut take = |id, f: Option<&Fields>, _, _| budget.take(|| entry_reply(id, f));
+            let items = stream.read_pending(group, consumer, after, count, ctx.now, &mut take);
             let items = items.iter().map(|(id, f)| entry_reply(*id, f.as_ref())).collect();
             reply(Reply::Streams(vec![(Reply::Bulk(key.clone()), Reply::Array(items))]))
         }
         None => {
-            let last = g.last_id;
-            if stream.has_after(last) {
-                let entries = stream.read_new(group, consumer, count, noack, ctx.now);
-                return reply(new_entries_reply(key, entries));
+            let mut read = Blocked {
+                key: key.clone(),
+                group: group.clone(),
+                consumer: consumer.clone(),
+                count,
+                noack,
+                claim,
+                maxsize,
+                claim_wake: None,
+                deadline: None,
+                order: 0,
+            };
+            if let Some(answer) = serve_read(stream, &read, proto, ctx.now) {
+                return reply(answer);
             }
             match block {
                 None => reply(Reply::NilArray),
-                Some(ms) => Ok(Outcome::Block(Blocked {
-                    key: key.clone(),
-                    group: group.clone(),
-                    consumer: consumer.clone(),
-                    count,
-                    noack,
-                    deadline: (ms > 0).then(|| ctx.now.saturating_add(ms)),
-                    order: 0,
-                })),
+                Some(ms) => {
+                    read.deadline = (ms > 0).then(|| ctx.now.saturating_add(ms));
+                    read.claim_wake =
+                        claim.map(|min| stream.claim_wake(group, min, ctx.now)).filter(|&w| w > ctx.now);
+                    Ok(Outcome::Block(read))
+                }
             }
         }
     }
@@ -700,7 +1061,7 @@ fn xclaim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         .map(|c| match c {
             Claimed::Entry(id, f) => entry_reply(id, Some(&f)),
             Claimed::Id(id) => Reply::id(id),
-            Claimed::Gone => Reply::NilArray,
+            Claimed::Gone => Reply::NilBulk,
         })
         .collect();
     reply(Reply::Array(replies))
@@ -855,13 +1216,14 @@ fn xpending(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         }
         let Some(nack) = g.pel.get(&id) else { continue };
         let idle = ctx.now.saturating_sub(nack.delivered_at);
-        if min_idle > 0 && (idle as i64) < min_idle {
+        // A released entry (XNACK) passes any IDLE filter and shows idle -1.
+        if !nack.released && min_idle > 0 && (idle as i64) < min_idle {
             continue;
         }
         out.push(Reply::Array(vec![
             Reply::id(id),
             Reply::Bulk(nack.owner.clone()),
-            Reply::Int(idle as i64),
+            Reply::Int(if nack.released { -1 } else { idle as i64 }),
             Reply::Int(nack.count as i64),
         ]));
     }

@@ -27,7 +27,7 @@ impl ConnId {
 #[cfg(test)]
 pub(crate) type Parsed = Result<Option<(Vec<Vec<u8>>, usize)>, String>;
 
-/// A parked `XREADGROUP … BLOCK … >`.
+/// An `XREADGROUP … >` read: what it asks for, and while parked (`BLOCK`), until when.
 #[derive(Clone, Debug)]
 pub(crate) struct Blocked {
     pub(crate) key: Vec<u8>,
@@ -35,6 +35,13 @@ pub(crate) struct Blocked {
     pub(crate) consumer: Vec<u8>,
     pub(crate) count: usize,
     pub(crate) noack: bool,
+    /// `CLAIM <min-idle-ms>` (Redis 8): idle pending entries are taken first.
+    pub(crate) claim: Option<u64>,
+    /// `MAXSIZE <bytes>` (Redis 8.10): the reply stops once it is this big.
+    pub(crate) maxsize: Option<u64>,
+    /// With `claim`: when to look again for entries become idle enough (the servers track
+    /// it at parking and re-run the read then).
+    pub(crate) claim_wake: Option<u64>,
     /// Virtual ms at which it times out; `None` for `BLOCK 0`.
     pub(crate) deadline: Option<u64>,
     /// Global order of parking (first parked, first served).

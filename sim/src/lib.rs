@@ -3,7 +3,8 @@
 //! An in-memory model of Redis/Valkey streams with consumer groups that speaks RESP bytes in
 //! and out on a **virtual clock**, for deterministic tests of stream consumers (pelican's
 //! own simulation tests, fuzzing, users' handler tests with the [`kit`], the demo). It is kept honest by a
-//! differential test against Redis 6.2, Redis 7.0 and Valkey 8.1 (`tests/differential.rs`).
+//! differential test against Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10
+//! (`tests/differential.rs`).
 //! It is not a server for production use.
 //!
 //! ```
@@ -54,12 +55,47 @@
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
 //! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`, and
+//! with [`SimOptions::redis8`] (Redis 8.10, [`SimOptions::redis810`]) the Redis 8 stream verbs:
+//!
+//! - `XREADGROUP … CLAIM <min-idle-ms> … >`: pending entries of any owner idle at least that
+//!   long come first, oldest delivery first (entries released by `XNACK` before all), each as
+//!   `[id, fields, idle_ms, deliveries_before]`, then new entries as `[id, fields, 0, 0]`, up
+//!   to `COUNT`; a pending entry whose message is gone is skipped and stays pending; a taken
+//!   one moves to the reader with count +1. It answers at once when the oldest pending
+//!   delivery still in the stream is idle enough, or when there are new entries; parked
+//!   (`BLOCK`), it is woken by an `XADD`, an `XNACK`, or when that oldest delivery becomes
+//!   idle enough (looked at again `min-idle` after parking when nothing is pending). With an
+//!   explicit id (history) `CLAIM` is ignored.
+//! - `XREADGROUP … MAXCOUNT n MAXSIZE bytes`: `MAXCOUNT` caps the entries (it must be ≥
+//!   `COUNT`); the reply stops before the next entry once its bytes so far (the stream name
+//!   and the entries; not the array lengths) reach `MAXSIZE`, after at least one entry.
+//! - `XNACK key group SILENT|FAIL|FATAL IDS n id… [RETRYCOUNT c] [FORCE]`: releases pending
+//!   entries (no owner: `XPENDING` shows consumer `""` and idle -1); the next claim by anyone
+//!   (`XCLAIM`, `XAUTOCLAIM`, `CLAIM` read) takes them whatever its min-idle, a `CLAIM` read
+//!   reporting their idle as the clock (their delivery time is 0). `SILENT` lowers the count
+//!   by one, `FAIL` keeps it, `FATAL` sets it to 2⁶³−1; `FORCE` releases ids that were not
+//!   pending (count 0). Answers how many were released.
+//! - `XACKDEL key group [KEEPREF|DELREF|ACKED] IDS n id…`: per id 1 (acked and deleted, or
+//!   already gone), 2 (`ACKED`: acked, kept since another group still needs it), -1 (not
+//!   pending in the group; every id when the key or group is missing).
+//! - `XADD … IDMP pid iid` / `IDMPAUTO pid` (with `*` only): a (pid, iid) seen within the
+//!   stream's window answers the first append's id and appends nothing (the window keeps
+//!   `IDMP-MAXSIZE` ids per producer, default 100, for `IDMP-DURATION` s, default 100, by
+//!   the entries' times); `IDMPAUTO` derives the iid from the field/value pairs, whatever
+//!   their order. `XCFGSET key [IDMP-DURATION s] [IDMP-MAXSIZE n]` sets the window (a
+//!   changed setting forgets the ids).
+//! - `XADD`/`XTRIM … KEEPREF|DELREF|ACKED`: trimmed entries stay pending (`KEEPREF`), leave
+//!   every group's PEL (`DELREF`), or only entries no group still needs are trimmed (`ACKED`).
+//!
+//! Without them, the sim answers these as the older servers do: `ERR unknown command …`
+//! (6.2's wording under a 6.x [`SimOptions::server_version`]) or `ERR syntax error` / `ERR
+//! Invalid stream ID …` for the new options. And
 //! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively) and of its
 //! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`). Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
 //! Where the servers differ, [`SimOptions`] picks a behaviour ([`SimOptions::redis62`],
-//! [`SimOptions::redis70`], [`SimOptions::valkey81`]).
+//! [`SimOptions::redis70`], [`SimOptions::valkey81`], [`SimOptions::redis810`]).
 //!
 //! ## Known differences from the real servers
 //!
@@ -73,7 +109,14 @@
 //!   the first entry when `XDEL` holes lie ahead of the group) but are approximate: they
 //!   drift from the servers' values after some delete/trim/re-create sequences, so the
 //!   differential test does not compare them.
-//! - Timeouts are exact on the virtual clock (real servers add up to ~100 ms).
+//! - Timeouts are exact on the virtual clock (real servers add up to ~100 ms); so is the
+//!   moment a parked `CLAIM` read looks again for idle entries (Redis 8.10 looks in its
+//!   event loop, ≥ 1 ms after the entry is idle enough); with `CLAIM 0` and nothing pending
+//!   it looks every virtual millisecond, as the server does every loop.
+//! - The Redis 8 verbs: `XREAD`'s `MAXSIZE`/`MAXCOUNT`, `XDELEX`, `XIDMPRECORD` and `XINFO
+//!   STREAM`'s idempotence figures are not modelled; idempotent ids expire exactly on the
+//!   virtual clock (the server sweeps them in its cron); `XNACK` is recorded for
+//!   [`Sim::restart`] as it happens.
 //! - Error texts for argument errors are the 7.x wording where versions differ, and a few
 //!   rare ones (arity of subcommands, unknown commands) are only approximately worded.
 //! - The parser waits for a declared bulk length up to 512 MiB (it remembers where a partial
@@ -99,5 +142,5 @@ pub use conn::ConnId;
 pub use id::EntryId;
 pub use model::{Origin, PendingEntry};
 pub use net::{serve, ServerHandle};
-pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
+pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, Redis8Verbs, SimOptions};
 pub use sim::{Sim, StreamEntry};

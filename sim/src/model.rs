@@ -17,9 +17,11 @@ pub(crate) type Fields = Vec<(Bytes, Bytes)>;
 pub struct PendingEntry {
     /// The entry's id.
     pub id: EntryId,
-    /// The consumer that owns it.
+    /// The consumer that owns it; empty for an entry released by `XNACK` (Redis 8), which
+    /// belongs to nobody until a claim takes it.
     pub consumer: Vec<u8>,
-    /// Virtual time (ms) of its last delivery; idle time is `now - delivered_at`.
+    /// Virtual time (ms) of its last delivery; idle time is `now - delivered_at`. 0 for a
+    /// released entry.
     pub delivered_at: u64,
     /// How many times it was delivered.
     pub delivery_count: u64,
@@ -38,12 +40,36 @@ pub struct Origin {
     pub moved: bool,
 }
 
+/// The largest delivery count: the servers never raise a count past `LLONG_MAX` (what
+/// `XNACK … FATAL` sets).
+pub(crate) const MAX_COUNT: u64 = i64::MAX as u64;
+
+/// A delivery count raised by one, as the servers do it (stopping at [`MAX_COUNT`]).
+fn bump(count: u64) -> u64 {
+    if count >= MAX_COUNT {
+        count
+    } else {
+        count + 1
+    }
+}
+
+/// A pending entry's place in its group's delivery-time order (Redis 8's `pel_time` list,
+/// which `XREADGROUP … CLAIM` walks from the oldest delivery): released entries (`XNACK`)
+/// first, in the order they were released; then the others by delivery time, a tie going
+/// to the one placed there first (the server inserts after every equal time).
+type Slot = (bool, u64, u64);
+
 /// A group's record of one delivered, unacknowledged entry.
 #[derive(Clone, Debug)]
 pub(crate) struct Nack {
+    /// The consumer that owns it; empty once released by `XNACK` (`released`).
     pub(crate) owner: Vec<u8>,
+    /// Released by `XNACK`: no owner, delivery time 0, claimable by anyone at once.
+    pub(crate) released: bool,
     pub(crate) delivered_at: u64,
     pub(crate) count: u64,
+    /// Where it stands in the group's delivery-time order.
+    slot: Slot,
     /// Who read it as new, when, and whether a claim moved it to another consumer since.
     origin: Origin,
     /// `delivered_at` and `count` as the append-only file last recorded them: the servers
@@ -57,7 +83,15 @@ impl Nack {
     /// A first delivery to `owner` at `now` (recorded).
     fn new(owner: &[u8], now: u64) -> Nack {
         let origin = Origin { read_by: owner.to_vec(), read_at: now, moved: false };
-        Nack { owner: owner.to_vec(), delivered_at: now, count: 1, saved: (now, 1), origin }
+        Nack {
+            owner: owner.to_vec(),
+            released: false,
+            delivered_at: now,
+            count: 1,
+            slot: (true, now, 0),
+            saved: (now, 1),
+            origin,
+        }
     }
 
     /// The delivery time and count as they are now are recorded (a claim).
@@ -80,6 +114,10 @@ pub(crate) struct Group {
     pub(crate) entries_read: Option<u64>,
     pub(crate) pel: BTreeMap<EntryId, Nack>,
     pub(crate) consumers: BTreeMap<Vec<u8>, Consumer>,
+    /// The PEL in delivery-time order (see [`Slot`]).
+    by_time: BTreeMap<Slot, EntryId>,
+    /// The tie-breaker of the next [`Slot`].
+    next_slot: u64,
 }
 
 /// A stream: entries, the top id ever added, counters and groups.
@@ -93,6 +131,25 @@ pub(crate) struct Stream {
     /// The largest id ever removed by `XDEL`.
     pub(crate) max_deleted: EntryId,
     pub(crate) groups: BTreeMap<Vec<u8>, Group>,
+    /// Idempotent appends (`XADD … IDMP`, Redis 8.6).
+    idmp: Idmp,
+}
+
+/// A stream's record of idempotent appends: per producer id, the idempotent ids of its
+/// latest appends (oldest first) with the entry each made.
+#[derive(Clone, Debug)]
+struct Idmp {
+    /// How long (s) an idempotent id is remembered (`IDMP-DURATION`, default 100).
+    duration: u64,
+    /// How many idempotent ids a producer keeps (`IDMP-MAXSIZE`, default 100).
+    maxsize: u64,
+    producers: BTreeMap<Vec<u8>, std::collections::VecDeque<(Vec<u8>, EntryId)>>,
+}
+
+impl Default for Idmp {
+    fn default() -> Idmp {
+        Idmp { duration: 100, maxsize: 100, producers: BTreeMap::new() }
+    }
 }
 
 /// Why `XADD` refused an id.
@@ -121,6 +178,21 @@ pub(crate) enum Trim {
     /// Remove entries below this id.
     MinId(EntryId),
 }
+
+/// What trimming or `XACKDEL` does with the groups' references to the entries it removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refs {
+    /// `KEEPREF` (the default): pending entries stay pending.
+    Keep,
+    /// `DELREF`: they leave every group's PEL.
+    Delete,
+    /// `ACKED`: only entries no group still needs are removed.
+    Acked,
+}
+
+/// Asked before a read hands out each entry (id, fields or `None` if deleted, idle time,
+/// delivery count before): whether it may (`MAXSIZE`); `false` ends the read.
+pub(crate) type Take<'a> = &'a mut dyn FnMut(EntryId, Option<&Fields>, u64, u64) -> bool;
 
 /// One element of an `XAUTOCLAIM` claimed list.
 #[derive(Clone, Debug)]
@@ -165,7 +237,88 @@ pub(crate) struct GroupInfo {
 
 impl Group {
     pub(crate) fn new(last_id: EntryId, entries_read: Option<u64>) -> Group {
-        Group { last_id, entries_read, pel: BTreeMap::new(), consumers: BTreeMap::new() }
+        Group {
+            last_id,
+            entries_read,
+            pel: BTreeMap::new(),
+            consumers: BTreeMap::new(),
+            by_time: BTreeMap::new(),
+            next_slot: 0,
+        }
+    }
+
+    /// Puts pending entry `id` at its place for delivery time `at` (or at the end of the
+    /// released ones), as the servers' `pelListUpdate` / `pelListInsertNacked` do.
+    fn place(&mut self, id: EntryId, at: u64, released: bool) {
+        let Some(nack) = self.pel.get_mut(&id) else { return };
+        self.by_time.remove(&nack.slot);
+        self.next_slot += 1;
+        nack.released = released;
+        nack.delivered_at = if released { 0 } else { at };
+        nack.slot = (!released, nack.delivered_at, self.next_slot);
+        self.by_time.insert(nack.slot, id);
+    }
+
+    /// Records a first delivery of `id` to `consumer` at `now` (replacing any record).
+    fn insert(&mut self, id: EntryId, consumer: &[u8], now: u64) {
+        self.ack(id);
+        self.pel.insert(id, Nack::new(consumer, now));
+        self.place(id, now, false);
+        self.consumer(consumer).pel.insert(id);
+    }
+
+    /// Removes a consumer (`XGROUP DELCONSUMER`) and its pending entries; how many it had.
+    pub(crate) fn remove_consumer(&mut self, name: &[u8]) -> Option<usize> {
+        let consumer = self.consumers.remove(name)?;
+        for &id in &consumer.pel {
+            if let Some(nack) = self.pel.remove(&id) {
+                self.by_time.remove(&nack.slot);
+            }
+        }
+        Some(consumer.pel.len())
+    }
+
+    /// The ids of the pending entries in delivery-time order.
+    pub(crate) fn by_delivery(&self) -> Vec<EntryId> {
+        self.by_time.values().copied().collect()
+    }
+
+    /// `XNACK`: releases `id` (no owner, first in line for claims) with its count set by
+    /// `count`; with `force`, an id not pending but existing (`exists`) gets a released
+    /// record with count `count(0)`. Whether it was released.
+    pub(crate) fn release(
+        &mut self,
+        id: EntryId,
+        count: impl Fn(u64) -> u64,
+        force: bool,
+        exists: bool,
+        now: u64,
+    ) -> bool {
+        match self.pel.get_mut(&id) {
+            Some(nack) => {
+                nack.count = count(nack.count);
+                if !nack.released {
+                    let owner = std::mem::take(&mut nack.owner);
+                    nack.origin.moved = true;
+                    if let Some(c) = self.consumers.get_mut(&owner) {
+                        c.pel.remove(&id);
+                    }
+                }
+            }
+            None if force && exists => {
+                let mut nack = Nack::new(b"", now);
+                nack.count = count(0);
+                nack.origin.moved = true;
+                nack.saved = (0, nack.count);
+                self.pel.insert(id, nack);
+            }
+            None => return false,
+        }
+        self.place(id, 0, true);
+        if let Some(nack) = self.pel.get_mut(&id) {
+            nack.save();
+        }
+        true
     }
 
     /// The consumer named `name`, created if missing.
@@ -176,13 +329,13 @@ impl Group {
     /// Gives `id` to `consumer` (taking it from its previous owner) with the new delivery
     /// time; `bump` raises the delivery count.
     fn assign(&mut self, id: EntryId, consumer: &[u8], now: u64, bump: bool) {
+        self.place(id, now, false);
         let Some(nack) = self.pel.get_mut(&id) else { return };
-        nack.delivered_at = now;
         if bump {
-            nack.count += 1;
+            nack.count = self::bump(nack.count);
         }
         nack.save();
-        if nack.owner != consumer {
+        if nack.owner != consumer || nack.released {
             nack.origin.moved = true;
             let old = std::mem::replace(&mut nack.owner, consumer.to_vec());
             if let Some(c) = self.consumers.get_mut(&old) {
@@ -196,7 +349,8 @@ impl Group {
     pub(crate) fn ack(&mut self, id: EntryId) -> bool {
         match self.pel.remove(&id) {
             Some(nack) => {
-                if let Some(c) = self.consumers.get_mut(&nack.owner) {
+                self.by_time.remove(&nack.slot);
+                if let Some(c) = self.consumers.get_mut(&nack.owner).filter(|_| !nack.released) {
                     c.pel.remove(&id);
                 }
                 true
@@ -233,21 +387,78 @@ impl Stream {
         Ok(id)
     }
 
-    /// Applies a trim rule; returns how many entries it removed.
-    pub(crate) fn trim(&mut self, trim: Trim) -> u64 {
+    /// Applies a trim rule with a reference policy (`KEEPREF`, `DELREF`, `ACKED`); returns
+    /// how many entries it removed.
+    pub(crate) fn trim(&mut self, trim: Trim, refs: Refs) -> u64 {
         let mut removed = 0;
-        while let Some((&first, _)) = self.entries.first_key_value() {
-            let remove = match trim {
-                Trim::MaxLen(n) => self.entries.len() as u64 > n,
-                Trim::MinId(min) => first < min,
+        let ids: Vec<EntryId> = self.entries.keys().copied().collect();
+        for id in ids {
+            let stop = match trim {
+                Trim::MaxLen(n) => self.entries.len() as u64 <= n,
+                Trim::MinId(min) => id >= min,
             };
-            if !remove {
+            if stop {
                 break;
             }
-            self.entries.remove(&first);
+            match refs {
+                Refs::Keep => {}
+                // ACKED skips what a group still holds and goes on with the next entry.
+                Refs::Acked if self.referenced(id) => continue,
+                Refs::Acked => {}
+                Refs::Delete => self.drop_refs(id),
+            }
+            self.entries.remove(&id);
             removed += 1;
         }
         removed
+    }
+
+    /// Whether a group still needs entry `id`: not yet read by some group, or pending in one
+    /// (Redis' `streamEntryIsReferenced`).
+    pub(crate) fn referenced(&self, id: EntryId) -> bool {
+        self.groups.values().any(|g| g.last_id < id || g.pel.contains_key(&id))
+    }
+
+    /// Removes `id` from every group's PEL (`DELREF`).
+    pub(crate) fn drop_refs(&mut self, id: EntryId) {
+        for g in self.groups.values_mut() {
+            g.ack(id);
+        }
+    }
+
+    /// The entry an earlier `XADD … IDMP pid iid` made, if still remembered. Ids whose
+    /// entry's time is `IDMP-DURATION` old are forgotten (the servers sweep them in their
+    /// cron; here exactly on the virtual clock).
+    pub(crate) fn idmp_lookup(&mut self, pid: &[u8], iid: &[u8], now: u64) -> Option<EntryId> {
+        let horizon = now.checked_sub(self.idmp.duration.saturating_mul(1000));
+        let list = self.idmp.producers.get_mut(pid)?;
+        if let Some(horizon) = horizon {
+            while list.front().is_some_and(|(_, id)| id.ms <= horizon) {
+                list.pop_front();
+            }
+        }
+        list.iter().find(|(i, _)| i == iid).map(|&(_, id)| id)
+    }
+
+    /// Remembers an idempotent append, forgetting the producer's oldest beyond `IDMP-MAXSIZE`.
+    pub(crate) fn idmp_insert(&mut self, pid: Vec<u8>, iid: Vec<u8>, id: EntryId) {
+        let max = self.idmp.maxsize;
+        let list = self.idmp.producers.entry(pid).or_default();
+        list.push_back((iid, id));
+        while list.len() as u64 > max {
+            list.pop_front();
+        }
+    }
+
+    /// `XCFGSET`: a setting changed to a new value forgets every idempotent id.
+    pub(crate) fn idmp_configure(&mut self, duration: Option<u64>, maxsize: Option<u64>) {
+        let changed = duration.is_some_and(|d| d != self.idmp.duration)
+            || maxsize.is_some_and(|m| m != self.idmp.maxsize);
+        self.idmp.duration = duration.unwrap_or(self.idmp.duration);
+        self.idmp.maxsize = maxsize.unwrap_or(self.idmp.maxsize);
+        if changed {
+            self.idmp.producers.clear();
+        }
     }
 
     /// Deletes one entry (`XDEL`); whether it existed.
@@ -273,6 +484,7 @@ impl Stream {
         count: usize,
         noack: bool,
         now: u64,
+        take: Take<'_>,
     ) -> Vec<(EntryId, Fields)> {
         let Some(g) = self.groups.get_mut(group) else { return Vec::new() };
         g.consumer(consumer);
@@ -282,6 +494,7 @@ impl Stream {
             .range(start..)
             .filter(|(&id, _)| id > start)
             .take(if count == 0 { usize::MAX } else { count })
+            .take_while(|(&id, f)| take(id, Some(f), 0, 0))
             .map(|(&id, f)| (id, f.clone()))
             .collect();
         for (id, _) in &picked {
@@ -297,13 +510,7 @@ impl Stream {
             if noack {
                 continue;
             }
-            if let Some(old) = g.pel.get(id).map(|n| n.owner.clone()) {
-                if let Some(c) = g.consumers.get_mut(&old) {
-                    c.pel.remove(id);
-                }
-            }
-            g.pel.insert(*id, Nack::new(consumer, now));
-            g.consumer(consumer).pel.insert(*id);
+            g.insert(*id, consumer, now);
         }
         picked
     }
@@ -318,6 +525,7 @@ impl Stream {
         after: EntryId,
         count: usize,
         now: u64,
+        take: Take<'_>,
     ) -> Vec<(EntryId, Option<Fields>)> {
         let Some(g) = self.groups.get_mut(group) else { return Vec::new() };
         let Some(start) = after.next() else { return Vec::new() };
@@ -330,15 +538,79 @@ impl Stream {
             .collect();
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
-            match self.entries.get(&id) {
+            let fields = self.entries.get(&id);
+            if !take(id, fields, 0, 0) {
+                break;
+            }
+            match fields {
                 Some(fields) => {
                     if let Some(nack) = g.pel.get_mut(&id) {
-                        nack.delivered_at = now;
-                        nack.count += 1;
+                        nack.count = bump(nack.count);
                     }
+                    g.place(id, now, false);
                     out.push((id, Some(fields.clone())));
                 }
                 None => out.push((id, None)),
+            }
+        }
+        out
+    }
+
+    /// Whether an `XREADGROUP … CLAIM min_idle` has idle entries to take: the first pending
+    /// entry in delivery-time order whose message still exists is released or idle enough.
+    pub(crate) fn claimable(&self, group: &[u8], min_idle: u64, now: u64) -> bool {
+        self.first_live(group).is_some_and(|n| n.released || now.saturating_sub(n.delivered_at) >= min_idle)
+    }
+
+    /// When a parked `XREADGROUP … CLAIM min_idle` should look again (the servers track
+    /// it at parking): once the oldest delivery still in the stream is idle enough, or
+    /// `min_idle` from now when there is none (at least 1 ms ahead).
+    pub(crate) fn claim_wake(&self, group: &[u8], min_idle: u64, now: u64) -> u64 {
+        let from = self.first_live(group).map_or(now, |n| n.delivered_at);
+        from.saturating_add(min_idle).max(now.saturating_add(1))
+    }
+
+    /// The pending entry delivered longest ago whose message still exists.
+    fn first_live(&self, group: &[u8]) -> Option<&Nack> {
+        let g = self.groups.get(group)?;
+        g.by_time.values().filter(|id| self.entries.contains_key(id)).find_map(|id| g.pel.get(id))
+    }
+
+    /// The claim part of `XREADGROUP … CLAIM min_idle … >`: walks the PEL from the oldest
+    /// delivery (released entries first), stopping at the first entry not idle enough,
+    /// skipping (and leaving pending) entries whose message is gone; each taken entry
+    /// (up to `count`, 0 = no limit, and while `take` agrees) moves to `consumer` with
+    /// count +1 and delivery time `now`. Returns `(id, fields, idle, count before)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn claim_idle(
+        &mut self,
+        group: &[u8],
+        consumer: &[u8],
+        min_idle: u64,
+        count: usize,
+        now: u64,
+        take: Take<'_>,
+    ) -> Vec<(EntryId, Fields, u64, u64)> {
+        let entries = &self.entries;
+        let Some(g) = self.groups.get_mut(group) else { return Vec::new() };
+        let mut out = Vec::new();
+        for id in g.by_delivery() {
+            let Some(nack) = g.pel.get(&id) else { continue };
+            // A released entry's delivery time is 0: its idle time is the server's clock,
+            // always enough on a real server.
+            let idle = now.saturating_sub(nack.delivered_at);
+            if !nack.released && idle < min_idle {
+                break;
+            }
+            let Some(fields) = entries.get(&id) else { continue };
+            let before = nack.count;
+            if !take(id, Some(fields), idle, before) {
+                break;
+            }
+            g.assign(id, consumer, now, true);
+            out.push((id, fields.clone(), idle, before));
+            if count != 0 && out.len() >= count {
+                break;
             }
         }
         out
@@ -392,7 +664,7 @@ impl Stream {
                 }
                 continue;
             }
-            if min_idle > 0 && now.saturating_sub(nack.delivered_at) < min_idle {
+            if !nack.released && min_idle > 0 && now.saturating_sub(nack.delivered_at) < min_idle {
                 if id == EntryId::MAX {
                     break;
                 }
@@ -442,12 +714,12 @@ impl Stream {
                 g.ack(id);
                 continue;
             }
-            if now.saturating_sub(nack.delivered_at) < min_idle {
+            if !nack.released && now.saturating_sub(nack.delivered_at) < min_idle {
                 continue;
             }
             g.assign(id, consumer, now, !options.justid && options.retry.is_none());
+            g.place(id, now.saturating_sub(options.idle.unwrap_or(0)), false);
             if let Some(nack) = g.pel.get_mut(&id) {
-                nack.delivered_at = now.saturating_sub(options.idle.unwrap_or(0));
                 if let Some(count) = options.retry {
                     nack.count = count;
                 }
@@ -570,6 +842,17 @@ impl Db {
             self.streams.values_mut().flat_map(|s| s.groups.values_mut()).flat_map(|g| g.pel.values_mut());
         for nack in nacks {
             (nack.delivered_at, nack.count) = nack.saved;
+        }
+        // The reload places each entry again by its recorded delivery time.
+        for g in self.streams.values_mut().flat_map(|s| s.groups.values_mut()) {
+            let mut order: Vec<(Slot, EntryId)> = g.by_time.iter().map(|(&s, &id)| (s, id)).collect();
+            order.sort_by_key(|&((live, _, seq), id)| {
+                (live, g.pel.get(&id).map_or(0, |n| n.delivered_at), seq)
+            });
+            for (_, id) in order {
+                let (at, released) = g.pel.get(&id).map_or((0, false), |n| (n.delivered_at, n.released));
+                g.place(id, at, released);
+            }
         }
     }
 }

@@ -38,6 +38,34 @@ pub enum GroupGoneWhileParked {
     NoSuchKey,
 }
 
+/// The Redis 8 stream verbs a simulated server speaks, each as Redis 8.10.2 does it (see the
+/// crate docs' command list). All off ([`Redis8Verbs::NONE`]) for the older servers, which
+/// answer them as unknown commands (`XNACK`, `XACKDEL`, `XCFGSET`) or syntax errors (the new
+/// options of `XREADGROUP`, `XADD` and `XTRIM`); all on ([`Redis8Verbs::REDIS_8_10`]) in
+/// [`SimOptions::redis810`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Redis8Verbs {
+    /// `XACKDEL`, and the `KEEPREF|DELREF|ACKED` options of `XADD` and `XTRIM`.
+    pub ackdel: bool,
+    /// `XREADGROUP … CLAIM <min-idle-ms> … >`: idle pending entries of any owner first.
+    pub claim: bool,
+    /// `XNACK`: releases pending entries to the group.
+    pub nack: bool,
+    /// `XADD … IDMP <pid> <iid>` / `IDMPAUTO <pid>` (idempotent appends) and `XCFGSET`.
+    pub idmp: bool,
+    /// `XREADGROUP … MAXCOUNT <n> MAXSIZE <bytes>`.
+    pub read_limits: bool,
+}
+
+impl Redis8Verbs {
+    /// None of them: Redis 6.2, Redis 7.0, Valkey 8.1.
+    pub const NONE: Redis8Verbs =
+        Redis8Verbs { ackdel: false, claim: false, nack: false, idmp: false, read_limits: false };
+    /// All of them, as Redis 8.10 speaks them.
+    pub const REDIS_8_10: Redis8Verbs =
+        Redis8Verbs { ackdel: true, claim: true, nack: true, idmp: true, read_limits: true };
+}
+
 /// Options of a [`Sim`](crate::Sim). Start from [`SimOptions::redis62`],
 /// [`SimOptions::redis70`], [`SimOptions::valkey81`] (the [`Default`]) or
 /// [`SimOptions::redis810`] and adjust.
@@ -59,6 +87,8 @@ pub struct SimOptions {
     /// Whether deleted entries dropped by `XAUTOCLAIM` (the [`ClaimShape::Redis7`] shape)
     /// use up its `COUNT`: Valkey 8.1 (Redis 7.2+) counts them, Redis 7.0 does not.
     pub autoclaim_deleted_use_count: bool,
+    /// Which Redis 8 stream verbs it speaks.
+    pub redis8: Redis8Verbs,
     /// The password of the `default` user. When set, connections must `AUTH` (or `HELLO …
     /// AUTH`) before other commands (`-NOAUTH Authentication required.`).
     pub requirepass: Option<String>,
@@ -78,6 +108,7 @@ impl SimOptions {
             xinfo_lag: false,
             eager_consumer_creation: false,
             autoclaim_deleted_use_count: false,
+            redis8: Redis8Verbs::NONE,
             requirepass: None,
             server_name: "redis".into(),
             server_version: "6.2.14".into(),
@@ -93,6 +124,7 @@ impl SimOptions {
             xinfo_lag: true,
             eager_consumer_creation: false,
             autoclaim_deleted_use_count: true,
+            redis8: Redis8Verbs::NONE,
             requirepass: None,
             server_name: "redis".into(),
             server_version: "7.0.15".into(),
@@ -108,14 +140,15 @@ impl SimOptions {
             xinfo_lag: true,
             eager_consumer_creation: true,
             autoclaim_deleted_use_count: true,
+            redis8: Redis8Verbs::NONE,
             requirepass: None,
             server_name: "valkey".into(),
             server_version: "8.1.8".into(),
         }
     }
 
-    /// Behaves like Redis 8.10 (its classic stream commands; see the sim's docs for the
-    /// Redis 8 verbs it speaks).
+    /// Behaves like Redis 8.10.2: the classic stream commands as Valkey 8.1 answers them,
+    /// and the Redis 8 verbs ([`Redis8Verbs::REDIS_8_10`]).
     pub fn redis810() -> SimOptions {
         SimOptions {
             claim_shape: ClaimShape::Redis7,
@@ -124,6 +157,7 @@ impl SimOptions {
             xinfo_lag: true,
             eager_consumer_creation: true,
             autoclaim_deleted_use_count: true,
+            redis8: Redis8Verbs::REDIS_8_10,
             requirepass: None,
             server_name: "redis".into(),
             server_version: "8.10.2".into(),

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::command::{execute, new_entries_reply, nogroup_read, Ctx, Outcome, Signal};
+use crate::command::{execute, nogroup_read, serve_read, Ctx, Outcome, Signal};
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::EntryId;
 use crate::model::{Db, Fields, Origin, PendingEntry};
@@ -65,32 +65,49 @@ impl Sim {
     /// Moves the clock to `ms` (never backwards: an earlier `ms` is ignored). Parked reads
     /// whose `BLOCK` deadline is reached time out in deadline order, each at its own
     /// deadline: they answer nil and the commands pipelined behind them run then.
+    ///
+    /// A parked `XREADGROUP … CLAIM` read also looks again, at its own time, for pending
+    /// entries become idle enough (Redis 8): served then if it finds some.
     pub fn advance_to(&mut self, ms: u64) {
         loop {
+            // (time, is a timeout, parking order): a claim look at the same ms goes first.
             let due = self
                 .conns
                 .iter()
                 .filter_map(|(&c, conn)| {
                     let b = conn.blocked.as_ref()?;
-                    b.deadline.filter(|&d| d <= ms).map(|d| (d, b.order, c))
+                    let timeout = b.deadline.map(|d| (d, true));
+                    let look = b.claim_wake.map(|w| (w, false));
+                    let (at, is_timeout) = [timeout, look].into_iter().flatten().min()?;
+                    (at <= ms).then_some((at, is_timeout, b.order, c))
                 })
                 .min();
-            let Some((deadline, _, c)) = due else { break };
-            self.now = self.now.max(deadline);
-            if let Some(conn) = self.conns.get_mut(&c) {
-                conn.blocked = None;
-                conn.reply(&Reply::NilArray);
+            let Some((at, is_timeout, _, c)) = due else { break };
+            self.now = self.now.max(at);
+            if is_timeout {
+                if let Some(conn) = self.conns.get_mut(&c) {
+                    conn.blocked = None;
+                    conn.reply(&Reply::NilArray);
+                }
+                self.ready.push_back(c);
+            } else {
+                self.look_again(c);
             }
-            self.ready.push_back(c);
             self.run_ready();
         }
         self.now = self.now.max(ms);
     }
 
-    /// The earliest `BLOCK` deadline of a parked read, if any: call
-    /// [`advance_to`](Sim::advance_to) with it to time that read out.
+    /// The earliest time a parked read times out or looks again for idle entries, if
+    /// any: call [`advance_to`](Sim::advance_to) with it.
     pub fn next_wakeup(&self) -> Option<u64> {
-        self.conns.values().filter_map(|c| c.blocked.as_ref()?.deadline).min()
+        self.conns
+            .values()
+            .filter_map(|c| {
+                let b = c.blocked.as_ref()?;
+                [b.deadline, b.claim_wake].into_iter().flatten().min()
+            })
+            .min()
     }
 
     /// Opens a client connection. It speaks RESP2 until `HELLO 3`; with
@@ -246,7 +263,7 @@ impl Sim {
     /// Lets parked readers react to a change, first parked first.
     fn signal(&mut self, signal: &Signal) {
         let key = match signal {
-            Signal::Added(k) | Signal::Deleted(k) | Signal::GroupDestroyed(k, _) => k,
+            Signal::Added(k) | Signal::Released(k) | Signal::Deleted(k) | Signal::GroupDestroyed(k, _) => k,
         };
         let mut waiting: Vec<(u64, ConnId)> = self
             .conns
@@ -257,7 +274,10 @@ impl Sim {
         for (_, c) in waiting {
             let Some(b) = self.conns.get(&c).and_then(|conn| conn.blocked.clone()) else { continue };
             let answer = match signal {
-                Signal::Added(_) => self.serve_parked(&b),
+                Signal::Added(_) | Signal::Released(_) => {
+                    self.look_again(c);
+                    continue;
+                }
                 Signal::Deleted(_) => match self.options.key_deleted_while_parked {
                     KeyDeletedWhileParked::StayBlocked => None,
                     KeyDeletedWhileParked::Unblocked => {
@@ -288,15 +308,38 @@ impl Sim {
         }
     }
 
-    /// Serves a parked read after entries were added, if there is something new for it.
-    fn serve_parked(&mut self, b: &Blocked) -> Option<Reply> {
-        let stream = self.db.streams.get_mut(&b.key)?;
-        let Some(group) = stream.groups.get(&b.group) else { return Some(self.group_gone(b)) };
-        if !stream.has_after(group.last_id) {
-            return None;
+    /// A parked read runs again (entries were added or released, or its claim look is
+    /// due): it answers if it now has something, else stays parked and, with `CLAIM`,
+    /// sets when to look next.
+    fn look_again(&mut self, c: ConnId) {
+        let Some(conn) = self.conns.get(&c) else { return };
+        let (Some(b), proto) = (conn.blocked.clone(), conn.proto) else { return };
+        let answer = match self.db.streams.get_mut(&b.key) {
+            None => None,
+            Some(stream) if !stream.groups.contains_key(&b.group) => Some(self.group_gone(&b)),
+            Some(stream) => serve_read(stream, &b, proto, self.now),
+        };
+        let wake = match (&answer, b.claim, self.db.streams.get(&b.key)) {
+            // Never again at this ms (the clock at its end has no later one).
+            (None, Some(min), Some(stream)) => {
+                Some(stream.claim_wake(&b.group, min, self.now)).filter(|&w| w > self.now)
+            }
+            _ => None,
+        };
+        let Some(conn) = self.conns.get_mut(&c) else { return };
+        match answer {
+            Some(answer) => {
+                conn.blocked = None;
+                conn.reply(&answer);
+                self.ready.push_back(c);
+            }
+            None => {
+                if let Some(parked) = conn.blocked.as_mut() {
+                    // A key gone (6.2 stays parked) has nothing to look at until recreated.
+                    parked.claim_wake = wake;
+                }
+            }
         }
-        let entries = stream.read_new(&b.group, &b.consumer, b.count, b.noack, self.now);
-        Some(new_entries_reply(&b.key, entries))
     }
 
     /// Runs the pipelined input of connections that just unparked.

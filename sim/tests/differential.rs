@@ -1,15 +1,22 @@
 //! Differential test: seeded random command sequences run against the simulator and against
-//! each real server (Redis 6.2, Redis 7.0, Valkey 8.1), in RESP2 and RESP3; every reply must
-//! match byte for byte after normalisation.
+//! each real server (Redis 6.2, Redis 7.0, Valkey 8.1, Redis 8.10), in RESP2 and RESP3; every
+//! reply must match byte for byte after normalisation. On Redis 8.10 about a third of the mix
+//! is its new verbs (`XREADGROUP … CLAIM/MAXSIZE/MAXCOUNT`, `XNACK`, `XACKDEL`, `XADD …
+//! IDMP/IDMPAUTO/KEEPREF/DELREF/ACKED`, `XCFGSET`); the older servers get a few of them too,
+//! to compare how they refuse them.
 //!
 //! Normalisations (applied to both sides):
-//! - the idle field of extended `XPENDING` rows is replaced by 0 (wall-clock timing);
+//! - the idle field of extended `XPENDING` rows is replaced by 0 (wall-clock timing), unless
+//!   it is -1 (an entry released by `XNACK`);
+//! - so is the idle field of `XREADGROUP … CLAIM` entries;
+//! - `XADD … *` ids on the idempotent-append key (`s3`) are numbered by first appearance on
+//!   each side (they come from each side's clock);
 //! - in `XINFO GROUPS` replies (Redis 7.0 and Valkey), the values of `entries-read` and
 //!   `lag` are replaced by a placeholder: the simulator's are approximations (see the crate
 //!   docs). Names, consumers, pending and last-delivered-id are compared exactly.
 //!
-//! Timing is kept out of the comparison by construction: `XAUTOCLAIM` and `XCLAIM` use
-//!   min-idle 0 or 3600000 only, `XPENDING … IDLE` and `XCLAIM … IDLE` 0 or 3600000 only, and the only `BLOCK`
+//! Timing is kept out of the comparison by construction: `XAUTOCLAIM`, `XCLAIM` and `CLAIM`
+//!   use min-idle 0 or 3600000 only, `XPENDING … IDLE` and `XCLAIM … IDLE` 0 or 3600000 only, and the only `BLOCK`
 //!   is `BLOCK 10` (a parked simulator is advanced to its deadline, the server answers after
 //!   its own timeout). The `HELLO 3` reply is not compared (it names the server).
 //!
@@ -64,7 +71,14 @@ struct Gen {
     rng: Rng,
     top: [u64; 2],
     cursors: Vec<String>,
+    /// Whether the server speaks the Redis 8 verbs (Redis 8.10): they then make up a good
+    /// part of the mix; the older servers get a few, to compare their refusals.
+    redis8: bool,
 }
+
+/// The key that only idempotent appends (`XADD … *`) write: its ids come from each side's
+/// clock, so they are compared by order of first appearance, and no explicit id touches it.
+const IDMP_KEY: &str = "s3";
 
 impl Gen {
     fn key(&mut self) -> (usize, &'static str) {
@@ -84,6 +98,9 @@ impl Gen {
         let consumer = self.rng.pick(&CONSUMERS);
         let w = |s: &str| s.to_string();
         let mut cmd: Vec<String>;
+        if self.rng.chance(if self.redis8 { 35 } else { 3 }) {
+            return self.redis8_command(k, key, group, consumer);
+        }
         match self.rng.below(112) {
             0..=19 => {
                 cmd = vec![w("XADD"), w(key)];
@@ -209,6 +226,103 @@ impl Gen {
         cmd
     }
 
+    /// One of the Redis 8 verbs or options.
+    fn redis8_command(&mut self, k: usize, key: &str, group: &str, consumer: &str) -> Vec<String> {
+        let w = |s: &str| s.to_string();
+        let mut cmd: Vec<String>;
+        match self.rng.below(100) {
+            0..=34 => {
+                cmd = vec![w("XREADGROUP"), w("GROUP"), w(group), w(consumer)];
+                if self.rng.chance(70) {
+                    cmd.extend([w("COUNT"), self.rng.below(5).to_string()]);
+                }
+                if self.rng.chance(85) {
+                    // 0 takes every pending entry; 3600000 only released ones and those an
+                    // `XCLAIM … IDLE 3600000` aged.
+                    cmd.extend([w("CLAIM"), w(self.rng.pick(&["0", "3600000", "3600000", "-1"]))]);
+                }
+                if self.rng.chance(15) {
+                    cmd.extend([w("BLOCK"), w("10")]);
+                }
+                if self.rng.chance(30) {
+                    cmd.extend([w("MAXSIZE"), w(self.rng.pick(&["1", "40", "70", "120", "0"]))]);
+                }
+                if self.rng.chance(20) {
+                    cmd.extend([w("MAXCOUNT"), w(self.rng.pick(&["1", "2", "5"]))]);
+                }
+                if self.rng.chance(5) {
+                    cmd.push(w("NOACK"));
+                }
+                let id = if self.rng.chance(85) { w(">") } else { w("0") };
+                cmd.extend([w("STREAMS"), w(key), id]);
+            }
+            35..=54 => {
+                cmd = vec![
+                    w("XNACK"),
+                    w(key),
+                    w(group),
+                    w(self.rng.pick(&["SILENT", "FAIL", "FATAL", "FAIL", "LOUD"])),
+                ];
+                let n = 1 + self.rng.below(3);
+                cmd.extend([w("IDS"), n.to_string()]);
+                for _ in 0..n {
+                    let id = self.some_id(k);
+                    cmd.push(id);
+                }
+                if self.rng.chance(20) {
+                    cmd.extend([w("RETRYCOUNT"), self.rng.below(4).to_string()]);
+                }
+                if self.rng.chance(20) {
+                    cmd.push(w("FORCE"));
+                }
+            }
+            55..=66 => {
+                cmd = vec![w("XACKDEL"), w(key), w(group)];
+                if self.rng.chance(70) {
+                    cmd.push(w(self.rng.pick(&["KEEPREF", "DELREF", "ACKED"])));
+                }
+                let n = 1 + self.rng.below(3);
+                cmd.extend([w("IDS"), n.to_string()]);
+                for _ in 0..n {
+                    let id = self.some_id(k);
+                    cmd.push(id);
+                }
+            }
+            67..=84 => {
+                cmd = vec![w("XADD"), w(IDMP_KEY)];
+                let pid = w(self.rng.pick(&["p1", "p2"]));
+                if self.rng.chance(60) {
+                    cmd.extend([w("IDMP"), pid, format!("i{}", self.rng.below(4))]);
+                } else if self.rng.chance(80) {
+                    cmd.extend([w("IDMPAUTO"), pid]);
+                }
+                cmd.extend([w("*"), w("f"), format!("v{}", self.rng.below(3))]);
+            }
+            85..=87 => {
+                cmd = vec![w("XCFGSET"), w(IDMP_KEY)];
+                if self.rng.chance(60) {
+                    cmd.extend([w("IDMP-MAXSIZE"), w(self.rng.pick(&["1", "2", "100", "0"]))]);
+                }
+                if self.rng.chance(40) {
+                    cmd.extend([w("IDMP-DURATION"), w(self.rng.pick(&["100", "50"]))]);
+                }
+            }
+            88..=89 => cmd = vec![w("XLEN"), w(IDMP_KEY)],
+            90..=91 => {
+                // IDMP with an explicit id is refused.
+                cmd = vec![w("XADD"), w(key), w("IDMP"), w("p1"), w("i1")];
+                self.top[k] += 1;
+                cmd.extend([format!("{}-0", self.top[k]), w("f"), w("v")]);
+            }
+            _ => {
+                cmd = vec![w("XTRIM"), w(key), w("MAXLEN")];
+                cmd.push(self.rng.below(8).to_string());
+                cmd.push(w(self.rng.pick(&["KEEPREF", "DELREF", "ACKED"])));
+            }
+        }
+        cmd
+    }
+
     /// Remembers the cursor of an XAUTOCLAIM reply.
     fn saw_reply(&mut self, cmd: &[String], reply: &[u8]) {
         if cmd[0] != "XAUTOCLAIM" || reply.first() != Some(&b'*') {
@@ -260,8 +374,45 @@ fn sim_options(flavor: Flavor) -> SimOptions {
     }
 }
 
+/// Replaces the idle field of `XREADGROUP … CLAIM` entries (`*4 $id *2n fields… :idle
+/// :count`) by `:0`.
+fn zero_claim_idle(reply: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let mut parts: Vec<String> = text.split("\r\n").map(str::to_string).collect();
+    let mut i = 0;
+    while i + 3 < parts.len() {
+        let fields = parts[i + 3].strip_prefix('*').and_then(|n| n.parse::<usize>().ok());
+        match fields {
+            Some(n) if parts[i] == "*4" && parts[i + 1].starts_with('$') => {
+                let idle = i + 4 + 2 * n;
+                if parts.get(idle).is_some_and(|p| p.starts_with(':')) {
+                    parts[idle] = ":0".into();
+                }
+                i = idle + 2;
+            }
+            _ => i += 1,
+        }
+    }
+    parts.join("\r\n").into_bytes()
+}
+
+/// Replaces the entry id in an `XADD` reply on [`IDMP_KEY`] by its order of first
+/// appearance on this side (`ids` remembers them).
+fn number_id(reply: &[u8], ids: &mut Vec<Vec<u8>>) -> Vec<u8> {
+    if reply.first() != Some(&b'$') || reply.starts_with(b"$-1") {
+        return reply.to_vec();
+    }
+    let n = ids.iter().position(|id| id == reply).unwrap_or_else(|| {
+        ids.push(reply.to_vec());
+        ids.len() - 1
+    });
+    format!("<id #{n}>").into_bytes()
+}
+
 fn normalise(cmd: &[String], reply: &[u8]) -> Vec<u8> {
-    if cmd[0] == "XPENDING" && cmd.len() > 3 {
+    if cmd[0] == "XREADGROUP" && cmd.iter().any(|a| a == "CLAIM") {
+        zero_claim_idle(reply)
+    } else if cmd[0] == "XPENDING" && cmd.len() > 3 {
         zero_pending_idle(reply)
     } else if cmd[0] == "XINFO" {
         let text = String::from_utf8_lossy(reply).into_owned();
@@ -281,12 +432,54 @@ fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).replace("\r\n", " ")
 }
 
+/// What the Redis 8 part of the mix reached on the real server (so that a quiet mix cannot
+/// pass for a match).
+#[derive(Debug, Default)]
+struct Reached {
+    /// `CLAIM` reads that answered entries.
+    claim_reads: usize,
+    /// `XNACK`s that released something.
+    released: usize,
+    /// `XACKDEL` ids deleted (1) or kept as still referenced (2).
+    ackdel: [usize; 2],
+    /// Idempotent appends answered with an earlier id.
+    deduplicated: usize,
+    /// `MAXSIZE` reads that answered entries.
+    maxsize_reads: usize,
+}
+
+impl Reached {
+    fn saw(&mut self, cmd: &[String], reply: &str, ids_before: usize, ids_after: usize) {
+        let has = |w: &str| cmd.iter().any(|a| a == w);
+        match cmd[0].as_str() {
+            "XREADGROUP" if reply.contains("\r\n*4\r\n") && has("CLAIM") => self.claim_reads += 1,
+            "XREADGROUP" if has("MAXSIZE") && !reply.starts_with('-') && reply.len() > 20 => {
+                self.maxsize_reads += 1
+            }
+            "XNACK" if reply.starts_with(':') && reply != ":0\r\n" => self.released += 1,
+            "XACKDEL" => {
+                self.ackdel[0] += reply.matches(":1\r\n").count();
+                self.ackdel[1] += reply.matches(":2\r\n").count();
+            }
+            "XADD" if cmd[1] == IDMP_KEY && reply.starts_with('<') && ids_before == ids_after => {
+                self.deduplicated += 1
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Runs one seeded sequence; returns how many commands it compared.
-fn run_seed(server: &Server, flavor: Flavor, resp3: bool, seed: u64) -> usize {
+fn run_seed(server: &Server, flavor: Flavor, resp3: bool, seed: u64, reached: &mut Reached) -> usize {
     let mut remote = Remote::connect(server);
     let mut sim = Sim::new(sim_options(flavor));
     let c = sim.connect();
-    let mut gen = Gen { rng: Rng(seed * 7919 + resp3 as u64), top: [0, 0], cursors: Vec::new() };
+    // The servers' clocks are far from 0: so is the sim's (an `XCLAIM … IDLE 3600000`
+    // then dates a delivery before the others, as on the servers).
+    sim.advance_to(1_000_000_000);
+    let redis8 = flavor == Flavor::Redis810;
+    let mut gen = Gen { rng: Rng(seed * 7919 + resp3 as u64), top: [0, 0], cursors: Vec::new(), redis8 };
+    let (mut want_ids, mut got_ids) = (Vec::new(), Vec::new());
     let mut history: Vec<String> = Vec::new();
     let mut script: Vec<Vec<String>> = Vec::new();
     if resp3 {
@@ -300,10 +493,18 @@ fn run_seed(server: &Server, flavor: Flavor, resp3: bool, seed: u64) -> usize {
         let bytes = encode(&args);
         let want = remote.call(&bytes);
         sim.input(c, &bytes);
-        if let Some(at) = sim.next_wakeup() {
+        // A parked read times out, or looks again for idle entries (`CLAIM`) until then.
+        while sim.is_blocked(c) {
+            let Some(at) = sim.next_wakeup() else { break };
             sim.advance_to(at);
         }
-        let got = sim.output(c);
+        let (mut want, mut got) = (want, sim.output(c));
+        let ids_before = want_ids.len();
+        if cmd[0] == "XADD" && cmd[1] == IDMP_KEY {
+            want = number_id(&want, &mut want_ids);
+            got = number_id(&got, &mut got_ids);
+        }
+        reached.saw(&cmd, &String::from_utf8_lossy(&want), ids_before, want_ids.len());
         history.push(cmd.join(" "));
         if cmd[0] == "HELLO" {
             continue;
@@ -330,12 +531,19 @@ fn run_seed(server: &Server, flavor: Flavor, resp3: bool, seed: u64) -> usize {
 fn run_flavor(flavor: Flavor) -> usize {
     let server = Server::start(flavor);
     let mut total = 0;
+    let mut reached = Reached::default();
     for resp3 in [false, true] {
         for seed in 0..seeds() {
-            total += run_seed(&server, flavor, resp3, seed);
+            total += run_seed(&server, flavor, resp3, seed, &mut reached);
         }
     }
     eprintln!("differential: {flavor}: {total} commands compared (RESP2 + RESP3, {} seeds each)", seeds());
+    if flavor == Flavor::Redis810 {
+        eprintln!("differential: {flavor}: the Redis 8 verbs reached {reached:?}");
+        let r = &reached;
+        let all = [r.claim_reads, r.released, r.ackdel[0], r.ackdel[1], r.deduplicated, r.maxsize_reads];
+        assert!(all.iter().all(|&n| n > 0), "{flavor}: the mix missed a Redis 8 case: {reached:?}");
+    }
     total
 }
 

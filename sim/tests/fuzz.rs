@@ -43,6 +43,20 @@ const WORDS: &[&str] = &[
     "DEL",
     "FLUSHALL",
     "XLEN",
+    "XNACK",
+    "XACKDEL",
+    "XCFGSET",
+    "CLAIM",
+    "MAXSIZE",
+    "MAXCOUNT",
+    "IDMP",
+    "IDMPAUTO",
+    "IDS",
+    "FORCE",
+    "RETRYCOUNT",
+    "DELREF",
+    "ACKED",
+    "IDMP-MAXSIZE",
     "GROUP",
     "COUNT",
     "BLOCK",
@@ -91,9 +105,10 @@ fn check_output(bytes: &[u8]) {
 fn random_bytes_and_random_commands() {
     for seed in 1..=300u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let options = match seed % 3 {
+        let options = match seed % 4 {
             0 => SimOptions::redis62(),
             1 => SimOptions::redis70(),
+            2 => SimOptions::redis810(),
             _ => SimOptions::valkey81().with_requirepass("p"),
         };
         let mut sim = Sim::new(options);

@@ -558,3 +558,60 @@ fn origin_tells_who_read_an_entry_as_new_and_whether_a_claim_moved_it() {
     assert_eq!(origin(&sim, 1), None, "acked: no longer pending");
     assert_eq!(sim.origin(b"s", b"nope", id(2)), None);
 }
+
+/// Redis 8 `CLAIM` reads parked in `BLOCK`: woken by an `XNACK` from another connection (the
+/// released entry comes with idle = the clock and its count), and by the clock once a
+/// pending entry is idle enough; a deleted pending entry is skipped and stays pending.
+#[test]
+fn redis8_parked_claim_reads_wake_on_xnack_and_on_idle() {
+    let mut sim = Sim::new(SimOptions::redis810());
+    let (a, b) = (sim.connect(), sim.connect());
+    cmd(&mut sim, a, "XGROUP CREATE s g 0 MKSTREAM");
+    cmd(&mut sim, a, "XADD s 1-0 f v");
+    cmd(&mut sim, a, "XADD s 2-0 f w");
+    sim.advance_to(1_000);
+    cmd(&mut sim, a, "XREADGROUP GROUP g A STREAMS s >");
+    sim.advance_to(2_000);
+    // Nothing idle for 60 s yet, nothing new: B parks.
+    assert_eq!(cmd(&mut sim, b, "XREADGROUP GROUP g B BLOCK 100000 CLAIM 60000 STREAMS s >"), b"");
+    assert_eq!(cmd_s(&mut sim, a, "XNACK s g FAIL IDS 1 2-0"), ":1\r\n");
+    assert_eq!(
+        String::from_utf8_lossy(&sim.output(b)),
+        "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n2-0\r\n*2\r\n$1\r\nf\r\n$1\r\nw\r\n:2000\r\n:1\r\n"
+    );
+    // 1-0 (A's, delivered at 1 000) becomes claimable at 61 000: the parked read wakes then.
+    assert_eq!(cmd(&mut sim, b, "XREADGROUP GROUP g B BLOCK 100000 CLAIM 60000 STREAMS s >"), b"");
+    assert_eq!(sim.next_wakeup(), Some(61_000));
+    sim.advance_to(61_000);
+    assert_eq!(
+        String::from_utf8_lossy(&sim.output(b)),
+        "*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:60000\r\n:1\r\n"
+    );
+    // 1-0's message deleted, the oldest live delivery is 2-0 (59 s idle): C parks, times out.
+    cmd(&mut sim, a, "XDEL s 1-0");
+    assert_eq!(cmd(&mut sim, a, "XREADGROUP GROUP g C BLOCK 50 CLAIM 60000 STREAMS s >"), b"");
+    sim.advance_to(200_000);
+    assert_eq!(sim.output(a), b"*-1\r\n");
+    let pending = sim.pending(b"s", b"g").unwrap();
+    assert_eq!(
+        pending.iter().map(|p| (p.id.to_string(), p.consumer.clone())).collect::<Vec<_>>(),
+        [("1-0".to_string(), b"B".to_vec()), ("2-0".to_string(), b"B".to_vec())]
+    );
+}
+
+/// The Redis 8 verbs are refused as the older servers refuse them.
+#[test]
+fn redis8_verbs_are_unknown_to_older_flavors() {
+    let mut sim = Sim::new(SimOptions::redis70());
+    let c = sim.connect();
+    cmd(&mut sim, c, "XGROUP CREATE s g 0 MKSTREAM");
+    assert_eq!(
+        cmd_s(&mut sim, c, "XNACK s g FAIL IDS 1 1-0"),
+        "-ERR unknown command 'XNACK', with args beginning with: 's' 'g' 'FAIL' 'IDS' '1' '1-0' \r\n"
+    );
+    assert_eq!(cmd_s(&mut sim, c, "XREADGROUP GROUP g A CLAIM 0 STREAMS s >"), "-ERR syntax error\r\n");
+    assert_eq!(
+        cmd_s(&mut sim, c, "XADD s IDMP p i * f v"),
+        "-ERR Invalid stream ID specified as stream command argument\r\n"
+    );
+}

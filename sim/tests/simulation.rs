@@ -178,8 +178,11 @@ fn nothing_is_lost_under_every_fault() {
     let (mut duplicates, mut slow, mut very_slow, mut poisoned) = (0, 0, 0, 0);
     // Per shape: worlds, and the most entries in hand at once.
     let mut shapes: BTreeMap<Shape, (u64, usize)> = BTreeMap::new();
+    // Worlds per server imitated (the seed draws it; a quarter run on Redis 8.10).
+    let mut servers: BTreeMap<String, u64> = BTreeMap::new();
     for &seed in &seeds {
         let report = run(seed, &FaultKind::ALL);
+        *servers.entry(report.world.server_options().server_version.clone()).or_default() += 1;
         let seen = shapes.entry(shape(seed)).or_default();
         seen.0 += 1;
         seen.1 = seen.1.max(report.state.most_in_hand);
@@ -203,7 +206,7 @@ fn nothing_is_lost_under_every_fault() {
     }
     eprintln!(
         "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings; notices {notices:?}; \
-         (concurrency, keys): (worlds, most in hand) {:?}",
+         servers {servers:?}; (concurrency, keys): (worlds, most in hand) {:?}",
         seeds.len(),
         shapes.iter().map(|(s, seen)| ((s.concurrency, s.keys), *seen)).collect::<Vec<_>>()
     );
@@ -224,6 +227,9 @@ fn nothing_is_lost_under_every_fault() {
             }
         }
         assert_eq!(faults.len(), FaultKind::ALL.len(), "every fault was exercised: {faults:?}");
+        for version in ["6.2.14", "7.0.15", "8.1.8", "8.10.2"] {
+            assert!(servers.contains_key(version), "worlds ran on {version}: {servers:?}");
+        }
         assert!(slow > 0 && very_slow > 0, "slow handlers under and over min_idle: {slow}, {very_slow}");
         assert!(poisoned > 0, "poison entries went to the dead-letter stream after max_deliveries");
         for path in ["read-shrunk-big-entries", "lease-lost", "reclaimed", "connect-failed", "dead-lettered"]

@@ -47,7 +47,7 @@ type Configure = Arc<dyn Fn(Config) -> Config + Send + Sync>;
 /// way: its [`Display`](fmt::Display) is the Rust code that builds it again, for a replay.
 ///
 /// `World::new(seed)` draws from the seed what is not set: the server's flavor (Redis 6.2,
-/// Redis 7.0 or Valkey 8.1), 2 to 4 consumers, each consumer's protocol (RESP2/RESP3) and
+/// Redis 7.0, Valkey 8.1 or Redis 8.10), 2 to 4 consumers, each consumer's protocol (RESP2/RESP3) and
 /// `count` (1 to 10), the entry stream (batches of 1 to 8 entries with a field `n`, every
 /// 50–450 ms, for [`phase_ms`](World::phase_ms); with [`order_by`](World::order_by), each
 /// with that field too, one of [`keys`](World::keys) values), each handling's duration
@@ -99,10 +99,11 @@ impl World {
     /// A world drawn from `seed` (see [`World`]): no faults until you add some.
     pub fn new(seed: u64) -> World {
         let mut setup = Rng::new(seed, rng::SETUP);
-        let server = match setup.below(3) {
+        let server = match setup.below(4) {
             0 => SimOptions::redis62(),
             1 => SimOptions::redis70(),
-            _ => SimOptions::valkey81(),
+            2 => SimOptions::valkey81(),
+            _ => SimOptions::redis810(),
         };
         World {
             seed,
@@ -164,7 +165,8 @@ impl World {
     }
 
     /// Simulates this server ([`SimOptions::redis62`], [`SimOptions::redis70`],
-    /// [`SimOptions::valkey81`], or your own).
+    /// [`SimOptions::valkey81`], [`SimOptions::redis810`] (the Redis 8 dialect), or your
+    /// own).
     #[must_use]
     pub fn server(mut self, options: SimOptions) -> World {
         self.server = options;
@@ -346,10 +348,11 @@ impl World {
         seed[..n].copy_from_slice(&data[..n]);
         let rest = data.get(8..).unwrap_or_default();
         let byte = |i: usize| rest.get(i).copied().unwrap_or(0);
-        let server = match byte(1) % 3 {
+        let server = match byte(1) % 4 {
             0 => SimOptions::redis62(),
             1 => SimOptions::redis70(),
-            _ => SimOptions::valkey81(),
+            2 => SimOptions::valkey81(),
+            _ => SimOptions::redis810(),
         };
         let how = byte(0);
         let mut world = World::new(u64::from_le_bytes(seed))
@@ -392,6 +395,7 @@ fn preset(options: &SimOptions) -> Option<&'static str> {
         (SimOptions::redis62(), "SimOptions::redis62()"),
         (SimOptions::redis70(), "SimOptions::redis70()"),
         (SimOptions::valkey81(), "SimOptions::valkey81()"),
+        (SimOptions::redis810(), "SimOptions::redis810()"),
     ]
     .into_iter()
     .find(|(o, _)| o == options)

@@ -88,7 +88,10 @@ pub fn zero_pending_idle(reply: &[u8]) -> Vec<u8> {
     let mut i = 0;
     while i + 6 < parts.len() {
         if parts[i] == "*4" && parts[i + 1].starts_with('$') && parts[i + 5].starts_with(':') {
-            parts[i + 5] = ":0".into();
+            // -1 (an entry released by XNACK, Redis 8) is no time: kept.
+            if parts[i + 5] != ":-1" {
+                parts[i + 5] = ":0".into();
+            }
             i += 7;
         } else {
             i += 1;
