@@ -586,6 +586,9 @@ impl Config {
         if self.limits.max_frame < 1024 {
             return Err(LimitTooLow("max_frame (at least 1024 bytes)"));
         }
+        if self.delete_acked.is_some() && self.classic_verbs {
+            return Err(DeleteAckedNeedsXackdel);
+        }
         if let OnRetry::ReleaseAfter(delay) = self.on_retry {
             if delay > self.lease_threshold() {
                 return Err(RetryDelayTooLong { given: delay, most: self.lease_threshold() });
@@ -623,6 +626,9 @@ pub enum ConfigError {
     },
     /// `max_deliveries` is zero: nothing could ever be handed out.
     ZeroMaxDeliveries,
+    /// [`Config::delete_acked`] with [`Config::classic_verbs`]: deleting on ack needs
+    /// `XACKDEL`, which the classic verbs do not have.
+    DeleteAckedNeedsXackdel,
     /// [`OnRetry::ReleaseAfter`] waits longer than the lease (past it, the entry is no longer
     /// surely this consumer's to release: [`OnRetry::StayPending`] is what such a wait gives).
     RetryDelayTooLong {
@@ -680,6 +686,9 @@ impl fmt::Display for ConfigError {
                 "the lease {given:?} must lie between a fifth and three quarters of min_idle {min_idle:?}"
             ),
             ConfigError::ZeroMaxDeliveries => f.write_str("max_deliveries must be at least 1"),
+            ConfigError::DeleteAckedNeedsXackdel => {
+                f.write_str("deleting acked entries needs XACKDEL, which the classic verbs do not have")
+            }
             ConfigError::RetryDelayTooLong { given, most } => write!(
                 f,
                 "a retry released after {given:?} waits longer than the lease ({most:?}): keep it pending instead"
@@ -749,6 +758,14 @@ mod tests {
                 ConfigError::BadLease { given: Duration::from_secs(5), min_idle: Duration::from_secs(30) },
             ),
             (base().dead_letter_after(0, "dl"), ConfigError::ZeroMaxDeliveries),
+            (base().delete_acked(DeleteAcked::Acked).classic_verbs(), ConfigError::DeleteAckedNeedsXackdel),
+            (
+                base().on_retry(OnRetry::ReleaseAfter(Duration::from_secs(16))),
+                ConfigError::RetryDelayTooLong {
+                    given: Duration::from_secs(16),
+                    most: Duration::from_secs(15),
+                },
+            ),
             (Config { max_deliveries: Some(3), ..base() }, ConfigError::MaxDeliveriesWithoutDeadLetter),
             (base().dead_letter(""), ConfigError::EmptyName("dead-letter stream")),
             (base().dead_letter("s"), ConfigError::DeadLetterIsTheStream),
