@@ -17,12 +17,13 @@ use crate::json::Object;
 type Named<T> = (&'static str, fn(&T) -> u64);
 
 /// Every [`Stats`] counter, by its name in the JSON.
-const STATS: [Named<Stats>; 17] = [
+const STATS: [Named<Stats>; 18] = [
     ("drained", |s| s.drained),
     ("claimed", |s| s.claimed),
     ("new", |s| s.new),
     ("acked", |s| s.acked),
     ("retried", |s| s.retried),
+    ("released", |s| s.released),
     ("deleted_seen", |s| s.deleted_seen),
     ("lost_to_peer", |s| s.lost_to_peer),
     ("acks_unmatched", |s| s.acks_unmatched),
