@@ -114,8 +114,9 @@ impl SimOptions {
         }
     }
 
-    /// Behaves like Redis 8.10 (its classic stream commands; see the sim's docs for the
-    /// Redis 8 verbs it speaks).
+    /// Behaves like Redis 8.10 in the classic stream commands, which is how Valkey 8.1 behaves
+    /// (checked by `tests/differential.rs` and `tests/fixtures.rs`); the simulator does not
+    /// speak the Redis 8 verbs (`XREADGROUP … CLAIM`, `XNACK`, `XACKDEL`).
     pub fn redis810() -> SimOptions {
         SimOptions {
             claim_shape: ClaimShape::Redis7,

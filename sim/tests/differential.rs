@@ -1,5 +1,5 @@
 //! Differential test: seeded random command sequences run against the simulator and against
-//! each real server (Redis 6.2, Redis 7.0, Valkey 8.1), in RESP2 and RESP3; every reply must
+//! each real server (Redis 6.2, Redis 7.0, Valkey 8.1, Redis 8.10), in RESP2 and RESP3; every reply must
 //! match byte for byte after normalisation.
 //!
 //! Normalisations (applied to both sides):
