@@ -737,7 +737,7 @@ macro_rules! conformance_suite {
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
-            cluster_migration_while_busy, cluster_failover);
+            cluster_migration_while_busy, cluster_atomic_migration, cluster_failover);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(
