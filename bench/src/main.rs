@@ -45,7 +45,7 @@ struct Args {
     /// Bytes of the one field of each entry.
     #[arg(long, default_value_t = 16)]
     field_size: usize,
-    /// Servers to run on.
+    /// Servers to run on: any of redis-6.2, redis-7.0, valkey-8.1, redis-8.10.
     #[arg(long, value_delimiter = ',', default_values_t = ["redis-7.0".to_string(), "valkey-8.1".to_string()])]
     servers: Vec<String>,
     /// Contenders to run.
@@ -91,7 +91,8 @@ fn main() -> ExitCode {
     let args = Args::parse();
     for name in &args.servers {
         let Some(flavor) = Flavor::ALL.into_iter().find(|f| f.name() == name) else {
-            eprintln!("pelican-bench: unknown server {name} (redis-6.2, redis-7.0, valkey-8.1, redis-8.10)");
+            let known: Vec<&str> = Flavor::ALL.iter().map(|f| f.name()).collect();
+            eprintln!("pelican-bench: unknown server {name} ({})", known.join(", "));
             return ExitCode::from(2);
         };
         let outcome = match (args.lanes, args.slow_ms, args.latency) {
@@ -115,9 +116,9 @@ fn main() -> ExitCode {
 }
 
 fn bench_server(flavor: Flavor, args: &Args) -> Result<(), String> {
-    // Over TLS too where the server serves it (Redis 7.0), on a second port.
+    // Over TLS too where the server serves it (Redis 7.0 and 8.10), on a second port.
     let server = match flavor {
-        Flavor::Redis70 => Server::start_with(flavor, Options::default().with_tls(Tls::default())),
+        f if f.serves_tls() => Server::start_with(flavor, Options::default().with_tls(Tls::default())),
         _ => Server::start(flavor),
     };
     let endpoint = server.endpoint();

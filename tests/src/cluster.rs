@@ -23,7 +23,8 @@
 //! address (what `-MOVED` and `-ASK` name), except in [`Cluster::addr_of`].
 //!
 //! Resharding ([`Cluster::migrate_slot`], or [`Cluster::begin_migration`] +
-//! [`Migration::finish`] to act while the slot is half-moved) and manual failover
+//! [`Migration::finish`] to act while the slot is half-moved; on Redis 8.10 also
+//! [`Cluster::migrate_slot_atomically`]) and manual failover
 //! ([`Cluster::failover`]) wait until every node agrees on the outcome. Every wait is
 //! bounded and panics with each node's `CLUSTER INFO`, `CLUSTER NODES`, replication state
 //! and log tail. Dropping the `Cluster` kills all six processes and removes their
@@ -328,6 +329,51 @@ impl Cluster {
         Migration { cluster: self, slot, source: from, target: to, keys_moved }
     }
 
+    /// Moves `slot` (and its keys) to the master at `to` by atomic slot migration (Redis
+    /// 8.4+; here [`Flavor::Redis810`] only): `CLUSTER MIGRATION IMPORT slot slot` sent to the
+    /// target, which copies the slot from its owner (a snapshot, then the writes made
+    /// meanwhile), pauses writes to it on the source for the handoff and takes it over; the
+    /// source then drops its keys. There is no `MIGRATING`/`IMPORTING` state and no `-ASK`:
+    /// the source serves the slot until the handoff, then answers `-MOVED`. Polls
+    /// `CLUSTER MIGRATION STATUS ID <task>` on the target until the task is `completed`, then
+    /// waits (at most [`SETTLE_TIMEOUT`]) until every running node reports the target as the
+    /// slot's master and `cluster_state:ok`. Returns the task id.
+    ///
+    /// Panics if the flavor has no atomic slot migration, `to` already serves `slot`, or the
+    /// task fails, is cancelled or does not complete within [`SETTLE_TIMEOUT`].
+    pub fn migrate_slot_atomically(&self, slot: u16, to: SocketAddr) -> String {
+        assert!(slot < SLOTS, "no slot {slot}");
+        assert_eq!(
+            self.flavor,
+            Flavor::Redis810,
+            "atomic slot migration (CLUSTER MIGRATION) needs Redis 8.4+"
+        );
+        let from = self.owner_of_slot(slot);
+        assert_ne!(from, to, "{}: slot {slot} is already served by {to}", self.flavor);
+        let slot_arg = slot.to_string();
+        let mut target = Admin::connect(to);
+        let reply = target.cmd(&["CLUSTER", "MIGRATION", "IMPORT", &slot_arg, &slot_arg]);
+        let Some(task) = reply.as_text().filter(|_| !reply.is_error()) else {
+            panic!("{}", self.failure(&format!("CLUSTER MIGRATION IMPORT {slot} answered {reply:?}")))
+        };
+        self.wait_for(&format!("migration task {task} (slot {slot} to {to})"), || {
+            let status = target.cmd(&["CLUSTER", "MIGRATION", "STATUS", "ID", &task]);
+            match migration_field(&status, "state").as_deref() {
+                Some("completed") => Ok(()),
+                Some(state @ ("failed" | "canceled")) => panic!(
+                    "{}",
+                    self.failure(&format!(
+                        "migration task {task} {state}: {:?}",
+                        migration_field(&status, "last_error")
+                    ))
+                ),
+                state => Err(format!("task {task} is {state:?}")),
+            }
+        });
+        self.wait_for(&format!("slot {slot} to move to {to}"), || self.check_agreed(&[slot], to));
+        task
+    }
+
     /// Promotes a replica of the master at `master` with `CLUSTER FAILOVER` (the manual,
     /// coordinated kind) and waits until the replica reports role master, the old master
     /// reports role slave with its link to the new master up, and every running node reports
@@ -606,6 +652,15 @@ impl Migration<'_> {
             cluster.check_agreed(&[self.slot], self.target)
         });
     }
+}
+
+/// A field of the one task in a `CLUSTER MIGRATION STATUS ID <task>` reply (RESP2: an
+/// array holding the task as a flat `[name, value, …]` array).
+fn migration_field(status: &Reply, name: &str) -> Option<String> {
+    let [task] = status.as_array()? else { return None };
+    let fields = task.as_array()?;
+    let at = fields.chunks(2).position(|kv| kv[0].as_text().as_deref() == Some(name))?;
+    fields.get(at * 2 + 1)?.as_text()
 }
 
 /// One command on a fresh connection to `addr`; connection failures, timeouts and error

@@ -1,6 +1,6 @@
 //! The conformance suite: whole consumer stories against real servers, written once and run
-//! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0 and Valkey 8.1, in RESP2 and
-//! RESP3. Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
+//! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10, in
+//! RESP2 and RESP3 (and over TLS on the flavors that serve it, [`Flavor::TLS`]). Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
 //! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
 //! handlers and of big entries are in [`handlers`]; stories of many entries in hand at once
 //! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`].
@@ -699,12 +699,14 @@ pub fn on_every_target(name: &str, scenario: fn(Target)) {
             targets.push(Target { flavor, protocol, tls: None });
         }
     }
-    // Only the Redis 7.0 binary serves TLS (PROTOCOL.md, TLS).
+    // Only the Redis 7.0 and 8.10 binaries serve TLS (PROTOCOL.md, TLS).
     let tls = |client_auth| Some(Tls { client_auth, ..Tls::default() });
-    for (protocol, tls) in
-        [(Protocol::Resp2, tls(false)), (Protocol::Resp3, tls(false)), (Protocol::Resp3, tls(true))]
-    {
-        targets.push(Target { flavor: Flavor::Redis70, protocol, tls });
+    for flavor in Flavor::TLS {
+        for (protocol, tls) in
+            [(Protocol::Resp2, tls(false)), (Protocol::Resp3, tls(false)), (Protocol::Resp3, tls(true))]
+        {
+            targets.push(Target { flavor, protocol, tls });
+        }
     }
     let total = targets.len();
     let threads: Vec<_> = targets
@@ -739,7 +741,7 @@ macro_rules! conformance_suite {
             retry_released_at_once, stop_releases_buffered, acks_delete, retry_stays_pending_on_request);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
-            cluster_migration_while_busy, cluster_failover);
+            cluster_migration_while_busy, cluster_atomic_migration, cluster_failover);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(

@@ -1,11 +1,11 @@
 //! Real-server test harness for pelican.
 //!
-//! - [`server`]: starts Redis 6.2, Redis 7.0 and Valkey 8.1 (installed into
+//! - [`server`]: starts Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10 (installed into
 //!   `<workspace>/.servers/` by `scripts/install-servers`) as child processes, each on its
 //!   own loopback port in its own temporary directory; kills and restarts them (with AOF,
 //!   data survives a `kill -9`); cleans up on drop.
 //! - [`certs`]: a throwaway test PKI (CA, server and client certificates, and broken ones)
-//!   for the TLS servers that [`server::Options::tls`] starts (Redis 7.0 only).
+//!   for the TLS servers that [`server::Options::tls`] starts (Redis 7.0 and 8.10 only).
 //! - [`admin`]: a small blocking RESP2 client to set up and inspect server state (streams,
 //!   consumer groups, pending lists, client connections) from tests.
 //!

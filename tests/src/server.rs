@@ -6,7 +6,7 @@
 //! appended to `server.log` in that directory. Dropping the `Server` kills the process (by its
 //! own pid, through [`std::process::Child::kill`]) and removes the directory.
 //!
-//! With [`Options::tls`] (Redis 7.0 only), the server also serves TLS on a second port, with
+//! With [`Options::tls`] (Redis 7.0 and 8.10 only: [`Flavor::TLS`]), the server also serves TLS on a second port, with
 //! a [`Pki`] generated into its directory.
 //!
 //! With [`Options::cluster`], the server runs in cluster mode as a lone node (see
@@ -45,8 +45,8 @@ pub const LOG_FILE: &str = "server.log";
 pub const CLUSTER_CONFIG_FILE: &str = "nodes.conf";
 
 /// How far a cluster node's bus port is from its port. Redis 6.2 has no `cluster-port`
-/// setting and always uses port + 10000; Redis 7.0 and Valkey 8.1 are told the same with
-/// `--cluster-port`, so one rule holds for every flavor.
+/// setting and always uses port + 10000; Redis 7.0, Valkey 8.1 and Redis 8.10 are told the
+/// same with `--cluster-port`, so one rule holds for every flavor.
 pub const CLUSTER_BUS_OFFSET: u16 = 10000;
 
 /// `--cluster-node-timeout` of a cluster node: how long a node may be unreachable before
@@ -70,6 +70,16 @@ pub enum Flavor {
 impl Flavor {
     /// Every flavor, oldest first.
     pub const ALL: [Flavor; 4] = [Flavor::Redis62, Flavor::Redis70, Flavor::Valkey81, Flavor::Redis810];
+
+    /// The flavors whose binaries serve TLS (built with OpenSSL): Redis 7.0 (Debian's) and
+    /// Redis 8.10 (built with `BUILD_TLS=yes`). The Redis 6.2 and Valkey 8.1 binaries are
+    /// built without it.
+    pub const TLS: [Flavor; 2] = [Flavor::Redis70, Flavor::Redis810];
+
+    /// Whether this flavor's binary serves TLS (see [`Flavor::TLS`]).
+    pub fn serves_tls(self) -> bool {
+        Flavor::TLS.contains(&self)
+    }
 
     /// The flavor's name, which is also its binary's file name: `redis-6.2`, `redis-7.0`,
     /// `valkey-8.1`, `redis-8.10`.
@@ -121,7 +131,7 @@ pub struct Options {
     /// line is split on whitespace, so passwords cannot contain spaces here. The readiness
     /// probe and [`Server::admin`] log in as `default`, so keep that user enabled.
     pub acl_users: Vec<String>,
-    /// Also serve TLS on a second port (see [`Tls`]); only [`Flavor::Redis70`] can.
+    /// Also serve TLS on a second port (see [`Tls`]); only the [`Flavor::TLS`] flavors can.
     pub tls: Option<Tls>,
     /// Run in cluster mode: `--cluster-enabled yes`, `--cluster-config-file` in the server's
     /// directory ([`CLUSTER_CONFIG_FILE`]), `--cluster-node-timeout`
@@ -129,7 +139,7 @@ pub struct Options {
     /// `--repl-ping-replica-period 1` (Redis 7.0 and Valkey 8.1 list a replica in
     /// `CLUSTER SLOTS` only once its replication offset is not 0, which on an idle master
     /// takes one such ping: 10 s by default), and the bus on port + [`CLUSTER_BUS_OFFSET`]
-    /// (reserved with the port; `--cluster-port` on 7.0 and 8.1). The node starts alone,
+    /// (reserved with the port; `--cluster-port` on all but 6.2). The node starts alone,
     /// owning no slots: [`crate::cluster::Cluster`] joins six of them. Not combinable with
     /// [`Options::tls`].
     pub cluster: bool,
@@ -251,9 +261,9 @@ impl Server {
                 "pelican-tests: cannot start {flavor} with both TLS and cluster mode (not supported here)"
             );
         }
-        if options.tls.is_some() && flavor != Flavor::Redis70 {
+        if options.tls.is_some() && !flavor.serves_tls() {
             panic!(
-                "pelican-tests: cannot start {flavor} with TLS: only redis-7.0 serves TLS \
+                "pelican-tests: cannot start {flavor} with TLS: only redis-7.0 and redis-8.10 serve TLS \
                  (the other test binaries are built without it)"
             );
         }
@@ -845,6 +855,7 @@ mod tests {
             (Flavor::Redis62, ""),
             (Flavor::Redis70, " --cluster-port 10007"),
             (Flavor::Valkey81, " --cluster-port 10007"),
+            (Flavor::Redis810, " --cluster-port 10007"),
         ] {
             let server = Server {
                 flavor,

@@ -180,6 +180,84 @@ fn migrations_and_failovers_back_and_forth() {
     });
 }
 
+/// Atomic slot migration (`CLUSTER MIGRATION IMPORT`, Redis 8.10 only) of a stream's slot
+/// with a group and pending entries: a client parked on the source gets `-MOVED <slot>
+/// <target>`, the group and its pending list arrive as they were, the source answers
+/// `-MOVED` after (never `-ASK`) and drops the keys; the slot moves back the same way and
+/// then by `MIGRATE`.
+#[test]
+fn atomic_slot_migration_on_redis_810() {
+    let cluster = Cluster::start(Flavor::Redis810);
+    let nodes = cluster.addrs();
+    let key = key_on(&cluster, nodes[0]);
+    let slot = cluster.slot_of(&key);
+    let mut source = cluster.admin_for(&key);
+    source.xadd_n(&key, 5, 4);
+    source.call(&["XGROUP", "CREATE", &key, "g", "0"]);
+    source.call(&["XREADGROUP", "GROUP", "g", "c", "COUNT", "2", "STREAMS", &key, ">"]);
+    let pending = source.xpending_all(&key, "g");
+    assert_eq!(pending.len(), 2);
+    // A reader of a group of its own, parked on the source while the slot moves.
+    source.call(&["XGROUP", "CREATE", &key, "w", "$"]);
+    let parked = {
+        let (at, key) = (nodes[0], key.clone());
+        std::thread::spawn(move || {
+            let mut conn = pelican_tests::admin::Admin::connect(at);
+            conn.cmd(&["XREADGROUP", "GROUP", "w", "p", "BLOCK", "8000", "STREAMS", &key, ">"])
+        })
+    };
+    let mut blocked =
+        || text(&source.call(&["CLIENT", "LIST"])).lines().any(|l| l.contains("cmd=xreadgroup"));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !blocked() {
+        assert!(Instant::now() < deadline, "the reader never parked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let to = nodes[1];
+    let task = cluster.migrate_slot_atomically(slot, to);
+    assert_eq!(parked.join().unwrap(), Reply::Error(format!("MOVED {slot} {to}")));
+    let status = cluster.admin(to).call(&["CLUSTER", "MIGRATION", "STATUS", "ID", &task]);
+    let fields: Vec<String> = status.as_array().unwrap()[0].as_array().unwrap().iter().map(text).collect();
+    for (name, value) in [
+        ("slots", format!("{slot}-{slot}")),
+        ("source", cluster.node_id(nodes[0]).to_string()),
+        ("dest", cluster.node_id(to).to_string()),
+        ("operation", "import".to_string()),
+        ("state", "completed".to_string()),
+    ] {
+        let at = fields.iter().position(|f| f == name).unwrap_or_else(|| panic!("no {name}: {fields:?}"));
+        assert_eq!(fields[at + 1], value, "{name}");
+    }
+    assert_eq!(cluster.owner_of(&key), to);
+    let mut owner = cluster.admin_for(&key);
+    let ids = |p: &[(String, String, i64, i64)]| {
+        p.iter().map(|e| (e.0.clone(), e.1.clone(), e.3)).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&owner.xpending_all(&key, "g")), ids(&pending));
+    assert_eq!(owner.xlen(&key), 5);
+    let groups = format!("{:?}", owner.call(&["XINFO", "GROUPS", &key]));
+    let last = format!("Bulk(\"last-delivered-id\"), Bulk(\"{}\")", pending[1].0);
+    assert!(groups.contains(&last), "last-delivered-id kept: {groups}");
+    assert_eq!(source.cmd(&["XLEN", &key]), Reply::Error(format!("MOVED {slot} {to}")));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = source.call(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+        if left == Reply::Int(0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the source kept the slot's keys: {left:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    cluster.migrate_slot_atomically(slot, nodes[0]);
+    assert_eq!(cluster.owner_of(&key), nodes[0]);
+    cluster.migrate_slot(slot, nodes[2]);
+    let mut owner = cluster.admin_for(&key);
+    assert_eq!(owner.addr(), nodes[2]);
+    assert_eq!(ids(&owner.xpending_all(&key, "g")), ids(&pending));
+}
+
 // ---------------------------------------------------------------- fixture capture
 
 /// Where the cluster fixtures go: `core/tests/fixtures`.

@@ -1,7 +1,8 @@
 //! Cluster stories (3 masters + 3 replicas of each server): lanes that find their master
-//! from any node, slot migrations while a lane is parked and while it is busy, a failover.
-//! Part of the conformance suite (see the parent module). Each story runs on the three
-//! servers at once, Redis 6.2 in RESP2, the others in RESP3.
+//! from any node, slot migrations while a lane is parked and while it is busy (by `MIGRATE`
+//! on every server, and by atomic slot migration on Redis 8.10), a failover. Part of the
+//! conformance suite (see the parent module). Each story runs on every server at once,
+//! Redis 6.2 in RESP2, the others in RESP3.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -31,7 +32,7 @@ pub fn on_every_cluster(name: &str, story: fn(&Cluster, Protocol)) {
         .collect();
     let failed: Vec<String> =
         threads.into_iter().filter_map(|(label, th)| th.join().is_err().then_some(label)).collect();
-    assert!(failed.is_empty(), "{} of 3 clusters failed: {failed:?}", failed.len());
+    assert!(failed.is_empty(), "{} of {} clusters failed: {failed:?}", failed.len(), Flavor::ALL.len());
 }
 
 /// Every delivery, per stream.
@@ -131,7 +132,8 @@ pub fn cluster_lanes_find_their_masters<T: Transport>() {
 }
 
 /// A lane parked on its stream while the stream's slot migrates to another master (each
-/// server tells it differently: `UNBLOCKED`, `ASK`, or `MOVED` after the move): it follows
+/// server tells it differently: `UNBLOCKED` on 7.0, `ASK` on Valkey 8.1 and Redis 8.10, or
+/// `MOVED` after the move on 6.2): it follows
 /// the slot and consumes what comes after, each entry once.
 pub fn cluster_migration_while_parked<T: Transport>() {
     on_every_cluster("cluster_migration_while_parked", |cluster, protocol| {
@@ -188,4 +190,48 @@ pub fn cluster_failover<T: Transport>() {
         consumed_once(cluster, &seen, stream, &ids);
         run.finish();
     });
+}
+
+/// Redis 8.10 moves slots by atomic slot migration (`CLUSTER MIGRATION IMPORT`, what
+/// `redis-cli --cluster reshard` uses there): the source keeps serving the slot while it is
+/// copied, then hands it over. A lane parked on its stream gets `-MOVED <slot> <target>`
+/// at the handoff (no `-ASK`, no `UNBLOCKED`); a lane working through a backlog gets `-MOVED`
+/// on its next command. Both follow the slot and consume everything, each entry once, the
+/// pending lists empty on the new owner. Then the parked lane's slot moves back by
+/// `MIGRATE` (its `-ASK`) and it follows again.
+pub fn cluster_atomic_migration<T: Transport>() {
+    let cluster = Cluster::start(Flavor::Redis810);
+    let protocol = Protocol::Resp3;
+    let (parked, busy) = ("parked", "busy");
+    assert_ne!(cluster.slot_of(parked), cluster.slot_of(busy));
+    let seen = Deliveries::default();
+    let mut parked_ids = fill(&cluster, parked, 20);
+    let busy_ids = fill(&cluster, busy, 300);
+    let parked_run = lane::<T>(cluster.owner_of(parked), parked, protocol, &seen, Duration::ZERO);
+    let busy_run = lane::<T>(cluster.owner_of(busy), busy, protocol, &seen, Duration::from_millis(2));
+    assert!(wait_until(CONSUMED, || seen.of(parked).len() >= 20));
+    assert!(wait_until(CONSUMED, || seen.of(busy).len() >= 60));
+    let other = |stream: &str| {
+        let from = cluster.owner_of(stream);
+        cluster.masters().into_iter().find(|m| *m != from).unwrap()
+    };
+    // The busy lane's slot first, while it still has most of its backlog to go (240 entries
+    // of 2 ms each at least).
+    assert!(seen.of(busy).len() < busy_ids.len());
+    cluster.migrate_slot_atomically(cluster.slot_of(busy), other(busy));
+    eprintln!("busy lane: {} of {} handled once its slot had moved", seen.of(busy).len(), busy_ids.len());
+    let (parked_home, to) = (cluster.owner_of(parked), other(parked));
+    cluster.migrate_slot_atomically(cluster.slot_of(parked), to);
+    assert_eq!(cluster.owner_of(parked), to);
+    parked_ids.extend(cluster.admin_for(parked).xadd_n(parked, 20, 8));
+    consumed_once(&cluster, &seen, parked, &parked_ids);
+    consumed_once(&cluster, &seen, busy, &busy_ids);
+
+    cluster.migrate_slot(cluster.slot_of(parked), parked_home);
+    parked_ids.extend(cluster.admin_for(parked).xadd_n(parked, 20, 8));
+    consumed_once(&cluster, &seen, parked, &parked_ids);
+    for (stream, run) in [(parked, parked_run), (busy, busy_run)] {
+        let stats = run.finish();
+        assert!(stats.moved >= 1, "{stream}: followed a -MOVED: {stats:?}");
+    }
 }
