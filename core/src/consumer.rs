@@ -817,7 +817,8 @@ impl Consumer {
                 let acks = self.ack_due.filter(|_| !parked);
                 let leases = self.lease_due().filter(|_| !parked);
                 let releases = self.delayed_releases.front().map(|(due, ..)| *due).filter(|_| !parked);
-                [replies, acks, leases, releases].into_iter().flatten().min()
+                let twins = self.twins.again_at().filter(|_| self.checks_twins());
+                [replies, acks, leases, releases, twins].into_iter().flatten().min()
             }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,
@@ -859,6 +860,13 @@ impl Consumer {
         self.flush_releases(now);
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read
+        }
+        if let Some(at) = self.twins.again_at().filter(|_| self.checks_twins()) {
+            // A twin seen at the start: look again when due, and read nothing till then.
+            if now >= at {
+                self.look_for_twins(now);
+            }
+            return;
         }
         self.ask_health(now);
         if self.checks_twins() && self.twins.due(now) && !self.in_flight.parked() {
@@ -1009,8 +1017,8 @@ impl Consumer {
         let name = self.config.client_name.clone().unwrap_or_default();
         let live = self.config.beat * 2 + self.config.read_grace;
         match self.twins.on_list(clients, &name, live, first, now, self.config.min_idle)? {
-            Outcome::Done => {}
-            Outcome::LookAgain => self.look_for_twins(now),
+            // Looked for again a little later (`pump`); nothing is read meanwhile.
+            Outcome::Done | Outcome::LookAgain => {}
             Outcome::Tell(notices) => self.notices.extend(notices),
         }
         Ok(())

@@ -29,13 +29,19 @@ pub(crate) struct Twins {
     told: Vec<u64>,
     /// The server refused the look: told once, then not asked again.
     refused: bool,
+    /// When the first look, having seen a twin, looks again (reads wait till then).
+    again_at: Option<Instant>,
 }
+
+/// How long the first look waits before it looks again at a twin it saw: time for the server
+/// to see a predecessor's connection close (a process just killed, a TLS connection closing).
+const LOOK_AGAIN_AFTER: Duration = Duration::from_millis(250);
 
 /// What a look's answer leads to.
 pub(crate) enum Outcome {
     /// Nothing to do (vetted, or twins already told).
     Done,
-    /// The first look saw a twin: look once more.
+    /// The first look saw a twin: look once more, at [`Twins::again_at`].
     LookAgain,
     /// Twins seen later, each told once.
     Tell(Vec<Notice>),
@@ -52,6 +58,11 @@ impl Twins {
         self.refused
     }
 
+    /// When the first look looks again, if it is waiting to (nothing is read meanwhile).
+    pub(crate) fn again_at(&self) -> Option<Instant> {
+        self.again_at.filter(|_| !self.asking)
+    }
+
     /// Whether the look every `min_idle` is due.
     pub(crate) fn due(&self, now: Instant) -> bool {
         self.vetted && self.next_at.is_some_and(|at| now >= at)
@@ -64,6 +75,7 @@ impl Twins {
             return None;
         }
         self.asking = true;
+        self.again_at = None;
         self.own_id = None;
         self.next_at = Some(now + every);
         Some(!self.vetted)
@@ -106,6 +118,7 @@ impl Twins {
                 }
                 Some(_) if !self.seen_once => {
                     self.seen_once = true;
+                    self.again_at = Some(now + LOOK_AGAIN_AFTER);
                     Ok(Outcome::LookAgain)
                 }
                 Some(twin) => Err(Error::Twin {

@@ -47,7 +47,13 @@ fn a_twin_at_the_start_is_looked_for_again_then_refused() {
         let mut rig = named(config(protocol), flavor);
         rig.reply("client_id").unwrap();
         rig.reply("client_list_twin").unwrap();
-        // A predecessor whose connection just closed can still be listed: look once more.
+        // A predecessor whose connection just closed can still be listed: look once more, a
+        // little later, reading nothing meanwhile.
+        assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "{flavor} {protocol:?}");
+        let again = rig.consumer.poll_timeout().unwrap();
+        assert_eq!(again, rig.now + std::time::Duration::from_millis(250));
+        rig.now = again;
+        rig.consumer.handle_timeout(rig.now).unwrap();
         assert_eq!(rig.sent(), cmds(&LOOK), "{flavor} {protocol:?}");
         rig.reply("client_id").unwrap();
         let err = rig.reply("client_list_twin").unwrap_err();
@@ -66,6 +72,8 @@ fn a_twin_gone_by_the_second_look_lets_the_consumer_start() {
         let mut rig = named(config(protocol), flavor);
         rig.reply("client_id").unwrap();
         rig.reply("client_list_twin").unwrap();
+        rig.now = rig.consumer.poll_timeout().unwrap();
+        rig.consumer.handle_timeout(rig.now).unwrap();
         assert_eq!(rig.sent(), cmds(&LOOK));
         rig.reply("client_id").unwrap();
         rig.reply("client_list").unwrap();
