@@ -179,8 +179,9 @@ impl Runner {
     /// [`run_pool`](Self::run_pool).
     ///
     /// A handler that panics does not unwind through `run`: the panic is caught, its entry
-    /// is left pending (settled [`Verdict::Retry`]), the consumer stops as for a stop (the
-    /// acks earned before are sent and confirmed) and `run` returns
+    /// is left pending (settled [`Verdict::Retry`], so released at once on Redis 8.8+ unless
+    /// [`Config::on_retry`](pelican::Config::on_retry) says otherwise), the consumer stops as
+    /// for a stop (the acks earned before are sent and confirmed) and `run` returns
     /// [`RunError::HandlerPanicked`] naming the entry. The default panic hook still prints
     /// the panic.
     pub fn run(mut self, mut handler: impl FnMut(&Entry) -> Verdict) -> Result<Stats, RunError> {
@@ -257,7 +258,7 @@ impl Runner {
     /// handled: it stays pending.
     ///
     /// A handler that panics is caught on its worker: its entry is left pending (settled
-    /// [`Verdict::Retry`]), the consumer stops as for a stop (the other entries in hand
+    /// [`Verdict::Retry`], as `Config::on_retry` says), the consumer stops as for a stop (the other entries in hand
     /// finish and are settled, earned acks are confirmed), and `run_pool` returns
     /// [`RunError::HandlerPanicked`] naming the entry (the first one, if several panic).
     ///
