@@ -209,6 +209,9 @@ impl Run {
             match self.send(n) {
                 Sent::Lost { added, why } => {
                     self.done += added;
+                    if added > 0 {
+                        self.lost_in_a_row = 0;
+                    }
                     self.recover(n - added, &why, sent_at)?;
                 }
                 Sent::Replied { added, moved, asked, error } => {
@@ -227,7 +230,12 @@ impl Run {
                     for _ in 0..asked + moved.min(1) {
                         let args = self.xadd.args(self.done + 1, &self.value);
                         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                        self.client.call(&args).map_err(|e| self.refused(e))?;
+                        if let Err(e) = self.client.call(&args) {
+                            return Err(match self.xadd.idempotent() && self.done == 0 {
+                                true => self.without_idmp(e),
+                                false => self.refused(e),
+                            });
+                        }
                         self.done += 1;
                     }
                 }
@@ -275,7 +283,7 @@ impl Run {
         let in_doubt = |done: u64| {
             format!("{done} entries added to {stream}; the {unconfirmed} sent after them may or may not be")
         };
-        if self.lost_in_a_row > MAX_LOST_IN_A_ROW {
+        if self.lost_in_a_row >= MAX_LOST_IN_A_ROW {
             return Err(Failure::Failed(format!(
                 "the connection was lost {MAX_LOST_IN_A_ROW} times in a row without a reply ({why}): {}",
                 in_doubt(self.done)
@@ -355,8 +363,12 @@ impl Run {
     /// The first XADD … IDMP was refused: on a server without IDMP (as HELLO tells), that is
     /// said with what --idempotent needs; else it is the server's refusal.
     fn without_idmp(&mut self, error: String) -> Failure {
-        let hello = self.client.call(&[b"HELLO"]).ok();
-        let items = hello.as_ref().and_then(array).unwrap_or_default();
+        let hello = self.client.call(&[b"HELLO"]);
+        // Neither HELLO (before Redis 6) nor the XADD answered as a server: the link failed.
+        if hello.is_err() && !error.starts_with("ERR") {
+            return self.refused(error);
+        }
+        let items = hello.as_ref().ok().and_then(array).unwrap_or_default();
         let text = |key| field(items, key).and_then(bytes).map(|b| String::from_utf8_lossy(b).into_owned());
         let (server, version) = (text("server"), text("version"));
         if server.as_deref() == Some("redis") && version.as_deref().and_then(parse_version) >= Some((8, 6)) {

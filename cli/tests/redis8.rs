@@ -177,6 +177,28 @@ fn idempotent_produce_keeps_to_the_streams_window() {
     assert!(stream_info(&mut admin, "w", "iids-duplicates") >= 2);
 }
 
+/// A connection lost again and again with no reply read ends the run, after 5 losses,
+/// telling what is confirmed and what is in doubt; nothing is added twice meanwhile.
+#[test]
+fn produce_gives_up_after_five_losses_in_a_row() {
+    let server = Server::start(Flavor::Redis810);
+    let mut admin = server.admin();
+    let proxy = LosingProxy::start(server.addr(), &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    let (status, stdout, stderr) =
+        run(&["produce", "--url", &proxy.url(), "--stream", "s", "--count", "50", "--idempotent"]);
+    assert_eq!(status.code(), Some(1), "{stdout}");
+    assert_eq!(proxy.cuts(), 5);
+    // The reason is the connection's (closed, reset): not asserted to the word.
+    assert_eq!(stderr.matches("; connected again, sending the 1 unconfirmed again\n").count(), 4, "{stderr}");
+    let last = stderr.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("pelican: the connection was lost 5 times in a row without a reply ("),
+        "{stderr}"
+    );
+    assert!(last.ends_with("): 0 entries added to s; the 1 sent after them may or may not be"), "{stderr}");
+    assert_eq!(admin.xlen("s"), 1, "the first entry, sent 5 times, added once");
+}
+
 /// On a server without XADD … IDMP, `--idempotent` fails at the first XADD, saying why,
 /// and adds nothing.
 #[test]
