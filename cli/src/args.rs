@@ -27,7 +27,7 @@ pub const TEMPLATE: &str = "{usage-heading} {usage}\n\n{before-help}{all-args}{a
 const USAGE: &str = "\
 pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
        pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
-       pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+       pelican produce --stream KEY --count N [--size BYTES] [--url URL] [--idempotent]
        pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run]
        pelican demo [--url URL]
        pelican <command> --help";

@@ -19,10 +19,12 @@ pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
 const ABOUT: &str = "\
 Shows group G's pending entries list (entries delivered but not yet acknowledged) on each
 stream KEY:
-  - the total, and the id range;
+  - the total, the id range, and how many are released (Redis 8.8+: XNACK gave them
+    back to the group, owned by no consumer, for the next claim to take);
   - per consumer: its pending count, the idle time of its oldest pending entry, and how
     long ago the server last heard from it (XINFO CONSUMERS `idle`);
-  - the 10 oldest pending entries, with owner, idle time and delivery count;
+  - the 10 oldest pending entries, with owner, idle time and delivery count (a released
+    entry's owner shows as `(released)`, its idle time as `-`);
   - the group's lag (entries not yet delivered), where the server reports it (XINFO GROUPS,
     Redis 7+/Valkey; unknown on Redis 6.2, and after some deletions).
 Names that are not UTF-8 are shown escaped (\\xNN) in the text, and in base64 in JSON;
@@ -50,10 +52,11 @@ pub struct Args {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
     /// one JSON object per stream (a line each) instead of text:
-    /// {"stream","group","pending","min_id","max_id","lag",
+    /// {"stream","group","pending","released","min_id","max_id","lag",
     ///  "consumers":[{"name","pending","oldest_id","oldest_idle_ms","seen_ms"}],
-    ///  "oldest":[{"id","consumer","idle_ms","deliveries"}]}
-    /// names are strings, or {"base64":"…"} when not UTF-8; unknown numbers are null
+    ///  "oldest":[{"id","consumer","idle_ms","deliveries","released"}]}
+    /// names are strings, or {"base64":"…"} when not UTF-8; unknown numbers are null;
+    /// a released entry has "released":true, "consumer":null, "idle_ms":null
     #[arg(long, verbatim_doc_comment)]
     json: bool,
 }
@@ -78,10 +81,14 @@ struct Consumer {
 struct PendingEntry {
     #[serde(serialize_with = "json::bytes")]
     id: Vec<u8>,
-    #[serde(serialize_with = "json::bytes")]
-    consumer: Vec<u8>,
-    idle_ms: i64,
+    /// `None` when released.
+    #[serde(serialize_with = "json::opt_bytes")]
+    consumer: Option<Vec<u8>>,
+    /// `None` when released.
+    idle_ms: Option<i64>,
     deliveries: i64,
+    /// Given back to the group by `XNACK` (Redis 8.8+), owned by no consumer.
+    released: bool,
 }
 
 /// A stream's report; its JSON members in the documented order.
@@ -89,6 +96,8 @@ struct PendingEntry {
 struct Report {
     #[serde(rename = "pending")]
     total: i64,
+    /// Of those, released ones (`XNACK`, Redis 8.8+): counted in the total, by no consumer.
+    released: i64,
     #[serde(serialize_with = "json::opt_bytes")]
     min_id: Option<Vec<u8>>,
     #[serde(serialize_with = "json::opt_bytes")]
@@ -167,7 +176,7 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
     for c in consumers.iter_mut().filter(|c| c.pending > 0) {
         let rows = client.call(&[b"XPENDING", stream, group, b"-", b"+", b"1", &c.name])?;
         if let Some(e) = pending_rows(&rows)?.into_iter().next() {
-            (c.oldest_id, c.oldest_idle_ms) = (Some(e.id), Some(e.idle_ms));
+            (c.oldest_id, c.oldest_idle_ms) = (Some(e.id), e.idle_ms);
         }
     }
     consumers.sort_by(|a, b| b.pending.cmp(&a.pending).then_with(|| a.name.cmp(&b.name)));
@@ -188,8 +197,11 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
         .find(|g| field(g, "name").and_then(bytes) == Some(group))
         .and_then(|g| field(g, "lag"))
         .and_then(int);
+    // Released entries are in the total but in no consumer's count.
+    let owned: i64 = consumers.iter().map(|c| c.pending).sum();
     Ok(Report {
         total,
+        released: (total - owned).max(0),
         min_id: bytes(&summary[1]).map(<[u8]>::to_vec),
         max_id: bytes(&summary[2]).map(<[u8]>::to_vec),
         lag,
@@ -198,17 +210,23 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
     })
 }
 
-/// Rows of the extended `XPENDING`: `[id, consumer, idle_ms, deliveries]`.
+/// Rows of the extended `XPENDING`: `[id, consumer, idle_ms, deliveries]`. A released
+/// entry (Redis 8.8+, `XNACK`) has consumer `""` and idle `-1`.
 fn pending_rows(reply: &Reply) -> Result<Vec<PendingEntry>, String> {
     let rows = array(reply).ok_or_else(|| shape("XPENDING (extended)"))?;
     rows.iter()
         .map(|row| match array(row) {
-            Some([id, consumer, idle, count]) => Some(PendingEntry {
-                id: bytes(id)?.to_vec(),
-                consumer: bytes(consumer)?.to_vec(),
-                idle_ms: int(idle)?,
-                deliveries: int(count)?,
-            }),
+            Some([id, consumer, idle, count]) => {
+                let (consumer, idle) = (bytes(consumer)?, int(idle)?);
+                let released = consumer.is_empty() && idle < 0;
+                Some(PendingEntry {
+                    id: bytes(id)?.to_vec(),
+                    consumer: (!released).then(|| consumer.to_vec()),
+                    idle_ms: (!released).then_some(idle),
+                    deliveries: int(count)?,
+                    released,
+                })
+            }
             _ => None,
         })
         .collect::<Option<Vec<_>>>()
@@ -242,6 +260,9 @@ pub fn duration(ms: i64) -> String {
     }
 }
 
+/// A released entry's owner in the text (`(…)`: no consumer name is shown so).
+const RELEASED: &str = "(released)";
+
 fn to_text(r: &Report, stream: &[u8], group: &[u8]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
@@ -253,8 +274,14 @@ fn to_text(r: &Report, stream: &[u8], group: &[u8]) -> String {
         Some(lag) => format!("lag {lag}"),
         None => "lag unknown".to_string(),
     };
-    let _ =
-        writeln!(out, "stream {}, group {}: {} pending{range}; {lag}", show(stream), show(group), r.total);
+    let released = if r.released > 0 { format!(", {} released", r.released) } else { String::new() };
+    let _ = writeln!(
+        out,
+        "stream {}, group {}: {} pending{range}{released}; {lag}",
+        show(stream),
+        show(group),
+        r.total
+    );
     if !r.consumers.is_empty() {
         let mut rows = vec![["consumer", "pending", "oldest idle", "seen", "oldest id"].map(String::from)];
         for c in &r.consumers {
@@ -269,10 +296,11 @@ fn to_text(r: &Report, stream: &[u8], group: &[u8]) -> String {
     if !r.oldest.is_empty() {
         let mut rows = vec![["id", "consumer", "idle", "deliveries"].map(String::from)];
         for e in &r.oldest {
+            let owner = e.consumer.as_deref().map_or(RELEASED.into(), |c| show(c).into_owned());
             rows.push([
                 show(&e.id).into_owned(),
-                show(&e.consumer).into_owned(),
-                duration(e.idle_ms),
+                owner,
+                e.idle_ms.map_or("-".into(), duration),
                 e.deliveries.to_string(),
             ]);
         }
@@ -318,27 +346,62 @@ mod tests {
     #[test]
     fn json_shape() {
         let report = Report {
-            total: 1,
+            total: 2,
+            released: 1,
             min_id: Some(b"1-0".to_vec()),
-            max_id: Some(b"1-0".to_vec()),
+            max_id: Some(b"2-0".to_vec()),
             lag: None,
             consumers: vec![Consumer {
                 name: b"c".to_vec(),
                 pending: 1,
-                oldest_id: Some(b"1-0".to_vec()),
+                oldest_id: Some(b"2-0".to_vec()),
                 oldest_idle_ms: Some(5),
                 seen_ms: Some(7),
             }],
-            oldest: vec![PendingEntry {
-                id: b"1-0".to_vec(),
-                consumer: b"c".to_vec(),
-                idle_ms: 5,
-                deliveries: 2,
-            }],
+            oldest: vec![
+                PendingEntry {
+                    id: b"1-0".to_vec(),
+                    consumer: None,
+                    idle_ms: None,
+                    deliveries: 1,
+                    released: true,
+                },
+                PendingEntry {
+                    id: b"2-0".to_vec(),
+                    consumer: Some(b"c".to_vec()),
+                    idle_ms: Some(5),
+                    deliveries: 2,
+                    released: false,
+                },
+            ],
         };
         assert_eq!(
             to_json(&report, b"s", b"\xffg"),
-            r#"{"stream":"s","group":{"base64":"/2c="},"pending":1,"min_id":"1-0","max_id":"1-0","lag":null,"consumers":[{"name":"c","pending":1,"oldest_id":"1-0","oldest_idle_ms":5,"seen_ms":7}],"oldest":[{"id":"1-0","consumer":"c","idle_ms":5,"deliveries":2}]}"#
+            r#"{"stream":"s","group":{"base64":"/2c="},"pending":2,"released":1,"min_id":"1-0","max_id":"2-0","lag":null,"consumers":[{"name":"c","pending":1,"oldest_id":"2-0","oldest_idle_ms":5,"seen_ms":7}],"oldest":[{"id":"1-0","consumer":null,"idle_ms":null,"deliveries":1,"released":true},{"id":"2-0","consumer":"c","idle_ms":5,"deliveries":2,"released":false}]}"#
         );
+        let text = to_text(&report, b"s", b"g");
+        assert!(
+            text.starts_with("stream s, group g: 2 pending (ids 1-0 … 2-0), 1 released; lag unknown\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n1-0                      (released)                         -  1\n"),
+            "{text}"
+        );
+    }
+
+    /// Redis 8.10's reply after `XNACK s8 g8 FAIL IDS 1 1-0` (captured by
+    /// scripts/capture-fixtures): 1-0 released, 2-0 and 3-0 B's.
+    #[test]
+    fn released_entries_from_the_captured_reply() {
+        let bytes = include_bytes!("../../core/tests/fixtures/redis-8.10/resp2/pending_released.resp");
+        let (reply, _) = redis_protocol::resp2::decode::decode(&bytes[..]).unwrap().unwrap();
+        let rows = pending_rows(&reply).unwrap();
+        let seen: Vec<_> =
+            rows.iter().map(|e| (&e.id[..], e.consumer.as_deref(), e.idle_ms, e.released)).collect();
+        assert_eq!(seen[0], (&b"1-0"[..], None, None, true));
+        assert_eq!(seen[1].1, Some(&b"B"[..]));
+        assert!(!seen[1].3 && seen[1].2.is_some_and(|ms| ms >= 0));
+        assert_eq!(rows.iter().map(|e| e.deliveries).collect::<Vec<_>>(), [2, 2, 1]);
     }
 }

@@ -1,29 +1,50 @@
-//! `pelican produce`: pipelined `XADD`s of test entries.
+//! `pelican produce`: pipelined `XADD`s of test entries; with `--idempotent`, `XADD … IDMP`
+//! (Redis 8.6+), so that the entries whose replies a lost connection took are sent again
+//! without being added twice.
 
 use std::ffi::OsString;
-use std::os::unix::ffi::OsStrExt;
-use std::time::Instant;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::value_parser;
 
 use crate::args::{Failure, TEMPLATE};
-use crate::client::{self, Client, Redirect, Reply};
+use crate::client::{self, array, bytes, field, int, Client, Redirect, Reply};
 use crate::name::show;
-use crate::server::ServerArgs;
+use crate::server::{Server, ServerArgs};
 
 const USAGE: &str = "\
 pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+                      [--idempotent [--producer-id ID]]
                       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]";
 
 const ABOUT: &str = "\
 Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined up to 1000 at a time
 (fewer when values are big), each with one field `p` whose value is BYTES bytes (a run of
 `x`), then prints how many were added and the rate. In a Redis/Valkey Cluster, any node's
-URL will do: the entries go to the node serving KEY (MOVED and ASK are followed).";
+URL will do: the entries go to the node serving KEY (MOVED and ASK are followed).
+
+A connection lost mid-run is made again (a few tries over some seconds) and the entries
+whose replies were not read are sent again. Without --idempotent, those the server had
+added before the loss are then in the stream twice (told on stderr). With --idempotent,
+each XADD carries IDMP <producer-id> <its number in the run> (Redis 8.6+): the server
+answers a repeat with the first id and adds nothing, so each entry is added once.
+
+--idempotent on a server without IDMP (Redis before 8.6, Valkey) fails before anything is
+added. The server remembers, per stream and producer, the last IDMP-MAXSIZE numbers (100 by
+default, at most 10000) for IDMP-DURATION seconds (100 by default, at most 86400; both read
+with XINFO STREAM). So pipelines hold at most IDMP-MAXSIZE entries (fewer than 1000 by
+default: slower), and an entry is sent again only within 80% of IDMP-DURATION of its first
+sending: an outage longer than that fails the run, telling how many entries are in doubt.
+A long run needs no bigger window: only the entries in flight are ever sent again. To
+pipeline deeper, raise it beforehand (XCFGSET KEY IDMP-MAXSIZE 1000); changing it makes the
+stream forget what it remembered of every producer.";
 
 const AFTER: &str = "\
-Exit status: 0 all added, 1 the server failed or refused, or TLS failed, 2 bad usage (a bad
-URL, a host that does not resolve).";
+Exit status: 0 all added, 1 the server failed or refused (--idempotent without IDMP
+included), the connection could not be made again, or TLS failed, 2 bad usage (a bad URL, a
+host that does not resolve).";
 
 /// The most entries one run adds.
 const MAX_COUNT: u64 = 1_000_000_000;
@@ -46,6 +67,15 @@ pub struct Args {
     /// proto-max-bulk-len)
     #[arg(long, value_name = "BYTES", default_value_t = 16, value_parser = value_parser!(u64).range(0..=MAX_SIZE), verbatim_doc_comment)]
     size: u64,
+    /// add each entry once, even when its reply is lost and it is sent
+    /// again: XADD KEY IDMP <producer-id> <n> * … (Redis 8.6+; see above)
+    #[arg(long, verbatim_doc_comment)]
+    idempotent: bool,
+    /// with --idempotent: the producer id; default pelican:<host>:<pid>:<start
+    /// ms>, new each run. Give each run its own: the stream drops as repeats a
+    /// run's entries whose numbers it still remembers under that id
+    #[arg(long, value_name = "ID", requires = "idempotent", verbatim_doc_comment)]
+    producer_id: Option<OsString>,
     #[command(flatten)]
     pub(crate) server: ServerArgs,
 }
@@ -57,62 +87,442 @@ const CHUNK: u64 = 1000;
 /// fewer, the biggest alone. Values are not copied into the pipeline.
 const CHUNK_BYTES: usize = 4 << 20;
 
+/// The waits before each try to connect again after a lost connection: about 6 s in all,
+/// well inside the default IDMP window of 100 s.
+const RECONNECT_DELAYS_MS: [u64; 6] = [100, 200, 400, 800, 1600, 3200];
+
+/// Lost connections in a row, with no reply read between them, before the run gives up.
+const MAX_LOST_IN_A_ROW: u32 = 5;
+
+/// The share of the stream's IDMP-DURATION within which an entry may be sent again: the
+/// rest is left for the resend to reach the server.
+const RESEND_WITHIN: f64 = 0.8;
+
 /// Runs `produce`: the `XADD`s, then the count and rate.
 pub fn main(args: Args) -> Result<(), Failure> {
     let (stream, count) = (args.stream.as_bytes(), args.count);
     let size =
         usize::try_from(args.size).map_err(|_| Failure::Bad("--size is too big for this machine".into()))?;
+    let producer = match (args.idempotent, args.producer_id) {
+        (false, _) => None,
+        (true, Some(id)) if id.is_empty() => {
+            return Err(Failure::Usage("--producer-id must not be empty".into()));
+        }
+        (true, Some(id)) => Some(id.into_vec()),
+        (true, None) => Some(default_producer_id()),
+    };
     let server = args.server.to_server()?;
-    let mut client = Client::connect(&server, "pelican:produce").map_err(Failure::Failed)?;
-    let value = vec![b'x'; size];
-    let head = xadd_head(stream, size);
-    let per_write = (CHUNK_BYTES / (head.len() + size + 2)).clamp(1, CHUNK as usize) as u64;
-    let refused = |done: u64, e: String| {
-        Failure::Failed(format!("XADD {} refused after {done} entries: {e}", show(stream)))
+    let client = Client::connect(&server, NAME).map_err(Failure::Failed)?;
+    let xadd = Xadd::new(stream, producer.as_deref(), size);
+    let mut run = Run {
+        server,
+        client,
+        xadd,
+        value: vec![b'x'; size],
+        done: 0,
+        window: None,
+        lost: 0,
+        lost_in_a_row: 0,
+        resent: 0,
     };
     let start = Instant::now();
-    let mut done = 0u64;
-    while done < count {
-        let n = per_write.min(count - done);
-        let parts: Vec<&[u8]> = (0..n).flat_map(|_| [&head[..], &value, b"\r\n"]).collect();
-        client.write(&parts).map_err(Failure::Failed)?;
-        let (mut error, mut moved, mut asked) = (None, 0, 0);
+    run.produce(count)?;
+    let secs = start.elapsed().as_secs_f64();
+    let how = match &producer {
+        Some(id) => format!("{size}-byte values, idempotent as producer {}", show(id)),
+        None => format!("{size}-byte values"),
+    };
+    let mut line = format!(
+        "produced {} entries to {} ({how}) in {secs:.3} s: {:.0} entries/s",
+        run.done,
+        show(stream),
+        run.done as f64 / secs.max(1e-9)
+    );
+    if run.lost > 0 {
+        let s = if run.lost == 1 { "" } else { "s" };
+        line += &format!("; {} connection{s} lost, {} entries sent again", run.lost, run.resent);
+    }
+    println!("{line}");
+    Ok(())
+}
+
+/// The connections' name in `CLIENT LIST`.
+const NAME: &str = "pelican:produce";
+
+/// `pelican:<host>:<pid>:<start ms>`: one run's, the same across its reconnects.
+fn default_producer_id() -> Vec<u8> {
+    let host = rustix::system::uname();
+    let host = String::from_utf8_lossy(host.nodename().to_bytes()).into_owned();
+    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis());
+    format!("pelican:{host}:{}:{ms}", std::process::id()).into_bytes()
+}
+
+/// What the server remembers of a producer's XADD IDMP, per stream (XINFO STREAM).
+#[derive(Clone, Copy, Debug)]
+struct Window {
+    /// `idmp-maxsize`: how many of a producer's last ids.
+    maxsize: u64,
+    /// `idmp-duration`: for how long.
+    duration: Duration,
+}
+
+/// A run: the connection, what is confirmed added, and the lost connections.
+struct Run {
+    server: Server,
+    client: Client,
+    xadd: Xadd,
+    value: Vec<u8>,
+    /// Entries added, as the server confirmed; the next entry's number is `done + 1`.
+    done: u64,
+    /// The stream's IDMP window, once known (`--idempotent` only).
+    window: Option<Window>,
+    /// Connections lost, in all and in a row (no reply read since the last).
+    lost: u32,
+    lost_in_a_row: u32,
+    /// Entries sent again after a lost connection.
+    resent: u64,
+}
+
+/// How a pipeline went.
+enum Sent {
+    /// Every reply read: `added` entries added (the first of the pipeline: a stream's node
+    /// either adds an entry or redirects it and all after it), then redirects, and the
+    /// first error.
+    Replied { added: u64, moved: u64, asked: u64, error: Option<String> },
+    /// The connection failed after `added` replies of entries added were read.
+    Lost { added: u64, why: String },
+}
+
+impl Run {
+    fn produce(&mut self, count: u64) -> Result<(), Failure> {
+        let fits = (CHUNK_BYTES / (self.xadd.len() + self.value.len() + 2)).clamp(1, CHUNK as usize) as u64;
+        while self.done < count {
+            // With --idempotent, the first XADD goes alone: it tells whether the server has
+            // IDMP before any more is sent, and the stream's window is read after it.
+            let per_write = match (self.xadd.idempotent(), self.window) {
+                (false, _) => fits,
+                (true, None) => 1,
+                (true, Some(window)) => fits.min(window.maxsize.max(1)),
+            };
+            let n = per_write.min(count - self.done);
+            let sent_at = Instant::now();
+            match self.send(n) {
+                Sent::Lost { added, why } => {
+                    self.done += added;
+                    if added > 0 {
+                        self.lost_in_a_row = 0;
+                    }
+                    self.recover(n - added, &why, sent_at)?;
+                }
+                Sent::Replied { added, moved, asked, error } => {
+                    self.done += added;
+                    self.lost_in_a_row = 0;
+                    if let Some(e) = error {
+                        if self.xadd.idempotent() && self.done == 0 {
+                            return Err(self.without_idmp(e));
+                        }
+                        return Err(self.refused(e));
+                    }
+                    // A cluster node that does not serve the stream. After a MOVED, one
+                    // XADD through `call` follows it, and the next pipelines go to the new
+                    // node. Entries refused with ASK (the slot is being migrated) go one by
+                    // one through `call`, to the node asked.
+                    for _ in 0..asked + moved.min(1) {
+                        let args = self.xadd.args(self.done + 1, &self.value);
+                        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+                        if let Err(e) = self.client.call(&args) {
+                            return Err(match self.xadd.idempotent() && self.done == 0 {
+                                true => self.without_idmp(e),
+                                false => self.refused(e),
+                            });
+                        }
+                        self.done += 1;
+                    }
+                }
+            }
+            if self.xadd.idempotent() && self.window.is_none() && self.done > 0 {
+                self.window = Some(self.read_window()?.unwrap_or(DEFAULT_WINDOW));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes entries `done + 1 ..= done + n` in one pipeline and reads their replies.
+    fn send(&mut self, n: u64) -> Sent {
+        let tails: Vec<Vec<u8>> = (self.done + 1..=self.done + n).map(|i| self.xadd.tail(i)).collect();
+        let parts: Vec<&[u8]> =
+            tails.iter().flat_map(|tail| [&self.xadd.head[..], tail, &self.value, b"\r\n"]).collect();
+        if let Err(why) = self.client.write(&parts) {
+            return Sent::Lost { added: 0, why };
+        }
+        let (mut added, mut moved, mut asked, mut error) = (0, 0, 0, None);
         for _ in 0..n {
             // Read every reply, so the count printed on failure is exact.
-            let reply = client.read().map_err(Failure::Failed)?;
+            let reply = match self.client.read() {
+                Ok(reply) => reply,
+                Err(why) => return Sent::Lost { added, why },
+            };
             match (client::redirect(&reply), reply) {
                 (Some(Redirect::Moved { .. }), _) => moved += 1,
                 (Some(Redirect::Ask { .. }), _) => asked += 1,
                 (None, Reply::Error(e)) => error = error.or(Some(e)),
-                (None, _) => done += 1,
+                (None, _) => added += 1,
             }
         }
-        if let Some(e) = error {
-            return Err(refused(done, e));
-        }
-        // A cluster node that does not serve the stream. After a MOVED, one XADD through
-        // `call` follows it, and the next pipelines go to the new node. Entries refused with
-        // ASK (the slot is being migrated) go one by one through `call`, to the node asked.
-        for _ in 0..asked + moved.min(1) {
-            client.call(&[b"XADD", stream, b"*", b"p", &value]).map_err(|e| refused(done, e))?;
-            done += 1;
-        }
+        Sent::Replied { added, moved, asked, error }
     }
-    let secs = start.elapsed().as_secs_f64();
-    println!(
-        "produced {done} entries to {} ({size}-byte values) in {secs:.3} s: {:.0} entries/s",
-        show(stream),
-        done as f64 / secs.max(1e-9)
-    );
-    Ok(())
+
+    /// After a lost connection with `unconfirmed` entries of the pipeline sent at `sent_at`
+    /// not confirmed: connects again, and lets them be sent again if that adds none twice
+    /// with --idempotent (they are still in the stream's window), or says they may be added
+    /// twice without it.
+    fn recover(&mut self, unconfirmed: u64, why: &str, sent_at: Instant) -> Result<(), Failure> {
+        self.lost += 1;
+        self.lost_in_a_row += 1;
+        let stream = show(self.xadd.stream()).into_owned();
+        let in_doubt = |done: u64| {
+            format!("{done} entries added to {stream}; the {unconfirmed} sent after them may or may not be")
+        };
+        if self.lost_in_a_row >= MAX_LOST_IN_A_ROW {
+            return Err(Failure::Failed(format!(
+                "the connection was lost {MAX_LOST_IN_A_ROW} times in a row without a reply ({why}): {}",
+                in_doubt(self.done)
+            )));
+        }
+        self.client = self.reconnect().map_err(|e| {
+            Failure::Failed(format!(
+                "the connection was lost ({why}) and could not be made again ({e}): {}",
+                in_doubt(self.done)
+            ))
+        })?;
+        if self.xadd.idempotent() {
+            // Known after the first entry; before it, only the first XADD was sent, and a
+            // stream that is not there now holds nothing of this run.
+            let window = match self.window {
+                Some(window) => Some(window),
+                None => self.read_window()?,
+            };
+            if let Some(window) = window {
+                let within = window.duration.mul_f64(RESEND_WITHIN);
+                if sent_at.elapsed() > within {
+                    return Err(Failure::Failed(format!(
+                        "the connection was lost ({why}) for longer than {stream}'s IDMP window allows \
+                         (entries are remembered {} s; sent again only within {:.0} s): {}",
+                        window.duration.as_secs(),
+                        within.as_secs_f64(),
+                        in_doubt(self.done)
+                    )));
+                }
+            }
+        }
+        let twice = if self.xadd.idempotent() {
+            ""
+        } else {
+            " (those the server added before the loss are now in the stream twice; --idempotent \
+             prevents that on Redis 8.6+)"
+        };
+        eprintln!(
+            "pelican: connection lost after {} entries confirmed ({why}); connected again, sending \
+             the {unconfirmed} unconfirmed again{twice}",
+            self.done
+        );
+        self.resent += unconfirmed;
+        Ok(())
+    }
+
+    /// A new connection to the server, tried a few times with growing waits.
+    fn reconnect(&self) -> Result<Client, String> {
+        let mut last = String::new();
+        for delay in RECONNECT_DELAYS_MS {
+            thread::sleep(Duration::from_millis(delay));
+            match Client::connect(&self.server, NAME) {
+                Ok(client) => return Ok(client),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// The stream's IDMP window from XINFO STREAM; `None` if there is no such stream yet, or
+    /// the server tells none (it has no IDMP: the first XADD will say so).
+    fn read_window(&mut self) -> Result<Option<Window>, Failure> {
+        let stream = self.xadd.stream().to_vec();
+        let info = match self.client.call(&[b"XINFO", b"STREAM", &stream]) {
+            Ok(info) => info,
+            Err(e) if e.contains("no such key") => return Ok(None),
+            Err(e) => {
+                return Err(Failure::Failed(format!(
+                    "--idempotent reads {}'s IDMP window with XINFO STREAM, which was refused: {e}",
+                    show(&stream)
+                )))
+            }
+        };
+        Ok(window(&info))
+    }
+
+    /// The first XADD … IDMP was refused: on a server without IDMP (as HELLO tells), that is
+    /// said with what --idempotent needs; else it is the server's refusal.
+    fn without_idmp(&mut self, error: String) -> Failure {
+        let hello = self.client.call(&[b"HELLO"]);
+        // Neither HELLO (before Redis 6) nor the XADD answered as a server: the link failed.
+        if hello.is_err() && !error.starts_with("ERR") {
+            return self.refused(error);
+        }
+        let items = hello.as_ref().ok().and_then(array).unwrap_or_default();
+        let text = |key| field(items, key).and_then(bytes).map(|b| String::from_utf8_lossy(b).into_owned());
+        let (server, version) = (text("server"), text("version"));
+        if server.as_deref() == Some("redis") && version.as_deref().and_then(parse_version) >= Some((8, 6)) {
+            return self.refused(error);
+        }
+        let who = match (server, version) {
+            (Some(server), Some(version)) => format!("this server ({server} {version})"),
+            _ => "this server".to_string(),
+        };
+        Failure::Failed(format!(
+            "--idempotent needs XADD … IDMP, which Redis has from 8.6 on; {who} refused it ({error}); \
+             nothing was added: leave --idempotent out to produce without it"
+        ))
+    }
+
+    fn refused(&self, e: String) -> Failure {
+        Failure::Failed(format!("XADD {} refused after {} entries: {e}", show(self.xadd.stream()), self.done))
+    }
 }
 
-/// `XADD stream * p` and the length of a `size`-byte value: the value and a CRLF follow.
-fn xadd_head(stream: &[u8], size: usize) -> Vec<u8> {
-    let mut head = Vec::new();
-    // Encoded with an empty value, whose `$0\r\n\r\n` gives way to the real length.
-    client::encode(&mut head, &[b"XADD", stream, b"*", b"p", b""]);
-    head.truncate(head.len() - b"$0\r\n\r\n".len());
-    head.extend_from_slice(format!("${size}\r\n").as_bytes());
-    head
+/// The server's defaults (`stream-idmp-maxsize`, `stream-idmp-duration`), for a server that
+/// takes IDMP but does not tell the window in XINFO STREAM.
+const DEFAULT_WINDOW: Window = Window { maxsize: 100, duration: Duration::from_secs(100) };
+
+/// `idmp-maxsize` and `idmp-duration` from an XINFO STREAM reply, if it has them.
+fn window(info: &Reply) -> Option<Window> {
+    let items = array(info)?;
+    let maxsize = field(items, "idmp-maxsize").and_then(int)?;
+    let duration = field(items, "idmp-duration").and_then(int)?;
+    Some(Window {
+        maxsize: u64::try_from(maxsize).ok()?,
+        duration: Duration::from_secs(u64::try_from(duration).ok()?),
+    })
+}
+
+/// `8.10.2` as (8, 10).
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
+    Some((parts.next()??, parts.next()??))
+}
+
+/// One XADD's bytes, but for its value: a head shared by every entry (`XADD stream`, and
+/// `IDMP producer` with --idempotent), then each entry's own tail (its number with
+/// --idempotent, `* p` and the value's length); the value and a CRLF follow.
+struct Xadd {
+    head: Vec<u8>,
+    stream: Vec<u8>,
+    producer: Option<Vec<u8>>,
+    size: usize,
+}
+
+impl Xadd {
+    fn new(stream: &[u8], producer: Option<&[u8]>, size: usize) -> Xadd {
+        let mut head = Vec::new();
+        let args = if producer.is_some() { 8 } else { 5 };
+        head.extend_from_slice(format!("*{args}\r\n").as_bytes());
+        bulks(&mut head, &[b"XADD", stream]);
+        if let Some(producer) = producer {
+            bulks(&mut head, &[b"IDMP", producer]);
+        }
+        Xadd { head, stream: stream.to_vec(), producer: producer.map(<[u8]>::to_vec), size }
+    }
+
+    fn stream(&self) -> &[u8] {
+        &self.stream
+    }
+
+    fn idempotent(&self) -> bool {
+        self.producer.is_some()
+    }
+
+    /// Entry `n`'s tail: `[n] * p $<size>`.
+    fn tail(&self, n: u64) -> Vec<u8> {
+        let mut tail = Vec::with_capacity(32);
+        if self.idempotent() {
+            bulks(&mut tail, &[n.to_string().as_bytes()]);
+        }
+        bulks(&mut tail, &[b"*", b"p"]);
+        tail.extend_from_slice(format!("${}\r\n", self.size).as_bytes());
+        tail
+    }
+
+    /// The bytes of a head and a tail, about.
+    fn len(&self) -> usize {
+        self.head.len() + self.tail(CHUNK).len()
+    }
+
+    /// Entry `n`'s XADD as arguments, for [`Client::call`].
+    fn args(&self, n: u64, value: &[u8]) -> Vec<Vec<u8>> {
+        let mut args = vec![b"XADD".to_vec(), self.stream.clone()];
+        if let Some(producer) = &self.producer {
+            args.extend([b"IDMP".to_vec(), producer.clone(), n.to_string().into_bytes()]);
+        }
+        args.extend([b"*".to_vec(), b"p".to_vec(), value.to_vec()]);
+        args
+    }
+}
+
+/// Appends `args` as RESP bulk strings (no array header).
+fn bulks(out: &mut Vec<u8>, args: &[&[u8]]) {
+    let at = out.len();
+    client::encode(out, args);
+    // `encode` leads with the array's `*N\r\n`: the head has its own.
+    let header = format!("*{}\r\n", args.len()).len();
+    out.drain(at..at + header);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A whole XADD: the head, the tail, the value and the CRLF.
+    fn whole(xadd: &Xadd, n: u64, value: &[u8]) -> Vec<u8> {
+        [&xadd.head[..], &xadd.tail(n), value, b"\r\n"].concat()
+    }
+
+    #[test]
+    fn encodes_xadds_with_and_without_idmp() {
+        let mut plain = Vec::new();
+        client::encode(&mut plain, &[b"XADD", b"s", b"*", b"p", b"xx"]);
+        assert_eq!(whole(&Xadd::new(b"s", None, 2), 7, b"xx"), plain);
+        let mut idmp = Vec::new();
+        client::encode(&mut idmp, &[b"XADD", b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]);
+        let xadd = Xadd::new(b"s", Some(b"pid"), 0);
+        assert_eq!(whole(&xadd, 12, b""), idmp);
+        let args = xadd.args(12, b"");
+        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+        assert_eq!(args, [&b"XADD"[..], b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]);
+    }
+
+    #[test]
+    fn reads_versions_and_windows() {
+        assert_eq!(parse_version("8.10.2"), Some((8, 10)));
+        assert_eq!(parse_version("8.6.0"), Some((8, 6)));
+        assert!(parse_version("7.0.15") < Some((8, 6)));
+        assert_eq!(parse_version("unstable"), None);
+        let bulk = |s: &str| Reply::BulkString(s.as_bytes().to_vec());
+        let info = Reply::Array(vec![
+            bulk("length"),
+            Reply::Integer(1),
+            bulk("idmp-duration"),
+            Reply::Integer(100),
+            bulk("idmp-maxsize"),
+            Reply::Integer(250),
+        ]);
+        let w = window(&info).unwrap();
+        assert_eq!((w.maxsize, w.duration), (250, Duration::from_secs(100)));
+        assert!(window(&Reply::Array(vec![bulk("length"), Reply::Integer(1)])).is_none());
+        let negative = Reply::Array(vec![
+            bulk("idmp-duration"),
+            Reply::Integer(-1),
+            bulk("idmp-maxsize"),
+            Reply::Integer(1),
+        ]);
+        assert!(window(&negative).is_none());
+    }
 }
