@@ -262,6 +262,8 @@ const CURSOR_START: &[u8] = b"0-0";
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
 const DRAIN_START: &[u8] = b"0";
+/// The first wait of [`OnRetry::Release`]'s backoff (see `retry_backoff`).
+const RETRY_BACKOFF: Duration = Duration::from_millis(10);
 
 impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
@@ -634,9 +636,15 @@ impl Consumer {
                 match (self.config.on_retry, ours) {
                     (_, None) | (OnRetry::StayPending, _) => {}
                     _ if !self.dialect.release => {}
-                    (OnRetry::Release, Some(_)) => self.releases.push_bulk(self.held.bulk(hand.id), false),
+                    (OnRetry::Release, Some(read_at)) => match self.retry_backoff(hand.deliveries) {
+                        Some(delay) if delay.is_zero() => {
+                            self.releases.push_bulk(self.held.bulk(hand.id), false)
+                        }
+                        Some(delay) => self.release_after(now + delay, self.held.to_bytes(hand.id), read_at),
+                        None => {}
+                    },
                     (OnRetry::ReleaseAfter(delay), Some(read_at)) => {
-                        self.delayed_releases.push_back((now + delay, self.held.to_bytes(hand.id), read_at));
+                        self.release_after(now + delay, self.held.to_bytes(hand.id), read_at);
                     }
                 }
             }
@@ -957,6 +965,25 @@ impl Consumer {
     fn surely_ours(&self, held: Duration) -> bool {
         let lease = self.config.lease_threshold();
         held < lease + (self.config.min_idle.saturating_sub(lease)) / 2
+    }
+
+    /// How long [`OnRetry::Release`] waits before it releases an entry given `Retry` at its
+    /// `deliveries`-th delivery: nothing the first time; then 10 ms, ×4 each time (so that an
+    /// entry that keeps failing is not retried in a hot loop, this consumer's next read
+    /// taking back what it released); `None` (stays pending, back after `min_idle`) once
+    /// that would pass the lease.
+    fn retry_backoff(&self, deliveries: u64) -> Option<Duration> {
+        if deliveries <= 1 {
+            return Some(Duration::ZERO);
+        }
+        let times = 4u32.saturating_pow(u32::try_from(deliveries - 2).unwrap_or(u32::MAX).min(30));
+        Some(RETRY_BACKOFF.saturating_mul(times)).filter(|d| *d <= self.config.lease_threshold())
+    }
+
+    /// Queues a release for `due`, kept in order of due time.
+    fn release_after(&mut self, due: Instant, id: Bytes, read_at: Instant) {
+        let at = self.delayed_releases.partition_point(|(d, ..)| *d <= due);
+        self.delayed_releases.insert(at, (due, id, read_at));
     }
 
     /// Moves the delayed releases that have come due to the releases to write.

@@ -235,3 +235,36 @@ fn a_server_that_does_not_answer_hello_speaks_the_classic_verbs() {
     let Some(Event::Notice(Notice::Connected { dialect, .. })) = rig.consumer.poll_event() else { panic!() };
     assert!(dialect.is_classic());
 }
+
+#[test]
+fn an_entry_that_keeps_failing_is_released_after_a_growing_wait() {
+    // 1-0 comes claimed at its 2nd delivery: released 10 ms after its Retry, not at once
+    // (this consumer's own next read would take it back in a hot loop).
+    let mut rig = parked(config(Protocol::Resp2));
+    rig.reply("read_claim").unwrap();
+    assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+    let first = rig.entry();
+    assert_eq!((first.id(), first.deliveries), (&b"1-0"[..], 2));
+    let settled_at = rig.now;
+    rig.settle(Verdict::Retry);
+    assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"), "not at once");
+    assert!(rig.consumer.poll_timeout().unwrap() <= settled_at + Duration::from_millis(10));
+    rig.advance(Duration::from_millis(10));
+    rig.consumer.handle_timeout(rig.now).unwrap();
+    assert!(rig.sent().contains(&cmd("XNACK s g FAIL IDS 1 1-0")));
+}
+
+#[test]
+fn past_the_lease_the_backoff_leaves_the_entry_pending() {
+    // Delivered 6 times: 10 ms × 4⁴ = 2.56 s, past the 1.5 s lease: it stays pending.
+    let mut rig = parked(config(Protocol::Resp2).dead_letter_after(100, "dl"));
+    let claimed =
+        b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n9-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:5000\r\n:5\r\n";
+    rig.consumer.handle_input(claimed, rig.now).unwrap();
+    assert_eq!(rig.notice(), Notice::Reclaimed { count: 1 });
+    assert_eq!(rig.entry().deliveries, 6);
+    rig.settle(Verdict::Retry);
+    rig.advance(Duration::from_secs(3));
+    rig.consumer.handle_timeout(rig.now).unwrap();
+    assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"));
+}

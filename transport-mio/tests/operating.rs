@@ -82,11 +82,19 @@ fn connections_are_named_and_the_group_health_is_told() {
         let h = health().unwrap();
         let oldest = h.oldest.expect("an oldest pending entry");
         assert_eq!(oldest.id, ids[0].as_bytes(), "{flavor:?}");
-        assert_eq!(
-            (oldest.owner.as_deref().unwrap_or_default(), oldest.deliveries, h.consumers),
-            (&b"w1"[..], 1, 1),
-            "{flavor:?}"
-        );
+        if flavor == Flavor::Redis810 {
+            // Released by its Retry and taken back by w1's reads, after a growing wait each
+            // time (then it stays with w1): held by w1 or released, delivered a few times.
+            assert!(oldest.owner.as_deref().is_none_or(|o| o == b"w1"), "{flavor:?}: {oldest:?}");
+            assert!((1..=10).contains(&oldest.deliveries), "{flavor:?}: {oldest:?}");
+            assert_eq!(h.consumers, 1);
+        } else {
+            assert_eq!(
+                (oldest.owner.as_deref().unwrap_or_default(), oldest.deliveries, h.consumers),
+                (&b"w1"[..], 1, 1),
+                "{flavor:?}"
+            );
+        }
         // Its age comes from its id (ms since the epoch) and the server's clock: seconds, not decades.
         assert!(oldest.age < Duration::from_secs(60), "{flavor:?}: {:?}", oldest.age);
         match flavor {
@@ -94,7 +102,12 @@ fn connections_are_named_and_the_group_health_is_told() {
             _ => assert_eq!(h.lag, Some(0), "{flavor:?}: all delivered"),
         }
         let stats = finish(&stop, &rx);
-        assert_eq!((stats.acked, stats.retried), (4, 1), "{flavor:?}");
+        assert_eq!(stats.acked, 4, "{flavor:?}");
+        // Released and taken back on 8.10, a few times; once elsewhere (min_idle is a minute).
+        match flavor {
+            Flavor::Redis810 => assert!((1..=10).contains(&stats.retried), "{stats:?}"),
+            _ => assert_eq!(stats.retried, 1, "{flavor:?}"),
+        }
     }
 }
 
