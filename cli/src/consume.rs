@@ -7,6 +7,7 @@
 
 mod handler;
 mod lane;
+mod metrics;
 mod mio_lanes;
 mod report;
 mod screen;
@@ -103,14 +104,25 @@ whose acknowledgements the server has not confirmed, stay pending. The same sign
 twice within a second by one process counts once (`timeout -s INT` sends it to pelican and
 then to its process group).
 
+Metrics (--metrics ADDR): GET /metrics answers in the Prometheus text format, each series
+labelled stream, group and consumer: the consumer's counters of --stats-json (all but handled
+and failed) as pelican_<name>_total, drained, claimed and new as
+pelican_entries_total{source=\"pending\"|\"claimed\"|\"new\"};
+the gauges pelican_in_hand, pelican_buffered, pelican_connected and, from the group's health
+asked every 5 s, pelican_group_pending, pelican_group_lag, pelican_group_consumers and
+pelican_group_oldest_pending_age_seconds, and the histogram pelican_handler_duration_seconds.
+GET /healthz answers 200 `ok` while every stream is connected and no stop is asked, else 503
+and why, in one line. Both are served until pelican exits: through a stop, the counters
+keep their final values (those --stats-json writes).
+
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
 closed, CMD cannot be run, an entry is over the frame limit, the dead-letter stream is in
 another cluster slot; TLS failed: an untrusted, expired or misnamed certificate, a client
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
 a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
-a host that does not resolve, a --stats-json FILE that cannot be written), 130 a second
-signal. A stream that fails stops the others (each finishes its entries in hand and confirms
-its acks); the message names it.";
+a host that does not resolve, a --stats-json FILE that cannot be written, a --metrics ADDR
+that cannot be listened on), 130 a second signal. A stream that fails stops the others (each
+finishes its entries in hand and confirms its acks); the message names it.";
 
 /// The largest millisecond count a server takes (a signed 64-bit integer).
 const MAX_MS: u64 = i64::MAX as u64;
@@ -229,6 +241,11 @@ pub struct Args {
     /// the totals, and each stream's under "streams"
     #[arg(long, value_name = "FILE", verbatim_doc_comment)]
     stats_json: Option<PathBuf>,
+    /// serve Prometheus metrics at http://ADDR/metrics and a health check at
+    /// http://ADDR/healthz (200 while connected and consuming, 503 with why),
+    /// until pelican exits; ADDR is HOST:PORT, e.g. 127.0.0.1:9464 (below)
+    #[arg(long, value_name = "ADDR", verbatim_doc_comment)]
+    metrics: Option<String>,
 }
 
 /// `--exec`'s command, refused if blank: `sh -c ''` exits 0, which would acknowledge every
@@ -336,10 +353,10 @@ fn on_retry(s: &str) -> Result<OnRetry, String> {
 
 /// The consumer settings of `stream`'s lane. Names go on as the bytes given: one that
 /// `pending --json` printed in base64 can be given back as it is.
-/// How often the progress line's group health is asked for.
+/// How often the group's health is asked for (the progress line's, `--metrics`' gauges).
 const HEALTH_EVERY: Duration = Duration::from_secs(5);
 
-fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
+fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
     let mut config = target
         .apply(Config::new(stream, a.group.as_bytes(), a.consumer.as_bytes()))
         .count(a.count)
@@ -375,7 +392,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], progress: bool) -> Config {
         config = config.dead_letter(dead_letter_key(template.as_bytes(), stream));
         config.max_deliveries = a.max_deliveries;
     }
-    if progress {
+    if health {
         config = config.health_every(HEALTH_EVERY);
     }
     config.concurrency(concurrency(a))
@@ -414,9 +431,11 @@ fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, F
     streams
         .iter()
         .map(|stream| {
-            let config = config(a, target, stream, a.progress || shared.screen.is_tty());
+            let health = a.progress || shared.screen.is_tty() || a.metrics.is_some();
+            let config = config(a, target, stream, health);
             config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
-            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())) })
+            let published = a.metrics.is_some().then(metrics::Published::default);
+            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())), published })
         })
         .collect()
 }
@@ -425,6 +444,8 @@ fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, F
 pub fn main(args: Args) -> Result<(), Failure> {
     let (server, lanes, shared) = check(&args)?;
     let stop = shared.stop.clone();
+    // Served until this returns; a port that cannot be listened on is told before connecting.
+    let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
     let net = Net {
         addrs: server.addrs.clone(),
         tls: server.tls.clone().map(|tls| (tls, server.target.host.clone())),

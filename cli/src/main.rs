@@ -23,7 +23,7 @@ fn main() -> ExitCode {
         Err(status) => return status,
     };
     let (command, result) = match cli.command {
-        Command::Consume(args) => ("consume", consume::main(args)),
+        Command::Consume(args) => ("consume", consume::main(*args)),
         Command::Pending(args) => ("pending", pending::main(args)),
         Command::Produce(args) => ("produce", produce::main(args)),
         Command::Demo(args) => ("demo", demo::main(args)),

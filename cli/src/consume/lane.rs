@@ -11,6 +11,7 @@ use pelican::{Config, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
+use super::metrics::Published;
 
 /// Where every lane connects: the URL's addresses (a failed connect tries the next) and TLS
 /// with the host its certificate must name. In a cluster this is any node: each lane
@@ -51,6 +52,8 @@ pub struct Lane {
     pub config: Config,
     /// The lane's handler (its stream, counters and running command).
     pub handler: Arc<Handler>,
+    /// Where its snapshots are published for `--metrics` (`None` without it).
+    pub published: Option<Published>,
 }
 
 /// How a lane failed for good.

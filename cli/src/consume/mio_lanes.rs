@@ -30,6 +30,7 @@ use pelican_mio::{DriveError, Driver, Status};
 
 use super::handler::{Handler, StopAll};
 use super::lane::{teller, Lane, LaneFailure, Net, Outcome};
+use super::metrics::Publisher;
 use crate::args::Failure;
 use crate::server::tls_message;
 
@@ -152,6 +153,8 @@ struct Running {
     waker: Arc<Waker>,
     tell: Box<dyn FnMut(&Notice) + Send>,
     outcome: Option<Outcome>,
+    /// Publishes the consumer's snapshots for `--metrics`.
+    publisher: Option<Publisher>,
 }
 
 impl Running {
@@ -187,6 +190,7 @@ impl Running {
             waker: waker.clone(),
             tell,
             outcome: None,
+            publisher: lane.published.as_ref().map(|published| published.publisher()),
         };
         // The first worker now: a lane that cannot start one cannot run at all.
         running.add_worker().map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))?;
@@ -248,6 +252,9 @@ impl Running {
             self.hand(entry);
         }
         self.handler.watch.set_buffered(self.driver.consumer().buffered());
+        if let Some(publisher) = &mut self.publisher {
+            publisher.publish(self.driver.consumer());
+        }
         match status {
             Ok(Status::Running) => false,
             Ok(Status::Stopped) => {

@@ -1,0 +1,81 @@
+//! `--metrics ADDR`: each lane's consumer as Prometheus metrics at `/metrics`, and whether
+//! pelican is consuming at `/healthz`, served by `pelican-metrics` on a thread of its own.
+//!
+//! The server reads each lane's latest snapshot from a [`Published`] slot. A smol lane's
+//! runner publishes its own (its `StatsHandle`); a mio lane is driven here, by the CLI, so
+//! it publishes through a [`Publisher`] after each drive that changed something — one short
+//! lock then, as the transports' stats handles do, and nothing at all without `--metrics`.
+//! Served until pelican exits: through a graceful stop, the counters keep their last values
+//! and `/healthz` answers 503 `stopping`.
+
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+
+use pelican::{Consumer, Snapshot};
+use pelican_metrics::{Labels, Metrics, Serving};
+
+use super::handler::StopAll;
+use super::lane::Lane;
+use crate::args::Failure;
+
+/// Reads a lane's latest snapshot.
+type Read = Box<dyn Fn() -> Snapshot + Send + Sync>;
+
+/// Where the metrics read a lane's snapshots: empty (all zeros, not connected) until the
+/// lane's transport starts and fills it.
+#[derive(Clone, Default)]
+pub struct Published(Arc<OnceLock<Read>>);
+
+impl Published {
+    /// The lane's latest snapshot.
+    fn read(&self) -> Snapshot {
+        self.0.get().map_or_else(Snapshot::default, |read| read())
+    }
+
+    /// Reads the lane through `read` from now on (a smol runner's stats handle); once.
+    pub fn follow(&self, read: impl Fn() -> Snapshot + Send + Sync + 'static) {
+        let _ = self.0.set(Box::new(read));
+    }
+
+    /// A publisher for a lane whose consumer the CLI drives itself (mio).
+    pub fn publisher(&self) -> Publisher {
+        let latest = Arc::new(Mutex::new(Snapshot::default()));
+        let read = latest.clone();
+        self.follow(move || read.lock().unwrap_or_else(PoisonError::into_inner).clone());
+        Publisher { latest, last: Snapshot::default() }
+    }
+}
+
+/// Publishes a driven consumer's snapshot for the metrics.
+pub struct Publisher {
+    latest: Arc<Mutex<Snapshot>>,
+    /// What was last published, compared without the lock.
+    last: Snapshot,
+}
+
+impl Publisher {
+    /// Publishes `consumer`'s snapshot if it changed since the last time.
+    pub fn publish(&mut self, consumer: &Consumer) {
+        if consumer.refresh_snapshot(&mut self.last) {
+            self.latest.lock().unwrap_or_else(PoisonError::into_inner).clone_from(&self.last);
+        }
+    }
+}
+
+/// Starts serving the lanes' metrics on `addr`: every lane must have its [`Published`]
+/// slot. Healthy while no stop is asked and every lane is connected. A port that cannot
+/// be listened on is bad usage (exit 2), told before any connection.
+pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>) -> Result<Serving, Failure> {
+    let mut metrics = Metrics::new();
+    for lane in lanes {
+        let Some(published) = lane.published.clone() else { continue };
+        let shared = &lane.handler.shared;
+        let labels = Labels::new(lane.handler.stream.clone(), shared.group.clone(), shared.consumer.clone());
+        metrics = metrics.stream(labels, move || published.read());
+    }
+    let stop = stop.clone();
+    let metrics = metrics.check(move || match stop.is_requested() {
+        true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
+        false => Ok(()),
+    });
+    metrics.serve(addr).map_err(|e| Failure::Bad(format!("--metrics {addr}: cannot listen there: {e}")))
+}

@@ -1,0 +1,186 @@
+//! Prometheus metrics and a health check for pelican consumers.
+//!
+//! A [`Metrics`] reads each stream's consumer through a function that returns its
+//! [`Snapshot`] — a transport's `StatsHandle::get` (`pelican-mio`, `pelican-smol`), or
+//! anything else that has one — and turns them, at each scrape, into the Prometheus text
+//! format ([`Metrics::encode`]) and a health verdict ([`Metrics::healthy`]).
+//! [`Metrics::serve`] answers `GET /metrics` and `GET /healthz` over HTTP on a thread of its
+//! own; reading a snapshot is all it asks of the consumers, so it costs their loops nothing
+//! beyond what the stats handles already do.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use pelican::{Config, Verdict};
+//! use pelican_metrics::{Labels, Metrics};
+//!
+//! // The group's gauges (pending, lag, the oldest pending entry's age) need its health asked.
+//! let config = Config::new("orders", "billing", "w1").health_every(Duration::from_secs(5));
+//! let runner = pelican_mio::Runner::new("127.0.0.1:6379", config)?;
+//! let stats = runner.stats_handle();
+//! let metrics = Metrics::new().stream(Labels::new("orders", "billing", "w1"), move || stats.get());
+//! // Until `serving` is stopped or dropped: http://127.0.0.1:9464/metrics and /healthz.
+//! let serving = metrics.serve("127.0.0.1:9464")?;
+//! runner.run(|_entry| Verdict::Ack)?;
+//! serving.stop();
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # The metrics
+//!
+//! Each sample has the labels `stream`, `group` and `consumer`. Counters (cumulative since
+//! the consumer was created; named as in `pelican consume --stats-json`):
+//!
+//! | name | what |
+//! |---|---|
+//! | `pelican_entries_total{source}` | entries handed to the handler, by `source`: `pending` (its own backlog), `claimed` (reclaimed from an idle owner), `new` |
+//! | `pelican_acked_total` | entries the server confirmed acknowledged |
+//! | `pelican_retried_total` | `Retry` verdicts |
+//! | `pelican_released_total` | entries released (`XNACK`, Redis 8.8+) |
+//! | `pelican_dead_lettered_total` | entries moved to the dead-letter stream |
+//! | `pelican_lost_to_peer_total` | acks not counted: a peer had reclaimed the entry |
+//! | `pelican_leases_lost_total` | entries found taken by a peer while buffered or in hand |
+//! | `pelican_leases_renewed_total` | entries whose ownership was renewed |
+//! | `pelican_reconnects_total` | connections after the first |
+//! | `pelican_deleted_seen_total` | pending entries found deleted |
+//! | `pelican_acks_unmatched_total` | acks not counted: the server forgot the delivery |
+//! | `pelican_moved_total` | cluster redirects followed |
+//! | `pelican_errors_total` | errors that cost the connection or stopped the consumer |
+//! | `pelican_group_recreated_total` | times the group was created again |
+//! | `pelican_abandoned_acks_total` | acks given up unconfirmed |
+//! | `pelican_reads_shrunk_total` | times the read size was cut |
+//!
+//! Gauges: `pelican_in_hand`, `pelican_buffered`, `pelican_connected` (1 or 0), and, once
+//! the group's health is known ([`pelican::Config::health_every`]), `pelican_group_pending`,
+//! `pelican_group_lag` (Redis 7+/Valkey, when the server can tell),
+//! `pelican_group_consumers` and `pelican_group_oldest_pending_age_seconds` (0 when nothing
+//! is pending). A gauge that is not known for a stream has no sample for it.
+//!
+//! Histogram: `pelican_handler_duration_seconds`, from each entry's hand-out to its settle,
+//! in Prometheus's default buckets (5 ms to 10 s).
+
+#![forbid(unsafe_code)]
+
+mod encode;
+mod serve;
+
+use std::net::ToSocketAddrs;
+use std::sync::Arc;
+
+use pelican::Snapshot;
+
+pub use serve::Serving;
+
+/// What a stream's samples are labelled with: `stream`, `group`, `consumer`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Labels {
+    /// The stream's key, as text (escape names that are not UTF-8 as you show them
+    /// elsewhere).
+    pub stream: String,
+    /// The group.
+    pub group: String,
+    /// The consumer's name.
+    pub consumer: String,
+}
+
+impl Labels {
+    /// The labels of `consumer` of `group` on `stream`.
+    pub fn new(stream: impl Into<String>, group: impl Into<String>, consumer: impl Into<String>) -> Labels {
+        Labels { stream: stream.into(), group: group.into(), consumer: consumer.into() }
+    }
+
+    /// The label set of a sample.
+    fn set(&self) -> [(&str, &str); 3] {
+        [("stream", &self.stream), ("group", &self.group), ("consumer", &self.consumer)]
+    }
+
+    /// The label set with one more label.
+    fn with<'a>(&'a self, name: &'a str, value: &'a str) -> Vec<(&'a str, &'a str)> {
+        let mut set = self.set().to_vec();
+        set.push((name, value));
+        set
+    }
+}
+
+/// Reads a stream's latest snapshot.
+type Read = Arc<dyn Fn() -> Snapshot + Send + Sync>;
+
+/// A health check of the application's own.
+type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+/// The streams whose consumers are exported, each read through a function that returns its
+/// latest [`Snapshot`]. Cheap to clone (the functions are shared).
+#[derive(Clone, Default)]
+pub struct Metrics {
+    streams: Vec<(Labels, Read)>,
+    checks: Vec<Check>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let streams: Vec<&Labels> = self.streams.iter().map(|(labels, _)| labels).collect();
+        f.debug_struct("Metrics").field("streams", &streams).field("checks", &self.checks.len()).finish()
+    }
+}
+
+impl Metrics {
+    /// No stream yet.
+    pub fn new() -> Metrics {
+        Metrics::default()
+    }
+
+    /// Adds a stream's consumer: `read` returns its latest snapshot (a transport's
+    /// `StatsHandle::get`). It is called once per scrape and per health check, from the
+    /// thread that asks, so it should not wait on the consumer's loop.
+    pub fn stream(mut self, labels: Labels, read: impl Fn() -> Snapshot + Send + Sync + 'static) -> Metrics {
+        self.streams.push((labels, Arc::new(read)));
+        self
+    }
+
+    /// Adds a health check of the application's own, asked by [`healthy`](Self::healthy)
+    /// before the streams' connections: `Err(why)` makes it unhealthy (e.g. `stopping`).
+    pub fn check(mut self, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Metrics {
+        self.checks.push(Arc::new(check));
+        self
+    }
+
+    /// Every stream's metrics now, in the Prometheus text format (version 0.0.4; serve it as
+    /// [`CONTENT_TYPE`]). Each stream's snapshot is read once.
+    pub fn encode(&self) -> String {
+        let rows = self.streams.iter().map(|(labels, read)| (labels.clone(), read())).collect();
+        encode::Scrape(rows).text()
+    }
+
+    /// `Ok` while every check passes and every stream's consumer is connected; else why
+    /// not, in one line: the first check that fails, or the streams not connected (no
+    /// stream at all is unhealthy too: nothing is consumed).
+    pub fn healthy(&self) -> Result<(), String> {
+        for check in &self.checks {
+            check()?;
+        }
+        if self.streams.is_empty() {
+            return Err("no stream to consume".into());
+        }
+        let down: Vec<&str> =
+            self.streams.iter().filter(|(_, read)| !read().connected).map(|(l, _)| &l.stream[..]).collect();
+        match &down[..] {
+            [] => Ok(()),
+            [one] if self.streams.len() == 1 => Err(format!("not connected to the server (stream {one})")),
+            several => Err(format!("not connected to the server: streams {}", several.join(", "))),
+        }
+    }
+
+    /// Serves [`encode`](Self::encode) at `GET /metrics` and [`healthy`](Self::healthy) at
+    /// `GET /healthz` (200 `ok`, or 503 with why, one line) on `addr` (port 0: any free
+    /// port; [`Serving::addr`] tells which), from a thread of its own, until the
+    /// [`Serving`] is stopped or dropped. Other paths are 404, other methods 405; a request
+    /// that is not HTTP gets a 400 or a closed connection, and the server goes on.
+    pub fn serve(&self, addr: impl ToSocketAddrs) -> std::io::Result<Serving> {
+        Serving::start(self.clone(), addr)
+    }
+}
+
+/// The `Content-Type` of [`Metrics::encode`]'s text: the Prometheus text format, 0.0.4.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[cfg(test)]
+mod tests;
