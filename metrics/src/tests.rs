@@ -257,6 +257,11 @@ fn serves_metrics_and_health_and_survives_bad_requests() {
         );
     }
     serving.stop();
+    // tiny_http's accepting thread lets go of the port as it notices the stop.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     assert!(TcpStream::connect(addr).is_err(), "the port is closed after the stop");
 }
 
