@@ -9,6 +9,7 @@ mod handler;
 mod lane;
 mod metrics;
 mod mio_lanes;
+mod pipe;
 mod report;
 mod screen;
 mod signals;
@@ -56,7 +57,22 @@ each stream's lane follows the cluster's redirects (MOVED) to the node serving i
 Names (KEY, G, NAME) may be any bytes, UTF-8 or not.";
 
 const AFTER: &str = "\
-Without --exec, each entry is printed on stdout as one JSON line, then acknowledged:
+With --pipe, CMD starts once and is kept (a handler in any language that loads its model or
+opens its pool once). Each entry goes to its stdin as one JSON line, as printed below plus
+\"deliveries\" (the server's count) and \"source\" (pending, claimed or new):
+  {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{…},\"deliveries\":1,\"source\":\"new\"}
+It answers each on its stdout with one JSON line, in any order:
+  {\"id\":\"1700000000000-0\",\"verdict\":\"ack\"}     (or \"retry\", or \"dead-letter\")
+adding \"stream\" (as the entry's line gives it) when several streams are consumed. Up to
+--concurrency N entries per stream are outstanding at once. An answer for no outstanding
+entry, or a line that is not such an answer, is told on stderr and ignored; its stderr is
+pelican's. If it exits or dies, its outstanding entries fail (they stay pending, and come
+again) and it is started again after a backoff (100 ms, doubling to 5 s); if it cannot be
+started at all (126, 127 before any answer) pelican stops with exit 1. A stop writes no
+more entries, waits for the outstanding answers, closes its stdin, gives it 3 s to exit,
+then SIGTERM, then after 3 s SIGKILL, and confirms the acks.
+
+Without --exec or --pipe, each entry is printed on stdout as one JSON line, then acknowledged:
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
 
 With --exec, CMD runs for each entry with the entry's fields as one JSON object (and a
@@ -185,9 +201,18 @@ pub struct Args {
     #[arg(long, value_name = "T", value_enum, default_value_t = Transport::Mio, hide_possible_values = true)]
     transport: Transport,
     /// run `sh -c CMD` for each entry (below); without it, print entries
-    #[arg(long, value_name = "CMD", value_parser = command)]
+    #[arg(long, value_name = "CMD", value_parser = command, conflicts_with = "pipe")]
     exec: Option<String>,
-    /// with --exec: run up to N commands at once per stream, each entry
+    /// start `sh -c CMD` once and keep it: each entry goes to its stdin as one
+    /// JSON line, and it answers each on its stdout, in any order (below)
+    #[arg(long, value_name = "CMD", value_parser = command)]
+    pipe: Option<String>,
+    /// with --exec or --pipe: an entry not settled within MS milliseconds is
+    /// a failure (its command's process group is killed; a --pipe answer
+    /// that comes later is ignored)
+    #[arg(long, value_name = "MS", value_parser = value_parser!(u64).range(1..=MAX_MS), verbatim_doc_comment)]
+    handler_timeout: Option<u64>,
+    /// with --exec or --pipe: up to N entries at once per stream, each entry
     /// acknowledged as its own command succeeds, in any order (default 1:
     /// one at a time). Printed entries are written one at a time, in order,
     /// whatever N
@@ -401,7 +426,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
 /// The entries a lane has in hand at once: `--concurrency` with `--exec`. Printing has
 /// nothing to wait on, and entries printed one at a time keep their order on stdout.
 fn concurrency(a: &Args) -> u32 {
-    if a.exec.is_some() {
+    if a.exec.is_some() || a.pipe.is_some() {
         a.concurrency
     } else {
         1
@@ -412,6 +437,8 @@ fn concurrency(a: &Args) -> u32 {
 fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     Arc::new(Shared {
         exec: a.exec.clone(),
+        pipe: a.pipe.clone().map(|command| Arc::new(pipe::Pipe::new(command))),
+        handler_timeout: a.handler_timeout.map(Duration::from_millis),
         group: show(a.group.as_bytes()).into_owned(),
         consumer: show(a.consumer.as_bytes()).into_owned(),
         dead_letter: a.dead_letter.is_some(),
@@ -468,6 +495,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let counts = lane_counts(&handlers, &outcomes);
     if let Some(progress) = progress {
         progress.finish(&counts, &shared.total, start.elapsed());
+    }
+    if let Some(pipe) = &shared.pipe {
+        // Every entry is settled: the handler may go.
+        pipe.finish();
     }
     failed(&args, &handlers, &outcomes)?;
     if let Some(path) = &args.stats_json {
@@ -558,10 +589,13 @@ fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
     let code = shared.unrunnable.load(Relaxed);
     if code != 0 {
         let why = if code == 127 { "not found" } else { "not executable" };
-        let command = o.exec.as_deref().unwrap_or_default();
+        let (flag, command) = match (&o.exec, &o.pipe) {
+            (Some(command), _) => ("--exec", command.as_str()),
+            (None, command) => ("--pipe", command.as_deref().unwrap_or_default()),
+        };
         let entries = if concurrency(o) > 1 { "the entries it ran for stay" } else { "the entry stays" };
         return Err(Failure::Failed(format!(
-            "stopped: the --exec command `{command}` cannot be run (exit {code}: {why}); {entries} pending"
+            "stopped: the {flag} command `{command}` cannot be run (exit {code}: {why}); {entries} pending"
         )));
     }
     Ok(())

@@ -82,6 +82,29 @@ pub fn entry_line(stream: &[u8], entry: &Entry) -> String {
     line
 }
 
+/// An entry as `--pipe` writes it to its handler: [`entry_line`]'s object with the delivery
+/// count and where it came from (`pending`, `claimed` or `new`).
+pub fn pipe_line(stream: &[u8], entry: &Entry, source: &str) -> String {
+    #[derive(serde::Serialize)]
+    struct Line<'a> {
+        stream: Bytes<'a>,
+        id: Bytes<'a>,
+        fields: FieldsJson<'a>,
+        deliveries: u64,
+        source: &'a str,
+    }
+    let line = Line {
+        stream: Bytes(stream),
+        id: Bytes(entry.id()),
+        fields: FieldsJson(entry.fields()),
+        deliveries: entry.deliveries,
+        source,
+    };
+    let mut line = to_string(&line);
+    line.push('\n');
+    line
+}
+
 /// A JSON object written member by member, in order.
 pub struct Object(Vec<(String, Box<RawValue>)>);
 

@@ -98,8 +98,12 @@ impl StopAll {
 
 /// What every lane shares: the command, and why the run stopped if not by a signal.
 pub struct Shared {
-    /// `--exec CMD`; `None` prints entries.
+    /// `--exec CMD`; `None` prints entries (or pipes them).
     pub exec: Option<String>,
+    /// `--pipe CMD`: the one handler process every entry goes to.
+    pub pipe: Option<Arc<super::pipe::Pipe>>,
+    /// `--handler-timeout`: an entry not settled in time is a failure.
+    pub handler_timeout: Option<std::time::Duration>,
     /// The group, for the command's environment.
     pub group: String,
     /// This consumer's name (every lane's).
@@ -196,9 +200,10 @@ impl Handler {
     /// once from as many threads (`--concurrency`).
     pub fn handle(&self, entry: &Entry) -> Verdict {
         let _in_hand = InHand::take(self);
-        let verdict = match &self.shared.exec {
-            Some(command) => self.run(command, entry),
-            None => self.print(entry),
+        let verdict = match (&self.shared.exec, &self.shared.pipe) {
+            (Some(command), _) => self.run(command, entry),
+            (None, Some(pipe)) => pipe.call(&self.shared, &self.stream_bytes, entry),
+            (None, None) => self.print(entry),
         };
         self.count(entry, verdict)
     }
@@ -215,7 +220,8 @@ impl Handler {
     /// blocked stdout never stalls the event loop (mio) or the executor (smol), whose
     /// connections keep renewing leases and confirming acks.
     pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
-        if self.shared.exec.is_some() || self.shared.stdout_closed.load(Relaxed) {
+        if self.shared.exec.is_some() || self.shared.pipe.is_some() || self.shared.stdout_closed.load(Relaxed)
+        {
             return None;
         }
         let line = json::entry_line(&self.stream_bytes, entry);
@@ -319,10 +325,16 @@ impl Handler {
         }
         // Reaped here, on every path: a second signal waits for the lists to empty before
         // the process exits, so no command outlives pelican.
-        let status = child.wait();
+        let (status, timed_out) = match shared.handler_timeout {
+            Some(limit) => match self.wait_within(&mut child, limit, entry) {
+                Ok((status, timed_out)) => (Ok(status), timed_out),
+                Err(e) => (Err(e), false),
+            },
+            None => (child.wait(), false),
+        };
         self.children().retain(|p| *p != pid);
-        if let Ok(status) = status {
-            self.tell_killed(entry, status);
+        if let (Ok(status), false) = (&status, timed_out) {
+            self.tell_killed(entry, *status);
         }
         match status.map(|s| s.code()) {
             Ok(Some(0)) => Verdict::Ack,
@@ -337,6 +349,49 @@ impl Handler {
         }
     }
 
+    /// Waits for `child` at most `limit` (`--handler-timeout`); past it, kills its process
+    /// group, tells so, and reaps it.
+    fn wait_within(
+        &self,
+        child: &mut std::process::Child,
+        limit: std::time::Duration,
+        entry: &Entry,
+    ) -> std::io::Result<(ExitStatus, bool)> {
+        let deadline = std::time::Instant::now() + limit;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok((status, false));
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            // Short at first (most commands are quick), then at most 20 ms.
+            thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
+        if let Some(group) = rustix::process::Pid::from_raw(child.id() as i32) {
+            let _ = rustix::process::kill_process_group(group, rustix::process::Signal::KILL);
+        }
+        self.shared.screen.tell(format_args!(
+            "pelican: {}{} took longer than {} ms: its command was killed; the entry stays pending",
+            self.lane_prefix(),
+            String::from_utf8_lossy(entry.id()),
+            limit.as_millis()
+        ));
+        Ok((child.wait()?, true))
+    }
+
+    /// `stream ` before an entry's id when there are several lanes.
+    fn lane_prefix(&self) -> String {
+        if self.shared.several {
+            format!("stream {}: ", self.stream)
+        } else {
+            String::new()
+        }
+    }
+
     /// A command killed by a signal (the OOM killer, a `kill` from elsewhere, a crash) is
     /// told, with `--quiet` too: its entry stays pending with no other word of why. Not the
     /// commands a second signal ends: that exit says so itself.
@@ -345,7 +400,7 @@ impl Handler {
         if EXITING.load(SeqCst) {
             return;
         }
-        let prefix = if self.shared.several { format!("stream {}: ", self.stream) } else { String::new() };
+        let prefix = self.lane_prefix();
         let name = match (signal_name(signal), status.core_dumped()) {
             (Some(name), true) => format!(" ({name}, core dumped)"),
             (Some(name), false) => format!(" ({name})"),

@@ -112,7 +112,13 @@ pub fn on_signals(
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).
 /// Called with [`EXITING`] set, so no other command starts (see [`Handler::children`]).
 fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
-    handlers.iter().flat_map(|h| h.children().clone()).filter_map(|pid| Pid::from_raw(pid as i32)).collect()
+    let pipe = handlers.first().and_then(|h| h.shared.pipe.as_ref()?.pid());
+    handlers
+        .iter()
+        .flat_map(|h| h.children().clone())
+        .chain(pipe)
+        .filter_map(|pid| Pid::from_raw(pid as i32))
+        .collect()
 }
 
 /// SIGTERM to each group; SIGKILL to those with a process left after [`GRACE`]; then waits

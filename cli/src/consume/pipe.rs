@@ -1,0 +1,326 @@
+//! `--pipe CMD`: one long-running handler process for every entry of every lane. Each entry
+//! goes to its stdin as one JSON line; it answers on its stdout, one JSON line per entry, in
+//! any order. Up to `--concurrency` entries per lane are outstanding at once: each waits on
+//! its own thread (a lane's worker, smol's blocking pool) for its answer.
+//!
+//! The handler's life: started at the first entry; if it exits or dies, its outstanding
+//! entries fail (stay pending) and it is started again after a backoff; one that cannot be
+//! started at all (126/127 before it answers anything) stops pelican. At the end of the run
+//! ([`Pipe::finish`]) its stdin is closed and it is given time to exit, then SIGTERM, then
+//! SIGKILL.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use pelican::{Entry, Source, Verdict};
+use rustix::process::{kill_process_group, Pid, Signal};
+use serde::Deserialize;
+
+use super::handler::{Shared, EXITING};
+use crate::json;
+
+/// The first wait before the handler is started again; it doubles up to [`BACKOFF_MAX`],
+/// and starts over once a handler has run [`BACKOFF_RESET`].
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+const BACKOFF_RESET: Duration = Duration::from_secs(10);
+/// How long the handler has to exit once its stdin is closed, and again after SIGTERM.
+const EXIT_GRACE: Duration = Duration::from_secs(3);
+
+/// The handler process and the entries waiting for its answers.
+pub struct Pipe {
+    command: String,
+    state: Mutex<State>,
+    /// Outstanding entries by (stream as JSON, id): the handler generation they were written
+    /// to, and where their verdict goes.
+    waiting: Mutex<HashMap<Key, (u64, Sender<Verdict>)>>,
+    /// The running handler's pid (0: none), for a second signal to end.
+    pid: AtomicU32,
+}
+
+#[derive(Default)]
+struct State {
+    running: Option<Running>,
+    generation: u64,
+    /// Before this, no new handler starts (the backoff after one that died).
+    next_start: Option<Instant>,
+    backoff: Option<Duration>,
+    /// The run is ending: the handler is not started again.
+    finishing: bool,
+}
+
+struct Running {
+    stdin: ChildStdin,
+    generation: u64,
+    /// The thread that reads its answers, and reaps it when they end.
+    reader: Option<thread::JoinHandle<()>>,
+}
+
+/// An outstanding entry: its stream as the lines write it (JSON), and its id.
+type Key = (String, String);
+
+/// One answer line.
+#[derive(Deserialize)]
+struct Answer {
+    id: String,
+    verdict: String,
+    #[serde(default)]
+    stream: Option<serde_json::Value>,
+}
+
+impl Pipe {
+    /// A pipe to `sh -c command`, started at the first entry.
+    pub fn new(command: String) -> Pipe {
+        Pipe { command, state: Mutex::default(), waiting: Mutex::default(), pid: AtomicU32::new(0) }
+    }
+
+    /// The running handler's pid (it leads its own process group), if any.
+    pub fn pid(&self) -> Option<u32> {
+        Some(self.pid.load(SeqCst)).filter(|p| *p != 0)
+    }
+
+    /// Writes `entry` to the handler and waits for its verdict (at most `timeout`). A
+    /// handler that dies, or no answer in time, is a failure: `Retry`.
+    pub fn call(self: &Arc<Self>, shared: &Arc<Shared>, stream: &[u8], entry: &Entry) -> Verdict {
+        let line = line(stream, entry);
+        let key = (stream_key(stream), String::from_utf8_lossy(entry.id()).into_owned());
+        let (tx, rx) = mpsc::channel();
+        {
+            let mut state = lock(&self.state);
+            let Some(generation) = self.started(&mut state, shared) else { return Verdict::Retry };
+            lock(&self.waiting).insert(key.clone(), (generation, tx));
+            let running = state.running.as_mut().expect("started");
+            if running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush()).is_err() {
+                // It is gone; its reader tells it and starts the backoff.
+                lock(&self.waiting).remove(&key);
+                return Verdict::Retry;
+            }
+        }
+        let answer = match shared.handler_timeout {
+            Some(limit) => rx.recv_timeout(limit),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        match answer {
+            Ok(verdict) => verdict,
+            Err(RecvTimeoutError::Timeout) => {
+                lock(&self.waiting).remove(&key);
+                let ms = shared.handler_timeout.unwrap_or_default().as_millis();
+                shared.screen.tell(format_args!(
+                    "pelican: --pipe: {} not answered within {ms} ms: failed (it stays pending)",
+                    key.1
+                ));
+                Verdict::Retry
+            }
+            Err(RecvTimeoutError::Disconnected) => Verdict::Retry,
+        }
+    }
+
+    /// The running handler's generation, starting one if none runs (after the backoff).
+    /// `None`: it cannot be started, or the run is ending.
+    fn started(self: &Arc<Self>, state: &mut State, shared: &Arc<Shared>) -> Option<u64> {
+        if let Some(running) = &state.running {
+            return Some(running.generation);
+        }
+        if state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested() {
+            return None;
+        }
+        if let Some(at) = state.next_start {
+            // Holding the lock: the other entries wait for the same start.
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+        }
+        let mut child = match Command::new("sh")
+            .arg("-c")
+            .arg(&self.command)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+        {
+            Ok(child) => child,
+            Err(e) => {
+                shared.screen.tell(format_args!("pelican: cannot run sh: {e}"));
+                self.back_off(state);
+                return None;
+            }
+        };
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else { return None };
+        state.generation += 1;
+        let generation = state.generation;
+        self.pid.store(child.id(), SeqCst);
+        let (pipe, shared) = (self.clone(), shared.clone());
+        let reader = thread::Builder::new()
+            .name("pelican-pipe".into())
+            .spawn(move || pipe.read(&shared, child, stdout, generation))
+            .ok();
+        state.running = Some(Running { stdin, generation, reader });
+        Some(generation)
+    }
+
+    fn back_off(&self, state: &mut State) {
+        let next = state.backoff.map_or(BACKOFF_MIN, |b| (b * 2).min(BACKOFF_MAX));
+        state.backoff = Some(next);
+        state.next_start = Some(Instant::now() + next);
+    }
+
+    /// The reader of generation `generation`: gives each answer to its entry; when the
+    /// handler's stdout ends, reaps it and fails its outstanding entries.
+    fn read(&self, shared: &Shared, mut child: Child, stdout: ChildStdout, generation: u64) {
+        let started = Instant::now();
+        let mut answered = false;
+        let mut lines = BufReader::new(stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lines.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => answered |= self.answer(shared, &line),
+            }
+        }
+        let status = child.wait();
+        self.pid.compare_exchange(child.id(), 0, SeqCst, SeqCst).ok();
+        let failed: Vec<Sender<Verdict>> = {
+            let mut waiting = lock(&self.waiting);
+            let keys: Vec<_> =
+                waiting.iter().filter(|(_, (g, _))| *g == generation).map(|(k, _)| k.clone()).collect();
+            keys.into_iter().filter_map(|k| waiting.remove(&k)).map(|(_, tx)| tx).collect()
+        };
+        let mut state = lock(&self.state);
+        if state.running.as_ref().is_some_and(|r| r.generation == generation) {
+            state.running = None;
+        }
+        let ending = state.finishing || EXITING.load(SeqCst);
+        let code = status.as_ref().ok().and_then(ExitStatus::code);
+        if !ending && !answered && matches!(code, Some(126 | 127)) {
+            // A typo or a missing file would fail every entry in turn: stop instead.
+            shared.unrunnable.store(code.unwrap_or(127), Relaxed);
+            shared.stop.stop();
+        } else if !ending {
+            if started.elapsed() >= BACKOFF_RESET {
+                state.backoff = None;
+            }
+            self.back_off(&mut state);
+            let how = match status {
+                Ok(s) => match (s.code(), s.signal()) {
+                    (Some(code), _) => format!("exited with status {code}"),
+                    (_, Some(signal)) => format!("was killed by signal {signal}"),
+                    _ => "ended".to_string(),
+                },
+                Err(e) => format!("was lost ({e})"),
+            };
+            let n = failed.len();
+            let entries = if n == 1 { "entry stays" } else { "entries stay" };
+            shared.screen.tell(format_args!(
+                "pelican: the --pipe handler {how}; its {n} outstanding {entries} pending; starting it again in {} ms",
+                state.backoff.unwrap_or(BACKOFF_MIN).as_millis()
+            ));
+        }
+        drop(state);
+        for tx in failed {
+            let _ = tx.send(Verdict::Retry);
+        }
+    }
+
+    /// One line from the handler; true if it settled an entry. Anything else is told on
+    /// stderr and ignored.
+    fn answer(&self, shared: &Shared, line: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(line);
+        let text = text.trim_end_matches(['\n', '\r']);
+        if text.trim().is_empty() {
+            return false;
+        }
+        let shown: String = text.chars().take(200).collect();
+        let Ok(answer) = serde_json::from_str::<Answer>(text) else {
+            shared.screen.tell(format_args!(
+                "pelican: --pipe: not an answer ({{\"id\": …, \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}}), ignored: {shown}"
+            ));
+            return false;
+        };
+        let verdict = match answer.verdict.as_str() {
+            "ack" => Verdict::Ack,
+            "retry" => Verdict::Retry,
+            "dead-letter" if shared.dead_letter => Verdict::DeadLetter,
+            // Without a dead-letter stream it is a failure, as --exec's 65 is.
+            "dead-letter" => Verdict::Retry,
+            _ => {
+                shared.screen.tell(format_args!("pelican: --pipe: unknown verdict, ignored: {shown}"));
+                return false;
+            }
+        };
+        let mut waiting = lock(&self.waiting);
+        let key = match &answer.stream {
+            Some(stream) => Some((serde_json::to_string(stream).unwrap_or_default(), answer.id.clone())),
+            // One stream (or the id says which): the outstanding entry with this id.
+            None => {
+                let mut found = waiting.keys().filter(|(_, id)| *id == answer.id);
+                match (found.next(), found.next()) {
+                    (Some(key), None) => Some(key.clone()),
+                    _ => None,
+                }
+            }
+        };
+        match key.and_then(|k| waiting.remove(&k)) {
+            Some((_, tx)) => {
+                let _ = tx.send(verdict);
+                true
+            }
+            None => {
+                drop(waiting);
+                shared.screen.tell(format_args!(
+                    "pelican: --pipe: an answer for no outstanding entry, ignored: {shown}"
+                ));
+                false
+            }
+        }
+    }
+
+    /// The end of the run (every entry settled): closes the handler's stdin, gives it
+    /// [`EXIT_GRACE`] to exit, then SIGTERM, then SIGKILL.
+    pub fn finish(&self) {
+        let reader = {
+            let mut state = lock(&self.state);
+            state.finishing = true;
+            state.running.take().and_then(|r| r.reader) // dropping stdin closes it
+        };
+        let Some(reader) = reader else { return };
+        for signal in [None, Some(Signal::TERM), Some(Signal::KILL)] {
+            if let (Some(signal), Some(pid)) = (signal, self.pid().and_then(|p| Pid::from_raw(p as i32))) {
+                let _ = kill_process_group(pid, signal);
+            }
+            let deadline = Instant::now() + EXIT_GRACE;
+            while self.pid().is_some() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(10));
+            }
+            if self.pid().is_none() {
+                break;
+            }
+        }
+        let _ = reader.join();
+    }
+}
+
+/// An entry's line for the handler: what `consume` prints, with its delivery count and
+/// where it came from.
+fn line(stream: &[u8], entry: &Entry) -> String {
+    let source = match entry.source {
+        Source::Pending => "pending",
+        Source::Claimed => "claimed",
+        Source::New => "new",
+    };
+    json::pipe_line(stream, entry, source)
+}
+
+/// A stream as the lines write it (a JSON string, or `{"base64":…}`).
+fn stream_key(stream: &[u8]) -> String {
+    serde_json::to_string(&json::Bytes(stream)).unwrap_or_default()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

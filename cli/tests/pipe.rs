@@ -1,0 +1,267 @@
+//! `pelican consume --pipe CMD` against real servers, with the Python example handler
+//! (`examples/pipe/handler.py`): every entry acked once through one long-running handler, out
+//! of order too; the handler killed mid-run and started again, nothing lost; a handler that
+//! never answers timed out, retried, then dead-lettered; bad lines told and ignored; a
+//! handler that cannot start; a stop that waits for the outstanding answers.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use pelican_tests::admin::Admin;
+use pelican_tests::server::{Flavor, Server};
+use support::{run, wait_until, Json, Pelican, Scratch};
+
+/// The example handler, run by `sh -c`.
+fn handler() -> String {
+    format!("python3 {}/../examples/pipe/handler.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn consume(url: &str, transport: &str, pipe: &str, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "consume",
+        "--url",
+        url,
+        "--stream",
+        "s",
+        "--group",
+        "g",
+        "--consumer",
+        "c",
+        "--create-group",
+        "0",
+        "--transport",
+        transport,
+        "--pipe",
+        pipe,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn spawn(args: &[String], env: &[(&str, &str)]) -> Pelican {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Pelican::spawn_env(&args, env)
+}
+
+/// Every entry up to `last` delivered to the group, and none pending: all acked.
+fn all_acked(admin: &mut Admin, last: &str) -> bool {
+    let info = format!("{:?}", admin.call(&["XINFO", "GROUPS", "s"]));
+    info.contains(last) && admin.xpending_count("s", "g") == 0
+}
+
+/// Thousands of entries through the example, in order and (64 outstanding, answers held and
+/// given newest first) out of order: each acked once, the PEL empty, the stats agreeing.
+#[test]
+fn every_entry_is_acked_once_in_order_or_not() {
+    for (flavor, transport, extra, env) in [
+        (Flavor::Redis70, "mio", vec![], vec![]),
+        (Flavor::Valkey81, "smol", vec!["--concurrency", "64"], vec![("HANDLER_SHUFFLE", "7")]),
+        (
+            Flavor::Redis810,
+            "mio",
+            vec!["--concurrency", "64"],
+            vec![("HANDLER_SHUFFLE", "7"), ("HANDLER_SLOW_MS", "2")],
+        ),
+    ] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let n = 3000;
+        let last = admin.xadd_n("s", n, 8).pop().unwrap();
+        let dir = Scratch::new("pipe");
+        let stats = dir.file("stats.json");
+        let url = format!("redis://{}", server.addr());
+        let mut args = consume(&url, transport, &handler(), &extra);
+        args.extend(["--stats-json".to_string(), stats.clone()]);
+        let mut p = spawn(&args, &env);
+        wait_until("all acked", || all_acked(&mut admin, &last));
+        p.stop();
+        let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+        assert_eq!(s.get("acked").num() as usize, n, "{flavor} {transport}: {}", p.stderr());
+        assert_eq!(s.get("handled").num() as usize, n);
+        assert_eq!(s.get("failed").num(), 0.0);
+        assert!(!p.stderr().contains("--pipe:"), "nothing told about the answers: {}", p.stderr());
+    }
+}
+
+/// The handler killed with SIGKILL mid-run: its outstanding entries stay pending, it is
+/// started again (told on stderr), and every entry ends acked, the PEL empty.
+#[test]
+fn a_killed_handler_is_started_again_and_nothing_is_lost() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let last = admin.xadd_n("s", 400, 8).pop().unwrap();
+    let dir = Scratch::new("pipe-kill");
+    let pid_file = dir.file("pid");
+    let url = format!("redis://{}", server.addr());
+    let args = consume(&url, "mio", &handler(), &["--concurrency", "8", "--min-idle-ms", "1000"]);
+    let mut p = spawn(&args, &[("HANDLER_SLOW_MS", "20"), ("HANDLER_PID_FILE", &pid_file)]);
+    wait_until("the handler's pid", || std::fs::read_to_string(&pid_file).is_ok_and(|s| !s.is_empty()));
+    let first = std::fs::read_to_string(&pid_file).unwrap();
+    wait_until("entries outstanding", || admin.group_exists("s", "g") && admin.xpending_count("s", "g") > 0);
+    assert!(Command::new("kill").args(["-KILL", &first]).status().unwrap().success());
+    wait_until("a second handler", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|s| !s.is_empty() && s != first)
+    });
+    wait_until("all acked", || all_acked(&mut admin, &last));
+    p.stop();
+    let err = p.stderr();
+    // sh -c may run the handler as its child: then sh tells the SIGKILL as status 137.
+    assert!(
+        err.contains("the --pipe handler was killed by signal 9")
+            || err.contains("handler exited with status 137"),
+        "{err}"
+    );
+    assert!(err.contains("starting it again"), "{err}");
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+}
+
+/// A handler that never answers one entry: with --handler-timeout it fails in time, comes
+/// back (released at once on 8.10, reclaimed after min_idle elsewhere), and once past
+/// --max-deliveries goes to the dead-letter stream. The others are acked.
+#[test]
+fn an_unanswered_entry_times_out_then_is_dead_lettered() {
+    for flavor in [Flavor::Redis70, Flavor::Redis810] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.xadd_n("s", 20, 8);
+        let silent = admin.xadd("s", &[("hang", "yes")]);
+        let url = format!("redis://{}", server.addr());
+        let args = consume(
+            &url,
+            "mio",
+            &handler(),
+            &[
+                "--handler-timeout",
+                "200",
+                "--max-deliveries",
+                "2",
+                "--dead-letter",
+                "dl",
+                "--min-idle-ms",
+                "500",
+                "--beat-ms",
+                "100",
+            ],
+        );
+        let mut p = spawn(&args, &[("HANDLER_SILENT", "hang")]);
+        wait_until("dead-lettered", || admin.xlen("dl") == 1);
+        wait_until("nothing pending", || admin.xpending_count("s", "g") == 0);
+        p.stop();
+        let err = p.stderr();
+        assert!(err.contains(&format!("{silent} not answered within 200 ms")), "{flavor}: {err}");
+        assert!(err.contains("dead-lettered"), "{flavor}: {err}");
+    }
+}
+
+/// Lines that are not answers, and answers for no outstanding entry, are told and ignored;
+/// the entries are still acked by their real answers.
+#[test]
+fn bad_lines_and_unknown_ids_are_told_and_ignored() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let last = admin.xadd_n("s", 5, 8).pop().unwrap();
+    let url = format!("redis://{}", server.addr());
+    let noisy =
+        r#"echo 'not json'; echo '{"id":"9-9","verdict":"ack"}'; echo '{"id":"1-0","verdict":"maybe"}'"#;
+    let pipe = format!("{noisy}; sh {}/../examples/pipe/handler.sh", env!("CARGO_MANIFEST_DIR"));
+    let args = consume(&url, "mio", &pipe, &[]);
+    let mut p = spawn(&args, &[]);
+    wait_until("all acked", || all_acked(&mut admin, &last) && p.stderr().contains("9-9"));
+    p.stop();
+    let err = p.stderr();
+    assert!(err.contains("--pipe: not an answer") && err.contains("not json"), "{err}");
+    assert!(err.contains("an answer for no outstanding entry") && err.contains("9-9"), "{err}");
+    assert!(err.contains("unknown verdict") && err.contains("maybe"), "{err}");
+    assert_eq!(admin.xpending_count("s", "g"), 0);
+}
+
+/// A handler that cannot be started at all stops pelican with exit 1, the entry pending.
+#[test]
+fn a_handler_that_cannot_start_stops_pelican() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    admin.xadd_n("s", 3, 8);
+    let url = format!("redis://{}", server.addr());
+    let args = consume(&url, "mio", "/no/such/handler", &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (status, _, err) = run(&args);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("the --pipe command `/no/such/handler` cannot be run (exit 127: not found)"),
+        "{err}"
+    );
+    assert!(admin.xpending_count("s", "g") >= 1);
+}
+
+/// SIGTERM mid-run with slow answers outstanding: they are waited for and acked, the handler
+/// sees its stdin close and exits, pelican exits 0, and nothing it was given stays pending.
+#[test]
+fn a_stop_waits_for_the_outstanding_answers() {
+    let server = Server::start(Flavor::Redis810);
+    let mut admin = server.admin();
+    admin.xadd_n("s", 2000, 8);
+    let dir = Scratch::new("pipe-stop");
+    let stats = dir.file("stats.json");
+    let url = format!("redis://{}", server.addr());
+    let mut args = consume(&url, "smol", &handler(), &["--concurrency", "16"]);
+    args.extend(["--stats-json".to_string(), stats.clone()]);
+    let mut p = spawn(&args, &[("HANDLER_SLOW_MS", "50")]);
+    wait_until("some outstanding", || admin.group_exists("s", "g") && admin.xpending_count("s", "g") > 0);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    p.stop();
+    let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+    let handled = s.get("handled").num() as usize;
+    assert!(handled > 0 && handled < 2000, "{handled}");
+    assert_eq!(s.get("acked").num() as usize, handled, "every answer waited for and its ack confirmed");
+    // What was read and not handed out is released (8.10): nothing stays with c.
+    let held: BTreeSet<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|p| p.0).collect();
+    assert!(held.is_empty(), "{held:?}");
+}
+
+/// `--exec` with `--handler-timeout`: a command that hangs is killed (its whole process
+/// group) and its entry failed; past `--max-deliveries` it is dead-lettered.
+#[test]
+fn an_exec_command_past_the_timeout_is_killed() {
+    let server = Server::start(Flavor::Redis810);
+    let mut admin = server.admin();
+    let id = admin.xadd("s", &[("f", "v")]);
+    let dir = Scratch::new("exec-timeout");
+    let marker = dir.file("still-running");
+    let url = format!("redis://{}", server.addr());
+    // The child sleeps in the background of the command's group, then would leave a mark.
+    let command = format!("(sleep 3; touch {marker}) & sleep 30");
+    let args = [
+        "consume",
+        "--url",
+        &url,
+        "--stream",
+        "s",
+        "--group",
+        "g",
+        "--consumer",
+        "c",
+        "--create-group",
+        "0",
+        "--exec",
+        &command,
+        "--handler-timeout",
+        "200",
+        "--max-deliveries",
+        "1",
+        "--dead-letter",
+        "dl",
+    ];
+    let mut p = Pelican::spawn(&args);
+    wait_until("dead-lettered", || admin.xlen("dl") == 1);
+    p.stop();
+    let err = p.stderr();
+    assert!(err.contains(&format!("{id} took longer than 200 ms: its command was killed")), "{err}");
+    assert!(!err.contains("killed by signal"), "told once: {err}");
+    std::thread::sleep(std::time::Duration::from_millis(3500));
+    assert!(!std::path::Path::new(&marker).exists(), "the command's whole process group was killed");
+}

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""A `pelican consume --pipe` handler in Python (standard library only).
+
+pelican starts it once and keeps it. Each entry arrives on stdin as one JSON line:
+  {"stream": "orders", "id": "1700000000000-0", "fields": {...}, "deliveries": 1, "source": "new"}
+and is answered on stdout with one JSON line, in any order:
+  {"id": "1700000000000-0", "verdict": "ack"}      (or "retry", or "dead-letter")
+
+    pelican consume --stream orders --group billing --consumer w1 --create-group \
+        --pipe 'python3 examples/pipe/handler.py' --concurrency 64
+
+What the example does is set by the environment (for trying it out, and for the tests):
+  HANDLER_SLOW_MS    work this long on each entry (on a thread of its own: entries overlap)
+  HANDLER_SHUFFLE    answer out of order: hold up to this many answers, then answer them
+                     newest first
+  HANDLER_FAIL       a field name: entries with it get "retry"; HANDLER_POISON likewise
+                     gets "dead-letter"
+  HANDLER_SILENT     a field name: entries with it are never answered
+  HANDLER_PID_FILE   write the process id here at start
+Real handlers do their work where `verdict()` is, and answer when it is done.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+SLOW = float(os.environ.get("HANDLER_SLOW_MS", "0")) / 1000
+SHUFFLE = int(os.environ.get("HANDLER_SHUFFLE", "0"))
+FAIL = os.environ.get("HANDLER_FAIL")
+POISON = os.environ.get("HANDLER_POISON")
+SILENT = os.environ.get("HANDLER_SILENT")
+
+out = threading.Lock()
+held = []
+
+
+def answer(entry_id, verdict):
+    with out:
+        held.append({"id": entry_id, "verdict": verdict})
+        if len(held) > SHUFFLE or not SHUFFLE:
+            # Newest first: out of order whenever more than one is held.
+            while held:
+                sys.stdout.write(json.dumps(held.pop()) + "\n")
+            sys.stdout.flush()
+
+
+def verdict(entry):
+    fields = entry.get("fields") or {}
+    if not isinstance(fields, dict):
+        return "ack"
+    if POISON and POISON in fields:
+        return "dead-letter"
+    if FAIL and FAIL in fields:
+        return "retry"
+    return "ack"
+
+
+def handle(entry):
+    if SLOW:
+        time.sleep(SLOW)
+    answer(entry["id"], verdict(entry))
+
+
+def main():
+    if os.environ.get("HANDLER_PID_FILE"):
+        with open(os.environ["HANDLER_PID_FILE"], "w") as f:
+            f.write(str(os.getpid()))
+    for line in sys.stdin:
+        entry = json.loads(line)
+        fields = entry.get("fields") or {}
+        if SILENT and isinstance(fields, dict) and SILENT in fields:
+            continue
+        if SLOW:
+            threading.Thread(target=handle, args=(entry,), daemon=True).start()
+        else:
+            handle(entry)
+    # stdin closed: pelican is stopping; every entry was answered (or is being).
+    with out:
+        while held:
+            sys.stdout.write(json.dumps(held.pop()) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
