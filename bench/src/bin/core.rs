@@ -114,7 +114,9 @@ fn run(reply: &[u8], piece: usize, entries: usize, batches: usize) -> (f64, f64)
     // Virtual time: it never moves, so no timer fires (the beat, leases, ack delays).
     let now = Instant::now();
     c.on_connected(now);
-    let drain_page = b"*1\r\n*2\r\n$1\r\ns\r\n*0\r\n*0\r\n"; // an empty page and its XPENDING
+    // `HELLO`'s answer (a Redis 7.0: the classic verbs), an empty page and its XPENDING.
+    let drain_page = b"*4\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n\
+                       *1\r\n*2\r\n$1\r\ns\r\n*0\r\n*0\r\n";
     let swept = b"*3\r\n$3\r\n0-0\r\n*0\r\n*0\r\n";
     for input in [&drain_page[..], swept] {
         take_output(&mut c, &mut Vec::new());
