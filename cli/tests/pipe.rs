@@ -18,7 +18,14 @@ fn handler() -> String {
     format!("python3 {}/../examples/pipe/handler.py", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `consume` of stream `s` as consumer `c` of group `g` (created at 0) on `transport`, with
+/// `--pipe pipe` and `extra`.
 fn consume(url: &str, transport: &str, pipe: &str, extra: &[&str]) -> Vec<String> {
+    handled_by(url, transport, "--pipe", pipe, extra)
+}
+
+/// [`consume`] with `flag CMD` (`--pipe` or `--exec`).
+fn handled_by(url: &str, transport: &str, flag: &str, command: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = [
         "consume",
         "--url",
@@ -33,8 +40,8 @@ fn consume(url: &str, transport: &str, pipe: &str, extra: &[&str]) -> Vec<String
         "0",
         "--transport",
         transport,
-        "--pipe",
-        pipe,
+        flag,
+        command,
     ]
     .iter()
     .map(|s| s.to_string())
@@ -235,28 +242,9 @@ fn an_exec_command_past_the_timeout_is_killed() {
     let url = format!("redis://{}", server.addr());
     // The child sleeps in the background of the command's group, then would leave a mark.
     let command = format!("(sleep 3; touch {marker}) & sleep 30");
-    let args = [
-        "consume",
-        "--url",
-        &url,
-        "--stream",
-        "s",
-        "--group",
-        "g",
-        "--consumer",
-        "c",
-        "--create-group",
-        "0",
-        "--exec",
-        &command,
-        "--handler-timeout",
-        "200",
-        "--max-deliveries",
-        "1",
-        "--dead-letter",
-        "dl",
-    ];
-    let mut p = Pelican::spawn(&args);
+    let extra = ["--handler-timeout", "200", "--max-deliveries", "1", "--dead-letter", "dl"];
+    let args = handled_by(&url, "mio", "--exec", &command, &extra);
+    let mut p = spawn(&args, &[]);
     wait_until("dead-lettered", || admin.xlen("dl") == 1);
     p.stop();
     let err = p.stderr();
