@@ -150,17 +150,12 @@ impl SimOptions {
     /// Behaves like Redis 8.10.2: the classic stream commands as Valkey 8.1 answers them,
     /// and the Redis 8 verbs ([`Redis8Verbs::REDIS_8_10`]).
     pub fn redis810() -> SimOptions {
+        // Its classic commands answer as Valkey 8.1's do (the differential test holds it).
         SimOptions {
-            claim_shape: ClaimShape::Redis7,
-            key_deleted_while_parked: KeyDeletedWhileParked::NoGroup,
-            group_gone_while_parked: GroupGoneWhileParked::NoSuchKey,
-            xinfo_lag: true,
-            eager_consumer_creation: true,
-            autoclaim_deleted_use_count: true,
             redis8: Redis8Verbs::REDIS_8_10,
-            requirepass: None,
             server_name: "redis".into(),
             server_version: "8.10.2".into(),
+            ..SimOptions::valkey81()
         }
     }
 
