@@ -93,7 +93,9 @@ pub enum Event {
 ///   [`Verdict::DeadLetter`].
 /// - Entries read but dropped unhandled — buffered at a stop, or at a lost connection — get
 ///   their delivery counts given back (`XCLAIM … JUSTID RETRYCOUNT n IDLE ms`, owner-checked),
-///   so that a restart's drain, which counts them again, counts each handling once. An entry
+///   so that a restart's drain, which counts them again, counts each handling once (on Redis
+///   8.8+, those surely still this consumer's are released instead, `XNACK … SILENT`: any
+///   consumer's next read takes them at once; see [`Dialect`]). An entry
 ///   in hand when the process dies keeps the count of that delivery: a handler that crashes
 ///   the process on an entry still brings it to the cap.
 /// - A read reply that outgrows [`Config::read_bytes`] with more than one entry is skipped as
