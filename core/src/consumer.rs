@@ -166,6 +166,9 @@ pub struct Consumer {
     tracked_upto: usize,
     /// The latest time passed in, for the calls that take none.
     last_now: Option<Instant>,
+    /// A call that takes no time (`stop`) sent the commands in flight after these many,
+    /// dated by `last_now`.
+    undated: Option<usize>,
     /// When the group's health is next asked after (`Config::health_every`); `None`: at
     /// the first chance.
     health_at: Option<Instant>,
@@ -311,6 +314,7 @@ impl Consumer {
             asking: false,
             tracked_upto: 0,
             last_now: None,
+            undated: None,
             health_at: None,
             health: None,
             health_refused: false,
@@ -442,7 +446,7 @@ impl Consumer {
     /// moves still owed, and the drain of the own pending list from the start: whatever this
     /// consumer held before (a crash, a lost connection) is handed out again at once.
     pub fn on_connected(&mut self, now: Instant) {
-        self.last_now = Some(now);
+        self.tick(now);
         if !self.is_live() {
             return;
         }
@@ -492,7 +496,7 @@ impl Consumer {
     /// [`on_disconnected`](Self::on_disconnected), saying why (an I/O error, a refused
     /// connect, a TLS failure…): the reason is carried by the notice it produces.
     pub fn on_disconnected_because(&mut self, now: Instant, reason: impl fmt::Display) {
-        self.last_now = Some(now);
+        self.tick(now);
         if self.link != Link::Up {
             // A connect failed: the node a redirect named may be gone (a failover).
             self.redirect = None;
@@ -508,7 +512,7 @@ impl Consumer {
 
     /// Bytes read from the connection. An `Err` means the connection must be closed.
     pub fn handle_input(&mut self, bytes: &[u8], now: Instant) -> Result<(), Error> {
-        self.last_now = Some(now);
+        self.tick(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -582,7 +586,7 @@ impl Consumer {
     /// [`Error::Timeout`]: the connection must be closed. Otherwise sends what has come due:
     /// acks past [`Config::ack_delay`], lease renewals.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), Error> {
-        self.last_now = Some(now);
+        self.tick(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
         }
@@ -612,7 +616,7 @@ impl Consumer {
     /// Returns false, doing nothing, if no entry with this id is in hand (settled already,
     /// or given up by [`abandon`](Self::abandon)).
     pub fn settle(&mut self, id: &[u8], verdict: Verdict, now: Instant) -> bool {
-        self.last_now = Some(now);
+        self.tick(now);
         let Some(i) = self.in_hand.iter().position(|h| self.held.id(h.id) == id) else { return false };
         let hand = self.in_hand.swap_remove(i);
         if let Some(key) = hand.key {
@@ -688,7 +692,12 @@ impl Consumer {
                 self.returns.clear();
             }
             match self.last_now {
-                Some(now) => self.pump(now),
+                Some(now) => {
+                    // Sent now, dated by the last call's time (maybe a long handler ago):
+                    // their deadlines count from the next call's.
+                    self.undated = Some(self.in_flight.len());
+                    self.pump(now);
+                }
                 None => self.finish_stop_if_clear(),
             }
         }
@@ -836,6 +845,15 @@ impl Consumer {
     }
 
     // ---- internals ----------------------------------------------------------------------
+
+    /// The time a call brings. Commands a call without one sent (see `undated`) get their
+    /// full wait from now: dated by a stale time, they would be overdue at once.
+    fn tick(&mut self, now: Instant) {
+        if let Some(skip) = self.undated.take() {
+            self.in_flight.postpone(skip, now + self.config.read_grace);
+        }
+        self.last_now = Some(now);
+    }
 
     /// Decides what to send next; called after anything that may change the answer.
     fn pump(&mut self, now: Instant) {

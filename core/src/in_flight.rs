@@ -223,6 +223,14 @@ impl Pipeline {
         self.commands.iter()
     }
 
+    /// Moves the deadlines of the commands after the first `skip` to no earlier than
+    /// `deadline`.
+    pub(crate) fn postpone(&mut self, skip: usize, deadline: Instant) {
+        for c in self.commands.iter_mut().skip(skip) {
+            c.deadline = c.deadline.max(deadline);
+        }
+    }
+
     pub(crate) fn front(&self) -> Option<&InFlight> {
         self.commands.front()
     }

@@ -311,3 +311,21 @@ fn a_read_ahead_carries_the_acks_earned_so_far_and_is_waited_for_by_a_stop() {
 fn park_count(n: u32) -> Vec<String> {
     cmd(&format!("XREADGROUP GROUP g A COUNT {n} BLOCK 2000 STREAMS s >"))
 }
+
+/// A stop asked long after the last call that brought the time (a handler running for
+/// seconds): the give-backs it sends get their full wait from the next call, not from that
+/// stale time (they were overdue at once, and the connection was dropped for it).
+#[test]
+fn what_a_stop_sends_is_not_overdue_after_a_long_handler() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        let first = rig.entry();
+        rig.advance(Duration::from_secs(5)); // the handler runs, the driver waits on it
+        rig.consumer.stop();
+        let sent = rig.sent();
+        assert!(sent.iter().any(|c| c[0] == "XCLAIM"), "the buffered entries given back: {sent:?}");
+        assert_eq!(rig.consumer.handle_timeout(rig.now), Ok(()), "{flavor} {protocol:?}");
+        rig.consumer.settle(first.id(), Verdict::Ack, rig.now);
+        assert_eq!(rig.consumer.handle_timeout(rig.now + Duration::from_millis(1500)), Ok(()));
+    });
+}
