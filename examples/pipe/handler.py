@@ -13,8 +13,8 @@ and is answered on stdout with one JSON line, in any order:
 What the example does is set by the environment (for trying it out, and for the tests):
   HANDLER_SLOW_MS    work this long on each entry (on a thread of its own: entries overlap)
   HANDLER_SHUFFLE    answer out of order: hold up to this many answers, then answer them
-                     newest first (those held are answered within 50 ms anyway, so the
-                     last entries of a stream do not wait for more to come)
+                     newest first (and every 50 ms what is held, so the last entries of a
+                     stream do not wait for more to come)
   HANDLER_FAIL       a field name: entries with it get "retry"; HANDLER_POISON likewise
                      gets "dead-letter"
   HANDLER_SILENT     a field name: entries with it are never answered
@@ -34,7 +34,7 @@ FAIL = os.environ.get("HANDLER_FAIL")
 POISON = os.environ.get("HANDLER_POISON")
 SILENT = os.environ.get("HANDLER_SILENT")
 
-# How long an answer may be held back at most with HANDLER_SHUFFLE.
+# How often the answers held back by HANDLER_SHUFFLE are given, whatever comes.
 HOLD = 0.05
 
 out = threading.Lock()
@@ -48,9 +48,12 @@ def write_held():
     sys.stdout.flush()
 
 
-def write_held_late():
-    with out:
-        write_held()
+def write_held_often():
+    """With HANDLER_SHUFFLE: gives what is held every HOLD seconds, entries coming or not."""
+    while True:
+        time.sleep(HOLD)
+        with out:
+            write_held()
 
 
 def answer(entry, verdict):
@@ -58,10 +61,6 @@ def answer(entry, verdict):
         held.append({"stream": entry["stream"], "id": entry["id"], "verdict": verdict})
         if len(held) > SHUFFLE:
             write_held()
-        elif len(held) == 1:
-            timer = threading.Timer(HOLD, write_held_late)
-            timer.daemon = True
-            timer.start()
 
 
 def verdict(entry):
@@ -85,6 +84,8 @@ def main():
     if os.environ.get("HANDLER_PID_FILE"):
         with open(os.environ["HANDLER_PID_FILE"], "w") as f:
             f.write(str(os.getpid()))
+    if SHUFFLE:
+        threading.Thread(target=write_held_often, daemon=True).start()
     for line in sys.stdin:
         entry = json.loads(line)
         fields = entry.get("fields") or {}
