@@ -15,7 +15,14 @@ use support::{run, wait_until, Json, Pelican, Scratch};
 
 /// The example handler, run by `sh -c`.
 fn handler() -> String {
+    need("python3");
     format!("python3 {}/../examples/pipe/handler.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Fails loudly, naming it, if `program` (an example's interpreter) cannot be run.
+fn need(program: &str) {
+    let ran = Command::new(program).arg("--version").output();
+    assert!(ran.is_ok_and(|o| o.status.success()), "these tests need `{program}` on PATH for examples/pipe/");
 }
 
 /// `consume` of stream `s` as consumer `c` of group `g` (created at 0) on `transport`, with
@@ -216,6 +223,7 @@ fn with_several_streams_answers_name_their_stream() {
     let dir = Scratch::new("pipe-streams");
     let stats = dir.file("stats.json");
     let url = format!("redis://{}", server.addr());
+    need("node");
     let node = format!("node {}/../examples/pipe/handler.js", env!("CARGO_MANIFEST_DIR"));
     let extra = ["--stream", "t", "--concurrency", "16", "--stats-json", &stats];
     let mut p = spawn(&handled_by(&url, "mio", "--pipe", &node, &extra), &[("HANDLER_SLOW_MS", "5")]);
