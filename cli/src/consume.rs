@@ -63,10 +63,10 @@ opens its pool once). Each entry goes to its stdin as one JSON line, as printed 
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{…},\"deliveries\":1,\"source\":\"new\"}
 It answers each on its stdout with one JSON line, in any order:
   {\"id\":\"1700000000000-0\",\"verdict\":\"ack\"}     (or \"retry\", or \"dead-letter\")
-adding \"stream\" (as the entry's line gives it) when several streams are consumed. Up to
---concurrency N entries per stream are outstanding at once. An answer for no outstanding
-entry, or a line that is not such an answer, is told on stderr and ignored; its stderr is
-pelican's. If it exits or dies, its outstanding entries fail (they stay pending, and come
+adding \"stream\" (as the entry's line gives it) when several streams are consumed (it may
+always be given). Up to --concurrency N entries per stream are outstanding at once. An
+answer for no outstanding entry, or a line that is not such an answer (one longer than
+64 KiB among them), is told on stderr and ignored; its stderr is pelican's. If it exits or dies, its outstanding entries fail (they stay pending, and come
 again) and it is started again after a backoff (100 ms, doubling to 5 s); if it cannot be
 started at all (126, 127 before any answer) pelican stops with exit 1. A stop writes no
 more entries, waits for the outstanding answers, closes its stdin, gives it 3 s to exit,

@@ -15,7 +15,14 @@ use support::{run, wait_until, Json, Pelican, Scratch};
 
 /// The example handler, run by `sh -c`.
 fn handler() -> String {
+    need("python3");
     format!("python3 {}/../examples/pipe/handler.py", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Fails loudly, naming it, if `program` (an example's interpreter) cannot be run.
+fn need(program: &str) {
+    let ran = Command::new(program).arg("--version").output();
+    assert!(ran.is_ok_and(|o| o.status.success()), "these tests need `{program}` on PATH for examples/pipe/");
 }
 
 /// `consume` of stream `s` as consumer `c` of group `g` (created at 0) on `transport`, with
@@ -57,8 +64,13 @@ fn spawn(args: &[String], env: &[(&str, &str)]) -> Pelican {
 
 /// Every entry up to `last` delivered to the group, and none pending: all acked.
 fn all_acked(admin: &mut Admin, last: &str) -> bool {
-    let info = format!("{:?}", admin.call(&["XINFO", "GROUPS", "s"]));
-    info.contains(last) && admin.xpending_count("s", "g") == 0
+    all_acked_on(admin, "s", last)
+}
+
+/// [`all_acked`] on stream `key`.
+fn all_acked_on(admin: &mut Admin, key: &str, last: &str) -> bool {
+    let info = format!("{:?}", admin.call(&["XINFO", "GROUPS", key]));
+    info.contains(last) && admin.xpending_count(key, "g") == 0
 }
 
 /// Thousands of entries through the example, in order and (64 outstanding, answers held and
@@ -77,7 +89,8 @@ fn every_entry_is_acked_once_in_order_or_not() {
     ] {
         let server = Server::start(flavor);
         let mut admin = server.admin();
-        let n = 3000;
+        // Not a multiple of 8: the last answers held back are given without more entries.
+        let n = 3001;
         let last = admin.xadd_n("s", n, 8).pop().unwrap();
         let dir = Scratch::new("pipe");
         let stats = dir.file("stats.json");
@@ -99,13 +112,19 @@ fn every_entry_is_acked_once_in_order_or_not() {
 /// started again (told on stderr), and every entry ends acked, the PEL empty.
 #[test]
 fn a_killed_handler_is_started_again_and_nothing_is_lost() {
-    let server = Server::start(Flavor::Redis70);
+    for (flavor, transport) in [(Flavor::Redis70, "mio"), (Flavor::Valkey81, "smol")] {
+        killed_handler(flavor, transport);
+    }
+}
+
+fn killed_handler(flavor: Flavor, transport: &str) {
+    let server = Server::start(flavor);
     let mut admin = server.admin();
     let last = admin.xadd_n("s", 400, 8).pop().unwrap();
     let dir = Scratch::new("pipe-kill");
     let pid_file = dir.file("pid");
     let url = format!("redis://{}", server.addr());
-    let args = consume(&url, "mio", &handler(), &["--concurrency", "8", "--min-idle-ms", "1000"]);
+    let args = consume(&url, transport, &handler(), &["--concurrency", "8", "--min-idle-ms", "1000"]);
     let mut p = spawn(&args, &[("HANDLER_SLOW_MS", "20"), ("HANDLER_PID_FILE", &pid_file)]);
     wait_until("the handler's pid", || std::fs::read_to_string(&pid_file).is_ok_and(|s| !s.is_empty()));
     let first = std::fs::read_to_string(&pid_file).unwrap();
@@ -121,9 +140,9 @@ fn a_killed_handler_is_started_again_and_nothing_is_lost() {
     assert!(
         err.contains("the --pipe handler was killed by signal 9")
             || err.contains("handler exited with status 137"),
-        "{err}"
+        "{flavor} {transport}: {err}"
     );
-    assert!(err.contains("starting it again"), "{err}");
+    assert!(err.contains("starting it again"), "{flavor} {transport}: {err}");
     assert_eq!(admin.xpending_count("s", "g"), 0);
 }
 
@@ -132,7 +151,7 @@ fn a_killed_handler_is_started_again_and_nothing_is_lost() {
 /// --max-deliveries goes to the dead-letter stream. The others are acked.
 #[test]
 fn an_unanswered_entry_times_out_then_is_dead_lettered() {
-    for flavor in [Flavor::Redis70, Flavor::Redis810] {
+    for flavor in [Flavor::Redis70, Flavor::Valkey81, Flavor::Redis810] {
         let server = Server::start(flavor);
         let mut admin = server.admin();
         admin.xadd_n("s", 20, 8);
@@ -173,8 +192,8 @@ fn bad_lines_and_unknown_ids_are_told_and_ignored() {
     let mut admin = server.admin();
     let last = admin.xadd_n("s", 5, 8).pop().unwrap();
     let url = format!("redis://{}", server.addr());
-    let noisy =
-        r#"echo 'not json'; echo '{"id":"9-9","verdict":"ack"}'; echo '{"id":"1-0","verdict":"maybe"}'"#;
+    // A line of 100,000 bytes (pelican keeps 64 KiB of it) between the others.
+    let noisy = r#"echo 'not json'; head -c 100000 /dev/zero | tr '\0' x; echo; echo '{"id":"9-9","verdict":"ack"}'; echo '{"id":"1-0","verdict":"maybe"}'"#;
     let pipe = format!("{noisy}; sh {}/../examples/pipe/handler.sh", env!("CARGO_MANIFEST_DIR"));
     let args = consume(&url, "mio", &pipe, &[]);
     let mut p = spawn(&args, &[]);
@@ -184,7 +203,51 @@ fn bad_lines_and_unknown_ids_are_told_and_ignored() {
     assert!(err.contains("--pipe: not an answer") && err.contains("not json"), "{err}");
     assert!(err.contains("an answer for no outstanding entry") && err.contains("9-9"), "{err}");
     assert!(err.contains("unknown verdict") && err.contains("maybe"), "{err}");
+    assert!(err.contains("--pipe: a line longer than 64 KiB, ignored: xxxx"), "{err}");
     assert_eq!(admin.xpending_count("s", "g"), 0);
+}
+
+/// Two streams with the same ids, handled by the Node example out of order: its answers name
+/// their stream, and each entry of each stream is acked once. An answer without "stream" for
+/// an id outstanding on both is told and ignored.
+#[test]
+fn with_several_streams_answers_name_their_stream() {
+    let server = Server::start(Flavor::Valkey81);
+    let mut admin = server.admin();
+    let n = 500;
+    for key in ["s", "t"] {
+        let adds: Vec<Vec<String>> =
+            (1..=n).map(|i| ["XADD", key, &format!("{i}-1"), "f", "v"].map(String::from).to_vec()).collect();
+        admin.pipeline(&adds);
+    }
+    let dir = Scratch::new("pipe-streams");
+    let stats = dir.file("stats.json");
+    let url = format!("redis://{}", server.addr());
+    need("node");
+    let node = format!("node {}/../examples/pipe/handler.js", env!("CARGO_MANIFEST_DIR"));
+    let extra = ["--stream", "t", "--concurrency", "16", "--stats-json", &stats];
+    let mut p = spawn(&handled_by(&url, "mio", "--pipe", &node, &extra), &[("HANDLER_SLOW_MS", "5")]);
+    let last = format!("{n}-1");
+    wait_until("all acked", || all_acked_on(&mut admin, "s", &last) && all_acked_on(&mut admin, "t", &last));
+    p.stop();
+    let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+    assert_eq!(s.get("acked").num() as usize, 2 * n, "{}", p.stderr());
+    assert_eq!(s.get("handled").num() as usize, 2 * n);
+    assert!(!p.stderr().contains("--pipe:"), "nothing told about the answers: {}", p.stderr());
+
+    // Entry 1-0 on streams u and v, both outstanding when the handler answers.
+    for key in ["u", "v"] {
+        admin.call(&["XADD", key, "1-0", "f", "v"]);
+    }
+    let answers = r#"read a; read b; echo '{"id":"1-0","verdict":"ack"}'; for k in u v; do echo "{\"stream\":\"$k\",\"id\":\"1-0\",\"verdict\":\"ack\"}"; done; cat >/dev/null"#;
+    let mut args = handled_by(&url, "smol", "--pipe", answers, &["--stream", "v"]);
+    assert_eq!(args[3..5], ["--stream", "s"]);
+    args[4] = "u".into();
+    let mut p = spawn(&args, &[]);
+    wait_until("both acked", || all_acked_on(&mut admin, "u", "1-0") && all_acked_on(&mut admin, "v", "1-0"));
+    p.stop();
+    let err = p.stderr();
+    assert!(err.contains(r#"an answer without "stream" for an id outstanding on several streams"#), "{err}");
 }
 
 /// A handler that cannot be started at all stops pelican with exit 1, the entry pending.
@@ -209,13 +272,19 @@ fn a_handler_that_cannot_start_stops_pelican() {
 /// sees its stdin close and exits, pelican exits 0, and nothing it was given stays pending.
 #[test]
 fn a_stop_waits_for_the_outstanding_answers() {
-    let server = Server::start(Flavor::Redis810);
+    for (flavor, transport) in [(Flavor::Redis70, "mio"), (Flavor::Redis810, "smol")] {
+        stop_with_answers_outstanding(flavor, transport);
+    }
+}
+
+fn stop_with_answers_outstanding(flavor: Flavor, transport: &str) {
+    let server = Server::start(flavor);
     let mut admin = server.admin();
     admin.xadd_n("s", 2000, 8);
     let dir = Scratch::new("pipe-stop");
     let stats = dir.file("stats.json");
     let url = format!("redis://{}", server.addr());
-    let mut args = consume(&url, "smol", &handler(), &["--concurrency", "16"]);
+    let mut args = consume(&url, transport, &handler(), &["--concurrency", "16"]);
     args.extend(["--stats-json".to_string(), stats.clone()]);
     let mut p = spawn(&args, &[("HANDLER_SLOW_MS", "50")]);
     wait_until("some outstanding", || admin.group_exists("s", "g") && admin.xpending_count("s", "g") > 0);
@@ -223,11 +292,28 @@ fn a_stop_waits_for_the_outstanding_answers() {
     p.stop();
     let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
     let handled = s.get("handled").num() as usize;
-    assert!(handled > 0 && handled < 2000, "{handled}");
-    assert_eq!(s.get("acked").num() as usize, handled, "every answer waited for and its ack confirmed");
-    // What was read and not handed out is released (8.10): nothing stays with c.
-    let held: BTreeSet<String> = admin.xpending_consumer("s", "g", "c").into_iter().map(|p| p.0).collect();
-    assert!(held.is_empty(), "{held:?}");
+    assert!(handled > 0 && handled < 2000, "{flavor} {transport}: {handled}");
+    let acked = s.get("acked").num() as i64;
+    assert_eq!(
+        acked as usize, handled,
+        "{flavor} {transport}: every answer waited for and its ack confirmed"
+    );
+    // The server agrees: of the entries delivered, all but those acked are pending.
+    assert_eq!(entries_read(&mut admin) - admin.xpending_count("s", "g"), acked, "{flavor} {transport}");
+    if flavor == Flavor::Redis810 {
+        // What was read and not handed out is released (8.8+): nothing stays with c.
+        let held: BTreeSet<String> =
+            admin.xpending_consumer("s", "g", "c").into_iter().map(|p| p.0).collect();
+        assert!(held.is_empty(), "{held:?}");
+    }
+}
+
+/// The entries delivered to group `g` of `s` (`entries-read`, Redis 7.0+).
+fn entries_read(admin: &mut Admin) -> i64 {
+    let groups = admin.call(&["XINFO", "GROUPS", "s"]);
+    let group = groups.as_array().and_then(|g| g.first()).and_then(|g| g.as_array()).unwrap_or_default();
+    let read = group.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("entries-read"));
+    read.and_then(|kv| kv[1].as_int()).unwrap_or_else(|| panic!("no entries-read in {groups:?}"))
 }
 
 /// `--exec` with `--handler-timeout`: a command that hangs is killed (its whole process

@@ -4,7 +4,8 @@
 pelican starts it once and keeps it. Each entry arrives on stdin as one JSON line:
   {"stream": "orders", "id": "1700000000000-0", "fields": {...}, "deliveries": 1, "source": "new"}
 and is answered on stdout with one JSON line, in any order:
-  {"id": "1700000000000-0", "verdict": "ack"}      (or "retry", or "dead-letter")
+  {"stream": "orders", "id": "1700000000000-0", "verdict": "ack"}   (or "retry", or "dead-letter")
+("stream" is needed only when several streams are consumed; this example always echoes it).
 
     pelican consume --stream orders --group billing --consumer w1 --create-group \
         --pipe 'python3 examples/pipe/handler.py' --concurrency 64
@@ -12,7 +13,8 @@ and is answered on stdout with one JSON line, in any order:
 What the example does is set by the environment (for trying it out, and for the tests):
   HANDLER_SLOW_MS    work this long on each entry (on a thread of its own: entries overlap)
   HANDLER_SHUFFLE    answer out of order: hold up to this many answers, then answer them
-                     newest first
+                     newest first (and every 50 ms what is held, so the last entries of a
+                     stream do not wait for more to come)
   HANDLER_FAIL       a field name: entries with it get "retry"; HANDLER_POISON likewise
                      gets "dead-letter"
   HANDLER_SILENT     a field name: entries with it are never answered
@@ -32,18 +34,33 @@ FAIL = os.environ.get("HANDLER_FAIL")
 POISON = os.environ.get("HANDLER_POISON")
 SILENT = os.environ.get("HANDLER_SILENT")
 
+# How often the answers held back by HANDLER_SHUFFLE are given, whatever comes.
+HOLD = 0.05
+
 out = threading.Lock()
 held = []
 
 
-def answer(entry_id, verdict):
+def write_held():
+    """Writes the answers held, newest first: out of order whenever more than one is."""
+    while held:
+        sys.stdout.write(json.dumps(held.pop()) + "\n")
+    sys.stdout.flush()
+
+
+def write_held_often():
+    """With HANDLER_SHUFFLE: gives what is held every HOLD seconds, entries coming or not."""
+    while True:
+        time.sleep(HOLD)
+        with out:
+            write_held()
+
+
+def answer(entry, verdict):
     with out:
-        held.append({"id": entry_id, "verdict": verdict})
-        if len(held) > SHUFFLE or not SHUFFLE:
-            # Newest first: out of order whenever more than one is held.
-            while held:
-                sys.stdout.write(json.dumps(held.pop()) + "\n")
-            sys.stdout.flush()
+        held.append({"stream": entry["stream"], "id": entry["id"], "verdict": verdict})
+        if len(held) > SHUFFLE:
+            write_held()
 
 
 def verdict(entry):
@@ -60,13 +77,15 @@ def verdict(entry):
 def handle(entry):
     if SLOW:
         time.sleep(SLOW)
-    answer(entry["id"], verdict(entry))
+    answer(entry, verdict(entry))
 
 
 def main():
     if os.environ.get("HANDLER_PID_FILE"):
         with open(os.environ["HANDLER_PID_FILE"], "w") as f:
             f.write(str(os.getpid()))
+    if SHUFFLE:
+        threading.Thread(target=write_held_often, daemon=True).start()
     for line in sys.stdin:
         entry = json.loads(line)
         fields = entry.get("fields") or {}
@@ -78,9 +97,7 @@ def main():
             handle(entry)
     # stdin closed: pelican is stopping; every entry was answered (or is being).
     with out:
-        while held:
-            sys.stdout.write(json.dumps(held.pop()) + "\n")
-        sys.stdout.flush()
+        write_held()
 
 
 if __name__ == "__main__":

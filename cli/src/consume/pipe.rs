@@ -33,6 +33,9 @@ const BACKOFF_MAX: Duration = Duration::from_secs(5);
 const BACKOFF_RESET: Duration = Duration::from_secs(10);
 /// How long the handler has to exit once its stdin is closed, and again after SIGTERM.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
+/// The longest answer line read: an answer is a few dozen bytes, and the rest of a longer
+/// line is skipped rather than kept.
+const MAX_LINE: usize = 64 * 1024;
 
 /// The handler process and the entries waiting for its answers.
 pub struct Pipe {
@@ -134,6 +137,10 @@ impl Pipe {
         if let Some(at) = state.next_start {
             // Holding the lock: the other entries wait for the same start.
             thread::sleep(at.saturating_duration_since(Instant::now()));
+            // A stop asked meanwhile starts no new handler.
+            if state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested() {
+                return None;
+            }
         }
         let mut child = match Command::new("sh")
             .arg("-c")
@@ -177,10 +184,16 @@ impl Pipe {
         let mut lines = BufReader::new(stdout);
         let mut line = Vec::new();
         loop {
-            line.clear();
-            match lines.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => answered |= self.answer(shared, &line),
+            match next_line(&mut lines, &mut line) {
+                Ok(None) | Err(_) => break,
+                Ok(Some(true)) => answered |= self.answer(shared, &line),
+                Ok(Some(false)) => {
+                    let shown: String = String::from_utf8_lossy(&line).chars().take(200).collect();
+                    shared.screen.tell(format_args!(
+                        "pelican: --pipe: a line longer than {} KiB, ignored: {shown}…",
+                        MAX_LINE / 1024
+                    ));
+                }
             }
         }
         let status = child.wait();
@@ -261,6 +274,13 @@ impl Pipe {
                 let mut found = waiting.keys().filter(|(_, id)| *id == answer.id);
                 match (found.next(), found.next()) {
                     (Some(key), None) => Some(key.clone()),
+                    (Some(_), Some(_)) => {
+                        drop(waiting);
+                        shared.screen.tell(format_args!(
+                            "pelican: --pipe: an answer without \"stream\" for an id outstanding on several streams, ignored: {shown}"
+                        ));
+                        return false;
+                    }
                     _ => None,
                 }
             }
@@ -305,6 +325,35 @@ impl Pipe {
     }
 }
 
+/// Reads one line (its newline kept) into `line`, keeping at most [`MAX_LINE`] bytes of it:
+/// `None` at the end of the output, `Some(false)` for a longer line (the rest of it skipped),
+/// so a handler writing without newlines cannot grow pelican's memory without end.
+fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+    line.clear();
+    let (mut any, mut whole) = (false, true);
+    loop {
+        let buf = match from.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            return Ok(any.then_some(whole));
+        }
+        any = true;
+        let end = buf.iter().position(|b| *b == b'\n');
+        let chunk = &buf[..end.map_or(buf.len(), |i| i + 1)];
+        let room = MAX_LINE.saturating_sub(line.len());
+        whole &= chunk.len() <= room;
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len();
+        from.consume(used);
+        if end.is_some() {
+            return Ok(Some(whole));
+        }
+    }
+}
+
 /// An entry's line for the handler: what `consume` prints, with its delivery count and
 /// where it came from.
 fn line(stream: &[u8], entry: &Entry) -> String {
@@ -323,4 +372,26 @@ fn stream_key(stream: &[u8]) -> String {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{next_line, MAX_LINE};
+
+    fn lines(bytes: &[u8]) -> Vec<(usize, bool)> {
+        // A small buffer: lines arrive in several pieces.
+        let mut from = std::io::BufReader::with_capacity(7, bytes);
+        let mut line = Vec::new();
+        std::iter::from_fn(|| next_line(&mut from, &mut line).unwrap().map(|whole| (line.len(), whole)))
+            .collect()
+    }
+
+    #[test]
+    fn lines_are_read_whole_and_long_ones_cut() {
+        assert_eq!(lines(b"{\"id\":\"1-0\"}\n\nlast"), [(13, true), (1, true), (4, true)]);
+        let mut long = vec![b'x'; MAX_LINE + 10];
+        long.extend_from_slice(b"\nnext\n");
+        assert_eq!(lines(&long), [(MAX_LINE, false), (5, true)]);
+        assert_eq!(lines(b""), []);
+    }
 }
