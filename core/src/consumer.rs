@@ -11,7 +11,7 @@ use crate::acks::Acks;
 use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
-use crate::config::{Config, ConfigError, GroupGone, OnRetry, Protocol};
+use crate::config::{Config, ConfigError, GroupGone, Protocol};
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::dialect::Dialect;
@@ -22,6 +22,7 @@ use crate::in_flight::{HealthPart, InFlight, Pipeline, Sent};
 use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
+use crate::release::{self, Releases};
 use crate::reply;
 use crate::stats::{Snapshot, Stats};
 use crate::stream_reply::{self, Item, Span};
@@ -187,11 +188,8 @@ pub struct Consumer {
     server: String,
     /// The `HELLO` that tells the dialect is in flight: [`Notice::Connected`] waits for it.
     learning_dialect: bool,
-    /// Entries given `Retry`, to release (`XNACK … FAIL`), as its arguments.
-    releases: Acks,
-    /// Entries given `Retry` under [`OnRetry::ReleaseAfter`]: when each is released, its id,
-    /// and when it was last read or renewed (past the lease it is no longer surely ours).
-    delayed_releases: VecDeque<(Instant, Bytes, Instant)>,
+    /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
+    releases: Releases,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
     /// lag (an entry gone since may have set it), so that the next renewal's time costs no
     /// walk of the buffer at every turn of the driver.
@@ -267,8 +265,6 @@ const CURSOR_START: &[u8] = b"0-0";
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
 const DRAIN_START: &[u8] = b"0";
-/// The first wait of [`OnRetry::Release`]'s backoff (see `retry_backoff`).
-const RETRY_BACKOFF: Duration = Duration::from_millis(10);
 
 impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
@@ -323,8 +319,7 @@ impl Consumer {
             dialect: Dialect::CLASSIC,
             server: String::new(),
             learning_dialect: false,
-            releases: Acks::default(),
-            delayed_releases: VecDeque::new(),
+            releases: Releases::default(),
             lease_floor: None,
             stats: Stats::default(),
         })
@@ -636,22 +631,10 @@ impl Consumer {
             }
             Verdict::Retry => {
                 self.stats.retried += 1;
-                // Released only while surely still ours (`XNACK` checks no owner): not lost
-                // to a peer, and held less than `min_idle` since read or renewed.
-                let ours = hand.read_at.filter(|at| self.surely_ours(now.saturating_duration_since(*at)));
-                match (self.config.on_retry, ours) {
-                    (_, None) | (OnRetry::StayPending, _) => {}
-                    _ if !self.dialect.release => {}
-                    (OnRetry::Release, Some(read_at)) => match self.retry_backoff(hand.deliveries) {
-                        Some(delay) if delay.is_zero() => {
-                            self.releases.push_bulk(self.held.bulk(hand.id), false)
-                        }
-                        Some(delay) => self.release_after(now + delay, self.held.to_bytes(hand.id), read_at),
-                        None => {}
-                    },
-                    (OnRetry::ReleaseAfter(delay), Some(read_at)) => {
-                        self.release_after(now + delay, self.held.to_bytes(hand.id), read_at);
-                    }
+                if self.dialect.release {
+                    let (held, id) = (&self.held, hand.id);
+                    let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
+                    self.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
                 }
             }
             Verdict::DeadLetter => {
@@ -835,7 +818,7 @@ impl Consumer {
                 let parked = self.parked_read_in_flight();
                 let acks = self.ack_due.filter(|_| !parked);
                 let leases = self.lease_due().filter(|_| !parked);
-                let releases = self.delayed_releases.front().map(|(due, ..)| *due).filter(|_| !parked);
+                let releases = self.releases.next_due().filter(|_| !parked);
                 let twins = self.twins.again_at().filter(|_| self.checks_twins());
                 [replies, acks, leases, releases, twins].into_iter().flatten().min()
             }
@@ -866,10 +849,7 @@ impl Consumer {
                 self.give_back(now);
                 self.flush_acks(now);
                 // Not worth waiting for at a stop: released now if still ours.
-                let delayed: Vec<_> =
-                    self.delayed_releases.drain(..).map(|(_, id, at)| (now, id, at)).collect();
-                self.delayed_releases.extend(delayed);
-                self.release_due(now);
+                self.releases.come_due(&self.config, now, true);
                 self.flush_releases(now);
             }
             self.finish_stop_if_clear();
@@ -882,9 +862,7 @@ impl Consumer {
             self.flush_dead_letters(now);
             self.give_back(now);
         }
-        if !self.delayed_releases.is_empty() {
-            self.release_due(now);
-        }
+        self.releases.come_due(&self.config, now, false);
         self.flush_releases(now);
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read
@@ -979,54 +957,14 @@ impl Consumer {
         self.config.delete_acked.is_some() && self.dialect.ack_delete
     }
 
-    /// How long a released entry may have been held, since it was last read or renewed, and
-    /// still surely be this consumer's (`XNACK` checks no owner): no peer reclaims it before
-    /// `min_idle`; halfway from the lease to that leaves room for the server's clock.
-    fn surely_ours(&self, held: Duration) -> bool {
-        let lease = self.config.lease_threshold();
-        held < lease + (self.config.min_idle.saturating_sub(lease)) / 2
-    }
-
-    /// How long [`OnRetry::Release`] waits before it releases an entry given `Retry` at its
-    /// `deliveries`-th delivery: nothing the first time; then 10 ms, ×4 each time (so that an
-    /// entry that keeps failing is not retried in a hot loop, this consumer's next read
-    /// taking back what it released); `None` (stays pending, back after `min_idle`) once
-    /// that would pass the lease.
-    fn retry_backoff(&self, deliveries: u64) -> Option<Duration> {
-        if deliveries <= 1 {
-            return Some(Duration::ZERO);
-        }
-        let times = 4u32.saturating_pow(u32::try_from(deliveries - 2).unwrap_or(u32::MAX).min(30));
-        Some(RETRY_BACKOFF.saturating_mul(times)).filter(|d| *d <= self.config.lease_threshold())
-    }
-
-    /// Queues a release for `due`, kept in order of due time.
-    fn release_after(&mut self, due: Instant, id: Bytes, read_at: Instant) {
-        let at = self.delayed_releases.partition_point(|(d, ..)| *d <= due);
-        self.delayed_releases.insert(at, (due, id, read_at));
-    }
-
-    /// Moves the delayed releases that have come due to the releases to write.
-    fn release_due(&mut self, now: Instant) {
-        while let Some((due, _, read_at)) = self.delayed_releases.front() {
-            if *due > now {
-                break;
-            }
-            let held = now.saturating_duration_since(*read_at);
-            let Some((_, id, _)) = self.delayed_releases.pop_front() else { break };
-            if self.surely_ours(held) {
-                self.releases.push(&id);
-            }
-        }
-    }
-
     /// Writes the releases owed in one `XNACK … FAIL` — never behind a parked read.
     fn flush_releases(&mut self, now: Instant) {
-        if self.releases.is_empty() || self.link != Link::Up || self.parked_read_in_flight() {
+        if self.link != Link::Up || self.parked_read_in_flight() {
             return;
         }
-        let releases = self.releases.take(Acks::default());
-        self.send(Sent::Release { ids: releases, silent: false }, now);
+        if let Some(ids) = self.releases.take() {
+            self.send(Sent::Release { ids, silent: false }, now);
+        }
     }
 
     /// Asks after the group's health when it is due — never behind a parked read, which
@@ -1240,10 +1178,7 @@ impl Consumer {
         let owed = !self.acks.is_empty()
             || !self.dead_letters.is_empty()
             || (self.link == Link::Up
-                && (!self.returns.is_empty()
-                    || self.staged.is_some()
-                    || !self.releases.is_empty()
-                    || !self.delayed_releases.is_empty()))
+                && (!self.returns.is_empty() || self.staged.is_some() || !self.releases.is_empty()))
             || self.in_flight.iter().any(|c| c.sent.is_owed());
         if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_empty() && !owed {
             self.reset_link();
@@ -1292,7 +1227,7 @@ impl Consumer {
             // owner-checked, and wait for `min_idle`.
             let mut released = Acks::default();
             returns.retain(|b| {
-                let ours = self.surely_ours(now.saturating_duration_since(b.read_at));
+                let ours = release::surely_ours(&self.config, now.saturating_duration_since(b.read_at));
                 if ours {
                     released.push(b.entry.id());
                 }

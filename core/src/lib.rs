@@ -109,6 +109,7 @@ mod notice;
 #[cfg(any(test, feature = "fuzzing"))]
 mod oracle;
 mod pace;
+mod release;
 mod reply;
 pub mod retire;
 mod stats;
