@@ -229,9 +229,15 @@ impl Pipe {
             };
             let n = failed.len();
             let entries = if n == 1 { "entry stays" } else { "entries stay" };
+            // Stopping: no new handler starts (see `started`), so none is promised.
+            let again = match shared.stop.is_requested() {
+                true => String::new(),
+                false => {
+                    format!("; starting it again in {} ms", state.backoff.unwrap_or(BACKOFF_MIN).as_millis())
+                }
+            };
             shared.screen.tell(format_args!(
-                "pelican: the --pipe handler {how}; its {n} outstanding {entries} pending; starting it again in {} ms",
-                state.backoff.unwrap_or(BACKOFF_MIN).as_millis()
+                "pelican: the --pipe handler {how}; its {n} outstanding {entries} pending{again}"
             ));
         }
         drop(state);
