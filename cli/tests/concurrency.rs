@@ -12,32 +12,10 @@ mod support;
 use std::collections::BTreeMap;
 
 use pelican_tests::server::{Flavor, Server};
-use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
+use support::{consume, lines_of, run, wait_until, Json, Pelican, Scratch};
 
 fn url(server: &Server) -> String {
     format!("redis://{}", server.addr())
-}
-
-/// `consume` arguments for stream `s`, group `g`, consumer `c`, creating the group at 0, on
-/// `transport`.
-fn consume<'a>(url: &'a str, transport: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "consume",
-        "--url",
-        url,
-        "--stream",
-        "s",
-        "--group",
-        "g",
-        "--consumer",
-        "c",
-        "--create-group",
-        "0",
-        "--transport",
-        transport,
-    ];
-    args.extend_from_slice(extra);
-    args
 }
 
 /// A command that logs `start <id>` to `log`, runs `middle`, then logs `end <id>`.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pelican_tests::server::{Flavor, Options, Server};
 use prometheus_parse::{Scrape, Value};
-use support::{wait_until, Json, Pelican, Scratch};
+use support::{consume, wait_until, Json, Pelican, Scratch};
 
 /// A loopback port free just now.
 fn free_addr() -> SocketAddr {
@@ -102,26 +102,7 @@ fn metrics_match_the_stats_json_and_health_follows_an_outage() {
         let stats = scratch.file("stats.json");
         let addr = free_addr();
         let at = addr.to_string();
-        let args = [
-            "consume",
-            "--url",
-            &url,
-            "--stream",
-            "s",
-            "--group",
-            "g",
-            "--consumer",
-            "c",
-            "--create-group",
-            "0",
-            "--transport",
-            transport,
-            "--metrics",
-            &at,
-            "--stats-json",
-            &stats,
-            "--quiet",
-        ];
+        let args = consume(&url, transport, &["--metrics", &at, "--stats-json", &stats, "--quiet"]);
         let mut p = Pelican::spawn(&args);
         let acked = |addr| value(&scrape(addr), "pelican_acked_total", None);
         wait_until("the first 3000 acked", || acked(addr) == Some(3000.0));
@@ -175,24 +156,7 @@ fn healthz_says_stopping_while_a_stop_waits_for_the_command() {
     let exec = format!("touch {started}; while [ ! -e {go} ]; do sleep 0.02; done");
     let addr = free_addr();
     let at = addr.to_string();
-    let args = [
-        "consume",
-        "--url",
-        &url,
-        "--stream",
-        "s",
-        "--group",
-        "g",
-        "--consumer",
-        "c",
-        "--create-group",
-        "0",
-        "--exec",
-        &exec,
-        "--metrics",
-        &at,
-        "--quiet",
-    ];
+    let args = consume(&url, "mio", &["--exec", &exec, "--metrics", &at, "--quiet"]);
     let mut p = Pelican::spawn(&args);
     wait_until("the command started", || std::path::Path::new(&started).exists());
     wait_until("healthy", || health(addr).0 == 200);

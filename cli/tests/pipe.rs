@@ -33,28 +33,9 @@ fn consume(url: &str, transport: &str, pipe: &str, extra: &[&str]) -> Vec<String
 
 /// [`consume`] with `flag CMD` (`--pipe` or `--exec`).
 fn handled_by(url: &str, transport: &str, flag: &str, command: &str, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "consume",
-        "--url",
-        url,
-        "--stream",
-        "s",
-        "--group",
-        "g",
-        "--consumer",
-        "c",
-        "--create-group",
-        "0",
-        "--transport",
-        transport,
-        flag,
-        command,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    args
+    let mut args = support::consume(url, transport, &[flag, command]);
+    args.extend_from_slice(extra);
+    args.into_iter().map(String::from).collect()
 }
 
 fn spawn(args: &[String], env: &[(&str, &str)]) -> Pelican {

@@ -343,3 +343,25 @@ impl Parser<'_> {
         }
     }
 }
+
+/// `consume --url URL --stream s --group g --consumer c --create-group 0 --transport T`
+/// and `extra`: the stories' usual consumer.
+pub fn consume<'a>(url: &'a str, transport: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "consume",
+        "--url",
+        url,
+        "--stream",
+        "s",
+        "--group",
+        "g",
+        "--consumer",
+        "c",
+        "--create-group",
+        "0",
+        "--transport",
+        transport,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
