@@ -165,6 +165,59 @@ pub struct Config {
     /// Speak only the classic stream verbs (Redis 6.2's) whatever the server offers (see
     /// [`Dialect`](crate::Dialect)). Default `false`: the newer verbs where the server has them.
     pub classic_verbs: bool,
+    /// Wait for each batch of acks (and each dead-letter move) to reach replicas, or the
+    /// append-only file, before going on (see [`AckWait`]). `None` (the default): acks are
+    /// confirmed by the master alone, and a failover may lose the last of them (their entries
+    /// are then delivered again, never lost).
+    pub ack_wait: Option<AckWait>,
+}
+
+/// [`Config::ack_wait`]: what an ack batch waits for before the consumer goes on.
+///
+/// Replication is asynchronous: a failover promotes a replica that may not have the last
+/// writes of its master, and an ack lost that way brings its entry back (delivered again,
+/// to this consumer's drain or a peer's reclaim). Waiting makes that rarer, at the cost of a
+/// round trip to the replicas for every batch (reads wait behind it). It does not make the
+/// ack synchronous: a replica that does not answer in time leaves the ack where it is, and
+/// the consumer goes on — it counts such acks ([`Stats::acks_unreplicated`](crate::Stats::acks_unreplicated))
+/// and says so ([`Notice::AcksUnreplicated`](crate::Notice::AcksUnreplicated)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AckWait {
+    /// `WAIT replicas timeout` after each batch: until that many replicas have it.
+    Replicas {
+        /// Replicas that must have the acks (1 or more).
+        replicas: u32,
+        /// The longest a batch waits for them.
+        timeout: Duration,
+    },
+    /// `WAITAOF local replicas timeout` after each batch (Redis 7.2+, Valkey): until the
+    /// master's append-only file (`local`) and that many replicas' have it written and
+    /// fsynced. On an older server the first connect fails with
+    /// [`Error::Unsupported`](crate::Error::Unsupported).
+    Aof {
+        /// The master's own append-only file too (it must have `appendonly yes`).
+        local: bool,
+        /// Replicas whose append-only files must have the acks.
+        replicas: u32,
+        /// The longest a batch waits.
+        timeout: Duration,
+    },
+}
+
+impl AckWait {
+    /// How long a batch may wait.
+    pub fn timeout(&self) -> Duration {
+        match *self {
+            AckWait::Replicas { timeout, .. } | AckWait::Aof { timeout, .. } => timeout,
+        }
+    }
+
+    /// How many replicas must have each batch.
+    pub fn replicas(&self) -> u32 {
+        match *self {
+            AckWait::Replicas { replicas, .. } | AckWait::Aof { replicas, .. } => replicas,
+        }
+    }
 }
 
 /// What a [`Verdict::Retry`](crate::Verdict::Retry) does with its entry. On servers without
@@ -333,7 +386,21 @@ impl Config {
             on_retry: OnRetry::Release,
             delete_acked: None,
             classic_verbs: false,
+            ack_wait: None,
         }
+    }
+
+    /// Sets [`Config::ack_wait`] to [`AckWait::Replicas`]: each ack batch waits until
+    /// `replicas` replicas have it, at most `timeout`.
+    pub fn ack_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.ack_wait = Some(AckWait::Replicas { replicas, timeout });
+        self
+    }
+
+    /// Sets [`Config::ack_wait`].
+    pub fn ack_wait(mut self, wait: AckWait) -> Self {
+        self.ack_wait = Some(wait);
+        self
     }
 
     /// Sets [`Config::on_retry`].
@@ -536,6 +603,7 @@ impl Config {
             ("backoff_max", Some(self.backoff_max)),
             ("ack_delay", Some(self.ack_delay)),
             ("health_every", self.health_every),
+            ("ack_wait timeout", self.ack_wait.map(|w| w.timeout())),
         ] {
             // Past this, deadlines would overflow the clock; no sane setting comes near it.
             if d.is_some_and(|d| d > MAX_DURATION) {
@@ -544,6 +612,16 @@ impl Config {
         }
         if self.health_every.is_some_and(|d| d.is_zero()) {
             return Err(DurationTooShort("health_every"));
+        }
+        match self.ack_wait {
+            Some(AckWait::Replicas { replicas: 0, .. } | AckWait::Aof { local: false, replicas: 0, .. }) => {
+                return Err(NothingToWaitFor);
+            }
+            // WAIT 0 / WAITAOF … 0 would block for good when nothing answers.
+            Some(wait) if wait.timeout() < Duration::from_millis(1) => {
+                return Err(DurationTooShort("ack_wait timeout"));
+            }
+            _ => {}
         }
         if self.min_idle < MIN_MIN_IDLE {
             return Err(MinIdleTooShort { given: self.min_idle, min: MIN_MIN_IDLE });
@@ -669,6 +747,8 @@ pub enum ConfigError {
     BadStartId,
     /// `concurrency` is 0 or over [`MAX_CONCURRENCY`].
     BadConcurrency(u32),
+    /// `ack_wait` waits for no replica and no append-only file.
+    NothingToWaitFor,
 }
 
 impl fmt::Display for ConfigError {
@@ -716,6 +796,9 @@ impl fmt::Display for ConfigError {
             ConfigError::LimitTooLow(what) => write!(f, "decoder limit too low: {what}"),
             ConfigError::DurationTooLong(what) => write!(f, "{what} must be at most 365 days"),
             ConfigError::DurationTooShort(what) => write!(f, "{what} must be more than zero"),
+            ConfigError::NothingToWaitFor => {
+                f.write_str("ack_wait must wait for at least one replica (or, with WAITAOF, the local file)")
+            }
             ConfigError::BadStartId => f.write_str(
                 "a group start id is $ (new entries only), 0 (the whole stream), <ms> or <ms>-<seq>",
             ),
@@ -745,6 +828,12 @@ mod tests {
             (Config::new("s", "", "c"), ConfigError::EmptyName("group")),
             (Config::new("s", "g", ""), ConfigError::EmptyName("consumer")),
             (base().count(0), ConfigError::ZeroCount),
+            (base().ack_replicas(0, Duration::from_secs(1)), ConfigError::NothingToWaitFor),
+            (
+                base().ack_wait(AckWait::Aof { local: false, replicas: 0, timeout: Duration::from_secs(1) }),
+                ConfigError::NothingToWaitFor,
+            ),
+            (base().ack_replicas(1, Duration::ZERO), ConfigError::DurationTooShort("ack_wait timeout")),
             (base().beat(Duration::ZERO), ConfigError::BeatTooShort),
             (base().beat(Duration::from_micros(999)), ConfigError::BeatTooShort),
             (base().beat(Duration::from_secs(90_000)), ConfigError::BeatTooLong),

@@ -11,10 +11,11 @@ use crate::acks::Acks;
 use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
-use crate::config::{Config, ConfigError, GroupGone, Protocol};
+use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol};
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, Hello};
+use crate::encode::Decimal;
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
 use crate::held::{key_hash, HeldId, HeldIds, KeyHasher};
@@ -23,7 +24,7 @@ use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::release::{self, Releases};
-use crate::reply;
+use crate::reply::{self, Role};
 use crate::stats::{Snapshot, Stats};
 use crate::stream_reply::{self, Item, Span};
 use crate::twins::{Outcome, Twins};
@@ -186,8 +187,16 @@ pub struct Consumer {
     dialect: Dialect,
     /// The server as `HELLO` named it (`redis 8.10.2`), for errors.
     server: String,
-    /// The `HELLO` that tells the dialect is in flight: [`Notice::Connected`] waits for it.
-    learning_dialect: bool,
+    /// The `HELLO` that tells the dialect and the node's role (or the `ROLE` that names a
+    /// replica's master) is in flight: nothing else is sent before its answer, and
+    /// [`Notice::Connected`] waits for it.
+    vetting: bool,
+    /// The node last found to be a replica, as told ([`Notice::NotMaster`]): told again
+    /// only for another master, or after a connection that worked.
+    told_not_master: Option<String>,
+    /// Acks found unreplicated were told ([`Notice::AcksUnreplicated`]); again only after a
+    /// batch that made it.
+    unreplicated_told: bool,
     /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
     releases: Releases,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
@@ -260,6 +269,13 @@ struct Staged {
     paged: bool,
 }
 
+/// Why a connection was lost, for its notice.
+enum Lost {
+    /// The node is not a master: what it is instead.
+    NotMaster(String),
+    Because(String),
+}
+
 const CURSOR_START: &[u8] = b"0-0";
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
@@ -318,7 +334,9 @@ impl Consumer {
             twins: Twins::default(),
             dialect: Dialect::CLASSIC,
             server: String::new(),
-            learning_dialect: false,
+            vetting: false,
+            told_not_master: None,
+            unreplicated_told: false,
             releases: Releases::default(),
             lease_floor: None,
             stats: Stats::default(),
@@ -353,9 +371,15 @@ impl Consumer {
         self.dialect
     }
 
-    /// True while a connection is up (between `on_connected` and its loss).
+    /// True while a connection is up (between `on_connected` and its loss), whether or not
+    /// the node has yet answered as a master ([`Snapshot::connected`] waits for that).
     pub fn is_connected(&self) -> bool {
         self.link == Link::Up
+    }
+
+    /// Connected, and the node vetted: commands may go out.
+    fn ready(&self) -> bool {
+        self.link == Link::Up && !self.vetting
     }
 
     /// The counters, the entries in hand and buffered, and whether connected, at once.
@@ -364,7 +388,7 @@ impl Consumer {
             stats: self.stats.clone(),
             in_hand: self.in_hand.len(),
             buffered: self.buffered(),
-            connected: self.is_connected(),
+            connected: self.ready(),
             health: self.last_health.clone(),
         }
     }
@@ -375,7 +399,7 @@ impl Consumer {
         let same = self.stats == last.stats
             && self.in_hand.len() == last.in_hand
             && self.buffered() == last.buffered
-            && self.is_connected() == last.connected
+            && self.ready() == last.connected
             && self.last_health == last.health;
         if !same {
             *last = self.snapshot();
@@ -437,8 +461,10 @@ impl Consumer {
 
     // ---- connection ---------------------------------------------------------------------
 
-    /// A fresh connection is up. Queues the handshake, the group door, acks and dead-letter
-    /// moves still owed, and the drain of the own pending list from the start: whatever this
+    /// A fresh connection is up. Queues the handshake, whose `HELLO` tells the server's
+    /// version and the node's role. Only once the node answers as a master (a replica is
+    /// never read from: [`Error::NotMaster`]) come the group door, acks and dead-letter moves
+    /// still owed, and the drain of the own pending list from the start: whatever this
     /// consumer held before (a crash, a lost connection) is handed out again at once.
     pub fn on_connected(&mut self, now: Instant) {
         self.tick(now);
@@ -455,12 +481,21 @@ impl Consumer {
         for command in commands::handshake(&mut self.out, &self.config) {
             self.track(Sent::Handshake(command), now);
         }
-        // HELLO 3 tells the server's version; in RESP2 a `HELLO` without arguments asks it.
-        self.learning_dialect = !self.config.classic_verbs || self.config.protocol == Protocol::Resp3;
-        if self.learning_dialect && self.config.protocol == Protocol::Resp2 {
+        // HELLO 3 tells the server's version and the node's role; in RESP2 a `HELLO` without
+        // arguments asks them (and switches nothing).
+        if self.config.protocol == Protocol::Resp2 {
             crate::encode::command(&mut self.out, &[b"HELLO"]);
             self.track(Sent::Handshake(Command::ServerInfo), now);
         }
+        self.vetting = true;
+    }
+
+    /// The node answered the handshake as a master (or as a server that does not say):
+    /// what goes out before the first read, then the drain.
+    fn open(&mut self, now: Instant) {
+        self.vetting = false;
+        self.told_not_master = None;
+        self.announce();
         if self.checks_twins() && !self.twins.vetted() {
             self.look_for_twins(now);
         }
@@ -499,7 +534,16 @@ impl Consumer {
         }
         let scheduled = matches!(self.link, Link::Down { retry_at } if now < retry_at);
         if self.is_live() && !scheduled {
-            self.lose_link(now, reason.to_string());
+            self.lose_link(now, Lost::Because(reason.to_string()));
+        }
+    }
+
+    /// The driver learned where the server is now (a sentinel named a new master): the next
+    /// connect is due at once rather than after the backoff. Does nothing unless waiting to
+    /// reconnect.
+    pub fn connect_now(&mut self, now: Instant) {
+        if let Link::Down { retry_at } = &mut self.link {
+            *retry_at = (*retry_at).min(now);
         }
     }
 
@@ -527,12 +571,7 @@ impl Consumer {
                 }
                 Ok(Some((Frame::Push, _))) => continue,
                 Ok(Some(frame)) => {
-                    if !self.heard {
-                        self.heard = true;
-                        if !self.learning_dialect {
-                            self.announce();
-                        }
-                    }
+                    self.heard = true;
                     frame
                 }
                 Err(e) => {
@@ -840,6 +879,9 @@ impl Consumer {
 
     /// Decides what to send next; called after anything that may change the answer.
     fn pump(&mut self, now: Instant) {
+        if self.link == Link::Up && self.vetting {
+            return; // nothing goes out before the node's role is known
+        }
         if self.stop == Stop::Stopping {
             // Owed acks go out if the link is up; once the entries in hand are settled and
             // nothing is owed, the stop ends, link or not. Entries read meanwhile first get
@@ -932,10 +974,11 @@ impl Consumer {
         self.announced_before = true;
     }
 
-    /// The server's `HELLO` answered (`None`: it did not): the verbs spoken from now on.
-    fn learn_dialect(&mut self, hello: Option<(&[u8], &[u8])>) -> Result<(), Error> {
-        self.learning_dialect = false;
-        let (dialect, server) = match hello {
+    /// The server's `HELLO` answered (`None`: it did not): the verbs spoken from now on, and
+    /// whether the node is a master.
+    fn learn_hello(&mut self, hello: Option<Hello>, now: Instant) -> Result<(), Error> {
+        let hello = hello.unwrap_or_default();
+        let (dialect, server) = match &hello.server {
             Some((server, version)) => (
                 Dialect::of(server, version),
                 format!("{} {}", String::from_utf8_lossy(server), String::from_utf8_lossy(version)),
@@ -948,8 +991,31 @@ impl Consumer {
             let (feature, needs) = ("deleting acked entries", "XACKDEL (Redis 8.2 or later)");
             return Err(Error::Unsupported { feature, needs, server: self.server.clone() });
         }
-        self.announce();
+        let waits_aof = hello.server.as_ref().is_some_and(|(s, v)| crate::dialect::waits_aof(s, v));
+        if matches!(self.config.ack_wait, Some(AckWait::Aof { .. })) && !waits_aof {
+            let (feature, needs) =
+                ("waiting for acks to reach append-only files", "WAITAOF (Redis 7.2 or later, or Valkey)");
+            return Err(Error::Unsupported { feature, needs, server: self.server.clone() });
+        }
+        if hello.is_replica() {
+            // Asked only to name its master (`ROLE` needs `@admin`; refused, it goes unnamed).
+            crate::encode::command(&mut self.out, &[b"ROLE"]);
+            self.track(Sent::Role, now);
+            return Ok(());
+        }
+        self.open(now);
         Ok(())
+    }
+
+    /// A replica's `ROLE` (or its refusal): the connection is not one to read from. Told
+    /// once for each master it names (a master already, it is read from after all).
+    fn on_role(&mut self, role: Role, now: Instant) -> Result<(), Error> {
+        if role == Role::Master {
+            // Promoted between the two answers.
+            self.open(now);
+            return Ok(());
+        }
+        Err(Error::NotMaster { role: role.to_string() })
     }
 
     /// Whether acks delete their entries (`XACKDEL`) on this connection.
@@ -959,7 +1025,7 @@ impl Consumer {
 
     /// Writes the releases owed in one `XNACK … FAIL` — never behind a parked read.
     fn flush_releases(&mut self, now: Instant) {
-        if self.link != Link::Up || self.parked_read_in_flight() {
+        if !self.ready() || self.parked_read_in_flight() {
             return;
         }
         if let Some(ids) = self.releases.take() {
@@ -1127,7 +1193,7 @@ impl Consumer {
     /// already in flight.
     fn renew_leases(&mut self, now: Instant) {
         // Never behind a parked read, which would hold the answer (`park_for` keeps it short).
-        if self.link != Link::Up || self.in_flight.leasing() || self.in_flight.parked() {
+        if !self.ready() || self.in_flight.leasing() || self.in_flight.parked() {
             return;
         }
         let lease = self.config.lease_threshold();
@@ -1196,12 +1262,58 @@ impl Consumer {
     /// Writes the earned acks in one `XACK` — never behind a parked read, which would hold
     /// it for up to a beat.
     fn flush_acks(&mut self, now: Instant) {
-        if self.acks.is_empty() || self.link != Link::Up || self.parked_read_in_flight() {
+        if self.acks.is_empty() || !self.ready() || self.parked_read_in_flight() {
             return;
         }
         let acks = self.acks.take(self.ack_pool.pop().unwrap_or_default());
         self.ack_due = None;
+        let n = acks.len() as u64;
         self.send(Sent::Ack(acks), now);
+        self.wait_for_replicas(n, now);
+    }
+
+    /// `WAIT` (or `WAITAOF`) behind `acks` acks or dead-letter moves just written, where
+    /// [`Config::ack_wait`] asks for it.
+    fn wait_for_replicas(&mut self, acks: u64, now: Instant) {
+        let Some(wait) = self.config.ack_wait else { return };
+        let timeout = Decimal::new(u64::try_from(wait.timeout().as_millis()).unwrap_or(u64::MAX));
+        let replicas = Decimal::new(wait.replicas().into());
+        match wait {
+            AckWait::Replicas { .. } => {
+                crate::encode::command(&mut self.out, &[b"WAIT", replicas.as_bytes(), timeout.as_bytes()])
+            }
+            AckWait::Aof { local, .. } => {
+                let local: &[u8] = if local { b"1" } else { b"0" };
+                crate::encode::command(
+                    &mut self.out,
+                    &[b"WAITAOF", local, replicas.as_bytes(), timeout.as_bytes()],
+                )
+            }
+        }
+        self.track(Sent::Wait { acks }, now);
+    }
+
+    /// A `WAIT`/`WAITAOF` answered: the acks behind it that did not get where they were to
+    /// go are counted, and told when that starts.
+    fn on_wait(&mut self, acks: u64, value: Value) -> Result<(), reply::ShapeError> {
+        let Some(wait) = self.config.ack_wait else { return Ok(()) };
+        let (local, replicas) = match wait {
+            AckWait::Replicas { .. } => (true, reply::count(value)?),
+            AckWait::Aof { local, .. } => {
+                let (on_disk, replicas) = reply::wait_aof(value)?;
+                (!local || on_disk > 0, replicas)
+            }
+        };
+        let wanted = wait.replicas();
+        if local && replicas >= u64::from(wanted) {
+            self.unreplicated_told = false;
+            return Ok(());
+        }
+        self.stats.acks_unreplicated += acks;
+        if !std::mem::replace(&mut self.unreplicated_told, true) {
+            self.notices.push_back(Notice::AcksUnreplicated { acks, replicas, wanted });
+        }
+        Ok(())
     }
 
     /// Drops the entries read but not handed out (they stay pending), keeping them to give
@@ -1260,9 +1372,12 @@ impl Consumer {
         if self.dead_letters.is_empty() {
             return;
         }
-        for job in std::mem::take(&mut self.dead_letters) {
+        let jobs = std::mem::take(&mut self.dead_letters);
+        let n = jobs.len() as u64;
+        for job in jobs {
             self.send(Sent::DeadLetter(job), now);
         }
+        self.wait_for_replicas(n, now);
     }
 
     fn restart_drain(&mut self) {
@@ -1287,20 +1402,30 @@ impl Consumer {
         self.decoder.reset();
     }
 
-    fn lose_link(&mut self, now: Instant, reason: String) {
+    fn lose_link(&mut self, now: Instant, reason: Lost) {
         // A connection the server never answered on counts as a failed connect.
-        let was_up = self.link == Link::Up && self.heard;
+        let was_up = self.ready() && self.heard;
         self.reset_link();
         self.drop_buffer();
         let retry_in = self.backoff.next_delay();
         self.link = Link::Down { retry_at: now + retry_in };
         self.finish_stop_if_clear();
-        if self.is_live() {
-            self.notices.push_back(match was_up {
-                true => Notice::ConnectionLost { reason, retry_in },
-                false => Notice::ConnectFailed { reason, retry_in },
-            });
+        if !self.is_live() {
+            return;
         }
+        let notice = match reason {
+            Lost::NotMaster(role) => {
+                // Told once, not at every attempt: it stays a replica until a failover.
+                if self.told_not_master.as_ref() == Some(&role) {
+                    return;
+                }
+                self.told_not_master = Some(role.clone());
+                Notice::NotMaster { role, retry_in }
+            }
+            Lost::Because(reason) if was_up => Notice::ConnectionLost { reason, retry_in },
+            Lost::Because(reason) => Notice::ConnectFailed { reason, retry_in },
+        };
+        self.notices.push_back(notice);
     }
 
     /// Records an error; returns it for the caller to pass on.
@@ -1312,7 +1437,11 @@ impl Consumer {
             self.buffer.clear();
             self.link = Link::Closed;
         } else {
-            self.lose_link(now, error.to_string());
+            let reason = match &error {
+                Error::NotMaster { role } => Lost::NotMaster(role.clone()),
+                _ => Lost::Because(error.to_string()),
+            };
+            self.lose_link(now, reason);
         }
         error
     }
@@ -1358,11 +1487,12 @@ impl Consumer {
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         match sent {
-            Sent::Handshake(Command::Hello | Command::ServerInfo) if self.learning_dialect => {
+            Sent::Handshake(Command::Hello | Command::ServerInfo) if self.vetting => {
                 // A map without a server and version (a proxy's?): the classic verbs.
-                let hello = crate::dialect::hello_fields(value);
-                self.learn_dialect(hello.as_ref().map(|(server, version)| (&server[..], &version[..])))?;
+                self.learn_hello(crate::dialect::hello_fields(value), now)?;
             }
+            Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
+            Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
             Sent::CreateGroup => {
                 reply::ok(value).map_err(shape)?;
@@ -1614,9 +1744,13 @@ impl Consumer {
             // after `min_idle`.
             return Ok(());
         }
-        if let (Sent::Handshake(Command::ServerInfo), true) = (&sent, self.learning_dialect) {
-            // A server (or proxy) that does not answer `HELLO`: the classic verbs.
-            return self.learn_dialect(None);
+        if let (Sent::Handshake(Command::ServerInfo), true) = (&sent, self.vetting) {
+            // A server (or proxy) that does not answer `HELLO`: the classic verbs, and a
+            // role it does not tell (its writes' `READONLY`, if a replica, would).
+            return self.learn_hello(None, now);
+        }
+        if let Sent::Role = sent {
+            return Err(Error::NotMaster { role: "a replica".to_string() });
         }
         if let Sent::Health(_) = sent {
             // No such key or group yet: nothing to tell this round. Not allowed (an ACL
@@ -1870,6 +2004,8 @@ impl Consumer {
             | Sent::Health(_)
             | Sent::Twins { .. }
             | Sent::DeadLetterCheck
+            | Sent::Role
+            | Sent::Wait { .. }
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
@@ -1934,6 +2070,9 @@ impl Consumer {
         // A parked read answers after up to `beat`; anything else at once.
         let wait = match sent {
             Sent::ReadNew { block: Some(block), .. } => block + self.config.read_grace,
+            Sent::Wait { .. } => {
+                self.config.ack_wait.map_or(Duration::ZERO, |w| w.timeout()) + self.config.read_grace
+            }
             _ => self.config.read_grace,
         };
         self.in_flight.push(InFlight { sent, sent_at: now, deadline: now + wait });

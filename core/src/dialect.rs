@@ -81,8 +81,34 @@ impl fmt::Display for Dialect {
     }
 }
 
-/// `HELLO`'s server name and version, from its map (RESP3) or flat array (RESP2).
-pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<(Bytes, Bytes)> {
+/// Whether a server has `WAITAOF` (Redis 7.2+; Valkey, which forked from 7.2).
+pub(crate) fn waits_aof(server: &[u8], version: &[u8]) -> bool {
+    let mut parts = version
+        .split(|b| *b == b'.')
+        .map(|p| std::str::from_utf8(p).ok().and_then(|p| p.parse::<u32>().ok()).unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    server.eq_ignore_ascii_case(b"valkey")
+        || (server.eq_ignore_ascii_case(b"redis") && (major, minor) >= (7, 2))
+}
+
+/// What `HELLO` tells of the server, from its map (RESP3) or flat array (RESP2).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// `server` and `version` (`redis`, `8.10.2`), when both are there.
+    pub(crate) server: Option<(Bytes, Bytes)>,
+    /// `role`: `master` or `replica` (Redis 6.0+, Valkey); `None` where not said.
+    pub(crate) role: Option<Bytes>,
+}
+
+impl Hello {
+    /// True if the node says it is a replica (`replica`, or `slave` as older servers say).
+    pub(crate) fn is_replica(&self) -> bool {
+        matches!(self.role.as_deref(), Some(b"replica" | b"slave"))
+    }
+}
+
+/// `HELLO`'s reply, read; `None` if it is neither a map nor a flat array of pairs.
+pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<Hello> {
     use crate::decode::Value;
     let pairs: Vec<(Value, Value)> = match value {
         Value::Map(pairs) => pairs,
@@ -92,7 +118,7 @@ pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<(Bytes, Bytes)
         }
         _ => return None,
     };
-    let (mut server, mut version) = (None, None);
+    let (mut server, mut version, mut role) = (None, None, None);
     for (key, value) in pairs {
         let (Value::Str(key) | Value::Text(key), Value::Str(value) | Value::Text(value)) = (key, value)
         else {
@@ -101,10 +127,11 @@ pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<(Bytes, Bytes)
         match &key[..] {
             b"server" => server = Some(value),
             b"version" => version = Some(value),
+            b"role" => role = Some(value),
             _ => {}
         }
     }
-    Some((server?, version?))
+    Some(Hello { server: server.zip(version), role })
 }
 
 #[cfg(test)]

@@ -54,6 +54,11 @@ pub enum Command {
     Release,
     /// `XACKDEL key group <condition> IDS n id…`: acks that delete (Redis 8.2+).
     AckDelete,
+    /// `ROLE`: what a node that is not a master is (a replica, and of which master).
+    Role,
+    /// `WAIT` or `WAITAOF`: acks waiting to reach replicas or append-only files
+    /// ([`Config::ack_wait`](crate::Config::ack_wait)).
+    Wait,
 }
 
 impl fmt::Display for Command {
@@ -80,6 +85,8 @@ impl fmt::Display for Command {
             Command::ServerInfo => "HELLO (server info)",
             Command::Release => "XNACK",
             Command::AckDelete => "XACKDEL",
+            Command::Role => "ROLE",
+            Command::Wait => "WAIT",
         })
     }
 }
@@ -175,6 +182,14 @@ pub enum Error {
         /// The node's port.
         port: u16,
     },
+    /// The node is not a master (its `HELLO` said `role replica`): nothing is read from it,
+    /// nor written. Reconnect after the backoff — with Sentinel, to the master the sentinels
+    /// name then; with a host name, to wherever it points then.
+    NotMaster {
+        /// What it is: `a replica of 127.0.0.1:6380 (link connected)`, or `a replica` when
+        /// it would not say (`ROLE` needs `@admin`).
+        role: String,
+    },
     /// Keys of one command hash to different cluster slots: the dead-letter stream must share
     /// the stream's slot for the atomic move. Give both a common hash tag, e.g. `{orders}`
     /// and `{orders}:dead`. Fatal.
@@ -215,7 +230,11 @@ impl Error {
     pub fn is_fatal(&self) -> bool {
         !matches!(
             self,
-            Error::Unavailable { .. } | Error::Protocol { .. } | Error::Timeout { .. } | Error::Moved { .. }
+            Error::Unavailable { .. }
+                | Error::Protocol { .. }
+                | Error::Timeout { .. }
+                | Error::Moved { .. }
+                | Error::NotMaster { .. }
         )
     }
 }
@@ -255,6 +274,9 @@ impl fmt::Display for Error {
             Error::Moved { command, host, port } => {
                 write!(f, "{command}: the slot is served by {host}:{port}")
             }
+            Error::NotMaster { role } => {
+                write!(f, "connected to {role}, not a master: nothing is read from it")
+            }
             Error::CrossSlot { command, message } => write!(
                 f,
                 "{command} refused: {message}; in a cluster the stream and its dead-letter stream must \
@@ -282,7 +304,14 @@ pub(crate) fn is_group_gone(message: &[u8]) -> bool {
 pub(crate) fn is_transient(message: &[u8]) -> bool {
     matches!(
         code(message),
-        b"LOADING" | b"READONLY" | b"MASTERDOWN" | b"TRYAGAIN" | b"BUSY" | b"CLUSTERDOWN" | b"UNBLOCKED"
+        b"LOADING"
+            | b"READONLY"
+            | b"MASTERDOWN"
+            | b"TRYAGAIN"
+            | b"BUSY"
+            | b"CLUSTERDOWN"
+            | b"UNBLOCKED"
+            | b"NOREPLICAS"
     )
 }
 

@@ -59,6 +59,13 @@ pub(crate) enum Sent {
     Health(HealthPart),
     /// The check that dead letters can be moved: nothing is read before its answer.
     DeadLetterCheck,
+    /// `ROLE`, asked of a node whose `HELLO` said it is a replica, to name its master.
+    Role,
+    /// `WAIT` or `WAITAOF` after a batch of `acks` acks or dead-letter moves
+    /// ([`Config::ack_wait`](crate::Config::ack_wait)).
+    Wait {
+        acks: u64,
+    },
     /// `CLIENT ID` (`list: false`) or `CLIENT LIST` (`list: true`), looking for twins; at
     /// the first connect (`first`) no read goes out before the answer.
     Twins {
@@ -94,6 +101,8 @@ impl Sent {
             Sent::Health(_) => Command::Health,
             Sent::Twins { .. } => Command::Twins,
             Sent::DeadLetterCheck => Command::DeadLetterCheck,
+            Sent::Role => Command::Role,
+            Sent::Wait { .. } => Command::Wait,
         }
     }
 
@@ -124,6 +133,7 @@ impl Sent {
             self,
             Sent::Ack(_)
                 | Sent::DeadLetter(_)
+                | Sent::Wait { .. }
                 | Sent::GiveBack
                 | Sent::Release { .. }
                 | Sent::ReadPending { .. }

@@ -105,6 +105,7 @@ pub mod fuzzing;
 mod held;
 mod in_flight;
 mod lease;
+pub mod locate;
 mod notice;
 #[cfg(any(test, feature = "fuzzing"))]
 mod oracle;
@@ -117,7 +118,7 @@ mod stream_reply;
 mod twins;
 
 pub use config::{
-    Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
+    AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
     MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event};
@@ -125,5 +126,6 @@ pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
+pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, Snapshot, Stats};

@@ -30,6 +30,16 @@ pub enum Notice {
         /// When the next attempt is (backoff with jitter).
         retry_in: Duration,
     },
+    /// The node connected to is not a master (a replica: after a failover, or a name that
+    /// points at the wrong node): nothing is read from it, and it is tried again after the
+    /// backoff (with Sentinel, the master is asked for again first). Told once for each
+    /// node it names as its master, not at every attempt.
+    NotMaster {
+        /// What it is, e.g. `a replica of 127.0.0.1:6380 (link connected)`.
+        role: String,
+        /// When the next attempt is.
+        retry_in: Duration,
+    },
     /// A working connection was lost, or closed by the consumer (a reply overdue, bytes
     /// that are not RESP, a server error a reconnect may fix).
     ConnectionLost {
@@ -37,6 +47,19 @@ pub enum Notice {
         reason: String,
         /// When the next attempt is.
         retry_in: Duration,
+    },
+    /// Acks did not reach the replicas (or append-only files) that
+    /// [`Config::ack_wait`](crate::Config::ack_wait) asks for within its timeout (a replica
+    /// down or lagging): a failover now could bring their entries back. Told when it starts
+    /// (not for every batch: [`Stats::acks_unreplicated`](crate::Stats::acks_unreplicated)
+    /// counts them), and again after a batch that made it.
+    AcksUnreplicated {
+        /// The acks in the batch that found it.
+        acks: u64,
+        /// Replicas that had them.
+        replicas: u64,
+        /// Replicas asked for.
+        wanted: u32,
     },
     /// `XAUTOCLAIM` (or a read with `CLAIM`, Redis 8.4+) took entries idle past `min_idle`
     /// from their owners (dead peers, or this consumer's own failed entries coming back for
@@ -164,6 +187,8 @@ impl Notice {
         matches!(
             self,
             Notice::ConnectFailed { .. }
+                | Notice::NotMaster { .. }
+                | Notice::AcksUnreplicated { .. }
                 | Notice::ConnectionLost { .. }
                 | Notice::LeaseLost { .. }
                 | Notice::DeadLettered { .. }
@@ -193,6 +218,19 @@ impl fmt::Display for Notice {
             }
             Notice::ConnectFailed { reason, retry_in } => {
                 write!(f, "cannot connect: {reason}; retrying in {}", Secs(*retry_in))
+            }
+            Notice::NotMaster { role, retry_in } => write!(
+                f,
+                "connected to {role}, not a master: waiting for a master (retrying in {}, told once)",
+                Secs(*retry_in)
+            ),
+            Notice::AcksUnreplicated { acks, replicas, wanted } => {
+                let what = if *acks == 1 { "ack" } else { "acks" };
+                write!(
+                    f,
+                    "{acks} {what} reached {replicas} of the {wanted} replicas asked for in time: \
+                     a failover now would deliver their entries again (counted until they do)"
+                )
             }
             Notice::ConnectionLost { reason, retry_in } => {
                 write!(f, "connection lost: {reason}; reconnecting in {}", Secs(*retry_in))

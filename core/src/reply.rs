@@ -145,6 +145,68 @@ pub(crate) fn oldest_pending(value: Value) -> Result<Option<Oldest>> {
     }
 }
 
+/// `WAITAOF`: `[local, replicas]`, how many append-only files have the writes.
+pub(crate) fn wait_aof(value: Value) -> Result<(u64, u64)> {
+    match value {
+        Value::Array(items) => match &items[..] {
+            [Value::Int(local), Value::Int(replicas)] if *local >= 0 && *replicas >= 0 => {
+                Ok((*local as u64, *replicas as u64))
+            }
+            _ => Err(ShapeError("WAITAOF: not two counts")),
+        },
+        _ => Err(ShapeError("WAITAOF: not an array")),
+    }
+}
+
+/// What `ROLE` says a node is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    Master,
+    /// A replica of `master` (`host:port`), its link to it in `state` (`connected`,
+    /// `connecting`, `sync`…).
+    Replica {
+        master: String,
+        state: String,
+    },
+    /// A sentinel, or anything else: its first word.
+    Other(String),
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Role::Master => f.write_str("a master"),
+            Role::Replica { master, state } => write!(f, "a replica of {master} (link {state})"),
+            Role::Other(role) => write!(f, "a {role}"),
+        }
+    }
+}
+
+/// `ROLE`: `["master", offset, replicas]`, `["slave", host, port, state, offset]`, or
+/// `["sentinel", names]`.
+pub(crate) fn role(value: Value) -> Result<Role> {
+    let Value::Array(items) = value else { return Err(ShapeError("ROLE: not an array")) };
+    let word = |v: &Value| match v {
+        Value::Str(b) | Value::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::Int(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let kind = items.first().and_then(word).ok_or(ShapeError("ROLE: no role"))?;
+    Ok(match kind.as_str() {
+        "master" => Role::Master,
+        "slave" | "replica" => {
+            let (Some(host), Some(port), Some(state)) =
+                (items.get(1).and_then(word), items.get(2).and_then(word), items.get(3).and_then(word))
+            else {
+                return Err(ShapeError("ROLE: a replica without its master"));
+            };
+            let master = crate::locate::HostPort { host, port: port.parse().unwrap_or(0) };
+            Role::Replica { master: master.to_string(), state }
+        }
+        _ => Role::Other(kind),
+    })
+}
+
 /// `TIME`: `[seconds, microseconds]`, as milliseconds since the epoch.
 pub(crate) fn time_ms(value: Value) -> Result<u64> {
     let number = |v: &Value| match v {

@@ -29,6 +29,10 @@ pub struct Stats {
     /// that missed the read forgets the delivery; a group deleted and made again forgets
     /// every one. The entry may be delivered again.
     pub acks_unmatched: u64,
+    /// Acks (and dead-letter moves) that had not reached the replicas (or append-only files)
+    /// [`Config::ack_wait`](crate::Config::ack_wait) asks for when its wait ran out: a
+    /// failover before they get there would bring their entries back.
+    pub acks_unreplicated: u64,
     /// Connections after the first.
     pub reconnects: u64,
     /// Cluster redirects (`MOVED`) followed to the node now serving the stream's slot.
@@ -98,8 +102,8 @@ pub struct Snapshot {
     /// Entries read and waiting to be handed out
     /// ([`Consumer::buffered`](crate::Consumer::buffered)).
     pub buffered: usize,
-    /// True while a connection is up
-    /// ([`Consumer::is_connected`](crate::Consumer::is_connected)).
+    /// True while a connection is up to a node that answered as a master (a replica, or a
+    /// node still answering the handshake, is not counted as connected).
     pub connected: bool,
     /// The group's health as last asked ([`Config::health_every`](crate::Config::health_every);
     /// `None` until the first answer, or if never asked).

@@ -105,22 +105,33 @@ impl Rig {
     }
 
     /// Connects and answers the RESP3 `HELLO` or RESP2's `HELLO` without arguments that asks
-    /// the server's version (captured replies), when it opens the write; returns the other
-    /// commands of the opening write.
+    /// the server's version and role (captured replies: a master), which opens the write;
+    /// returns the other commands written, those of the handshake and those that follow
+    /// once the node is known to be a master.
     pub fn start(&mut self) -> Vec<Vec<String>> {
         self.connect();
         let mut sent = self.sent();
         match self.protocol {
             Protocol::Resp3 => {
-                assert_eq!(sent.remove(0), ["HELLO", "3"]);
-                self.reply("hello").expect("HELLO reply");
+                assert_eq!(sent.remove(0)[..2], ["HELLO", "3"]);
+                let mut replies = self.fixture("hello");
+                for _select in &sent {
+                    replies.extend(self.fixture("select"));
+                }
+                self.raw(&replies).expect("HELLO reply");
             }
-            Protocol::Resp2 if sent.first().is_some_and(|c| c == &["HELLO"]) => {
-                sent.remove(0);
-                self.reply("hello_info").expect("HELLO reply");
+            Protocol::Resp2 => {
+                assert_eq!(sent.pop(), Some(cmd("HELLO")), "the handshake ends with HELLO");
+                let mut replies = Vec::new();
+                for command in &sent {
+                    let ok = if command[0] == "SELECT" { "select" } else { "setname" };
+                    replies.extend(self.fixture(ok));
+                }
+                replies.extend(self.fixture("hello_info"));
+                self.raw(&replies).expect("HELLO reply");
             }
-            Protocol::Resp2 => {}
         }
+        sent.extend(self.sent());
         sent
     }
 

@@ -1,0 +1,526 @@
+//! Where the consumer's server is, sans-IO: a node named by host and port, looked up again at
+//! every connect (a managed service's primary endpoint moves its name to the promoted node),
+//! or the master of a service that Redis Sentinel watches, found by asking the sentinels
+//! and followed through failovers.
+//!
+//! A transport holds a [`Locator`] beside its [`Consumer`](crate::Consumer). Whenever the
+//! consumer wants a connection ([`Consumer::connect_due`](crate::Consumer::connect_due)), it
+//! asks [`Locator::dial`] where to:
+//!
+//! - [`Dial::Node`]: resolve the host (again, every time) and connect the consumer there;
+//! - [`Dial::Sentinel`]: first ask that sentinel, over a connection of its own, with a
+//!   [`SentinelSession`]: write what it gives, feed it what comes back, and pass each
+//!   [`SentinelAnswer`] to [`Locator::on_answer`]. Once a master is named, `dial` names it.
+//!   A sentinel that cannot be reached or answers nothing useful is passed to
+//!   [`Locator::on_sentinel_failed`], which moves on to the next; once every sentinel failed
+//!   in a round it says why, for the consumer's
+//!   [`on_disconnected_because`](crate::Consumer::on_disconnected_because) (which backs off).
+//!
+//! Keep the sentinel's connection open after its answer: the session stays subscribed to
+//! `+switch-master` and tells [`SentinelAnswer::Switched`] when a failover ends. If
+//! [`Locator::on_answer`] then says [`Found::Moved`], close the consumer's connection and
+//! reconnect at once ([`Consumer::connect_now`](crate::Consumer::connect_now)).
+//!
+//! Tell the locator every time the consumer's connection is lost or a connect to a node
+//! fails ([`Locator::on_link_down`]): with Sentinel, the master is then asked for again (a
+//! lost connection, `READONLY`, `-UNBLOCKED` and a node that turns out to be a replica all
+//! may mean a failover), on a new session (a subscribed one cannot ask). A node that is a
+//! replica is never read from: the consumer checks each node's role itself
+//! ([`Error::NotMaster`](crate::Error::NotMaster)).
+
+mod sentinel;
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::backoff::Backoff;
+use crate::config::Auth;
+
+pub use sentinel::{SentinelAnswer, SentinelError, SentinelSession};
+
+/// A host name or IP address and a port.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    /// A host name, or an IP address (an IPv6 one without brackets).
+    pub host: String,
+    /// The port.
+    pub port: u16,
+}
+
+impl HostPort {
+    /// A host and a port.
+    pub fn new(host: impl Into<String>, port: u16) -> HostPort {
+        HostPort { host: host.into(), port }
+    }
+
+    /// Parses `host:port`, `[v6]:port` or a bare IPv6 address with its port after the last
+    /// colon (`::1:6379`), as `std`'s resolver and cluster redirects write them.
+    pub fn parse(text: &str) -> Result<HostPort, EndpointError> {
+        let bad = |why: &'static str| EndpointError { text: text.to_string(), why };
+        let (host, port) = text.rsplit_once(':').ok_or(bad("no port (host:port)"))?;
+        let port = port.parse::<u16>().ok().filter(|p| *p != 0).ok_or(bad("the port is not 1-65535"))?;
+        let host = match host.strip_prefix('[') {
+            Some(inner) => inner.strip_suffix(']').ok_or(bad("unclosed [ in the host"))?,
+            None => host,
+        };
+        if host.is_empty() {
+            return Err(bad("the host is missing"));
+        }
+        Ok(HostPort::new(host, port))
+    }
+}
+
+impl fmt::Display for HostPort {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host.contains(':') {
+            true => write!(f, "[{}]:{}", self.host, self.port),
+            false => write!(f, "{}:{}", self.host, self.port),
+        }
+    }
+}
+
+/// The sentinels that watch a service, and how to log in to them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sentinels {
+    /// The sentinels, asked in turn; the one that answered last is asked first.
+    pub nodes: Vec<HostPort>,
+    /// The service's name, as in the sentinels' `sentinel monitor <name> …`.
+    pub service: String,
+    /// The sentinels' own credentials (their `requirepass`, or an ACL user of theirs): not
+    /// the data nodes', which [`Config::auth`](crate::Config::auth) gives. `None`: the
+    /// sentinels want none.
+    pub auth: Option<Auth>,
+}
+
+impl Sentinels {
+    /// The service `service` (its master's name in the sentinels' configuration), watched by
+    /// these sentinels.
+    pub fn new(service: impl Into<String>, nodes: impl IntoIterator<Item = HostPort>) -> Sentinels {
+        Sentinels { nodes: nodes.into_iter().collect(), service: service.into(), auth: None }
+    }
+
+    /// Logs in to the sentinels as `user` (`None`: their `default` user) with `password`.
+    pub fn auth(mut self, user: Option<impl AsRef<[u8]>>, password: impl AsRef<[u8]>) -> Sentinels {
+        self.auth = Some(Auth {
+            user: user.map(|u| bytes::Bytes::copy_from_slice(u.as_ref())),
+            password: bytes::Bytes::copy_from_slice(password.as_ref()),
+        });
+        self
+    }
+}
+
+impl fmt::Debug for Sentinels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // `Auth`'s own Debug hides the password.
+        f.debug_struct("Sentinels")
+            .field("nodes", &self.nodes)
+            .field("service", &self.service)
+            .field("auth", &self.auth)
+            .finish()
+    }
+}
+
+impl fmt::Display for Sentinels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the master of {:?} (sentinels ", self.service)?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            write!(f, "{}{node}", if i == 0 { "" } else { ", " })?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Where the consumer connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Endpoint {
+    /// One node, looked up again at every connect. In a cluster, any node: the consumer
+    /// follows `MOVED` to the one serving its stream.
+    Node(HostPort),
+    /// The master of a service that these sentinels watch.
+    Sentinel(Sentinels),
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Node(node) => node.fmt(f),
+            Endpoint::Sentinel(sentinels) => sentinels.fmt(f),
+        }
+    }
+}
+
+impl From<HostPort> for Endpoint {
+    fn from(node: HostPort) -> Endpoint {
+        Endpoint::Node(node)
+    }
+}
+
+impl From<Sentinels> for Endpoint {
+    fn from(sentinels: Sentinels) -> Endpoint {
+        Endpoint::Sentinel(sentinels)
+    }
+}
+
+impl From<core::net::SocketAddr> for Endpoint {
+    fn from(addr: core::net::SocketAddr) -> Endpoint {
+        Endpoint::Node(HostPort::new(addr.ip().to_string(), addr.port()))
+    }
+}
+
+impl From<(core::net::IpAddr, u16)> for Endpoint {
+    fn from((ip, port): (core::net::IpAddr, u16)) -> Endpoint {
+        Endpoint::Node(HostPort::new(ip.to_string(), port))
+    }
+}
+
+impl From<(&str, u16)> for Endpoint {
+    fn from((host, port): (&str, u16)) -> Endpoint {
+        Endpoint::Node(HostPort::new(host, port))
+    }
+}
+
+impl From<(String, u16)> for Endpoint {
+    fn from((host, port): (String, u16)) -> Endpoint {
+        Endpoint::Node(HostPort::new(host, port))
+    }
+}
+
+/// A `host:port` text that does not name a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointError {
+    /// The text given.
+    pub text: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl fmt::Display for EndpointError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} is not an address: {}", self.text, self.why)
+    }
+}
+
+impl std::error::Error for EndpointError {}
+
+/// What a transport's constructor takes as the server's address: `"host:port"` text, a
+/// `(host, port)` pair, a `SocketAddr`, or an [`Endpoint`] (e.g. [`Sentinels`]).
+pub trait IntoEndpoint {
+    /// The endpoint, or why the text is not one.
+    fn into_endpoint(self) -> Result<Endpoint, EndpointError>;
+}
+
+impl<T: Into<Endpoint>> IntoEndpoint for T {
+    fn into_endpoint(self) -> Result<Endpoint, EndpointError> {
+        Ok(self.into())
+    }
+}
+
+impl IntoEndpoint for &str {
+    fn into_endpoint(self) -> Result<Endpoint, EndpointError> {
+        HostPort::parse(self).map(Endpoint::Node)
+    }
+}
+
+impl IntoEndpoint for &String {
+    fn into_endpoint(self) -> Result<Endpoint, EndpointError> {
+        self.as_str().into_endpoint()
+    }
+}
+
+impl IntoEndpoint for String {
+    fn into_endpoint(self) -> Result<Endpoint, EndpointError> {
+        self.as_str().into_endpoint()
+    }
+}
+
+/// Where to connect next (see [`Locator::dial`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dial<'a> {
+    /// Connect the consumer to this node (look its host up now).
+    Node(&'a HostPort),
+    /// Ask this sentinel where the master is first, with [`Locator::session`].
+    Sentinel(&'a HostPort),
+}
+
+/// What a sentinel's answer changed (see [`Locator::on_answer`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Found {
+    /// The master is known: [`Locator::dial`] names it.
+    Master,
+    /// A failover moved the master away from where the consumer is connected: close the
+    /// consumer's connection and connect it at once where `dial` says.
+    Moved {
+        /// The master before.
+        from: HostPort,
+    },
+    /// Nothing changed (the master named again, or another service's switch).
+    Same,
+    /// This sentinel knows no such service, or answered as no sentinel does: it counts as
+    /// failed ([`Locator::on_sentinel_failed`] has been applied; `Some` once every sentinel
+    /// failed this round, with why).
+    Failed(Option<String>),
+}
+
+/// Where the consumer's server is, and when to ask again (see the module docs).
+#[derive(Debug)]
+pub struct Locator {
+    endpoint: Endpoint,
+    /// Other nodes to try in turn after a connect fails (a cluster's nodes).
+    fallbacks: Vec<HostPort>,
+    /// The node tried next: 0 is the endpoint's, then the fallbacks.
+    next_node: usize,
+    /// With Sentinel: the master last named; `None` until asked (again).
+    master: Option<HostPort>,
+    /// With Sentinel: the sentinel asked next.
+    turn: usize,
+    /// With Sentinel: sentinels failed in a row this round, and why.
+    failures: Vec<String>,
+    /// With Sentinel: when the watch (a subscribed session) may be opened again after it
+    /// was lost, and the backoff between such tries.
+    rewatch_at: Option<Instant>,
+    rewatch: Backoff,
+}
+
+/// How long a lost watch waits before the first try to open it again, and at most.
+const REWATCH_MIN: Duration = Duration::from_millis(500);
+const REWATCH_MAX: Duration = Duration::from_secs(10);
+
+impl Locator {
+    /// A locator for `endpoint`.
+    pub fn new(endpoint: Endpoint) -> Locator {
+        Locator {
+            endpoint,
+            fallbacks: Vec::new(),
+            next_node: 0,
+            master: None,
+            turn: 0,
+            failures: Vec::new(),
+            rewatch_at: None,
+            rewatch: Backoff::new(REWATCH_MIN, REWATCH_MAX, 0x5e47),
+        }
+    }
+
+    /// The endpoint it locates.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// Adds nodes to try in turn after a connect to the endpoint's node fails: a cluster's
+    /// other nodes, so that a lane whose node died finds its slot's new master through any
+    /// of them (`MOVED`). Without Sentinel only.
+    pub fn add_fallbacks(&mut self, nodes: impl IntoIterator<Item = HostPort>) {
+        for node in nodes {
+            if !self.fallbacks.contains(&node) && Endpoint::Node(node.clone()) != self.endpoint {
+                self.fallbacks.push(node);
+            }
+        }
+    }
+
+    /// Where to connect next: a node, or (with Sentinel, while the master is not known) a
+    /// sentinel to ask first.
+    pub fn dial(&self) -> Dial<'_> {
+        match &self.endpoint {
+            Endpoint::Node(node) => match self.next_node {
+                0 => Dial::Node(node),
+                i => Dial::Node(&self.fallbacks[(i - 1) % self.fallbacks.len()]),
+            },
+            Endpoint::Sentinel(sentinels) => match &self.master {
+                Some(master) => Dial::Node(master),
+                None => Dial::Sentinel(&sentinels.nodes[self.turn % sentinels.nodes.len()]),
+            },
+        }
+    }
+
+    /// The master the sentinels named last, if any is known now.
+    pub fn master(&self) -> Option<&HostPort> {
+        self.master.as_ref()
+    }
+
+    /// A session to ask the sentinel [`dial`](Self::dial) names (and to watch it after),
+    /// for the connection opened to it. `None` without Sentinel.
+    pub fn session(&self) -> Option<SentinelSession> {
+        match &self.endpoint {
+            Endpoint::Sentinel(sentinels) => Some(SentinelSession::new(sentinels)),
+            Endpoint::Node(_) => None,
+        }
+    }
+
+    /// The consumer is connected (the node answered as a master): the node tried first next
+    /// time is this one.
+    pub fn on_connected(&mut self) {
+        self.failures.clear();
+    }
+
+    /// The consumer's connection is down: lost after it was up (`was_up`), or a connect
+    /// failed (refused, timed out, the node not a master). Without Sentinel a failed connect
+    /// moves on to the next node (a cluster's); with Sentinel the master is asked for again.
+    pub fn on_link_down(&mut self, was_up: bool) {
+        match &self.endpoint {
+            Endpoint::Node(_) if !was_up && !self.fallbacks.is_empty() => {
+                self.next_node = (self.next_node + 1) % (self.fallbacks.len() + 1);
+            }
+            Endpoint::Node(_) => {}
+            Endpoint::Sentinel(_) => self.master = None,
+        }
+    }
+
+    /// What the sentinel asked said (see [`Found`]).
+    pub fn on_answer(&mut self, answer: SentinelAnswer) -> Found {
+        let Endpoint::Sentinel(sentinels) = &self.endpoint else { return Found::Same };
+        match answer {
+            SentinelAnswer::Master(at) => {
+                self.failures.clear();
+                self.rewatch.reset();
+                match self.master.replace(at) {
+                    None => Found::Master,
+                    Some(before) if Some(&before) == self.master.as_ref() => Found::Same,
+                    Some(from) => Found::Moved { from },
+                }
+            }
+            SentinelAnswer::Switched(to) => match self.master.replace(to) {
+                Some(from) if Some(&from) != self.master.as_ref() => Found::Moved { from },
+                None => Found::Master,
+                Some(_) => Found::Same,
+            },
+            SentinelAnswer::Unknown => {
+                let why = format!("it watches no service named {:?}", sentinels.service);
+                Found::Failed(self.on_sentinel_failed(why))
+            }
+        }
+    }
+
+    /// The sentinel [`dial`](Self::dial) named could not be asked (refused, timed out, an
+    /// error reply, the connection lost before its answer): the next one is asked. Once
+    /// every sentinel failed in a row, returns why (each one's reason), to pass to the
+    /// consumer as a failed connect; the round starts over after the consumer's backoff.
+    pub fn on_sentinel_failed(&mut self, reason: impl fmt::Display) -> Option<String> {
+        let Endpoint::Sentinel(sentinels) = &self.endpoint else { return None };
+        let asked = &sentinels.nodes[self.turn % sentinels.nodes.len()];
+        self.failures.push(format!("{asked}: {reason}"));
+        self.turn = (self.turn + 1) % sentinels.nodes.len();
+        if self.failures.len() < sentinels.nodes.len() {
+            return None;
+        }
+        let why = format!(
+            "no sentinel named the master of {:?}: {}",
+            sentinels.service,
+            std::mem::take(&mut self.failures).join("; ")
+        );
+        Some(why)
+    }
+
+    /// The watch (the subscribed session kept open after an answer) was lost while the
+    /// master is known: open another at [`rewatch_at`](Self::rewatch_at), asking the next
+    /// sentinel (its answer may move the consumer).
+    pub fn on_watch_lost(&mut self, now: Instant) {
+        if let Endpoint::Sentinel(sentinels) = &self.endpoint {
+            self.turn = (self.turn + 1) % sentinels.nodes.len();
+            self.rewatch_at = Some(now + self.rewatch.next_delay());
+        }
+    }
+
+    /// When a lost watch may be opened again (`None`: now, or no watch was lost).
+    pub fn rewatch_at(&self) -> Option<Instant> {
+        self.rewatch_at
+    }
+
+    /// A watch is being opened again: clears [`rewatch_at`](Self::rewatch_at).
+    pub fn on_rewatch(&mut self) {
+        self.rewatch_at = None;
+    }
+
+    /// True with Sentinel: the transport keeps a session open as the watch.
+    pub fn watches(&self) -> bool {
+        matches!(self.endpoint, Endpoint::Sentinel(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hp(text: &str) -> HostPort {
+        HostPort::parse(text).unwrap()
+    }
+
+    #[test]
+    fn host_ports() {
+        assert_eq!(hp("127.0.0.1:6379"), HostPort::new("127.0.0.1", 6379));
+        assert_eq!(hp("[::1]:7000"), HostPort::new("::1", 7000));
+        assert_eq!(hp("::1:7000"), HostPort::new("::1", 7000));
+        assert_eq!(hp("redis.example:6380").to_string(), "redis.example:6380");
+        assert_eq!(hp("[::1]:7000").to_string(), "[::1]:7000");
+        for bad in ["", "h", "h:", "h:0", "h:65536", ":1", "[::1:7000", "h:x"] {
+            assert!(HostPort::parse(bad).is_err(), "{bad}");
+        }
+        let addr: core::net::SocketAddr = "[::1]:7000".parse().unwrap();
+        assert_eq!(Endpoint::from(addr), Endpoint::Node(HostPort::new("::1", 7000)));
+        assert_eq!("h:1".into_endpoint(), Ok(Endpoint::Node(HostPort::new("h", 1))));
+        assert!("h".into_endpoint().unwrap_err().to_string().contains("no port"));
+    }
+
+    #[test]
+    fn a_failed_connect_tries_the_next_node() {
+        let mut locator = Locator::new(hp("a:1").into());
+        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")));
+        locator.on_link_down(false);
+        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")), "no fallback: the same node");
+        locator.add_fallbacks([hp("b:2"), hp("a:1"), hp("c:3")]);
+        locator.on_link_down(false);
+        assert_eq!(locator.dial(), Dial::Node(&hp("b:2")));
+        locator.on_link_down(true);
+        assert_eq!(locator.dial(), Dial::Node(&hp("b:2")), "lost after it was up: the same node");
+        locator.on_link_down(false);
+        assert_eq!(locator.dial(), Dial::Node(&hp("c:3")));
+        locator.on_link_down(false);
+        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")), "round and round");
+    }
+
+    fn sentinels() -> Locator {
+        Locator::new(Sentinels::new("mymaster", [hp("s1:26379"), hp("s2:26379"), hp("s3:26379")]).into())
+    }
+
+    #[test]
+    fn sentinels_asked_in_turn_until_one_names_the_master() {
+        let mut locator = sentinels();
+        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s1:26379")));
+        assert_eq!(locator.on_sentinel_failed("connection refused"), None);
+        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s2:26379")));
+        assert_eq!(locator.on_answer(SentinelAnswer::Unknown), Found::Failed(None));
+        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s3:26379")));
+        let why = locator.on_sentinel_failed("timed out").unwrap();
+        assert_eq!(
+            why,
+            "no sentinel named the master of \"mymaster\": s1:26379: connection refused; \
+             s2:26379: it watches no service named \"mymaster\"; s3:26379: timed out"
+        );
+        // The next round starts where this one ended, and the one that answers is kept.
+        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s1:26379")));
+        assert_eq!(locator.on_sentinel_failed("refused"), None);
+        assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Master);
+        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.1:6379")));
+        locator.on_link_down(true);
+        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s2:26379")), "asked again, the last to answer first");
+        // A failed round's count starts over after an answer.
+        assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Master);
+        assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Same);
+    }
+
+    #[test]
+    fn a_switch_moves_the_master() {
+        let mut locator = sentinels();
+        assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Master);
+        assert_eq!(
+            locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.2:6379"))),
+            Found::Moved { from: hp("10.0.0.1:6379") }
+        );
+        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.2:6379")));
+        assert_eq!(locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.2:6379"))), Found::Same);
+        // Heard while the master was being asked for again: it is the answer.
+        locator.on_link_down(false);
+        assert_eq!(locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.3:6379"))), Found::Master);
+        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.3:6379")));
+    }
+}
