@@ -28,6 +28,7 @@
 //! replica is never read from: the consumer checks each node's role itself
 //! ([`Error::NotMaster`](crate::Error::NotMaster)).
 
+mod role;
 mod sentinel;
 
 use std::fmt;
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::Backoff;
 use crate::config::Auth;
 
+pub use role::{read_node_role, NodeRole, ROLE_REQUEST};
 pub use sentinel::{SentinelAnswer, SentinelError, SentinelSession};
 
 /// A host name or IP address and a port.

@@ -1,0 +1,72 @@
+//! Whether a node is a master, for clients of their own (the command line's): ask
+//! [`ROLE_REQUEST`], read the answer with [`read_node_role`]. The consumer asks the same
+//! itself at every connect (its handshake's `HELLO`).
+
+use crate::config::{Limits, Protocol};
+use crate::decode::{Decoder, Frame, Value};
+use crate::dialect::hello_fields;
+
+/// A bare `HELLO` (RESP2): it switches nothing and answers the server's name, version and
+/// role (Redis 6.0+, Valkey), whatever the user may run.
+pub const ROLE_REQUEST: &[u8] = b"*1\r\n$5\r\nHELLO\r\n";
+
+/// What a node said it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeRole {
+    /// A master: read from it and write to it.
+    Master,
+    /// A replica: neither.
+    Replica,
+    /// It does not say (a server without `HELLO`, a proxy): its writes will tell.
+    Unknown,
+}
+
+/// The role in the RESP2 reply to [`ROLE_REQUEST`], sans-IO: `Ok(None)` until the reply is
+/// whole (`bytes` is everything read so far), `Err` with the text of an error that is not
+/// "unknown command" (`NOAUTH`: log in first), or of bytes that are not RESP.
+pub fn read_node_role(bytes: &[u8]) -> Result<Option<NodeRole>, String> {
+    let mut decoder = Decoder::new(Limits::default());
+    decoder.extend(bytes);
+    let value = match decoder.next(Protocol::Resp2) {
+        Ok(None) => return Ok(None),
+        Ok(Some(Frame::Reply(value))) => value,
+        Ok(Some(_)) => return Err("HELLO answered with something that is not a reply".into()),
+        Err(e) => return Err(format!("HELLO answered with bytes that are not RESP: {e:?}")),
+    };
+    match value {
+        Value::Error(text) if text.starts_with(b"ERR unknown command") => Ok(Some(NodeRole::Unknown)),
+        Value::Error(text) => Err(String::from_utf8_lossy(&text).into_owned()),
+        value => Ok(Some(match hello_fields(value) {
+            Some(hello) if hello.is_replica() => NodeRole::Replica,
+            Some(hello) if hello.role.as_deref() == Some(b"master") => NodeRole::Master,
+            _ => NodeRole::Unknown,
+        })),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles() {
+        let hello = |role: &str| {
+            format!(
+                "*6\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n$4\r\nrole\r\n${}\r\n{role}\r\n",
+                role.len()
+            )
+            .into_bytes()
+        };
+        assert_eq!(read_node_role(&hello("master")), Ok(Some(NodeRole::Master)));
+        assert_eq!(read_node_role(&hello("replica")), Ok(Some(NodeRole::Replica)));
+        let whole = hello("replica");
+        assert_eq!(read_node_role(&whole[..whole.len() - 1]), Ok(None));
+        assert_eq!(read_node_role(b"-ERR unknown command 'HELLO'\r\n"), Ok(Some(NodeRole::Unknown)));
+        assert_eq!(
+            read_node_role(b"-NOAUTH Authentication required.\r\n"),
+            Err("NOAUTH Authentication required.".into())
+        );
+        assert!(read_node_role(b"HTTP/1.1 400\r\n").is_err());
+    }
+}
