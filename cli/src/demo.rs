@@ -478,7 +478,8 @@ impl Worker {
     fn stuck(&self) -> String {
         let (name, limit) = (&self.name, STEP_LIMIT.as_secs());
         let Some(driver) = &self.driver else { return format!("{name} is gone") };
-        let (consumer, addr) = (driver.consumer(), driver.addr());
+        let consumer = driver.consumer();
+        let addr = driver.peer().map_or_else(|| driver.endpoint().to_string(), |peer| peer.to_string());
         let (errors, reconnects) = (consumer.stats().errors, consumer.stats().reconnects);
         let why = match (consumer.is_connected(), errors) {
             (false, 0) => format!("it could not connect to {addr}"),

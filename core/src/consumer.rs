@@ -997,7 +997,7 @@ impl Consumer {
                 ("waiting for acks to reach append-only files", "WAITAOF (Redis 7.2 or later, or Valkey)");
             return Err(Error::Unsupported { feature, needs, server: self.server.clone() });
         }
-        if hello.is_replica() {
+        if hello.is_standalone_replica() {
             // Asked only to name its master (`ROLE` needs `@admin`; refused, it goes unnamed).
             crate::encode::command(&mut self.out, &[b"ROLE"]);
             self.track(Sent::Role, now);

@@ -98,12 +98,21 @@ pub(crate) struct Hello {
     pub(crate) server: Option<(Bytes, Bytes)>,
     /// `role`: `master` or `replica` (Redis 6.0+, Valkey); `None` where not said.
     pub(crate) role: Option<Bytes>,
+    /// `mode`: `standalone`, `cluster` or `sentinel`.
+    pub(crate) mode: Option<Bytes>,
 }
 
 impl Hello {
     /// True if the node says it is a replica (`replica`, or `slave` as older servers say).
     pub(crate) fn is_replica(&self) -> bool {
         matches!(self.role.as_deref(), Some(b"replica" | b"slave"))
+    }
+
+    /// True if the node is a replica that will not redirect: a cluster's replica answers a
+    /// stream command with `MOVED` to its master, which a consumer follows; any other
+    /// replica refuses writes (`READONLY`), and is not to be read from.
+    pub(crate) fn is_standalone_replica(&self) -> bool {
+        self.is_replica() && self.mode.as_deref() != Some(b"cluster")
     }
 }
 
@@ -118,7 +127,7 @@ pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<Hello> {
         }
         _ => return None,
     };
-    let (mut server, mut version, mut role) = (None, None, None);
+    let (mut server, mut version, mut role, mut mode) = (None, None, None, None);
     for (key, value) in pairs {
         let (Value::Str(key) | Value::Text(key), Value::Str(value) | Value::Text(value)) = (key, value)
         else {
@@ -128,10 +137,11 @@ pub(crate) fn hello_fields(value: crate::decode::Value) -> Option<Hello> {
             b"server" => server = Some(value),
             b"version" => version = Some(value),
             b"role" => role = Some(value),
+            b"mode" => mode = Some(value),
             _ => {}
         }
     }
-    Some(Hello { server: server.zip(version), role })
+    Some(Hello { server: server.zip(version), role, mode })
 }
 
 #[cfg(test)]

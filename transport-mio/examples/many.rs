@@ -39,7 +39,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     let consumers: usize = rest.first().map(|s| s.parse()).transpose()?.unwrap_or(4);
     let seconds: u64 = rest.get(1).map(|s| s.parse()).transpose()?.unwrap_or(10);
-    let addr = addr.parse()?;
+    let addr: pelican::Endpoint = addr.parse()?;
 
     let mut poll = Poll::new()?;
     let mut drivers = Vec::new();
@@ -47,7 +47,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         let config = Config::new(stream.clone(), group.clone(), format!("worker-{i}"))
             .create_group("0")
             .seed(i as u64);
-        drivers.push(Driver::new(addr, Consumer::new(config)?, Token(i)));
+        drivers.push(Driver::new(addr.clone(), Consumer::new(config)?, Token(i)));
     }
     let mut handled = vec![0u64; consumers];
 

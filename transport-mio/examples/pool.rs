@@ -57,7 +57,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let config =
         Config::new(stream.clone(), group.clone(), consumer.clone()).create_group("0").concurrency(workers); // as many entries in hand as there are workers
-    let mut driver = Driver::new(addr.parse()?, Consumer::new(config)?, DRIVER);
+    let mut driver = Driver::new(addr.parse::<pelican::Endpoint>()?, Consumer::new(config)?, DRIVER);
 
     // Entries go to the workers over one channel (shared behind a mutex: the first free
     // worker takes the next); each comes back as its id and verdict over another.

@@ -18,6 +18,18 @@ use crate::driver::redirect_addr;
 /// authentication, or does not answer: start the lanes at `seed` then (each follows `MOVED`
 /// to its master anyway). Plaintext only.
 pub fn locate(seed: SocketAddr, keys: &[&[u8]], timeout: Duration) -> io::Result<Vec<Option<SocketAddr>>> {
+    let (homes, _) = locate_all(seed, keys, timeout)?;
+    Ok(homes)
+}
+
+/// [`locate`], and every master the slot map names (as the cluster names them): the nodes a
+/// stream tries in turn when its own is gone, until one leads it (`MOVED`) to where a
+/// failover moved its slot.
+pub(crate) fn locate_all(
+    seed: SocketAddr,
+    keys: &[&[u8]],
+    timeout: Duration,
+) -> io::Result<(Vec<Option<SocketAddr>>, Vec<pelican::HostPort>)> {
     let mut socket = TcpStream::connect_timeout(&seed, timeout)?;
     socket.set_read_timeout(Some(timeout))?;
     socket.set_write_timeout(Some(timeout))?;
@@ -36,8 +48,17 @@ pub fn locate(seed: SocketAddr, keys: &[&[u8]], timeout: Duration) -> io::Result
             Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
         }
     };
-    Ok(keys
+    let homes = keys
         .iter()
         .map(|key| map.owner_of_key(key).and_then(|node| redirect_addr(&node.host, node.port, seed)))
-        .collect())
+        .collect();
+    let nodes = map
+        .masters()
+        .iter()
+        .map(|node| match node.host.as_str() {
+            "" => pelican::HostPort::new(seed.ip().to_string(), node.port),
+            host => pelican::HostPort::new(host, node.port),
+        })
+        .collect();
+    Ok((homes, nodes))
 }

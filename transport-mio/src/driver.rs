@@ -2,16 +2,19 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
-use pelican::{Consumer, Entry, Event, Notice, Verdict};
+use pelican::locate::{Dial, Found, SentinelAnswer};
+use pelican::{Consumer, Endpoint, Entry, Event, HostPort, Locator, Notice, Verdict};
 use pelican_tls::{Tls, TlsError};
 
 use crate::conn::Conn;
 use crate::error::DriveError;
+use crate::resolve::resolve;
+use crate::scout::{Scout, ScoutError};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -62,6 +65,15 @@ enum Link {
 /// moves bytes between the socket and the consumer until the socket would block, hands
 /// entries to the handler and settles them with its verdict, and reconnects when the
 /// consumer asks to.
+///
+/// Where it connects is an [`Endpoint`], which a [`Locator`] follows: a host name is looked
+/// up again at every connect (blocking, with `std`'s resolver), so a name that a failover
+/// moves to another node is followed. With [`Sentinels`](pelican::Sentinels) the driver
+/// asks them where the master is over a second socket, registered under the same token,
+/// and keeps it open, subscribed, to hear when a failover moves the master: it then closes
+/// the consumer's connection and reconnects there at once. A node that answers as a replica
+/// is never read from ([`pelican::Error::NotMaster`]); the driver tries again after the
+/// consumer's backoff, asking the sentinels again first.
 ///
 /// # Driving it
 ///
@@ -115,7 +127,7 @@ enum Link {
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let mut poll = Poll::new()?;
 /// let consumer = Consumer::new(Config::new("orders", "billing", "worker-1"))?;
-/// let mut driver = Driver::new("127.0.0.1:6379".parse()?, consumer, Token(7));
+/// let mut driver = Driver::new(("127.0.0.1", 6379), consumer, Token(7));
 /// let mut events = Events::with_capacity(64);
 /// let mut handler = |entry: &pelican::Entry| {
 ///     println!("{:?}", entry.id());
@@ -135,9 +147,15 @@ enum Link {
 pub struct Driver {
     consumer: Consumer,
     token: Token,
-    /// Where to connect; a failed connect moves on to the next address.
-    addrs: Vec<SocketAddr>,
-    next_addr: usize,
+    /// Where to connect: the endpoint's node (or a cluster's others, after a failed
+    /// connect), or the master the sentinels name.
+    locator: Locator,
+    /// The address of the current connection, or the last one tried.
+    peer: Option<SocketAddr>,
+    /// Connects that failed in a row: picks the next of a name's addresses.
+    attempts: usize,
+    /// With Sentinel: the connection asking a sentinel, or watching one.
+    scout: Option<Scout>,
     connect_timeout: Duration,
     link: Link,
     buf: Box<[u8]>,
@@ -155,17 +173,22 @@ pub struct Driver {
     quiet: u32,
     /// Whether the server sent anything on this connection.
     heard: bool,
+    /// The host name the current connection was dialled by (for the certificate check).
+    tls_name: String,
 }
 
 impl Driver {
-    /// A driver for `consumer`, connecting to `addr`, registering its socket under `token`.
-    /// Nothing happens until the first [`drive`](Self::drive).
-    pub fn new(addr: SocketAddr, consumer: Consumer, token: Token) -> Driver {
+    /// A driver for `consumer`, connecting to `endpoint` (a `SocketAddr`, a `(host, port)`,
+    /// a [`HostPort`], [`Sentinels`](pelican::Sentinels)…), registering its sockets under
+    /// `token`. Nothing happens until the first [`drive`](Self::drive).
+    pub fn new(endpoint: impl Into<Endpoint>, consumer: Consumer, token: Token) -> Driver {
         Driver {
             consumer,
             token,
-            addrs: vec![addr],
-            next_addr: 0,
+            locator: Locator::new(endpoint.into()),
+            peer: None,
+            attempts: 0,
+            scout: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             link: Link::Idle,
             buf: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -176,22 +199,31 @@ impl Driver {
             tls_failed: None,
             quiet: 0,
             heard: false,
+            tls_name: String::new(),
         }
     }
 
     /// Connects over TLS, checking that the server's certificate names `host` (a host name,
-    /// or an IP address checked as one). A certificate or handshake failure is fatal
-    /// ([`DriveError::Tls`]): retrying would not fix it.
+    /// or an IP address checked as one; a cluster node a redirect names is checked by the
+    /// name the redirect gives). With Sentinel, `host` is not used: each node is checked by
+    /// the host the sentinels name it by, each sentinel by its own. A certificate or
+    /// handshake failure is fatal ([`DriveError::Tls`]): retrying would not fix it.
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Driver {
         self.tls = Some((tls, host.into()));
         self
     }
 
-    /// Adds addresses to try, in turn, after a connect to the previous one failed (for a
-    /// name that resolves to several addresses, e.g. `localhost` to `::1` and `127.0.0.1`).
-    pub fn fallback_addrs(mut self, addrs: impl IntoIterator<Item = SocketAddr>) -> Driver {
-        self.addrs.extend(addrs);
+    /// Adds nodes to try, in turn, after a connect to the endpoint's node failed: a
+    /// cluster's other nodes (masters and replicas: any of them leads on with `MOVED`), so
+    /// that a stream whose node died finds its slot's new master. Not with Sentinel.
+    pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Driver {
+        self.locator.add_fallbacks(nodes);
         self
+    }
+
+    /// [`fallbacks`](Self::fallbacks), by address.
+    pub fn fallback_addrs(self, addrs: impl IntoIterator<Item = SocketAddr>) -> Driver {
+        self.fallbacks(addrs.into_iter().map(|a| HostPort::new(a.ip().to_string(), a.port())))
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
@@ -211,9 +243,15 @@ impl Driver {
         self.token
     }
 
-    /// The address the driver is connected or connecting to, or will try next.
-    pub fn addr(&self) -> SocketAddr {
-        self.addrs[self.next_addr]
+    /// Where the driver connects.
+    pub fn endpoint(&self) -> &Endpoint {
+        self.locator.endpoint()
+    }
+
+    /// The address the driver is connected or connecting to, or tried last; `None` before
+    /// the first connect.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
     }
 
     /// True once the consumer has stopped and the socket is closed.
@@ -263,7 +301,7 @@ impl Driver {
         if self.asap.is_some() {
             return self.asap;
         }
-        match &self.link {
+        let link = match &self.link {
             Link::Connecting { deadline, .. } | Link::Securing { deadline, .. } => Some(*deadline),
             Link::Up { .. } => self.consumer.poll_timeout(),
             // Before the first connect the consumer has no deadline: it wants one at once.
@@ -271,7 +309,12 @@ impl Driver {
                 Some(self.consumer.poll_timeout().unwrap_or_else(Instant::now))
             }
             Link::Idle => self.consumer.poll_timeout(),
-        }
+        };
+        let scout = match &self.scout {
+            Some(scout) => scout.deadline(),
+            None => self.locator.rewatch_at().filter(|_| self.wants_watch()),
+        };
+        [link, scout].into_iter().flatten().min()
     }
 
     /// Does everything that can be done now: connect or reconnect if due, finish a connect,
@@ -381,11 +424,120 @@ impl Driver {
         if let Some(err) = &self.tls_failed {
             return Err(DriveError::Tls(err.clone()));
         }
-        self.advance_link(registry, Instant::now());
+        let now = Instant::now();
+        self.advance_scout(registry, now);
+        self.advance_link(registry, now);
         if let Some(err) = &self.tls_failed {
             return Err(DriveError::Tls(err.clone()));
         }
         self.exchange(registry, hand, observe, requests)
+    }
+
+    /// With Sentinel: moves the sentinel's connection on and acts on what it says; opens a
+    /// lost watch again when due.
+    fn advance_scout(&mut self, registry: &Registry, now: Instant) {
+        let Some(scout) = &mut self.scout else {
+            if self.wants_watch() && self.locator.rewatch_at().is_some_and(|at| now >= at) {
+                self.locator.on_rewatch();
+                self.start_scout(registry, now);
+            }
+            return;
+        };
+        match scout.drive(now) {
+            Ok(answers) => {
+                for answer in answers {
+                    self.on_answer(registry, answer, now);
+                }
+            }
+            Err(ScoutError::Tls(err)) => self.fail_tls(registry, err),
+            Err(ScoutError::Failed(why)) => {
+                let Some(scout) = self.scout.take() else { return };
+                let watching = scout.answered();
+                let sentinel = scout.sentinel().clone();
+                scout.close(registry);
+                if watching {
+                    log::info!("{}: the watch on sentinel {sentinel} was lost ({why})", self.name());
+                    self.locator.on_watch_lost(now);
+                } else {
+                    self.sentinel_failed(now, why);
+                }
+            }
+        }
+    }
+
+    /// A sentinel could not be asked: the next one is, at once; once every one failed, the
+    /// consumer is told (its backoff paces the next round).
+    fn sentinel_failed(&mut self, now: Instant, why: String) {
+        match self.locator.on_sentinel_failed(why) {
+            Some(all) => self.consumer.on_disconnected_because(now, all),
+            None => self.again(),
+        }
+    }
+
+    /// What a sentinel said.
+    fn on_answer(&mut self, registry: &Registry, answer: SentinelAnswer, now: Instant) {
+        let to = match &answer {
+            SentinelAnswer::Master(at) | SentinelAnswer::Switched(at) => Some(at.clone()),
+            SentinelAnswer::Unknown => None,
+        };
+        match self.locator.on_answer(answer) {
+            // Connected where the sentinels said (or about to be): nothing changes.
+            Found::Same => {}
+            Found::Master => {
+                self.consumer.connect_now(now);
+                self.again();
+            }
+            Found::Moved { from } => {
+                let to = to.map_or_else(String::new, |to| to.to_string());
+                let why = format!("a failover moved the master from {from} to {to}");
+                if !matches!(self.link, Link::Idle) {
+                    self.close(registry);
+                    self.consumer.on_disconnected_because(now, &why);
+                }
+                log::info!("{}: {why}", self.name());
+                self.consumer.connect_now(now);
+                self.again();
+            }
+            Found::Failed(all) => {
+                if let Some(scout) = self.scout.take() {
+                    scout.close(registry);
+                }
+                match all {
+                    Some(all) => self.consumer.on_disconnected_because(now, all),
+                    None => self.again(),
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// True when a watch should be open and is not: with Sentinel, the master known and the
+    /// consumer live.
+    fn wants_watch(&self) -> bool {
+        self.locator.watches()
+            && self.scout.is_none()
+            && self.locator.master().is_some()
+            && !self.stopped
+            && self.consumer.error().is_none()
+    }
+
+    /// Opens a connection to the sentinel the locator names, to ask (and then watch).
+    fn start_scout(&mut self, registry: &Registry, now: Instant) {
+        let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel().cloned())
+        else {
+            return;
+        };
+        let tls = self.tls.as_ref().map(|(tls, _)| tls);
+        log::debug!("{}: asking sentinel {sentinel}", self.name());
+        match Scout::start(&sentinel, session, tls, registry, self.token, now, self.connect_timeout) {
+            Ok(scout) => self.scout = Some(scout),
+            Err(ScoutError::Tls(err)) => self.fail_tls(registry, err),
+            Err(ScoutError::Failed(why)) if self.locator.master().is_some() => {
+                log::info!("{}: cannot watch sentinel {sentinel}: {why}", self.name());
+                self.locator.on_watch_lost(now);
+            }
+            Err(ScoutError::Failed(why)) => self.sentinel_failed(now, why),
+        }
     }
 
     /// Connects if the consumer wants a connection and its backoff has passed; finishes a
@@ -476,8 +628,49 @@ impl Driver {
         self.tls_failed = Some(err);
     }
 
+    /// Connects where the consumer's redirect (a cluster's `MOVED`) or the locator says,
+    /// looking the host up now; with Sentinel and no master known, asks a sentinel first.
     fn connect(&mut self, registry: &Registry, now: Instant) {
-        let to = self.target();
+        let node = match (self.consumer.redirect(), self.locator.dial()) {
+            (Some((host, port)), _) => HostPort::new(host, port),
+            (None, Some(Dial::Node(node))) => node.clone(),
+            (None, None) => {
+                self.consumer.on_disconnected_because(now, "no sentinel to ask: the endpoint names none");
+                self.again();
+                return;
+            }
+            (None, Some(Dial::Sentinel(_))) => {
+                match &self.scout {
+                    // Asking already: its answer brings the next drive here again.
+                    Some(scout) if !scout.answered() => {}
+                    // A watch cannot ask (it is subscribed): another connection asks.
+                    _ => {
+                        if let Some(watch) = self.scout.take() {
+                            watch.close(registry);
+                        }
+                        self.start_scout(registry, now);
+                    }
+                }
+                return;
+            }
+        };
+        // A redirect's empty host is the host connected to.
+        let host = match (&node.host[..], self.peer) {
+            ("", Some(peer)) => peer.ip().to_string(),
+            _ => node.host.clone(),
+        };
+        let to = match resolve(&host, node.port) {
+            Ok(addrs) => addrs[self.attempts % addrs.len()],
+            Err(e) => {
+                let reason = format!("cannot resolve {host}: {e}");
+                self.consumer.on_disconnected_because(now, reason);
+                self.locator.on_link_down(false);
+                self.again();
+                return;
+            }
+        };
+        self.peer = Some(to);
+        self.tls_name = host;
         log::debug!("{}: connecting to {to}", self.name());
         let attempt = TcpStream::connect(to).and_then(|mut stream| {
             stream.set_nodelay(true)?;
@@ -495,31 +688,35 @@ impl Driver {
         String::from_utf8_lossy(&self.consumer.config().stream)
     }
 
-    /// Where to connect: the cluster node the consumer was redirected to, if any, else the
-    /// address in turn.
-    fn target(&self) -> SocketAddr {
-        match self.consumer.redirect() {
-            Some((host, port)) => redirect_addr(host, port, self.addr()).unwrap_or_else(|| self.addr()),
-            None => self.addr(),
-        }
-    }
-
-    /// The host the certificate must name: the redirect's, if any (cluster nodes are named
-    /// by IP address there), else the one configured.
+    /// The host the certificate must name: with Sentinel, or after a redirect, the host
+    /// connected to as named (cluster nodes and sentinels name nodes by IP address); else the
+    /// one configured.
     fn tls_host(&self) -> Option<String> {
-        let (_, host) = self.tls.as_ref()?;
-        Some(match self.consumer.redirect() {
-            Some((redirected, _)) if !redirected.is_empty() => redirected.to_string(),
-            _ => host.clone(),
-        })
+        let (_, configured) = self.tls.as_ref()?;
+        let named =
+            matches!(self.locator.endpoint(), Endpoint::Sentinel(_)) || self.consumer.redirect().is_some();
+        Some(if named || configured.is_empty() { self.tls_name.clone() } else { configured.clone() })
     }
 
     fn connect_failed(&mut self, registry: &Registry, now: Instant, reason: impl std::fmt::Display) {
         self.close(registry);
-        let tried = self.addr();
-        self.next_addr = (self.next_addr + 1) % self.addrs.len();
-        self.consumer.on_disconnected_because(now, format_args!("{tried}: {reason}"));
+        self.attempts += 1;
+        let tried = self.peer.map_or_else(String::new, |peer| format!("{peer}: "));
+        self.consumer.on_disconnected_because(now, format_args!("{tried}{reason}"));
+        self.link_down(registry, false);
         self.again();
+    }
+
+    /// The consumer's connection is down (`was_up`: after the server answered on it): the
+    /// locator decides where next; with Sentinel the master is asked for again, on a new
+    /// connection (a watch cannot ask).
+    fn link_down(&mut self, registry: &Registry, was_up: bool) {
+        self.locator.on_link_down(was_up);
+        if self.locator.master().is_none() && self.scout.as_ref().is_some_and(Scout::answered) {
+            if let Some(watch) = self.scout.take() {
+                watch.close(registry);
+            }
+        }
     }
 
     /// The link is gone: drive again at once, whatever the consumer's deadlines say. A stop
@@ -533,12 +730,14 @@ impl Driver {
     fn disconnected(&mut self, registry: &Registry, now: Instant, reason: impl std::fmt::Display) {
         self.close(registry);
         self.consumer.on_disconnected_because(now, reason);
+        self.link_down(registry, self.heard);
         self.again();
     }
 
     /// The consumer returned an error: the connection is done. Fatal errors end the driver.
     fn failed(&mut self, registry: &Registry, err: pelican::Error) -> Result<Status, DriveError> {
         self.close(registry);
+        self.link_down(registry, self.heard);
         self.again();
         if err.is_fatal() {
             log::error!("{}: gave up: {err}", self.name());
@@ -576,7 +775,8 @@ impl Driver {
         if self.tls.is_none() && !self.heard && reset {
             self.quiet += 1;
             if self.quiet >= QUIET_LIMIT {
-                let err = TlsError::ServerWantsTls { addr: self.addr().to_string(), attempts: self.quiet };
+                let addr = self.peer.map_or_else(String::new, |peer| peer.to_string());
+                let err = TlsError::ServerWantsTls { addr, attempts: self.quiet };
                 self.fail_tls(registry, err.clone());
                 return Err(DriveError::Tls(err));
             }
@@ -638,6 +838,9 @@ impl Driver {
                     }
                     Event::Stopped => {
                         self.close(registry);
+                        if let Some(scout) = self.scout.take() {
+                            scout.close(registry);
+                        }
                         self.stopped = true;
                         return Ok(Status::Stopped);
                     }
@@ -746,5 +949,5 @@ pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Optio
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }
-    (host, port).to_socket_addrs().ok()?.next()
+    resolve(host, port).ok()?.first().copied()
 }

@@ -2,17 +2,17 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::ToSocketAddrs;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token, Waker};
-use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
+use pelican::{Config, Consumer, Entry, IntoEndpoint, Notice, Stats, Verdict};
 
 use crate::driver::{Driver, Status};
 use crate::error::RunError;
 use crate::pool::{self, Dispatch, Outcome, Panicked, Pool};
+use crate::resolve::endpoint;
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
 use pelican_tls::Tls;
@@ -20,7 +20,8 @@ use pelican_tls::Tls;
 const CONSUMER: Token = Token(0);
 const WAKER: Token = Token(1);
 
-/// Consumes `config`'s stream from the server at `addr` on the calling thread, handing each
+/// Consumes `config`'s stream from the server at `addr` (`"host:port"`, a `SocketAddr`,
+/// [`Sentinels`](pelican::Sentinels)…: see [`Runner::new`]) on the calling thread, handing each
 /// entry to `handler`, reconnecting after the consumer's backoff whenever the connection is
 /// lost. Runs until stopped (see [`Runner`] for a [`StopHandle`]) or until the consumer
 /// fails for good; returns the consumer's counters when stopped.
@@ -36,7 +37,7 @@ const WAKER: Token = Token(1);
 /// # Ok::<(), pelican_mio::RunError>(())
 /// ```
 pub fn run(
-    addr: impl ToSocketAddrs,
+    addr: impl IntoEndpoint,
     config: Config,
     handler: impl FnMut(&Entry) -> Verdict,
 ) -> Result<Stats, RunError> {
@@ -82,15 +83,27 @@ impl std::fmt::Debug for Runner {
 }
 
 impl Runner {
-    /// Resolves `addr` (a failed connect moves on to the next address it resolved to),
-    /// validates `config` and creates the `Poll`. Connects only in [`run`](Self::run).
-    pub fn new(addr: impl ToSocketAddrs, config: Config) -> Result<Runner, RunError> {
+    /// Validates `config` and `addr`, and creates the `Poll`. Connects only in
+    /// [`run`](Self::run).
+    ///
+    /// `addr` is where the server is: `"host:port"` text, a `(host, port)` pair or a
+    /// `SocketAddr` — a host name is looked up again at every connect (a failed connect moves
+    /// on to the next address it resolves to), so a name that a failover moves is followed;
+    /// it must resolve now, or this fails with [`RunError::Resolve`] — or
+    /// [`Sentinels`](pelican::Sentinels), to consume from the master they name and follow it
+    /// through failovers:
+    ///
+    /// ```no_run
+    /// use pelican::{Config, HostPort, Sentinels};
+    ///
+    /// let sentinels = Sentinels::new("mymaster", ["10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"]
+    ///     .map(|s| s.parse::<HostPort>().unwrap()));
+    /// let runner = pelican_mio::Runner::new(sentinels, Config::new("orders", "billing", "worker-1"))?;
+    /// # Ok::<(), pelican_mio::RunError>(())
+    /// ```
+    pub fn new(addr: impl IntoEndpoint, config: Config) -> Result<Runner, RunError> {
         let consumer = Consumer::new(config).map_err(RunError::Config)?;
-        let mut addrs = addr.to_socket_addrs().map_err(RunError::Resolve)?;
-        let first = addrs.next().ok_or_else(|| {
-            RunError::Resolve(io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to"))
-        })?;
-        Runner::with_driver(Driver::new(first, consumer, CONSUMER).fallback_addrs(addrs))
+        Runner::with_driver(Driver::new(endpoint(addr)?, consumer, CONSUMER))
     }
 
     /// Connects over TLS, checking that the server's certificate names `host` (the host

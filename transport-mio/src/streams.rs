@@ -3,20 +3,21 @@
 
 use std::cell::Cell;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mio::{Events, Poll, Token, Waker};
-use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
+use pelican::{Config, Consumer, Endpoint, Entry, HostPort, IntoEndpoint, Notice, Stats, Verdict};
 use pelican_tls::Tls;
 
-use crate::cluster::locate;
+use crate::cluster::locate_all;
 use crate::driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
 use crate::error::RunError;
 use crate::pool::{self, Outcome, Panicked, Pool};
+use crate::resolve::{endpoint, resolve};
 use crate::run::{earliest, wait};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
@@ -74,9 +75,10 @@ pub type StreamStats = Vec<(Bytes, Stats)>;
 /// ```
 pub struct Streams {
     consumers: Vec<Consumer>,
-    /// Where every stream connects (a failed connect tries the next), after the master
-    /// serving it if the first node that answers says which.
-    addrs: Vec<SocketAddr>,
+    /// Where every stream connects, unless the node it names is a cluster node that says
+    /// which master serves each stream (each then starts there, and tries the others in turn
+    /// when its own is gone).
+    endpoint: Endpoint,
     tls: Option<(Tls, String)>,
     connect_timeout: Duration,
     poll: Poll,
@@ -89,7 +91,7 @@ impl std::fmt::Debug for Streams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Streams")
             .field("consumers", &self.consumers)
-            .field("addrs", &self.addrs)
+            .field("endpoint", &self.endpoint)
             .field("stop", &self.stop)
             .finish_non_exhaustive()
     }
@@ -110,28 +112,25 @@ struct Ended {
 }
 
 impl Streams {
-    /// Validates each of `configs` (one stream each), resolves `addr` (any node of a
-    /// cluster; a failed connect moves on to the next address it resolved to) and creates
-    /// the `Poll`. Connects only in [`run`](Self::run) or [`run_pool`](Self::run_pool).
+    /// Validates each of `configs` (one stream each) and `addr` (as for
+    /// [`Runner::new`](crate::Runner::new): any node of a cluster, or
+    /// [`Sentinels`](pelican::Sentinels)), and creates the `Poll`. Connects only in
+    /// [`run`](Self::run) or [`run_pool`](Self::run_pool).
     pub fn new(
-        addr: impl ToSocketAddrs,
+        addr: impl IntoEndpoint,
         configs: impl IntoIterator<Item = Config>,
     ) -> Result<Streams, RunError> {
         let consumers = configs
             .into_iter()
             .map(|config| Consumer::new(config).map_err(RunError::Config))
             .collect::<Result<Vec<_>, _>>()?;
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
-        if addrs.is_empty() {
-            let none = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-            return Err(RunError::Resolve(none));
-        }
+        let endpoint = endpoint(addr)?;
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
         let stats = consumers.iter().map(|_| Publisher::default()).collect();
         Ok(Streams {
             consumers,
-            addrs,
+            endpoint,
             tls: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             poll,
@@ -261,10 +260,11 @@ impl Streams {
         finished(&lanes, Ended { failed, panicked })
     }
 
-    /// Each stream's lane: its driver, started at the master serving it when the first
-    /// address that answers is a cluster node that says which.
+    /// Each stream's lane: its driver, started at the master serving it when the endpoint's
+    /// node is a cluster node that says which (the cluster's masters and the endpoint's
+    /// node its fallbacks).
     fn lanes(&mut self) -> Vec<Lane> {
-        let homes = self.homes();
+        let (homes, nodes) = self.homes();
         let consumers = std::mem::take(&mut self.consumers);
         let stats = std::mem::take(&mut self.stats);
         consumers
@@ -274,11 +274,12 @@ impl Streams {
             .enumerate()
             .map(|(i, ((consumer, stats), home))| {
                 let stream = consumer.config().stream.clone();
-                let first = home.unwrap_or(self.addrs[0]);
-                let rest = if home.is_some() { &self.addrs[..] } else { &self.addrs[1..] };
-                let mut driver = Driver::new(first, consumer, Token(i))
-                    .fallback_addrs(rest.iter().copied())
-                    .connect_timeout(self.connect_timeout);
+                let mut driver = match (home, &self.endpoint) {
+                    (Some(home), Endpoint::Node(node)) => Driver::new(home, consumer, Token(i))
+                        .fallbacks(std::iter::once(node.clone()).chain(nodes.iter().cloned())),
+                    _ => Driver::new(self.endpoint.clone(), consumer, Token(i)),
+                }
+                .connect_timeout(self.connect_timeout);
                 if let Some((tls, host)) = &self.tls {
                     driver = driver.tls(tls.clone(), host.clone());
                 }
@@ -287,16 +288,17 @@ impl Streams {
             .collect()
     }
 
-    /// The master serving each stream, as the first address that answers says (`None` for
-    /// each: not a cluster, TLS, no answer).
-    fn homes(&self) -> Vec<Option<SocketAddr>> {
-        let unknown = vec![None; self.consumers.len()];
+    /// The master serving each stream, as the endpoint's node says (`None` for each: not a
+    /// cluster, TLS, Sentinel, no answer), and every master of the cluster.
+    fn homes(&self) -> (Vec<Option<SocketAddr>>, Vec<HostPort>) {
+        let unknown = (vec![None; self.consumers.len()], Vec::new());
+        let Endpoint::Node(node) = &self.endpoint else { return unknown };
         if self.tls.is_some() || self.consumers.is_empty() {
             return unknown;
         }
         let keys: Vec<&[u8]> = self.consumers.iter().map(|c| &c.config().stream[..]).collect();
-        for seed in &self.addrs {
-            match locate(*seed, &keys, self.connect_timeout) {
+        for seed in resolve(&node.host, node.port).unwrap_or_default() {
+            match locate_all(seed, &keys, self.connect_timeout) {
                 Ok(found) => return found,
                 // An answer that is not a slot map: not a cluster node (or it wants a
                 // password first). The other addresses are the same server.

@@ -72,6 +72,23 @@ impl HostPort {
     }
 }
 
+impl std::str::FromStr for HostPort {
+    type Err = EndpointError;
+
+    fn from_str(text: &str) -> Result<HostPort, EndpointError> {
+        HostPort::parse(text)
+    }
+}
+
+impl std::str::FromStr for Endpoint {
+    type Err = EndpointError;
+
+    /// `host:port` (see [`HostPort::parse`]).
+    fn from_str(text: &str) -> Result<Endpoint, EndpointError> {
+        HostPort::parse(text).map(Endpoint::Node)
+    }
+}
+
 impl fmt::Display for HostPort {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.host.contains(':') {
@@ -321,17 +338,26 @@ impl Locator {
     }
 
     /// Where to connect next: a node, or (with Sentinel, while the master is not known) a
-    /// sentinel to ask first.
-    pub fn dial(&self) -> Dial<'_> {
+    /// sentinel to ask first. `None` only for [`Sentinels`] without a single sentinel.
+    pub fn dial(&self) -> Option<Dial<'_>> {
         match &self.endpoint {
-            Endpoint::Node(node) => match self.next_node {
-                0 => Dial::Node(node),
-                i => Dial::Node(&self.fallbacks[(i - 1) % self.fallbacks.len()]),
+            Endpoint::Node(node) => Some(Dial::Node(match self.next_node {
+                0 => node,
+                i => self.fallbacks.get((i - 1) % self.fallbacks.len().max(1)).unwrap_or(node),
+            })),
+            Endpoint::Sentinel(_) => match &self.master {
+                Some(master) => Some(Dial::Node(master)),
+                None => self.sentinel().map(Dial::Sentinel),
             },
-            Endpoint::Sentinel(sentinels) => match &self.master {
-                Some(master) => Dial::Node(master),
-                None => Dial::Sentinel(&sentinels.nodes[self.turn % sentinels.nodes.len()]),
-            },
+        }
+    }
+
+    /// With Sentinel: the sentinel asked next (the one that answered last, unless it failed
+    /// since); what a watch opened again asks.
+    pub fn sentinel(&self) -> Option<&HostPort> {
+        match &self.endpoint {
+            Endpoint::Sentinel(sentinels) => sentinels.nodes.get(self.turn % sentinels.nodes.len().max(1)),
+            Endpoint::Node(_) => None,
         }
     }
 
@@ -399,10 +425,13 @@ impl Locator {
     /// consumer as a failed connect; the round starts over after the consumer's backoff.
     pub fn on_sentinel_failed(&mut self, reason: impl fmt::Display) -> Option<String> {
         let Endpoint::Sentinel(sentinels) = &self.endpoint else { return None };
-        let asked = &sentinels.nodes[self.turn % sentinels.nodes.len()];
-        self.failures.push(format!("{asked}: {reason}"));
-        self.turn = (self.turn + 1) % sentinels.nodes.len();
-        if self.failures.len() < sentinels.nodes.len() {
+        let n = sentinels.nodes.len().max(1);
+        match sentinels.nodes.get(self.turn % n) {
+            Some(asked) => self.failures.push(format!("{asked}: {reason}")),
+            None => self.failures.push(reason.to_string()),
+        }
+        self.turn = (self.turn + 1) % n;
+        if self.failures.len() < n {
             return None;
         }
         let why = format!(
@@ -418,7 +447,7 @@ impl Locator {
     /// sentinel (its answer may move the consumer).
     pub fn on_watch_lost(&mut self, now: Instant) {
         if let Endpoint::Sentinel(sentinels) = &self.endpoint {
-            self.turn = (self.turn + 1) % sentinels.nodes.len();
+            self.turn = (self.turn + 1) % sentinels.nodes.len().max(1);
             self.rewatch_at = Some(now + self.rewatch.next_delay());
         }
     }
@@ -466,18 +495,18 @@ mod tests {
     #[test]
     fn a_failed_connect_tries_the_next_node() {
         let mut locator = Locator::new(hp("a:1").into());
-        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("a:1")));
         locator.on_link_down(false);
-        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")), "no fallback: the same node");
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("a:1")), "no fallback: the same node");
         locator.add_fallbacks([hp("b:2"), hp("a:1"), hp("c:3")]);
         locator.on_link_down(false);
-        assert_eq!(locator.dial(), Dial::Node(&hp("b:2")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("b:2")));
         locator.on_link_down(true);
-        assert_eq!(locator.dial(), Dial::Node(&hp("b:2")), "lost after it was up: the same node");
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("b:2")), "lost after it was up: the same node");
         locator.on_link_down(false);
-        assert_eq!(locator.dial(), Dial::Node(&hp("c:3")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("c:3")));
         locator.on_link_down(false);
-        assert_eq!(locator.dial(), Dial::Node(&hp("a:1")), "round and round");
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("a:1")), "round and round");
     }
 
     fn sentinels() -> Locator {
@@ -487,11 +516,11 @@ mod tests {
     #[test]
     fn sentinels_asked_in_turn_until_one_names_the_master() {
         let mut locator = sentinels();
-        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s1:26379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s1:26379")));
         assert_eq!(locator.on_sentinel_failed("connection refused"), None);
-        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s2:26379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s2:26379")));
         assert_eq!(locator.on_answer(SentinelAnswer::Unknown), Found::Failed(None));
-        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s3:26379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s3:26379")));
         let why = locator.on_sentinel_failed("timed out").unwrap();
         assert_eq!(
             why,
@@ -499,12 +528,16 @@ mod tests {
              s2:26379: it watches no service named \"mymaster\"; s3:26379: timed out"
         );
         // The next round starts where this one ended, and the one that answers is kept.
-        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s1:26379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s1:26379")));
         assert_eq!(locator.on_sentinel_failed("refused"), None);
         assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Master);
-        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.1:6379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("10.0.0.1:6379")));
         locator.on_link_down(true);
-        assert_eq!(locator.dial(), Dial::Sentinel(&hp("s2:26379")), "asked again, the last to answer first");
+        assert_eq!(
+            locator.dial().unwrap(),
+            Dial::Sentinel(&hp("s2:26379")),
+            "asked again, the last to answer first"
+        );
         // A failed round's count starts over after an answer.
         assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Master);
         assert_eq!(locator.on_answer(SentinelAnswer::Master(hp("10.0.0.1:6379"))), Found::Same);
@@ -518,11 +551,11 @@ mod tests {
             locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.2:6379"))),
             Found::Moved { from: hp("10.0.0.1:6379") }
         );
-        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.2:6379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("10.0.0.2:6379")));
         assert_eq!(locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.2:6379"))), Found::Same);
         // Heard while the master was being asked for again: it is the answer.
         locator.on_link_down(false);
         assert_eq!(locator.on_answer(SentinelAnswer::Switched(hp("10.0.0.3:6379"))), Found::Master);
-        assert_eq!(locator.dial(), Dial::Node(&hp("10.0.0.3:6379")));
+        assert_eq!(locator.dial().unwrap(), Dial::Node(&hp("10.0.0.3:6379")));
     }
 }

@@ -16,9 +16,10 @@ pub const ROLE_REQUEST: &[u8] = b"*1\r\n$5\r\nHELLO\r\n";
 pub enum NodeRole {
     /// A master: read from it and write to it.
     Master,
-    /// A replica: neither.
+    /// A replica (outside a cluster): neither.
     Replica,
-    /// It does not say (a server without `HELLO`, a proxy): its writes will tell.
+    /// It does not say (a server without `HELLO`, a proxy): its writes will tell. A
+    /// cluster's replica is this too: it redirects a stream command to its master (`MOVED`).
     Unknown,
 }
 
@@ -38,7 +39,7 @@ pub fn read_node_role(bytes: &[u8]) -> Result<Option<NodeRole>, String> {
         Value::Error(text) if text.starts_with(b"ERR unknown command") => Ok(Some(NodeRole::Unknown)),
         Value::Error(text) => Err(String::from_utf8_lossy(&text).into_owned()),
         value => Ok(Some(match hello_fields(value) {
-            Some(hello) if hello.is_replica() => NodeRole::Replica,
+            Some(hello) if hello.is_standalone_replica() => NodeRole::Replica,
             Some(hello) if hello.role.as_deref() == Some(b"master") => NodeRole::Master,
             _ => NodeRole::Unknown,
         })),

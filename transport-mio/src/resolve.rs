@@ -1,0 +1,34 @@
+//! Host names looked up at every connect: a managed service's primary endpoint, or a name
+//! whose address a failover moves, is followed rather than remembered.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// The addresses of `host` (a name, or an IP address) and `port`, looked up now with `std`'s
+/// resolver (blocking: a name the system caches answers at once). Never empty when `Ok`.
+pub(crate) fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs()?.collect();
+    if addrs.is_empty() {
+        let why = format!("{host} resolves to no address");
+        return Err(io::Error::new(io::ErrorKind::NotFound, why));
+    }
+    Ok(addrs)
+}
+
+/// `addr` as an endpoint, checked now: a `host:port` text that is not one, a host that does
+/// not resolve now (most likely a typo: later lookups that fail are failed connects, retried),
+/// or sentinels without a single address are [`RunError::Resolve`].
+pub(crate) fn endpoint(addr: impl pelican::IntoEndpoint) -> Result<pelican::Endpoint, crate::RunError> {
+    let invalid = |why: String| crate::RunError::Resolve(io::Error::new(io::ErrorKind::InvalidInput, why));
+    let endpoint = addr.into_endpoint().map_err(|e| invalid(e.to_string()))?;
+    match &endpoint {
+        pelican::Endpoint::Node(node) => {
+            resolve(&node.host, node.port).map_err(crate::RunError::Resolve)?;
+        }
+        pelican::Endpoint::Sentinel(sentinels) if sentinels.nodes.is_empty() => {
+            return Err(invalid(format!("no sentinel given for {:?}", sentinels.service)));
+        }
+        _ => {}
+    }
+    Ok(endpoint)
+}
