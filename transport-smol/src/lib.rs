@@ -69,7 +69,9 @@
 mod conn;
 mod error;
 mod handler;
+mod resolve;
 mod run;
+mod scout;
 mod stats;
 mod stop;
 mod streams;

@@ -2,23 +2,28 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::pin::pin;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use futures_util::stream::FuturesUnordered;
-use pelican::{Config, Consumer, Entry, Event, Notice, Stats, Verdict};
+use pelican::locate::{Dial, Found, SentinelAnswer};
+use pelican::{
+    Config, Consumer, Endpoint, Entry, Event, HostPort, IntoEndpoint, Locator, Notice, Stats, Verdict,
+};
 use pelican_tls::{Tls, TlsError};
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
-use smol::net::{AsyncToSocketAddrs, TcpStream};
+use smol::net::TcpStream;
 use smol::stream::{Stream, StreamExt};
 use smol::Timer;
 
 use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
 use crate::handler::{self, Panic};
+use crate::resolve::{checked, checked_async, resolve};
+use crate::scout::{self, Scout, ScoutError};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
 
@@ -40,8 +45,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// handler panics (see [`Runner`] for a [`StopHandle`], and [`Runner::run`] for entries in
 /// hand at once and panics).
 ///
-/// A host name in `addr` is resolved on smol's blocking-thread pool ([`smol::net::resolve`]),
-/// so the executor stays free while DNS answers.
+/// `addr` is as for [`Runner::new`]: `"host:port"`, a `SocketAddr`, [`Sentinels`](pelican::Sentinels)….
+/// A host name is looked up on smol's blocking-thread pool ([`smol::net::resolve`]), so the
+/// executor stays free while DNS answers, and again at every connect.
 ///
 /// ```no_run
 /// use pelican::{Config, Verdict};
@@ -54,7 +60,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// }))?;
 /// # Ok::<(), pelican_smol::RunError>(())
 /// ```
-pub async fn run<H, F>(addr: impl AsyncToSocketAddrs, config: Config, handler: H) -> Result<Stats, RunError>
+pub async fn run<H, F>(addr: impl IntoEndpoint, config: Config, handler: H) -> Result<Stats, RunError>
 where
     H: FnMut(Entry) -> F,
     F: Future<Output = Verdict>,
@@ -82,9 +88,15 @@ where
 /// ```
 pub struct Runner {
     consumer: Consumer,
-    /// Where to connect; a failed connect moves on to the next address.
-    addrs: Vec<SocketAddr>,
-    next_addr: usize,
+    /// Where to connect: the endpoint's node (or a cluster's others, after a failed
+    /// connect), or the master the sentinels name.
+    locator: Locator,
+    /// The address of the current connection, or the last one tried.
+    peer: Option<SocketAddr>,
+    /// Connects that failed in a row: picks the next of a name's addresses.
+    attempts: usize,
+    /// With Sentinel: a question to a sentinel under way, or the watch kept open.
+    scout: Option<Scout>,
     connect_timeout: Duration,
     stop: StopHandle,
     /// What the consumer has been told of the stop handle's requests: waits on the handle
@@ -100,6 +112,8 @@ pub struct Runner {
     quiet: u32,
     /// Whether the server sent anything on this connection.
     heard: bool,
+    /// The host name the current connection was dialled by (for the certificate check).
+    tls_name: String,
     /// The first handler panic, which ends the run once the stop it started has.
     panic: Option<Panic>,
     stats: Publisher,
@@ -112,7 +126,7 @@ impl std::fmt::Debug for Runner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runner")
             .field("consumer", &self.consumer)
-            .field("addrs", &self.addrs)
+            .field("endpoint", self.locator.endpoint())
             .field("stop", &self.stop)
             .finish_non_exhaustive()
     }
@@ -125,42 +139,58 @@ enum Next<T> {
     Stepped(Result<(), RunError>),
 }
 
-/// What ended a wait on the socket, the consumer's deadline or a stop.
+/// What ended a wait on the socket, the consumer's deadline, a stop or the sentinels.
 enum Wake {
     Io(io::Result<usize>),
     Timer,
     Stop,
+    /// The watch heard something (or was lost).
+    Heard(Result<SentinelAnswer, String>),
+    /// A question to a sentinel (to open the watch again) was answered, or failed.
+    Asked(scout::Asked),
+    /// It is time to open a lost watch again.
+    Rewatch,
 }
 
 impl Runner {
-    /// Resolves `addr` (blocking, for a host name; a failed connect moves on to the next
-    /// address it resolved to) and validates `config`. Connects only in [`run`](Self::run).
-    /// Inside a task, prefer [`resolve`](Self::resolve), which does not block the executor.
-    pub fn new(addr: impl ToSocketAddrs, config: Config) -> Result<Runner, RunError> {
+    /// Validates `config` and `addr`. Connects only in [`run`](Self::run).
+    ///
+    /// `addr` is where the server is: `"host:port"` text, a `(host, port)` pair or a
+    /// `SocketAddr` — a host name is looked up again at every connect (a failed connect moves
+    /// on to the next address it resolves to), so a name that a failover moves is followed;
+    /// it must resolve now (looked up here, blocking), or this fails with
+    /// [`RunError::Resolve`] — or [`Sentinels`](pelican::Sentinels), to consume from the
+    /// master they name and follow it through failovers (the sentinels are asked over a
+    /// connection of their own, kept open to hear `+switch-master`). Inside a task, prefer
+    /// [`resolve`](Self::resolve), which does not block the executor.
+    ///
+    /// ```no_run
+    /// use pelican::{Config, HostPort, Sentinels};
+    ///
+    /// let sentinels = Sentinels::new("mymaster", ["10.0.0.1:26379", "10.0.0.2:26379"]
+    ///     .map(|s| s.parse::<HostPort>().unwrap()));
+    /// let runner = pelican_smol::Runner::new(sentinels, Config::new("orders", "billing", "worker-1"))?;
+    /// # Ok::<(), pelican_smol::RunError>(())
+    /// ```
+    pub fn new(addr: impl IntoEndpoint, config: Config) -> Result<Runner, RunError> {
         let consumer = Consumer::new(config).map_err(RunError::Config)?;
-        let addrs = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
-        Runner::with_addrs(consumer, addrs)
+        Ok(Runner::with_endpoint(consumer, checked(addr)?))
     }
 
-    /// Like [`new`](Self::new), but resolves a host name on smol's blocking-thread pool
+    /// Like [`new`](Self::new), but looks a host name up on smol's blocking-thread pool
     /// ([`smol::net::resolve`]) so that the executor stays free meanwhile.
-    pub async fn resolve(addr: impl AsyncToSocketAddrs, config: Config) -> Result<Runner, RunError> {
+    pub async fn resolve(addr: impl IntoEndpoint, config: Config) -> Result<Runner, RunError> {
         let consumer = Consumer::new(config).map_err(RunError::Config)?;
-        let addrs = smol::net::resolve(addr).await.map_err(RunError::Resolve)?;
-        Runner::with_addrs(consumer, addrs)
+        Ok(Runner::with_endpoint(consumer, checked_async(addr).await?))
     }
 
-    pub(crate) fn with_addrs(consumer: Consumer, addrs: Vec<SocketAddr>) -> Result<Runner, RunError> {
-        if addrs.is_empty() {
-            return Err(RunError::Resolve(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "no address to connect to",
-            )));
-        }
-        Ok(Runner {
+    pub(crate) fn with_endpoint(consumer: Consumer, endpoint: Endpoint) -> Runner {
+        Runner {
             consumer,
-            addrs,
-            next_addr: 0,
+            locator: Locator::new(endpoint),
+            peer: None,
+            attempts: 0,
+            scout: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
             told: Request::Run,
@@ -172,12 +202,16 @@ impl Runner {
             heard: false,
             panic: None,
             stats: Publisher::default(),
-        })
+            tls_name: String::new(),
+        }
     }
 
     /// Connects over TLS, checking that the server's certificate names `host` (the host
-    /// name the address came from, or an IP address checked as one). A certificate or
-    /// handshake failure ends [`run`](Self::run) with [`RunError::Tls`].
+    /// name the address came from, or an IP address checked as one; a cluster node a
+    /// redirect names is checked by the name the redirect gives). With Sentinel, `host` is
+    /// not used: each node is checked by the host the sentinels name it by, each sentinel by
+    /// its own. A certificate or handshake failure ends [`run`](Self::run) with
+    /// [`RunError::Tls`].
     ///
     /// ```no_run
     /// use pelican::Config;
@@ -191,6 +225,19 @@ impl Runner {
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
         self.tls = Some((tls, host.into()));
         self
+    }
+
+    /// Adds nodes to try, in turn, after a connect to the endpoint's node failed: a
+    /// cluster's other nodes (any of them leads on with `MOVED`), so that a stream whose node
+    /// died finds its slot's new master. Not with Sentinel.
+    pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Runner {
+        self.locator.add_fallbacks(nodes);
+        self
+    }
+
+    /// [`fallbacks`](Self::fallbacks), by address.
+    pub fn fallback_addrs(self, addrs: impl IntoIterator<Item = SocketAddr>) -> Runner {
+        self.fallbacks(addrs.into_iter().map(|a| HostPort::new(a.ip().to_string(), a.port())))
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
@@ -219,11 +266,12 @@ impl Runner {
         self
     }
 
-    /// Tries `home` first (the master serving the stream, in a cluster), then the addresses
-    /// given.
-    pub(crate) fn lead_to(&mut self, home: SocketAddr) {
-        self.addrs.insert(0, home);
-        self.next_addr = 0;
+    /// Tries `home` first (the master serving the stream, in a cluster), then the endpoint's
+    /// node and `nodes` (the cluster's masters) in turn.
+    pub(crate) fn lead_to(&mut self, home: SocketAddr, nodes: &[HostPort]) {
+        let Endpoint::Node(node) = self.locator.endpoint().clone() else { return };
+        self.locator = Locator::new(home.into());
+        self.locator.add_fallbacks(std::iter::once(node).chain(nodes.iter().cloned()));
     }
 
     /// A handle that reads the consumer's counters, the entries in hand and buffered and
@@ -575,11 +623,57 @@ impl Runner {
                 self.stop.beyond(self.told).await;
                 Wake::Stop
             };
-            future::or(future::or(read, timer), stop).await
+            let rewatch = self.locator.rewatch_at().filter(|_| wants_watch(&self.locator, &self.scout));
+            let sentinel = async {
+                match &mut self.scout {
+                    Some(Scout::Watching(watch)) => Wake::Heard(watch.next().await),
+                    Some(Scout::Asking(asking)) => Wake::Asked(asking.as_mut().await),
+                    None => {
+                        rewatch.map_or_else(Timer::never, Timer::at).await;
+                        Wake::Rewatch
+                    }
+                }
+            };
+            future::or(future::or(future::or(read, timer), stop), sentinel).await
         };
         let now = Instant::now();
         let result = match wake {
             Wake::Stop => return Ok(()),
+            Wake::Heard(Ok(answer)) => {
+                self.on_answer(answer, now);
+                return Ok(());
+            }
+            Wake::Heard(Err(why)) => {
+                if let Some(Scout::Watching(watch)) = self.scout.take() {
+                    log::info!(
+                        "{}: the watch on sentinel {} was lost ({why})",
+                        self.name(),
+                        watch.sentinel()
+                    );
+                }
+                self.locator.on_watch_lost(now);
+                return Ok(());
+            }
+            Wake::Asked(Ok((watch, answer))) => {
+                self.scout = Some(Scout::Watching(watch));
+                self.on_answer(answer, now);
+                return Ok(());
+            }
+            Wake::Asked(Err(ScoutError::Tls(err))) => return Err(RunError::Tls(err)),
+            Wake::Asked(Err(ScoutError::Failed(why))) => {
+                self.scout = None;
+                log::info!("{}: cannot watch the sentinels: {why}", self.name());
+                self.locator.on_watch_lost(now);
+                return Ok(());
+            }
+            Wake::Rewatch => {
+                self.locator.on_rewatch();
+                if let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel()) {
+                    let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
+                    self.scout = Some(Scout::asking(sentinel.clone(), session, tls, self.connect_timeout));
+                }
+                return Ok(());
+            }
             Wake::Io(Ok(0)) => Err(Cut::Lost("the server closed the connection".into())),
             Wake::Io(Ok(n)) if writing => {
                 self.consumer.advance_transmit(n);
@@ -603,7 +697,7 @@ impl Runner {
                 if self.tls.is_none() && !self.heard && reset {
                     self.quiet += 1;
                     if self.quiet >= QUIET_LIMIT {
-                        let addr = self.addrs[self.next_addr].to_string();
+                        let addr = self.peer.map_or_else(String::new, |peer| peer.to_string());
                         return Err(RunError::Tls(TlsError::ServerWantsTls { addr, attempts: self.quiet }));
                     }
                 }
@@ -617,6 +711,7 @@ impl Runner {
             Err(Cut::Lost(reason)) => {
                 self.link = None;
                 self.consumer.on_disconnected_because(now, reason);
+                self.link_down(self.heard);
                 Ok(())
             }
             // The consumer closed the connection; it scheduled a reconnect unless fatal.
@@ -625,8 +720,46 @@ impl Runner {
                 if err.is_fatal() {
                     return Err(RunError::Consumer(err));
                 }
+                self.link_down(self.heard);
                 Ok(())
             }
+        }
+    }
+
+    /// What a sentinel said: a failover that moved the master away from where the consumer
+    /// is connected closes its connection, and it reconnects there at once.
+    fn on_answer(&mut self, answer: SentinelAnswer, now: Instant) {
+        let to = match &answer {
+            SentinelAnswer::Master(at) | SentinelAnswer::Switched(at) => at.to_string(),
+            SentinelAnswer::Unknown => String::new(),
+        };
+        match self.locator.on_answer(answer) {
+            Found::Moved { from } => {
+                let why = format!("a failover moved the master from {from} to {to}");
+                log::info!("{}: {why}", self.name());
+                if self.link.take().is_some() {
+                    self.consumer.on_disconnected_because(now, &why);
+                }
+                self.consumer.connect_now(now);
+            }
+            Found::Master => self.consumer.connect_now(now),
+            Found::Failed(all) => {
+                self.scout = None;
+                if let Some(all) = all {
+                    self.consumer.on_disconnected_because(now, all);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The consumer's connection is down (`was_up`: after the server answered on it): the
+    /// locator decides where next; with Sentinel the master is asked for again, on a new
+    /// connection (a watch cannot ask).
+    fn link_down(&mut self, was_up: bool) {
+        self.locator.on_link_down(was_up);
+        if self.locator.master().is_none() && matches!(self.scout, Some(Scout::Watching(_))) {
+            self.scout = None;
         }
     }
 
@@ -639,17 +772,80 @@ impl Runner {
             .then_some(explained)
     }
 
+    /// Where to connect: the consumer's redirect (a cluster's `MOVED`), or the locator's
+    /// node — with Sentinel, once a sentinel has named the master (asked here, each sentinel
+    /// in turn, each question bounded by the connect timeout). `None`: no connect this time
+    /// (the consumer was told why, or a stop came).
+    async fn dial(&mut self) -> Result<Option<HostPort>, RunError> {
+        loop {
+            if let Some((host, port)) = self.consumer.redirect() {
+                return Ok(Some(HostPort::new(host, port)));
+            }
+            let sentinel = match self.locator.dial() {
+                Some(Dial::Node(node)) => return Ok(Some(node.clone())),
+                Some(Dial::Sentinel(sentinel)) => sentinel.clone(),
+                None => {
+                    self.consumer.on_disconnected_because(
+                        Instant::now(),
+                        "no sentinel to ask: the endpoint names none",
+                    );
+                    return Ok(None);
+                }
+            };
+            let Some(session) = self.locator.session() else { return Ok(None) };
+            // A watch cannot ask (it is subscribed): another connection asks.
+            self.scout = None;
+            let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
+            log::debug!("{}: asking sentinel {sentinel}", self.name());
+            let asked = scout::ask(sentinel, session, tls, self.connect_timeout);
+            let Some(asked) = bounded(self.connect_timeout * 2, &self.stop, self.told, asked).await else {
+                return Ok(None); // a stop request (the question bounds itself)
+            };
+            let now = Instant::now();
+            match asked {
+                Ok((watch, answer)) => {
+                    self.scout = Some(Scout::Watching(watch));
+                    if let Found::Failed(all) = self.locator.on_answer(answer) {
+                        self.scout = None;
+                        if let Some(all) = all {
+                            self.consumer.on_disconnected_because(now, all);
+                            return Ok(None);
+                        }
+                    }
+                }
+                Err(ScoutError::Tls(err)) => return Err(RunError::Tls(err)),
+                Err(ScoutError::Failed(why)) => {
+                    if let Some(all) = self.locator.on_sentinel_failed(why) {
+                        self.consumer.on_disconnected_because(now, all);
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
     /// One connect attempt (and TLS handshake), each cut short by its timeout or a new stop
     /// request. Tells the consumer of the outcome (nothing, if cut short by a request: the
     /// loop decides again). A TLS failure is fatal.
     async fn connect(&mut self) -> Result<Option<Conn>, RunError> {
-        let configured = self.addrs[self.next_addr];
-        // A cluster redirect names the node serving the stream's slot (by IP address).
-        let redirect = self.consumer.redirect().map(|(host, port)| (host.to_string(), port));
-        let addr = match &redirect {
-            Some((host, port)) => redirect_addr(host, *port, configured).await.unwrap_or(configured),
-            None => configured,
+        let Some(node) = self.dial().await? else { return Ok(None) };
+        // A redirect's empty host is the host connected to.
+        let host = match (&node.host[..], self.peer) {
+            ("", Some(peer)) => peer.ip().to_string(),
+            _ => node.host.clone(),
         };
+        let addr = match resolve(&host, node.port).await {
+            Ok(addrs) => addrs[self.attempts % addrs.len()],
+            Err(e) => {
+                self.attempts += 1;
+                self.consumer
+                    .on_disconnected_because(Instant::now(), format_args!("cannot resolve {host}: {e}"));
+                self.link_down(false);
+                return Ok(None);
+            }
+        };
+        self.peer = Some(addr);
+        self.tls_name = host;
         log::debug!("{}: connecting to {addr}", self.name());
         let timeout = self.connect_timeout;
         let Some(attempt) = bounded(timeout, &self.stop, self.told, TcpStream::connect(addr)).await else {
@@ -664,11 +860,10 @@ impl Runner {
         self.heard = false;
         let conn = match &self.tls {
             None => Conn::Plain(stream),
-            Some((tls, host)) => {
-                let host = match &redirect {
-                    Some((redirected, _)) if !redirected.is_empty() => redirected,
-                    _ => host,
-                };
+            Some((tls, configured)) => {
+                let named = matches!(self.locator.endpoint(), Endpoint::Sentinel(_))
+                    || self.consumer.redirect().is_some();
+                let host = if named || configured.is_empty() { &self.tls_name } else { configured };
                 match bounded(self.connect_timeout, &self.stop, self.told, conn::secure(stream, tls, host))
                     .await
                 {
@@ -707,8 +902,9 @@ impl Runner {
         if cut_short && self.stop.request() > self.told {
             return None;
         }
-        self.next_addr = (self.next_addr + 1) % self.addrs.len();
+        self.attempts += 1;
         self.consumer.on_disconnected_because(Instant::now(), reason);
+        self.link_down(false);
         None
     }
 
@@ -764,7 +960,12 @@ pub(crate) async fn redirect_addr(host: &str, port: u16, current: SocketAddr) ->
     if host.is_empty() {
         return Some(SocketAddr::new(current.ip(), port));
     }
-    smol::net::resolve((host, port)).await.ok()?.into_iter().next()
+    resolve(host, port).await.ok()?.first().copied()
+}
+
+/// True when a watch should be open and is not: with Sentinel, the master known.
+fn wants_watch(locator: &Locator, scout: &Option<Scout>) -> bool {
+    locator.watches() && scout.is_none() && locator.master().is_some()
 }
 
 /// Why a step cost the connection.

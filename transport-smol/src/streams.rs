@@ -3,22 +3,23 @@
 
 use std::future::Future;
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use pelican::cluster::{read_slot_map, SlotMap, SLOTS_REQUEST};
-use pelican::{Config, Consumer, Entry, Notice, Stats, Verdict};
+use pelican::{Config, Consumer, Endpoint, Entry, HostPort, IntoEndpoint, Notice, Stats, Verdict};
 use pelican_tls::Tls;
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
-use smol::net::{AsyncToSocketAddrs, TcpStream};
+use smol::net::TcpStream;
 use smol::stream::StreamExt;
 use smol::Timer;
 
 use crate::error::RunError;
+use crate::resolve::{checked, checked_async, resolve};
 use crate::run::{redirect_addr, Runner, DEFAULT_CONNECT_TIMEOUT};
 use crate::stats::StatsHandle;
 use crate::stop::StopHandle;
@@ -75,9 +76,10 @@ pub type StreamStats = Vec<(Bytes, Stats)>;
 /// ```
 pub struct Streams {
     runners: Vec<Runner>,
-    /// Where every stream connects (a failed connect tries the next), after the master
-    /// serving it if the first node that answers says which.
-    addrs: Vec<SocketAddr>,
+    /// Where every stream connects, unless the node it names is a cluster node that says
+    /// which master serves each stream (each then starts there, and tries the others in turn
+    /// when its own is gone).
+    endpoint: Endpoint,
     tls: bool,
     connect_timeout: Duration,
     stop: StopHandle,
@@ -87,37 +89,35 @@ impl std::fmt::Debug for Streams {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Streams")
             .field("runners", &self.runners)
-            .field("addrs", &self.addrs)
+            .field("endpoint", &self.endpoint)
             .field("stop", &self.stop)
             .finish_non_exhaustive()
     }
 }
 
 impl Streams {
-    /// Validates each of `configs` (one stream each) and resolves `addr` (blocking, for a
-    /// host name; any node of a cluster; a failed connect moves on to the next address it
-    /// resolved to). Connects only in [`run`](Self::run). Inside a task, prefer
-    /// [`resolve`](Self::resolve).
+    /// Validates each of `configs` (one stream each) and `addr` (as for
+    /// [`Runner::new`]: any node of a cluster, or [`Sentinels`](pelican::Sentinels); a host
+    /// name is looked up here, blocking, and again at every connect). Connects only in
+    /// [`run`](Self::run). Inside a task, prefer [`resolve`](Self::resolve).
     pub fn new(
-        addr: impl ToSocketAddrs,
+        addr: impl IntoEndpoint,
         configs: impl IntoIterator<Item = Config>,
     ) -> Result<Streams, RunError> {
-        let addrs = addr.to_socket_addrs().map_err(RunError::Resolve)?.collect();
-        Streams::with_addrs(addrs, configs)
+        Streams::with_endpoint(checked(addr)?, configs)
     }
 
-    /// Like [`new`](Self::new), but resolves a host name on smol's blocking-thread pool, so
+    /// Like [`new`](Self::new), but looks a host name up on smol's blocking-thread pool, so
     /// that the executor stays free meanwhile.
     pub async fn resolve(
-        addr: impl AsyncToSocketAddrs,
+        addr: impl IntoEndpoint,
         configs: impl IntoIterator<Item = Config>,
     ) -> Result<Streams, RunError> {
-        let addrs = smol::net::resolve(addr).await.map_err(RunError::Resolve)?;
-        Streams::with_addrs(addrs, configs)
+        Streams::with_endpoint(checked_async(addr).await?, configs)
     }
 
-    fn with_addrs(
-        addrs: Vec<SocketAddr>,
+    fn with_endpoint(
+        endpoint: Endpoint,
         configs: impl IntoIterator<Item = Config>,
     ) -> Result<Streams, RunError> {
         let stop = StopHandle::new();
@@ -125,14 +125,10 @@ impl Streams {
             .into_iter()
             .map(|config| {
                 let consumer = Consumer::new(config).map_err(RunError::Config)?;
-                Ok(Runner::with_addrs(consumer, addrs.clone())?.with_stop(stop.clone()))
+                Ok(Runner::with_endpoint(consumer, endpoint.clone()).with_stop(stop.clone()))
             })
             .collect::<Result<Vec<_>, RunError>>()?;
-        if addrs.is_empty() {
-            let none = io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to");
-            return Err(RunError::Resolve(none));
-        }
-        Ok(Streams { runners, addrs, tls: false, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop })
+        Ok(Streams { runners, endpoint, tls: false, connect_timeout: DEFAULT_CONNECT_TIMEOUT, stop })
     }
 
     /// Connects every stream over TLS, checking that the server's certificate names `host`
@@ -198,13 +194,14 @@ impl Streams {
         H: Fn(Bytes, Entry) -> F,
         F: Future<Output = Verdict>,
     {
-        let Streams { mut runners, addrs, tls, connect_timeout, stop } = self;
+        let Streams { mut runners, endpoint, tls, connect_timeout, stop } = self;
         let names: Vec<Bytes> = runners.iter().map(|r| r.consumer().config().stream.clone()).collect();
-        if !tls && !runners.is_empty() {
-            if let Some(homes) = locate(&addrs, &names, connect_timeout).await {
+        if let (false, false, Endpoint::Node(node)) = (tls, runners.is_empty(), &endpoint) {
+            let seeds = resolve(&node.host, node.port).await.unwrap_or_default();
+            if let Some((homes, nodes)) = locate(&seeds, &names, connect_timeout).await {
                 for (runner, home) in runners.iter_mut().zip(homes) {
                     if let Some(home) = home {
-                        runner.lead_to(home);
+                        runner.lead_to(home, &nodes);
                     }
                 }
             }
@@ -240,9 +237,14 @@ impl Streams {
 }
 
 /// The master serving each of `keys`, as the first of `seeds` that answers says
-/// (`CLUSTER SLOTS`, each attempt bounded by `timeout`); `None` if none says: not a
-/// cluster node (or one that wants a password first), or no answer.
-async fn locate(seeds: &[SocketAddr], keys: &[Bytes], timeout: Duration) -> Option<Vec<Option<SocketAddr>>> {
+/// (`CLUSTER SLOTS`, each attempt bounded by `timeout`), and every master of the cluster;
+/// `None` if none says: not a cluster node (or one that wants a password first), or no
+/// answer.
+async fn locate(
+    seeds: &[SocketAddr],
+    keys: &[Bytes],
+    timeout: Duration,
+) -> Option<(Vec<Option<SocketAddr>>, Vec<HostPort>)> {
     for seed in seeds {
         let asked = future::or(async { Some(slot_map(*seed).await) }, async {
             Timer::after(timeout).await;
@@ -259,7 +261,15 @@ async fn locate(seeds: &[SocketAddr], keys: &[Bytes], timeout: Duration) -> Opti
                     };
                     homes.push(home);
                 }
-                return Some(homes);
+                let nodes = map
+                    .masters()
+                    .iter()
+                    .map(|node| match node.host.as_str() {
+                        "" => HostPort::new(seed.ip().to_string(), node.port),
+                        host => HostPort::new(host, node.port),
+                    })
+                    .collect();
+                return Some((homes, nodes));
             }
             // An answer that is not a slot map: the other addresses are the same server.
             Some(Err(e)) if e.kind() == io::ErrorKind::InvalidData => return None,

@@ -1,0 +1,57 @@
+//! Host names looked up at every connect (on smol's blocking pool): a managed service's
+//! primary endpoint, or a name whose address a failover moves, is followed rather than
+//! remembered.
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use pelican::{Endpoint, IntoEndpoint};
+
+use crate::error::RunError;
+
+/// The addresses of `host` and `port`, looked up now on smol's blocking pool. Never empty
+/// when `Ok`.
+pub(crate) async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    let addrs = smol::net::resolve((host, port)).await?;
+    if addrs.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
+    }
+    Ok(addrs)
+}
+
+/// `addr` as an endpoint; a text that is not one, or sentinels without a single address,
+/// are [`RunError::Resolve`].
+pub(crate) fn endpoint(addr: impl IntoEndpoint) -> Result<Endpoint, RunError> {
+    let invalid = |why: String| RunError::Resolve(io::Error::new(io::ErrorKind::InvalidInput, why));
+    let endpoint = addr.into_endpoint().map_err(|e| invalid(e.to_string()))?;
+    match &endpoint {
+        Endpoint::Sentinel(sentinels) if sentinels.nodes.is_empty() => {
+            Err(invalid(format!("no sentinel given for {:?}", sentinels.service)))
+        }
+        _ => Ok(endpoint),
+    }
+}
+
+/// [`endpoint`], and a node's host looked up now, blocking (most likely a typo if it does
+/// not resolve: later lookups that fail are failed connects, retried).
+pub(crate) fn checked(addr: impl IntoEndpoint) -> Result<Endpoint, RunError> {
+    let endpoint = endpoint(addr)?;
+    if let Endpoint::Node(node) = &endpoint {
+        let found = (node.host.as_str(), node.port).to_socket_addrs().map_err(RunError::Resolve)?;
+        if found.count() == 0 {
+            let none =
+                io::Error::new(io::ErrorKind::NotFound, format!("{} resolves to no address", node.host));
+            return Err(RunError::Resolve(none));
+        }
+    }
+    Ok(endpoint)
+}
+
+/// [`checked`], looking the host up on smol's blocking pool.
+pub(crate) async fn checked_async(addr: impl IntoEndpoint) -> Result<Endpoint, RunError> {
+    let endpoint = endpoint(addr)?;
+    if let Endpoint::Node(node) = &endpoint {
+        resolve(&node.host, node.port).await.map_err(RunError::Resolve)?;
+    }
+    Ok(endpoint)
+}
