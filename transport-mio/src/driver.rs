@@ -13,7 +13,7 @@ use pelican_tls::{Tls, TlsError};
 
 use crate::conn::Conn;
 use crate::error::DriveError;
-use crate::resolve::resolve;
+use crate::resolve::{resolve, Resolver};
 use crate::scout::{Scout, ScoutError};
 
 /// Size of one socket read.
@@ -156,6 +156,8 @@ pub struct Driver {
     attempts: usize,
     /// With Sentinel: the connection asking a sentinel, or watching one.
     scout: Option<Scout>,
+    /// How host names are looked up.
+    resolver: Resolver,
     connect_timeout: Duration,
     link: Link,
     buf: Box<[u8]>,
@@ -189,6 +191,7 @@ impl Driver {
             peer: None,
             attempts: 0,
             scout: None,
+            resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             link: Link::Idle,
             buf: vec![0; READ_CHUNK].into_boxed_slice(),
@@ -218,6 +221,19 @@ impl Driver {
     /// that a stream whose node died finds its slot's new master. Not with Sentinel.
     pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Driver {
         self.locator.add_fallbacks(nodes);
+        self
+    }
+
+    /// Looks host names up with `lookup` instead of the system's resolver (`std`'s, which
+    /// blocks the driver's thread while DNS answers): for a discovery of your own (a file, a
+    /// service registry), or a resolver with a cache and a timeout. It is called at every
+    /// connect, for the node and for each sentinel asked; an `Err` or no address is a failed
+    /// connect, retried after the consumer's backoff.
+    pub fn resolve_with(
+        mut self,
+        lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Driver {
+        self.resolver = Resolver::with(lookup);
         self
     }
 
@@ -529,7 +545,9 @@ impl Driver {
         };
         let tls = self.tls.as_ref().map(|(tls, _)| tls);
         log::debug!("{}: asking sentinel {sentinel}", self.name());
-        match Scout::start(&sentinel, session, tls, registry, self.token, now, self.connect_timeout) {
+        let resolver = &self.resolver;
+        let within = (now, self.connect_timeout);
+        match Scout::start(&sentinel, session, tls, resolver, registry, self.token, within) {
             Ok(scout) => self.scout = Some(scout),
             Err(ScoutError::Tls(err)) => self.fail_tls(registry, err),
             Err(ScoutError::Failed(why)) if self.locator.master().is_some() => {
@@ -659,7 +677,7 @@ impl Driver {
             ("", Some(peer)) => peer.ip().to_string(),
             _ => node.host.clone(),
         };
-        let to = match resolve(&host, node.port) {
+        let to = match self.resolver.resolve(&host, node.port) {
             Ok(addrs) => addrs[self.attempts % addrs.len()],
             Err(e) => {
                 let reason = format!("cannot resolve {host}: {e}");

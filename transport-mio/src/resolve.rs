@@ -1,8 +1,42 @@
 //! Host names looked up at every connect: a managed service's primary endpoint, or a name
 //! whose address a failover moves, is followed rather than remembered.
 
+use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+
+/// A lookup of a host and a port, in place of the system's (see `Driver::resolve_with`).
+type Lookup = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// How host names are looked up: `std`'s resolver, or the caller's own.
+#[derive(Clone, Default)]
+pub(crate) struct Resolver(Option<Arc<Lookup>>);
+
+impl Resolver {
+    /// The caller's own lookup.
+    pub(crate) fn with(
+        lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Resolver {
+        Resolver(Some(Arc::new(lookup)))
+    }
+
+    /// The addresses of `host` and `port` now. Never empty when `Ok`.
+    pub(crate) fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        let Some(lookup) = &self.0 else { return resolve(host, port) };
+        let addrs = lookup(host, port)?;
+        if addrs.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
+        }
+        Ok(addrs)
+    }
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Resolver(custom)" } else { "Resolver(system)" })
+    }
+}
 
 /// The addresses of `host` (a name, or an IP address) and `port`, looked up now with `std`'s
 /// resolver (blocking: a name the system caches answers at once). Never empty when `Ok`.

@@ -124,6 +124,16 @@ impl Runner {
         self
     }
 
+    /// Looks host names up with `lookup` instead of the system's resolver (see
+    /// [`Driver::resolve_with`]).
+    pub fn resolve_with(
+        mut self,
+        lookup: impl Fn(&str, u16) -> io::Result<Vec<std::net::SocketAddr>> + Send + Sync + 'static,
+    ) -> Runner {
+        self.driver = self.driver.resolve_with(lookup);
+        self
+    }
+
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)).
     pub fn connect_timeout(mut self, timeout: Duration) -> Runner {

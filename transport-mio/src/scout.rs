@@ -13,7 +13,7 @@ use pelican::locate::{HostPort, SentinelAnswer, SentinelSession};
 use pelican_tls::{Tls, TlsError};
 
 use crate::conn::Conn;
-use crate::resolve::resolve;
+use crate::resolve::Resolver;
 
 /// Size of one read: a sentinel says little.
 const READ_CHUNK: usize = 4 * 1024;
@@ -59,13 +59,13 @@ impl Scout {
         sentinel: &HostPort,
         session: SentinelSession,
         tls: Option<&Tls>,
+        resolver: &Resolver,
         registry: &Registry,
         token: Token,
-        now: Instant,
-        timeout: Duration,
+        (now, timeout): (Instant, Duration),
     ) -> Result<Scout, ScoutError> {
         let failed = |e: io::Error| ScoutError::Failed(e.to_string());
-        let addr = resolve(&sentinel.host, sentinel.port).map_err(failed)?[0];
+        let addr = resolver.resolve(&sentinel.host, sentinel.port).map_err(failed)?[0];
         let mut stream = TcpStream::connect(addr).map_err(failed)?;
         let _ = stream.set_nodelay(true);
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE).map_err(failed)?;

@@ -14,7 +14,9 @@ use pelican_smol::Runner;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [service, sentinels, stream, group, consumer, rest @ ..] = &args[..] else {
-        return Err("usage: sentinel SERVICE HOST:PORT[,HOST:PORT…] STREAM GROUP CONSUMER [MAX_SECONDS]".into());
+        return Err(
+            "usage: sentinel SERVICE HOST:PORT[,HOST:PORT…] STREAM GROUP CONSUMER [MAX_SECONDS]".into()
+        );
     };
     let max_seconds: u64 = rest.first().map(|s| s.parse()).transpose()?.unwrap_or(60);
     let nodes = sentinels.split(',').map(str::parse).collect::<Result<Vec<HostPort>, _>>()?;

@@ -2,8 +2,10 @@
 //! primary endpoint, or a name whose address a failover moves, is followed rather than
 //! remembered.
 
+use std::fmt;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
 
 use pelican::{Endpoint, IntoEndpoint};
 
@@ -17,6 +19,40 @@ pub(crate) async fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>
         return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
     }
     Ok(addrs)
+}
+
+/// A lookup of a host and a port, in place of the system's (see `Runner::resolve_with`).
+type Lookup = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
+
+/// How host names are looked up: the system's resolver, or the caller's own; either on
+/// smol's blocking pool.
+#[derive(Clone, Default)]
+pub(crate) struct Resolver(Option<Arc<Lookup>>);
+
+impl Resolver {
+    /// The caller's own lookup.
+    pub(crate) fn with(
+        lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Resolver {
+        Resolver(Some(Arc::new(lookup)))
+    }
+
+    /// The addresses of `host` and `port` now. Never empty when `Ok`.
+    pub(crate) async fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        let Some(lookup) = self.0.clone() else { return resolve(host, port).await };
+        let name = host.to_string();
+        let addrs = smol::unblock(move || lookup(&name, port)).await?;
+        if addrs.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
+        }
+        Ok(addrs)
+    }
+}
+
+impl fmt::Debug for Resolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "Resolver(custom)" } else { "Resolver(system)" })
+    }
 }
 
 /// `addr` as an endpoint; a text that is not one, or sentinels without a single address,

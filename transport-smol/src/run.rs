@@ -22,7 +22,7 @@ use smol::Timer;
 use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
 use crate::handler::{self, Panic};
-use crate::resolve::{checked, checked_async, resolve};
+use crate::resolve::{checked, checked_async, resolve, Resolver};
 use crate::scout::{self, Scout, ScoutError};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
@@ -97,6 +97,8 @@ pub struct Runner {
     attempts: usize,
     /// With Sentinel: a question to a sentinel under way, or the watch kept open.
     scout: Option<Scout>,
+    /// How host names are looked up.
+    resolver: Resolver,
     connect_timeout: Duration,
     stop: StopHandle,
     /// What the consumer has been told of the stop handle's requests: waits on the handle
@@ -191,6 +193,7 @@ impl Runner {
             peer: None,
             attempts: 0,
             scout: None,
+            resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
             told: Request::Run,
@@ -232,6 +235,19 @@ impl Runner {
     /// died finds its slot's new master. Not with Sentinel.
     pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Runner {
         self.locator.add_fallbacks(nodes);
+        self
+    }
+
+    /// Looks host names up with `lookup` (on smol's blocking pool) instead of the system's
+    /// resolver: for a discovery of your own (a file, a service registry), or a resolver with
+    /// a cache and a timeout. It is called at every connect, for the node and for each
+    /// sentinel asked; an `Err` or no address is a failed connect, retried after the
+    /// consumer's backoff.
+    pub fn resolve_with(
+        mut self,
+        lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
+    ) -> Runner {
+        self.resolver = Resolver::with(lookup);
         self
     }
 
@@ -670,7 +686,8 @@ impl Runner {
                 self.locator.on_rewatch();
                 if let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel()) {
                     let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
-                    self.scout = Some(Scout::asking(sentinel.clone(), session, tls, self.connect_timeout));
+                    let (resolver, timeout) = (self.resolver.clone(), self.connect_timeout);
+                    self.scout = Some(Scout::asking(sentinel.clone(), session, tls, resolver, timeout));
                 }
                 return Ok(());
             }
@@ -797,7 +814,7 @@ impl Runner {
             self.scout = None;
             let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
             log::debug!("{}: asking sentinel {sentinel}", self.name());
-            let asked = scout::ask(sentinel, session, tls, self.connect_timeout);
+            let asked = scout::ask(sentinel, session, tls, self.resolver.clone(), self.connect_timeout);
             let Some(asked) = bounded(self.connect_timeout * 2, &self.stop, self.told, asked).await else {
                 return Ok(None); // a stop request (the question bounds itself)
             };
@@ -834,7 +851,7 @@ impl Runner {
             ("", Some(peer)) => peer.ip().to_string(),
             _ => node.host.clone(),
         };
-        let addr = match resolve(&host, node.port).await {
+        let addr = match self.resolver.resolve(&host, node.port).await {
             Ok(addrs) => addrs[self.attempts % addrs.len()],
             Err(e) => {
                 self.attempts += 1;

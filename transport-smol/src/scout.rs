@@ -15,7 +15,7 @@ use smol::net::TcpStream;
 use smol::Timer;
 
 use crate::conn::{self, Conn, HandshakeError};
-use crate::resolve::resolve;
+use crate::resolve::Resolver;
 
 /// Why a sentinel could not be asked, or stopped watching.
 #[derive(Debug)]
@@ -51,9 +51,10 @@ impl Scout {
         sentinel: HostPort,
         session: SentinelSession,
         tls: Option<Tls>,
+        resolver: Resolver,
         timeout: Duration,
     ) -> Scout {
-        Scout::Asking(Box::pin(ask(sentinel, session, tls, timeout)))
+        Scout::Asking(Box::pin(ask(sentinel, session, tls, resolver, timeout)))
     }
 }
 
@@ -63,11 +64,12 @@ pub(crate) async fn ask(
     sentinel: HostPort,
     mut session: SentinelSession,
     tls: Option<Tls>,
+    resolver: Resolver,
     timeout: Duration,
 ) -> Asked {
     let asked = async {
         let failed = |e: std::io::Error| ScoutError::Failed(e.to_string());
-        let addr = resolve(&sentinel.host, sentinel.port).await.map_err(failed)?[0];
+        let addr = resolver.resolve(&sentinel.host, sentinel.port).await.map_err(failed)?[0];
         let stream =
             TcpStream::connect(addr).await.map_err(|e| ScoutError::Failed(format!("{addr}: {e}")))?;
         let _ = stream.set_nodelay(true);
