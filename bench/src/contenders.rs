@@ -88,8 +88,9 @@ fn config(job: Job<'_>) -> Config {
 }
 
 fn mio(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {
-    let mut runner = pelican_mio::Runner::new(tls.map_or(job.addr, |to| to.addr), config(job))
-        .map_err(|e| e.to_string())?;
+    let mut runner =
+        pelican_mio::Runner::new(tls.map_or_else(|| job.addr.into(), |to| to.at.clone()), config(job))
+            .map_err(|e| e.to_string())?;
     if let Some((tls, host)) = tls.and_then(|to| to.tls.clone()) {
         runner = runner.tls(tls, host);
     }
@@ -108,8 +109,9 @@ fn mio(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {
 }
 
 fn smol(job: Job<'_>, tls: Option<&Endpoint>) -> Result<usize, String> {
-    let mut runner = pelican_smol::Runner::new(tls.map_or(job.addr, |to| to.addr), config(job))
-        .map_err(|e| e.to_string())?;
+    let mut runner =
+        pelican_smol::Runner::new(tls.map_or_else(|| job.addr.into(), |to| to.at.clone()), config(job))
+            .map_err(|e| e.to_string())?;
     if let Some((tls, host)) = tls.and_then(|to| to.tls.clone()) {
         runner = runner.tls(tls, host);
     }

@@ -180,7 +180,10 @@ pub struct Config {
 /// round trip to the replicas for every batch (reads wait behind it). It does not make the
 /// ack synchronous: a replica that does not answer in time leaves the ack where it is, and
 /// the consumer goes on — it counts such acks ([`Stats::acks_unreplicated`](crate::Stats::acks_unreplicated))
-/// and says so ([`Notice::AcksUnreplicated`](crate::Notice::AcksUnreplicated)).
+/// and says so ([`Notice::AcksUnreplicated`](crate::Notice::AcksUnreplicated)). Once a wait
+/// has run out, the next batches wait only 1 ms each until one reaches the replicas again: a
+/// replica that is down (or a master left without one after a failover) costs one timeout,
+/// not one per batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AckWait {
     /// `WAIT replicas timeout` after each batch: until that many replicas have it.

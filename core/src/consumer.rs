@@ -194,9 +194,10 @@ pub struct Consumer {
     /// The node last found to be a replica, as told ([`Notice::NotMaster`]): told again
     /// only for another master, or after a connection that worked.
     told_not_master: Option<String>,
-    /// Acks found unreplicated were told ([`Notice::AcksUnreplicated`]); again only after a
-    /// batch that made it.
-    unreplicated_told: bool,
+    /// The last `WAIT` ran out before the replicas had the acks (told once:
+    /// [`Notice::AcksUnreplicated`]): until one makes it, each batch waits only a moment, so
+    /// that a replica that is down does not stall every batch for the whole timeout.
+    replicas_behind: bool,
     /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
     releases: Releases,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
@@ -277,6 +278,9 @@ enum Lost {
 }
 
 const CURSOR_START: &[u8] = b"0-0";
+/// How long an ack batch waits for the replicas while they are behind (the last wait ran
+/// out): long enough for replicas that answer at once, short enough not to stall reads.
+const REPLICAS_BEHIND_WAIT: Duration = Duration::from_millis(1);
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
@@ -336,7 +340,7 @@ impl Consumer {
             server: String::new(),
             vetting: false,
             told_not_master: None,
-            unreplicated_told: false,
+            replicas_behind: false,
             releases: Releases::default(),
             lease_floor: None,
             stats: Stats::default(),
@@ -1276,7 +1280,8 @@ impl Consumer {
     /// [`Config::ack_wait`] asks for it.
     fn wait_for_replicas(&mut self, acks: u64, now: Instant) {
         let Some(wait) = self.config.ack_wait else { return };
-        let timeout = Decimal::new(u64::try_from(wait.timeout().as_millis()).unwrap_or(u64::MAX));
+        let timeout = if self.replicas_behind { REPLICAS_BEHIND_WAIT } else { wait.timeout() };
+        let timeout = Decimal::new(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX));
         let replicas = Decimal::new(wait.replicas().into());
         match wait {
             AckWait::Replicas { .. } => {
@@ -1306,11 +1311,11 @@ impl Consumer {
         };
         let wanted = wait.replicas();
         if local && replicas >= u64::from(wanted) {
-            self.unreplicated_told = false;
+            self.replicas_behind = false;
             return Ok(());
         }
         self.stats.acks_unreplicated += acks;
-        if !std::mem::replace(&mut self.unreplicated_told, true) {
+        if !std::mem::replace(&mut self.replicas_behind, true) {
             self.notices.push_back(Notice::AcksUnreplicated { acks, replicas, wanted });
         }
         Ok(())

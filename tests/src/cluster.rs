@@ -406,6 +406,32 @@ impl Cluster {
         replica
     }
 
+    /// Kills the master at `master` with SIGKILL and waits until the cluster promotes its
+    /// replica on its own (after `cluster-node-timeout`, [`CLUSTER_NODE_TIMEOUT`]): the
+    /// replica reports role master and every running node reports `cluster_state:ok` with
+    /// the dead master's slots served by it. Returns the new master's address. The dead node
+    /// stays down ([`Server::restart`] through [`Cluster::node_mut`] brings it back, as a
+    /// replica once it has heard of the failover). Panics if `master` has no replica or the
+    /// failover does not settle within [`SETTLE_TIMEOUT`].
+    ///
+    /// [`CLUSTER_NODE_TIMEOUT`]: crate::server::CLUSTER_NODE_TIMEOUT
+    pub fn kill_master(&mut self, master: SocketAddr) -> SocketAddr {
+        let Some(&replica) = self.replicas_of(master).first() else {
+            panic!("{}", self.failure(&format!("{master} has no replica to take over")))
+        };
+        let owned: Vec<u16> =
+            self.slot_ranges().iter().filter(|r| r.master == master).map(|r| r.start).collect();
+        self.node_mut(master).kill9();
+        self.wait_for(&format!("{replica} to take over from {master}, killed"), || {
+            let role = replication_of(replica)?;
+            if info_value(&role, "role").as_deref() != Some("master") {
+                return Err(format!("{replica} is not master yet"));
+            }
+            self.check_agreed(&owned, replica)
+        });
+        replica
+    }
+
     /// The nodes whose `ROLE` starts with `role`.
     fn with_role(&self, role: &str) -> Vec<SocketAddr> {
         self.addrs()

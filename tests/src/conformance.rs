@@ -741,7 +741,8 @@ macro_rules! conformance_suite {
             retry_released_at_once, stop_releases_buffered, acks_delete, retry_stays_pending_on_request);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
-            cluster_migration_while_busy, cluster_atomic_migration, cluster_failover);
+            cluster_migration_while_busy, cluster_atomic_migration, cluster_failover,
+            cluster_master_killed);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(

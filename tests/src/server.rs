@@ -197,15 +197,41 @@ impl Options {
     }
 }
 
+/// A lookup of host names in place of the system's (a primary endpoint that moves).
+pub type Lookup = std::sync::Arc<dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync>;
+
 /// Where a consumer connects, and how.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Endpoint {
-    /// The address.
-    pub addr: SocketAddr,
+    /// Where: an address, a host name, or sentinels.
+    pub at: pelican::Endpoint,
+    /// Nodes to try in turn after a connect to `at` fails (a cluster's others).
+    pub fallbacks: Vec<SocketAddr>,
     /// TLS settings and the name the server's certificate must carry, if over TLS.
     pub tls: Option<(pelican_tls::Tls, String)>,
     /// How long a connect (and TLS handshake) may take; `None`: the transport's default.
     pub connect_timeout: Option<std::time::Duration>,
+    /// How host names are looked up; `None`: the system's resolver.
+    pub lookup: Option<Lookup>,
+}
+
+impl Endpoint {
+    /// `at`, in plaintext, with the transport's defaults.
+    pub fn new(at: impl Into<pelican::Endpoint>) -> Endpoint {
+        Endpoint { at: at.into(), fallbacks: Vec::new(), tls: None, connect_timeout: None, lookup: None }
+    }
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("at", &self.at)
+            .field("fallbacks", &self.fallbacks)
+            .field("tls", &self.tls.as_ref().map(|(_, host)| host))
+            .field("connect_timeout", &self.connect_timeout)
+            .field("lookup", &self.lookup.is_some())
+            .finish()
+    }
 }
 
 /// A running server process, owned by the test that started it.
@@ -386,14 +412,14 @@ impl Server {
     /// `127.0.0.1`; or the plain port.
     pub fn endpoint(&self) -> Endpoint {
         let (Some(addr), Some(pki), Some(tls)) = (self.tls_addr(), self.pki(), self.options.tls) else {
-            return Endpoint { addr: self.addr(), tls: None, connect_timeout: None };
+            return Endpoint::new(self.addr());
         };
         let mut config = pelican_tls::TlsConfig::new().ca_file(pki.ca());
         if tls.client_auth {
             config = config.client_cert(pki.client_cert(), pki.client_key());
         }
         let built = config.build().expect("the test PKI makes a valid TLS configuration");
-        Endpoint { addr, tls: Some((built, "127.0.0.1".to_string())), connect_timeout: None }
+        Endpoint { tls: Some((built, "127.0.0.1".to_string())), ..Endpoint::new(addr) }
     }
 
     /// The server's private directory (its `--dir`: AOF files and `server.log`).

@@ -124,6 +124,19 @@ impl Runner {
         self
     }
 
+    /// Adds nodes to try in turn after a connect to the endpoint's node failed: a cluster's
+    /// other nodes (see [`Driver::fallbacks`]).
+    pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = pelican::HostPort>) -> Runner {
+        self.driver = self.driver.fallbacks(nodes);
+        self
+    }
+
+    /// [`fallbacks`](Self::fallbacks), by address.
+    pub fn fallback_addrs(mut self, addrs: impl IntoIterator<Item = std::net::SocketAddr>) -> Runner {
+        self.driver = self.driver.fallback_addrs(addrs);
+        self
+    }
+
     /// Looks host names up with `lookup` instead of the system's resolver (see
     /// [`Driver::resolve_with`]).
     pub fn resolve_with(

@@ -14,12 +14,15 @@ struct Smol;
 
 /// A runner for `config` against `to`, over TLS if it says so.
 fn runner(to: Endpoint, config: Config) -> Runner {
-    let mut runner = Runner::new(to.addr, config).expect("a valid runner");
+    let mut runner = Runner::new(to.at, config).expect("a valid runner").fallback_addrs(to.fallbacks);
     if let Some((tls, host)) = to.tls {
         runner = runner.tls(tls, host);
     }
     if let Some(timeout) = to.connect_timeout {
         runner = runner.connect_timeout(timeout);
+    }
+    if let Some(lookup) = to.lookup {
+        runner = runner.resolve_with(move |host, port| lookup(host, port));
     }
     runner
 }

@@ -52,7 +52,11 @@ fn endpoint(server: &Server, ca: std::path::PathBuf, client: bool, host: &str) -
     }
     let tls = config.build().expect("valid TLS settings");
     let addr = server.tls_addr().expect("a TLS port");
-    Endpoint { addr, tls: Some((tls, host.to_string())), connect_timeout: Some(Duration::from_secs(1)) }
+    Endpoint {
+        tls: Some((tls, host.to_string())),
+        connect_timeout: Some(Duration::from_secs(1)),
+        ..Endpoint::new(addr)
+    }
 }
 
 /// A certificate from a CA not trusted; one that names another host; one expired; a
@@ -99,9 +103,9 @@ pub fn tls_protocol_mismatch<T: Transport>() {
         let server = tls_server(flavor, Tls::default());
         let ca = server.pki().unwrap().ca();
         let mut to_plain = endpoint(&server, ca, false, "127.0.0.1");
-        to_plain.addr = server.addr();
+        to_plain.at = server.addr().into();
         fails_with::<T>(to_plain, "did not answer the TLS handshake");
-        let to_tls = Endpoint { addr: server.tls_addr().unwrap(), tls: None, connect_timeout: None };
+        let to_tls = Endpoint::new(server.tls_addr().unwrap());
         fails_with::<T>(to_tls, "is it a TLS port?");
     });
 }
