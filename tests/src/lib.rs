@@ -31,4 +31,5 @@ pub mod admin;
 pub mod certs;
 pub mod cluster;
 pub mod conformance;
+pub mod sentinel;
 pub mod server;

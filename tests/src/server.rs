@@ -143,7 +143,44 @@ pub struct Options {
     /// owning no slots: [`crate::cluster::Cluster`] joins six of them. Not combinable with
     /// [`Options::tls`].
     pub cluster: bool,
+    /// Start as a replica of the master at this address (`--replicaof`; with
+    /// `requirepass`, `--masterauth` the same password), syncing at once
+    /// (`--repl-diskless-sync-delay 0`, `--repl-ping-replica-period 1`).
+    pub replica_of: Option<SocketAddr>,
+    /// Run as a Redis Sentinel (`<binary> sentinel.conf --sentinel`) watching a master (see
+    /// [`Watch`]); `requirepass` is then the sentinel's own password, and with
+    /// [`Options::tls`] it serves TLS on its TLS port and speaks TLS to the nodes. Not
+    /// combinable with `cluster`, `aof` or `replica_of`.
+    pub sentinel: Option<Watch>,
+    /// With [`Options::tls`]: serve with this PKI's certificates rather than a new one of
+    /// the server's own, so that the nodes of a topology trust each other (replication and
+    /// sentinels speak TLS to them with `tls-replication yes`).
+    pub shared_pki: Option<Pki>,
 }
+
+/// What a sentinel watches ([`Options::sentinel`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Watch {
+    /// The service's name (`sentinel monitor <name> …`).
+    pub service: String,
+    /// The master's address when the sentinel starts (it learns the replicas and the other
+    /// sentinels from it).
+    pub master: SocketAddr,
+    /// How many sentinels must agree the master is down.
+    pub quorum: u32,
+    /// `down-after-milliseconds`: how long the master may not answer before it is down.
+    pub down_after: Duration,
+    /// `failover-timeout`.
+    pub failover_timeout: Duration,
+    /// The data nodes' password (`sentinel auth-pass`), if they want one.
+    pub auth_pass: Option<String>,
+    /// The master's TLS port, when the sentinel talks to the nodes over TLS.
+    pub master_tls_port: Option<u16>,
+}
+
+/// The name of a sentinel's configuration file in its directory (the sentinel rewrites it
+/// with what it learns, and reads it back at a restart).
+pub const SENTINEL_CONFIG_FILE: &str = "sentinel.conf";
 
 /// How a [`Server`] serves TLS. The plain port stays open alongside (for [`Server::admin`]
 /// and the readiness probe); the TLS port is [`Server::tls_port`]. The server trusts the
@@ -175,6 +212,18 @@ impl Options {
     /// Serves TLS too (see [`Options::tls`]).
     pub fn with_tls(mut self, tls: Tls) -> Options {
         self.tls = Some(tls);
+        self
+    }
+
+    /// Starts as a replica of `master` (see [`Options::replica_of`]).
+    pub fn with_replica_of(mut self, master: SocketAddr) -> Options {
+        self.replica_of = Some(master);
+        self
+    }
+
+    /// Runs as a sentinel (see [`Options::sentinel`]).
+    pub fn with_sentinel(mut self, watch: Watch) -> Options {
+        self.sentinel = Some(watch);
         self
     }
 
@@ -315,7 +364,9 @@ impl Server {
             pki: None,
             child: None,
         };
-        if tls {
+        if let Some(pki) = server.options.shared_pki.clone().filter(|_| tls) {
+            server.pki = Some(pki);
+        } else if tls {
             match Pki::generate(&server.dir) {
                 Ok(pki) => server.pki = Some(pki),
                 Err(e) => panic!("{}", server.failure(&format!("cannot write the test PKI: {e}"))),
@@ -494,8 +545,56 @@ impl Server {
         std::iter::once(self.port).chain(self.tls_port).chain(self.bus_port).collect()
     }
 
+    /// A sentinel's configuration (see [`Options::sentinel`]).
+    fn sentinel_conf(&self, watch: &Watch) -> String {
+        let name = &watch.service;
+        let (host, port) = match watch.master_tls_port {
+            Some(port) => (watch.master.ip(), port),
+            None => (watch.master.ip(), watch.master.port()),
+        };
+        let mut conf = format!(
+            "port {}\nbind 127.0.0.1\ndir {}\ndaemonize no\n\
+             sentinel monitor {name} {host} {port} {}\n\
+             sentinel down-after-milliseconds {name} {}\n\
+             sentinel failover-timeout {name} {}\n\
+             sentinel parallel-syncs {name} 1\n",
+            self.port,
+            self.dir.display(),
+            watch.quorum,
+            watch.down_after.as_millis(),
+            watch.failover_timeout.as_millis(),
+        );
+        if let Some(pass) = &watch.auth_pass {
+            conf += &format!("sentinel auth-pass {name} {pass}\n");
+        }
+        if let Some(pass) = &self.options.requirepass {
+            // The sentinel's own password; sentinels log in to each other with it too (6.2+).
+            conf += &format!("requirepass {pass}\nsentinel sentinel-pass {pass}\n");
+        }
+        if let (Some(port), Some(pki)) = (self.tls_port, &self.pki) {
+            let cert = self.options.tls.map(|t| t.cert).unwrap_or_default();
+            conf += &format!(
+                "tls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+                 tls-auth-clients no\ntls-replication {}\n",
+                pki.server_cert_of(cert).display(),
+                pki.server_key_of(cert).display(),
+                pki.ca().display(),
+                if watch.master_tls_port.is_some() { "yes" } else { "no" },
+            );
+        }
+        conf
+    }
+
     /// The command line arguments for the current ports.
     fn args(&self) -> Vec<String> {
+        if let Some(watch) = &self.options.sentinel {
+            let conf = self.dir.join(SENTINEL_CONFIG_FILE);
+            // Written once: the sentinel rewrites it with what it learns, for its restarts.
+            if !conf.exists() {
+                let _ = fs::write(&conf, self.sentinel_conf(watch));
+            }
+            return vec![conf.display().to_string(), "--sentinel".into()];
+        }
         let mut args: Vec<String> = vec![
             "--port".into(),
             self.port.to_string(),
@@ -512,6 +611,17 @@ impl Server {
         args.extend(["--dir".into(), self.dir.display().to_string(), "--daemonize".into(), "no".into()]);
         if let Some(pass) = &self.options.requirepass {
             args.extend(["--requirepass".into(), pass.clone()]);
+            // A replica (or a master demoted by a failover) logs in to its master with it.
+            args.extend(["--masterauth".into(), pass.clone()]);
+        }
+        if let Some(master) = self.options.replica_of {
+            args.extend(["--replicaof".into(), master.ip().to_string(), master.port().to_string()]);
+        }
+        if self.bus_port.is_none() {
+            // Replication starts at once (a master does not wait for more replicas to share
+            // a transfer), and a replica's offset moves every second (as in a cluster).
+            args.extend(["--repl-diskless-sync-delay".into(), "0".into()]);
+            args.extend(["--repl-ping-replica-period".into(), "1".into()]);
         }
         if let Some(bus_port) = self.bus_port {
             args.extend([
@@ -556,6 +666,9 @@ impl Server {
                 path(pki.ca()),
                 "--tls-auth-clients".into(),
                 if tls.client_auth { "yes" } else { "no" }.into(),
+                // A replica (or a master a failover demotes) syncs from its master over TLS.
+                "--tls-replication".into(),
+                "yes".into(),
             ]);
         }
         args
