@@ -20,11 +20,13 @@ use crate::admin::Admin;
 use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
 pub mod cluster;
+pub mod failover;
 pub mod handlers;
 pub mod in_hand;
 pub mod redis8;
 pub mod tls;
 pub use cluster::*;
+pub use failover::*;
 pub use handlers::*;
 pub use in_hand::*;
 pub use redis8::*;
@@ -742,7 +744,9 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_atomic_migration, cluster_failover,
-            cluster_master_killed);
+            cluster_master_killed, sentinel_master_killed, sentinel_failover_twice,
+            sentinel_start_while_master_down, pointed_at_a_replica, moving_primary_endpoint,
+            sentinel_over_tls);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(
