@@ -506,8 +506,11 @@ impl Harness {
 
     fn check_command(&self, args: &[&[u8]]) {
         let name = args[0];
-        let known: [&[u8]; 12] = [
+        let known: [&[u8]; 15] = [
             b"HELLO",
+            b"ROLE",
+            b"WAIT",
+            b"WAITAOF",
             b"AUTH",
             b"CLIENT",
             b"SELECT",
