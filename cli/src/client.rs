@@ -11,7 +11,11 @@
 
 use std::io::{self, BufWriter, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::thread;
 use std::time::{Duration, Instant};
+
+use pelican::locate::{read_node_role, Dial, Found, NodeRole, SentinelAnswer, ROLE_REQUEST};
+use pelican::{Endpoint, HostPort, Locator};
 
 use pelican_tls::rustls::{self, ClientConnection, StreamOwned};
 use pelican_tls::Tls;
@@ -75,6 +79,10 @@ impl Write for Stream {
     }
 }
 
+/// How long a connect keeps asking the sentinels when the node they name is not a master
+/// yet (a failover under way).
+const FIND_MASTER: Duration = Duration::from_secs(10);
+
 /// How many redirects one command follows before giving up: a slot moves once, maybe twice
 /// (a migration, then a failover); more means the cluster is still settling.
 const MAX_REDIRECTS: usize = 5;
@@ -98,6 +106,8 @@ pub struct Client {
     pos: usize,
     /// The connection's name in `CLIENT LIST` (`pelican:<command>`).
     name: String,
+    /// With Sentinel: the master the sentinels named, connected to.
+    master: Option<HostPort>,
 }
 
 impl Client {
@@ -106,16 +116,84 @@ impl Client {
     /// is proven before the command's own work, so a server that refuses it (a TLS port to a
     /// plaintext client, a TLS 1.3 server wanting a client certificate) is told apart from
     /// a refused command. A TLS failure is final: other addresses are not tried.
+    ///
+    /// The URL's host is looked up now (a name a failover moved is followed); with
+    /// `redis+sentinel://`, the sentinels are asked in turn where the master is first. Only a
+    /// master is used: a replica is refused (with Sentinel, asked again for a while: a
+    /// failover may be under way).
     pub fn connect(server: &Server, name: &str) -> Result<Client, String> {
+        let give_up = Instant::now() + FIND_MASTER;
+        loop {
+            let (node, host) = match server.endpoint() {
+                Endpoint::Sentinel(_) => {
+                    let master = find_master(server)?;
+                    let host = master.host.clone();
+                    (master, host)
+                }
+                Endpoint::Node(node) => (node.clone(), server.target.tls_host()),
+                other => return Err(format!("cannot connect to {other}")),
+            };
+            let mut client = Client::connect_node_at(server, &node, &host, name)?;
+            if matches!(server.endpoint(), Endpoint::Sentinel(_)) {
+                client.master = Some(node.clone());
+            }
+            match client.role()? {
+                NodeRole::Replica if matches!(server.endpoint(), Endpoint::Sentinel(_)) && Instant::now() < give_up => {
+                    thread::sleep(Duration::from_millis(200));
+                }
+                NodeRole::Replica => {
+                    let of = client.master_of().map(|m| format!(" (of {m})")).unwrap_or_default();
+                    let fix = match server.endpoint() {
+                        Endpoint::Sentinel(_) => "the sentinels name it as the master: a failover under way?",
+                        _ => "point --url at the master, or name the sentinels with redis+sentinel://…",
+                    };
+                    return Err(format!("{node} is a replica{of}, not a master: {fix}"));
+                }
+                _ => return Ok(client),
+            }
+        }
+    }
+
+    /// Connects to the first address `node` resolves to now that answers, checking the
+    /// certificate against `host` over TLS.
+    fn connect_node_at(server: &Server, node: &HostPort, host: &str, name: &str) -> Result<Client, String> {
+        let addrs = resolve(node)?;
         let mut last = String::new();
-        for &addr in &server.addrs {
-            match Client::connect_to(server, addr, &server.target.host, name) {
+        for addr in addrs {
+            match Client::connect_to(server, addr, host, name) {
                 Ok(client) => return Ok(client),
                 Err(Connect::Refused(e)) => last = e,
                 Err(Connect::Failed(e)) => return Err(e),
             }
         }
         Err(last)
+    }
+
+    /// With Sentinel: whether the sentinels still name the master this connection went to
+    /// (`Ok(None)`), or the one a failover moved it to. Without Sentinel: `Ok(None)`.
+    pub fn master_moved(&self) -> Result<Option<HostPort>, String> {
+        let Some(connected) = &self.master else { return Ok(None) };
+        let now = find_master(&self.server)?;
+        Ok((&now != connected).then_some(now))
+    }
+
+    /// The master the sentinels named for this connection, if they did.
+    pub fn master(&self) -> Option<&HostPort> {
+        self.master.as_ref()
+    }
+
+    /// What the node says it is (a bare `HELLO`'s role, which needs no permission).
+    fn role(&mut self) -> Result<NodeRole, String> {
+        self.write(&[ROLE_REQUEST])?;
+        let reply = self.read_raw()?;
+        read_node_role(&reply).map(|role| role.unwrap_or(NodeRole::Unknown)).map_err(|e| format!("HELLO: {e}"))
+    }
+
+    /// The master a replica names (`ROLE`, which needs `@admin`: `None` if refused).
+    fn master_of(&mut self) -> Option<String> {
+        let reply = self.exchange(&[b"ROLE"]).ok()?;
+        let [_, host, port, ..] = array(&reply)? else { return None };
+        Some(format!("{}:{}", String::from_utf8_lossy(bytes(host)?), int(port)?))
     }
 
     /// Connects to `addr`, over TLS checking that the certificate names `host`, and logs in.
@@ -142,6 +220,7 @@ impl Client {
             buf: Vec::new(),
             pos: 0,
             name: name.to_string(),
+            master: None,
         };
         client.login().map_err(Connect::Failed)?;
         client.stream.set_read_timeout(TIMEOUT).map_err(|e| Connect::Failed(e.to_string()))?;
@@ -289,15 +368,26 @@ impl Client {
         written.map_err(|e| self.link_error(&e, "write"))
     }
 
+    /// The next reply's bytes as they came (error replies included), for the core's readers.
+    fn read_raw(&mut self) -> Result<Vec<u8>, String> {
+        self.next_frame().map(|(_, raw)| raw)
+    }
+
     /// The next reply (error replies included).
     pub fn read(&mut self) -> Result<Reply, String> {
+        self.next_frame().map(|(frame, _)| frame)
+    }
+
+    /// The next reply, and its bytes.
+    fn next_frame(&mut self) -> Result<(Reply, Vec<u8>), String> {
         loop {
             if self.pos < self.buf.len() {
                 match decode(&self.buf[self.pos..]) {
                     Ok(Some((frame, used))) => {
+                        let raw = self.buf[self.pos..self.pos + used].to_vec();
                         self.pos += used;
                         self.replied = true;
-                        return Ok(frame);
+                        return Ok((frame, raw));
                     }
                     Ok(None) => {}
                     Err(e) if self.replied => {
@@ -396,6 +486,79 @@ fn node_addr(host: &str, port: u16, current: SocketAddr) -> Result<SocketAddr, S
                 .to_socket_addrs()
                 .map_err(|e| format!("cannot resolve {host} (a redirect): {e}"))?;
             addrs.next().ok_or_else(|| format!("{host} (a redirect) resolves to no address"))
+        }
+    }
+}
+
+/// The addresses `node` resolves to now.
+fn resolve(node: &HostPort) -> Result<Vec<SocketAddr>, String> {
+    let addrs: Vec<SocketAddr> = (node.host.as_str(), node.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {}: {e}", node.host))?
+        .collect();
+    match addrs.is_empty() {
+        true => Err(format!("{} resolves to no address", node.host)),
+        false => Ok(addrs),
+    }
+}
+
+/// The master the sentinels name: each asked in turn (`pelican::locate` says what to ask and
+/// what the answers mean), over TLS where the URL says, every wait bounded.
+fn find_master(server: &Server) -> Result<HostPort, String> {
+    let mut locator = Locator::new(server.endpoint().clone());
+    loop {
+        let (sentinel, session) = match (locator.dial(), locator.session()) {
+            (Some(Dial::Node(master)), _) => return Ok(master.clone()),
+            (Some(Dial::Sentinel(sentinel)), Some(session)) => (sentinel.clone(), session),
+            _ => return Err("no sentinel to ask: the URL names none".into()),
+        };
+        match ask_sentinel(server, &sentinel, session) {
+            Ok(answer) => {
+                if let Found::Failed(Some(all)) = locator.on_answer(answer) {
+                    return Err(all);
+                }
+            }
+            Err(why) => {
+                if let Some(all) = locator.on_sentinel_failed(why) {
+                    return Err(all);
+                }
+            }
+        }
+    }
+}
+
+/// One sentinel's answer to `session`'s question, on a connection of its own.
+fn ask_sentinel(
+    server: &Server,
+    sentinel: &HostPort,
+    mut session: pelican::locate::SentinelSession,
+) -> Result<SentinelAnswer, String> {
+    let addr = resolve(sentinel)?[0];
+    let socket = TcpStream::connect_timeout(&addr, FIRST_REPLY).map_err(|e| format!("{e}"))?;
+    let _ = socket.set_nodelay(true);
+    socket.set_read_timeout(Some(FIRST_REPLY)).map_err(|e| e.to_string())?;
+    socket.set_write_timeout(Some(FIRST_REPLY)).map_err(|e| e.to_string())?;
+    let mut stream = match &server.tls {
+        None => Stream::Plain(socket),
+        Some(tls) => Stream::Tls(Box::new(handshake(tls, &sentinel.host, socket)?)),
+    };
+    while let Some(bytes) = session.poll_transmit() {
+        let n = stream.write(bytes).map_err(|e| e.to_string())?;
+        session.advance_transmit(n);
+    }
+    stream.flush().map_err(|e| e.to_string())?;
+    let mut buf = [0u8; 4096];
+    loop {
+        if let Some(answer) = session.poll_answer() {
+            return Ok(answer);
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return Err("the sentinel closed the connection".into()),
+            Ok(n) => session.handle_input(&buf[..n]).map_err(|e| e.to_string())?,
+            Err(e) if timed_out(&e) => {
+                return Err(format!("no answer within {} s", FIRST_REPLY.as_secs()));
+            }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use clap::builder::{OsStringValueParser, TypedValueParser as _};
 use clap::value_parser;
-use pelican::{Config, DeleteAcked, GroupGone, OnRetry, Protocol};
+use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 
 use crate::args::{Failure, TEMPLATE};
 use crate::name::show;
@@ -249,6 +249,20 @@ pub struct Args {
     /// --min-idle-ms)
     #[arg(long, value_name = "WHAT", default_value = "release", value_parser = on_retry, verbatim_doc_comment)]
     on_retry: OnRetry,
+    /// after each batch of acks, wait until N replicas have them (WAIT N), so
+    /// that a failover is less likely to deliver their entries again; at most
+    /// --ack-timeout-ms per batch (a batch that runs out is counted as
+    /// acks_unreplicated and told; the next batches then wait 1 ms each until
+    /// the replicas are back)
+    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..), verbatim_doc_comment)]
+    ack_replicas: Option<u32>,
+    /// with --ack-replicas: how long a batch of acks waits for the replicas
+    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "ack_replicas", value_parser = value_parser!(u64).range(1..=MAX_MS))]
+    ack_timeout_ms: u64,
+    /// with --ack-replicas: wait for the acks to be written to the append-only
+    /// files of the master and of N replicas (WAITAOF 1 N; Redis 7.2+, Valkey)
+    #[arg(long, requires = "ack_replicas", verbatim_doc_comment)]
+    ack_aof: bool,
     /// speak only the classic stream commands (those of Redis 6.2), whatever
     /// the server offers: no XREADGROUP … CLAIM, XNACK, XACKDEL or MAXSIZE
     #[arg(long, verbatim_doc_comment)]
@@ -407,6 +421,13 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         });
     }
     config = config.on_retry(a.on_retry);
+    if let Some(replicas) = a.ack_replicas {
+        let timeout = Duration::from_millis(a.ack_timeout_ms);
+        config = config.ack_wait(match a.ack_aof {
+            true => AckWait::Aof { local: true, replicas, timeout },
+            false => AckWait::Replicas { replicas, timeout },
+        });
+    }
     if a.classic_verbs {
         config = config.classic_verbs();
     }
@@ -474,9 +495,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // Served until this returns; a port that cannot be listened on is told before connecting.
     let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
     let net = Net {
-        addrs: server.addrs.clone(),
-        tls: server.tls.clone().map(|tls| (tls, server.target.host.clone())),
+        endpoint: server.endpoint().clone(),
+        tls: server.tls_for(),
         homes: Vec::new(),
+        masters: Vec::new(),
     };
     let screen = shared.screen.clone();
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();

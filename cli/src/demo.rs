@@ -6,7 +6,7 @@
 //! worker's connection drops with its entry in hand and its earned acks unsent, as when a
 //! process dies.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
         let sim = pelican_sim::serve(listener, pelican_sim::SimOptions::valkey81());
         (Server::plain(sim.addr()), "orders".to_string(), Some(sim))
     };
-    let addrs = server.addrs.clone();
+    // The URL, passwords hidden.
+    let shown = server.target.to_string();
     let mut admin = Client::connect(&server, "pelican:demo").map_err(Failure::Failed)?;
     // A write of no consequence (the key is the tour's own, new): a replica, or a server
     // refusing writes, says so now, where the workers would retry until a step timed out.
@@ -79,11 +80,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // of the tour then go (a pipeline does not follow redirects).
     admin
         .call(&[b"DEL", stream.as_bytes()])
-        .map_err(|e| fail(&format!("{} refused a write: {e}", addrs[0])))?;
-    let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { format!("{}", addrs[0]) };
+        .map_err(|e| fail(&format!("{shown} refused a write: {e}")))?;
+    let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { shown };
     let mut tour = Tour {
         server,
-        addrs,
         stream,
         admin,
         start: Instant::now(),
@@ -105,8 +105,6 @@ pub fn main(args: Args) -> Result<(), Failure> {
 
 struct Tour {
     server: Server,
-    /// The server's addresses: workers try them in turn.
-    addrs: Vec<SocketAddr>,
     stream: String,
     admin: Client,
     start: Instant,
@@ -282,10 +280,9 @@ impl Tour {
                 .on_group_gone(GroupGone::Recreate),
         );
         let consumer = Consumer::new(config).expect("the demo's settings are valid");
-        let mut driver =
-            Driver::new(self.addrs[0], consumer, Token(0)).fallback_addrs(self.addrs[1..].iter().copied());
-        if let Some(tls) = &self.server.tls {
-            driver = driver.tls(tls.clone(), &self.server.target.host);
+        let mut driver = Driver::new(self.server.endpoint().clone(), consumer, Token(0));
+        if let Some((tls, host)) = self.server.tls_for() {
+            driver = driver.tls(tls, host);
         }
         Worker::new(name, driver)
     }

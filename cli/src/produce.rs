@@ -25,6 +25,11 @@ Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined up to 1000
 `x`), then prints how many were added and the rate. In a Redis/Valkey Cluster, any node's
 URL will do: the entries go to the node serving KEY (MOVED and ASK are followed).
 
+With redis+sentinel://, the entries go to the master the sentinels name, asked again every
+second: a failover during the run is told (a master the failover left keeps taking writes
+until it is made a replica, then drops them: the entries added around it may be lost), the
+run goes on with the new master, and pelican exits 1 at the end.
+
 A connection lost mid-run is made again (a few tries over some seconds) and the entries
 whose replies were not read are sent again. Without --idempotent, those the server had
 added before the loss are then in the stream twice (told on stderr). With --idempotent,
@@ -124,6 +129,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
         lost: 0,
         lost_in_a_row: 0,
         resent: 0,
+        checked: (Instant::now(), 0),
+        in_doubt: 0,
     };
     let start = Instant::now();
     run.produce(count)?;
@@ -143,8 +150,18 @@ pub fn main(args: Args) -> Result<(), Failure> {
         line += &format!("; {} connection{s} lost, {} entries sent again", run.lost, run.resent);
     }
     println!("{line}");
+    if run.in_doubt > 0 {
+        return Err(Failure::Failed(format!(
+            "a failover during the run: entries added to the old master around it may be lost ({} since the \
+             check before it, and any its replica had not copied yet); XLEN on the new master tells what is there",
+            run.in_doubt
+        )));
+    }
     Ok(())
 }
+
+/// How often, with Sentinel, the sentinels are asked whether the master moved.
+const CHECK_MASTER_EVERY: Duration = Duration::from_secs(1);
 
 /// The connections' name in `CLIENT LIST`.
 const NAME: &str = "pelican:produce";
@@ -181,6 +198,11 @@ struct Run {
     lost_in_a_row: u32,
     /// Entries sent again after a lost connection.
     resent: u64,
+    /// With Sentinel: when the master was last found where it was, and `done` then.
+    checked: (Instant, u64),
+    /// With Sentinel: entries added to a master that a failover had already left (confirmed
+    /// by it, but lost when it became a replica) — as far as the checks tell.
+    in_doubt: u64,
 }
 
 /// How a pipeline went.
@@ -243,7 +265,37 @@ impl Run {
             if self.xadd.idempotent() && self.window.is_none() && self.done > 0 {
                 self.window = Some(self.read_window()?.unwrap_or(DEFAULT_WINDOW));
             }
+            if self.checked.0.elapsed() >= CHECK_MASTER_EVERY {
+                self.check_master()?;
+            }
         }
+        self.check_master()
+    }
+
+    /// With Sentinel: asks the sentinels whether the master is still the one written to. A
+    /// master a failover left keeps taking writes until it is made a replica (seconds later),
+    /// then drops them: the entries added since the last check are in doubt. Told, and the
+    /// run goes on with the new master.
+    fn check_master(&mut self) -> Result<(), Failure> {
+        let Some(from) = self.client.master().cloned() else { return Ok(()) };
+        match self.client.master_moved() {
+            // The sentinels cannot say now: asked again at the next check.
+            Err(_) | Ok(None) => {}
+            Ok(Some(to)) => {
+                let since = self.done - self.checked.1;
+                self.in_doubt += since;
+                eprintln!(
+                    "pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
+                     around it may be lost ({since} since the check {:.1} s before, and any its replica had \
+                     not copied yet): it drops them when it becomes a replica; going on with {to}",
+                    self.checked.0.elapsed().as_secs_f64()
+                );
+                self.client = self
+                    .reconnect()
+                    .map_err(|e| Failure::Failed(format!("connecting to the new master {to}: {e}")))?;
+            }
+        }
+        self.checked = (Instant::now(), self.done);
         Ok(())
     }
 

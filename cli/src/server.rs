@@ -1,8 +1,10 @@
 //! The server a command talks to: `--url` and the `--tls-*` flags every command shares,
 //! checked together, and failures told in terms of those flags.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+
+use pelican::Endpoint;
 
 use pelican_tls::{Tls, TlsConfig, TlsError};
 
@@ -12,26 +14,29 @@ use crate::url::{self, Target};
 /// Where to connect, and how.
 #[derive(Clone, Debug)]
 pub struct Server {
-    /// The parsed URL.
+    /// The parsed URL: a node (its host looked up again at every connect), or the sentinels
+    /// that name the master.
     pub target: Target,
     /// The TLS settings, for a `rediss://` URL; `None` for `redis://`.
     pub tls: Option<Tls>,
-    /// The host's addresses, resolved once: a host that does not resolve is a bad setting.
-    pub addrs: Vec<SocketAddr>,
 }
 
 impl Server {
     /// A plaintext server with nothing but an address (the demo's simulator).
     pub fn plain(addr: SocketAddr) -> Server {
-        let target = Target {
-            host: addr.ip().to_string(),
-            port: addr.port(),
-            tls: false,
-            user: None,
-            password: None,
-            db: 0,
-        };
-        Server { target, tls: None, addrs: vec![addr] }
+        let target = Target { endpoint: addr.into(), tls: false, user: None, password: None, db: 0 };
+        Server { target, tls: None }
+    }
+
+    /// Where the consumers connect.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.target.endpoint
+    }
+
+    /// TLS, and the host the certificate of the URL's node must name (with Sentinel, none:
+    /// each node and sentinel is checked by its own host).
+    pub fn tls_for(&self) -> Option<(Tls, String)> {
+        self.tls.clone().map(|tls| (tls, self.target.tls_host()))
     }
 }
 
@@ -40,6 +45,9 @@ impl Server {
 pub struct ServerArgs {
     /// redis://[user[:password]@]host[:port][/db], or rediss://… for TLS;
     /// any node's URL for a cluster; `:password@` logs in as the default user;
+    /// redis+sentinel://[user[:password]@]host[:port][,host[:port]…]/SERVICE[/db]
+    /// for the master Sentinel names (rediss+sentinel:// for TLS; the sentinels'
+    /// own login: ?sentinel_username=U&sentinel_password=P);
     /// %XX escapes allowed; default redis://127.0.0.1:6379
     // The value is hidden: it may hold a password.
     #[arg(long, value_name = "URL", env = "PELICAN_URL", hide_env_values = true, default_value = url::DEFAULT, hide_default_value = true, verbatim_doc_comment)]
@@ -55,6 +63,10 @@ pub struct ServerArgs {
     /// the client certificate's private key (PEM); needs --tls-cert
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// redis+sentinel://: the sentinels' own password (their requirepass),
+    /// when the URL's sentinel_password does not give it
+    #[arg(long, value_name = "PASSWORD", env = "PELICAN_SENTINEL_PASSWORD", hide_env_values = true, verbatim_doc_comment)]
+    sentinel_password: Option<String>,
     /// Whether `--url` came from `$PELICAN_URL` (set by [`crate::args::parse`]), for messages.
     #[arg(skip)]
     pub url_from_env: bool,
@@ -85,7 +97,18 @@ impl ServerArgs {
         let url =
             self.url.as_deref().filter(|url| !url.is_empty() || !self.url_from_env).unwrap_or(url::DEFAULT);
         let from = if self.url_from_env { " in $PELICAN_URL" } else { "" };
-        let target = url::parse(url).map_err(|why| Failure::Bad(format!("bad URL{from}: {why}")))?;
+        let mut target = url::parse(url).map_err(|why| Failure::Bad(format!("bad URL{from}: {why}")))?;
+        match (&mut target.endpoint, &self.sentinel_password) {
+            (Endpoint::Sentinel(sentinels), Some(password)) if sentinels.auth.is_none() => {
+                *sentinels = sentinels.clone().auth(None::<&[u8]>, password);
+            }
+            (Endpoint::Sentinel(_), _) | (_, None) => {}
+            (_, Some(_)) => {
+                return Err(Failure::Usage(
+                    "--sentinel-password is for redis+sentinel:// URLs (the sentinels' own password)".into(),
+                ))
+            }
+        }
         let tls = if !target.tls {
             if let Some(flag) = self.tls_flag() {
                 // The URL is not repeated: it may hold a password.
@@ -97,11 +120,21 @@ impl ServerArgs {
         } else {
             Some(self.tls_config().build().map_err(|e| Failure::Failed(tls_message(&e)))?)
         };
-        let addrs = target.resolve().map_err(|e| match self.url_from_env {
-            true => Failure::Bad(format!("{e} (the host in $PELICAN_URL)")),
-            false => Failure::Bad(e),
-        })?;
-        Ok(Server { target, tls, addrs })
+        if let Endpoint::Node(node) = &target.endpoint {
+            // Looked up again at every connect; a name that does not resolve now is most
+            // likely a typo.
+            let found = (node.host.as_str(), node.port).to_socket_addrs().map(|addrs| addrs.count());
+            let why = match found {
+                Ok(0) => Some(format!("{} resolves to no address", node.host)),
+                Ok(_) => None,
+                Err(e) => Some(format!("cannot resolve {}: {e}", node.host)),
+            };
+            if let Some(why) = why {
+                let env = if self.url_from_env { " (the host in $PELICAN_URL)" } else { "" };
+                return Err(Failure::Bad(format!("{why}{env}")));
+            }
+        }
+        Ok(Server { target, tls })
     }
 
     /// What the flags ask for: the CA file, else the system roots; the client certificate.
@@ -171,7 +204,7 @@ mod tests {
     fn plaintext_needs_no_tls_flag() {
         let server = server(&["--url", "redis://127.0.0.1:7"]).unwrap();
         assert!(server.tls.is_none() && !server.target.tls);
-        assert_eq!(server.addrs, vec!["127.0.0.1:7".parse().unwrap()]);
+        assert_eq!(server.endpoint(), &Endpoint::Node(pelican::HostPort::new("127.0.0.1", 7)));
         assert_eq!(
             usage(&["--url", "redis://h", "--tls-ca", "ca.pem"]),
             "--tls-ca is for TLS, but the URL is redis:// (plaintext): use rediss://"

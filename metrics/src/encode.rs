@@ -26,7 +26,7 @@ pub(crate) const SOURCES: [(&str, Get); 3] =
     [("pending", |s| s.drained), ("claimed", |s| s.claimed), ("new", |s| s.new)];
 
 /// Every other [`Stats`] counter, named as in `pelican consume --stats-json`.
-pub(crate) const COUNTERS: [CounterDef; 15] = [
+pub(crate) const COUNTERS: [CounterDef; 16] = [
     ("pelican_acked", "Entries the server confirmed acknowledged (XACK counted them).", |s| s.acked),
     ("pelican_retried", "Retry verdicts: entries left pending (or released) for another try.", |s| s.retried),
     (
@@ -58,6 +58,11 @@ pub(crate) const COUNTERS: [CounterDef; 15] = [
         "pelican_acks_unmatched",
         "Acks the server did not count for entries no peer could have taken (the server forgot the delivery).",
         |s| s.acks_unmatched,
+    ),
+    (
+        "pelican_acks_unreplicated",
+        "Acks that had not reached the replicas (or append-only files) asked for when the wait ran out.",
+        |s| s.acks_unreplicated,
     ),
     ("pelican_moved", "Cluster redirects (MOVED) followed.", |s| s.moved),
     ("pelican_errors", "Errors that cost the connection or stopped the consumer.", |s| s.errors),

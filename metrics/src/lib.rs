@@ -43,6 +43,7 @@
 //! | `pelican_reconnects_total` | connections after the first |
 //! | `pelican_deleted_seen_total` | pending entries found deleted |
 //! | `pelican_acks_unmatched_total` | acks not counted: the server forgot the delivery |
+//! | `pelican_acks_unreplicated_total` | acks that had not reached the replicas asked for (`--ack-replicas`) when the wait ran out |
 //! | `pelican_moved_total` | cluster redirects followed |
 //! | `pelican_errors_total` | errors that cost the connection or stopped the consumer |
 //! | `pelican_group_recreated_total` | times the group was created again |

@@ -21,7 +21,7 @@ fn busy() -> Snapshot {
     (st.drained, st.claimed, st.new, st.acked, st.retried, st.released) = (3, 5, 1000, 990, 7, 2);
     (st.deleted_seen, st.lost_to_peer, st.acks_unmatched, st.reconnects, st.moved) = (11, 13, 17, 19, 23);
     (st.errors, st.group_recreated, st.abandoned_acks, st.leases_renewed) = (29, 31, 37, 41);
-    (st.leases_lost, st.dead_lettered, st.reads_shrunk) = (43, 47, 53);
+    (st.leases_lost, st.dead_lettered, st.reads_shrunk, st.acks_unreplicated) = (43, 47, 53, 59);
     for ms in [1, 2, 3, 40, 40, 12_000] {
         st.handler_time.record(Duration::from_millis(ms));
     }
@@ -77,6 +77,7 @@ fn every_counter_is_exported_with_its_labels_and_value() {
         ("reconnects", s.reconnects),
         ("deleted_seen", s.deleted_seen),
         ("acks_unmatched", s.acks_unmatched),
+        ("acks_unreplicated", s.acks_unreplicated),
         ("moved", s.moved),
         ("errors", s.errors),
         ("group_recreated", s.group_recreated),
@@ -89,10 +90,10 @@ fn every_counter_is_exported_with_its_labels_and_value() {
         assert_eq!(value(&scrape, &name, "orders"), n as f64, "{name}");
         assert_eq!(value(&scrape, &name, "refunds"), 0.0, "{name}");
     }
-    // The 18 Stats counters: 3 by source in one family, and 15 families of their own.
+    // The 19 Stats counters: 3 by source in one family, and 16 families of their own.
     let counters: Vec<&str> =
         text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
-    assert_eq!(counters.len(), 16, "{counters:?}");
+    assert_eq!(counters.len(), 17, "{counters:?}");
     assert_eq!(value(&scrape, "pelican_in_hand", "orders"), 4.0);
     assert_eq!(value(&scrape, "pelican_buffered", "orders"), 60.0);
     assert_eq!(value(&scrape, "pelican_connected", "orders"), 1.0);

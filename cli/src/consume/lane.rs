@@ -2,45 +2,60 @@
 //! runs one lane per `--stream`, all in one process; the transports ([`super::mio_lanes`],
 //! [`super::smol_lanes`]) run them and say how each ended.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Notice, Stats};
+use pelican::{Config, Endpoint, HostPort, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
 use super::metrics::Published;
 
-/// Where every lane connects: the URL's addresses (a failed connect tries the next) and TLS
-/// with the host its certificate must name. In a cluster this is any node: each lane
-/// follows `MOVED` to the node serving its stream.
+/// Where every lane connects: the URL's node (looked up again at every connect; in a
+/// cluster any node: each lane follows `MOVED` to the node serving its stream) or the master
+/// the sentinels name, and TLS with the host a node's certificate must name.
 pub struct Net {
-    /// The URL host's addresses.
-    pub addrs: Vec<SocketAddr>,
-    /// `rediss://`: the TLS settings and the URL's host.
+    /// The URL's node, or its sentinels.
+    pub endpoint: Endpoint,
+    /// `rediss://`: the TLS settings and the URL's host (none with Sentinel).
     pub tls: Option<(Tls, String)>,
     /// In a cluster, the master serving each stream (see [`Net::locate`]).
     pub homes: Vec<(Vec<u8>, SocketAddr)>,
+    /// In a cluster, its masters: where a lane whose node is gone looks for its slot's new one.
+    pub masters: Vec<HostPort>,
 }
 
 impl Net {
-    /// Where the lane for `stream` connects first: the master serving it, when the URL's
-    /// node is a cluster node that says so (plaintext: `pelican_mio::locate`), then the URL's
-    /// addresses. Without that answer, the URL's node: the lane follows `MOVED` from there.
-    pub fn addrs_for(&self, stream: &[u8]) -> Vec<SocketAddr> {
+    /// Where the lane for `stream` connects first, and the nodes it tries in turn after a
+    /// connect there fails: the master serving it, when the URL's node is a cluster node that
+    /// says so (plaintext: `pelican_mio::locate_with_masters`), then the URL's node and the
+    /// cluster's masters. Without that answer, the URL's endpoint.
+    pub fn place(&self, stream: &[u8]) -> (Endpoint, Vec<HostPort>) {
         let home = self.homes.iter().find(|(s, _)| s == stream).map(|(_, at)| *at);
-        home.into_iter().chain(self.addrs.iter().copied()).collect()
+        match (home, &self.endpoint) {
+            (Some(home), Endpoint::Node(node)) => {
+                (home.into(), std::iter::once(node.clone()).chain(self.masters.iter().cloned()).collect())
+            }
+            _ => (self.endpoint.clone(), Vec::new()),
+        }
     }
 
     /// Asks the URL's node once where each of `streams` is served (nothing if it is not a
-    /// cluster node, wants TLS or a password first, or does not answer in 2 s).
+    /// cluster node, wants TLS or a password first, or does not answer in 2 s; nothing with
+    /// Sentinel).
     pub fn locate(mut self, streams: &[&[u8]]) -> Net {
-        let (Some(seed), None) = (self.addrs.first(), &self.tls) else { return self };
-        if let Ok(found) = pelican_mio::locate(*seed, streams, std::time::Duration::from_secs(2)) {
+        let (Endpoint::Node(node), None) = (&self.endpoint, &self.tls) else { return self };
+        let Some(seed) = (node.host.as_str(), node.port).to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+            return self;
+        };
+        if let Ok((found, masters)) =
+            pelican_mio::locate_with_masters(seed, streams, std::time::Duration::from_secs(2))
+        {
             self.homes =
                 streams.iter().zip(found).filter_map(|(stream, at)| Some((stream.to_vec(), at?))).collect();
+            self.masters = masters;
         }
         self
     }
@@ -85,7 +100,9 @@ pub fn teller(handler: &Handler, several: bool) -> impl FnMut(&Notice) + Send + 
                 return; // shown by the progress line
             }
             Notice::Connected { .. } => watch.down.store(false, Relaxed),
-            Notice::ConnectFailed { .. } | Notice::ConnectionLost { .. } => watch.down.store(true, Relaxed),
+            Notice::ConnectFailed { .. } | Notice::ConnectionLost { .. } | Notice::NotMaster { .. } => {
+                watch.down.store(true, Relaxed)
+            }
             _ => {}
         }
         let Some(line) = failing.line(notice) else { return };

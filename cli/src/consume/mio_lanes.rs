@@ -168,11 +168,11 @@ impl Running {
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
         let tell = Box::new(teller(&lane.handler, several));
-        let addrs = net.addrs_for(&lane.config.stream);
+        let (endpoint, fallbacks) = net.place(&lane.config.stream);
         let most = lane.config.concurrency.max(1) as usize;
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
-        let mut driver = Driver::new(addrs[0], consumer, Token(i)).fallback_addrs(addrs[1..].to_vec());
+        let mut driver = Driver::new(endpoint, consumer, Token(i)).fallbacks(fallbacks);
         if let Some((tls, host)) = &net.tls {
             driver = driver.tls(tls.clone(), host);
         }

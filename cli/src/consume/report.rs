@@ -17,7 +17,7 @@ use crate::json::Object;
 type Named<T> = (&'static str, fn(&T) -> u64);
 
 /// Every [`Stats`] counter, by its name in the JSON.
-const STATS: [Named<Stats>; 18] = [
+const STATS: [Named<Stats>; 19] = [
     ("drained", |s| s.drained),
     ("claimed", |s| s.claimed),
     ("new", |s| s.new),
@@ -27,6 +27,7 @@ const STATS: [Named<Stats>; 18] = [
     ("deleted_seen", |s| s.deleted_seen),
     ("lost_to_peer", |s| s.lost_to_peer),
     ("acks_unmatched", |s| s.acks_unmatched),
+    ("acks_unreplicated", |s| s.acks_unreplicated),
     ("reconnects", |s| s.reconnects),
     ("moved", |s| s.moved),
     ("errors", |s| s.errors),

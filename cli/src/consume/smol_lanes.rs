@@ -107,13 +107,13 @@ async fn tell_wait(lanes: &[(Arc<Handler>, Rc<Cell<bool>>)]) {
 
 /// A lane's runner: its consumer, the URL's addresses, TLS, its notices told.
 fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
-    let addrs = net.addrs_for(&lane.config.stream);
-    let runner = Runner::new(addrs[0], lane.config.clone())
+    let (endpoint, fallbacks) = net.place(&lane.config.stream);
+    let runner = Runner::new(endpoint, lane.config.clone())
         .map_err(|e| match e {
             RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
             e => Failure::Failed(e.to_string()),
         })?
-        .fallback_addrs(addrs[1..].iter().copied());
+        .fallbacks(fallbacks);
     let mut runner = runner.on_notice(teller(&lane.handler, several));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
