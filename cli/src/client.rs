@@ -138,7 +138,9 @@ impl Client {
                 client.master = Some(node.clone());
             }
             match client.role()? {
-                NodeRole::Replica if matches!(server.endpoint(), Endpoint::Sentinel(_)) && Instant::now() < give_up => {
+                NodeRole::Replica
+                    if matches!(server.endpoint(), Endpoint::Sentinel(_)) && Instant::now() < give_up =>
+                {
                     thread::sleep(Duration::from_millis(200));
                 }
                 NodeRole::Replica => {
@@ -186,7 +188,9 @@ impl Client {
     fn role(&mut self) -> Result<NodeRole, String> {
         self.write(&[ROLE_REQUEST])?;
         let reply = self.read_raw()?;
-        read_node_role(&reply).map(|role| role.unwrap_or(NodeRole::Unknown)).map_err(|e| format!("HELLO: {e}"))
+        read_node_role(&reply)
+            .map(|role| role.unwrap_or(NodeRole::Unknown))
+            .map_err(|e| format!("HELLO: {e}"))
     }
 
     /// The master a replica names (`ROLE`, which needs `@admin`: `None` if refused).

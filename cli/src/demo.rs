@@ -78,9 +78,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // refusing writes, says so now, where the workers would retry until a step timed out.
     // In a cluster, it follows the stream to the node serving it, where the pipelined XADDs
     // of the tour then go (a pipeline does not follow redirects).
-    admin
-        .call(&[b"DEL", stream.as_bytes()])
-        .map_err(|e| fail(&format!("{shown} refused a write: {e}")))?;
+    admin.call(&[b"DEL", stream.as_bytes()]).map_err(|e| fail(&format!("{shown} refused a write: {e}")))?;
     let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { shown };
     let mut tour = Tour {
         server,

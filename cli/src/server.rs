@@ -65,7 +65,13 @@ pub struct ServerArgs {
     tls_key: Option<PathBuf>,
     /// redis+sentinel://: the sentinels' own password (their requirepass),
     /// when the URL's sentinel_password does not give it
-    #[arg(long, value_name = "PASSWORD", env = "PELICAN_SENTINEL_PASSWORD", hide_env_values = true, verbatim_doc_comment)]
+    #[arg(
+        long,
+        value_name = "PASSWORD",
+        env = "PELICAN_SENTINEL_PASSWORD",
+        hide_env_values = true,
+        verbatim_doc_comment
+    )]
     sentinel_password: Option<String>,
     /// Whether `--url` came from `$PELICAN_URL` (set by [`crate::args::parse`]), for messages.
     #[arg(skip)]

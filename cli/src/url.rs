@@ -38,13 +38,18 @@ pub struct Target {
 /// The message says what is wrong, never repeating the URL, which may hold a password.
 pub fn parse(url: &str) -> Result<Target, String> {
     let bad = |why: &str| format!("{why} ({FORM})");
-    let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("it must start with redis:// or rediss://"))?;
+    let (scheme, rest) =
+        url.split_once("://").ok_or_else(|| bad("it must start with redis:// or rediss://"))?;
     let (tls, sentinel) = match scheme.to_ascii_lowercase().as_str() {
         "redis" => (false, false),
         "rediss" => (true, false),
         "redis+sentinel" => (false, true),
         "rediss+sentinel" => (true, true),
-        _ => return Err(bad("it must start with redis://, rediss://, redis+sentinel:// or rediss+sentinel://")),
+        _ => {
+            return Err(bad(
+                "it must start with redis://, rediss://, redis+sentinel:// or rediss+sentinel://",
+            ))
+        }
     };
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) => (rest, Some(query)),
@@ -88,8 +93,9 @@ pub fn parse(url: &str) -> Result<Target, String> {
     if service.is_empty() {
         return Err(bad("the service name is missing (the sentinels' `sentinel monitor <name>`)"));
     }
-    let service = String::from_utf8(percent_decode(service).ok_or_else(|| bad("bad %-escape in the service"))?)
-        .map_err(|_| bad("the service name is not UTF-8"))?;
+    let service =
+        String::from_utf8(percent_decode(service).ok_or_else(|| bad("bad %-escape in the service"))?)
+            .map_err(|_| bad("the service name is not UTF-8"))?;
     let db = match db {
         "" => 0,
         db => db.parse::<u32>().map_err(|_| bad("the database must be a number"))?,
@@ -120,8 +126,9 @@ pub fn parse(url: &str) -> Result<Target, String> {
 
 /// `user:password` or `:password` (the default user).
 fn credentials(info: &str) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), &'static str> {
-    let (user, password) =
-        info.split_once(':').ok_or("a user needs a password: user:password@, or :password@ for the default user")?;
+    let (user, password) = info
+        .split_once(':')
+        .ok_or("a user needs a password: user:password@, or :password@ for the default user")?;
     let user = Some(percent_decode(user).ok_or("bad %-escape in the user")?).filter(|u| !u.is_empty());
     Ok((user, Some(percent_decode(password).ok_or("bad %-escape in the password")?)))
 }
@@ -267,8 +274,14 @@ mod tests {
             sentinels.nodes,
             [HostPort::new("s1", 26380), HostPort::new("s2", 26379), HostPort::new("::1", 26379)]
         );
-        assert_eq!((sentinels.service.as_str(), t.db, t.tls, sentinels.auth.is_none()), ("mymaster", 0, false, true));
-        let t = parse("rediss+sentinel://app:pw@s1/my%20master/3?sentinel_username=watch&sentinel_password=s%3Acret").unwrap();
+        assert_eq!(
+            (sentinels.service.as_str(), t.db, t.tls, sentinels.auth.is_none()),
+            ("mymaster", 0, false, true)
+        );
+        let t = parse(
+            "rediss+sentinel://app:pw@s1/my%20master/3?sentinel_username=watch&sentinel_password=s%3Acret",
+        )
+        .unwrap();
         let Endpoint::Sentinel(sentinels) = &t.endpoint else { panic!("{t:?}") };
         assert_eq!((sentinels.service.as_str(), t.db, t.tls), ("my master", 3, true));
         assert_eq!((t.user.as_deref(), t.password.as_deref()), (Some(&b"app"[..]), Some(&b"pw"[..])));

@@ -47,7 +47,8 @@ impl Net {
     /// Sentinel).
     pub fn locate(mut self, streams: &[&[u8]]) -> Net {
         let (Endpoint::Node(node), None) = (&self.endpoint, &self.tls) else { return self };
-        let Some(seed) = (node.host.as_str(), node.port).to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        let Some(seed) = (node.host.as_str(), node.port).to_socket_addrs().ok().and_then(|mut a| a.next())
+        else {
             return self;
         };
         if let Ok((found, masters)) =

@@ -1,0 +1,207 @@
+//! Every command against a master that Sentinel watches (`redis+sentinel://`), on real
+//! topologies (a master, its replica, three sentinels): `produce`, `pending`, `retire` and
+//! `consume` find the master; `consume` follows a failover on both transports; `produce` tells
+//! one; a command pointed at a replica says so; the sentinels' own password; bad URLs.
+
+mod support;
+
+use std::thread;
+use std::time::Duration;
+
+use pelican_tests::sentinel::{Topology, TopologyOptions, SERVICE};
+use pelican_tests::server::{Flavor, Options};
+use support::*;
+
+/// `redis+sentinel://` URL of the topology's sentinels, with `extra` appended (a db, a query).
+fn url(topology: &Topology, userinfo: &str, extra: &str) -> String {
+    let nodes: Vec<String> = topology.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+    format!("redis+sentinel://{userinfo}{}/{SERVICE}{extra}", nodes.join(","))
+}
+
+/// Runs `check` on each flavor at once.
+fn on_each(flavors: &[Flavor], check: fn(Flavor)) {
+    let threads: Vec<_> = flavors.iter().map(|&f| (f, thread::spawn(move || check(f)))).collect();
+    let failed: Vec<Flavor> =
+        threads.into_iter().filter_map(|(f, t)| t.join().is_err().then_some(f)).collect();
+    assert!(failed.is_empty(), "failed on {failed:?}");
+}
+
+#[test]
+fn every_command_finds_the_master() {
+    on_each(&Flavor::ALL, |flavor| {
+        let topology = Topology::start(flavor);
+        let url = url(&topology, "", "");
+        let (status, out, err) = run(&["produce", "--url", &url, "--stream", "s", "--count", "300"]);
+        assert!(status.success(), "{flavor}: produce: {err}");
+        assert!(out.starts_with("produced 300 entries"), "{out}");
+        assert_eq!(topology.admin(topology.master()).xlen("s"), 300);
+
+        let mut consumer = Pelican::spawn(&consume(&url, "mio", &["--quiet"]));
+        for _ in 0..300 {
+            consumer.line();
+        }
+        consumer.stop();
+
+        let (status, out, err) = run(&["pending", "--url", &url, "--stream", "s", "--group", "g", "--json"]);
+        assert!(status.success(), "{flavor}: pending: {err}");
+        assert!(Json::parse(&out).get("pending").num() == 0.0, "{out}");
+
+        let (status, _, err) =
+            run(&["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"]);
+        assert!(status.success(), "{flavor}: retire: {err}");
+    });
+}
+
+#[test]
+fn a_replica_is_told_as_one() {
+    let topology = Topology::start(Flavor::Redis70);
+    topology.admin(topology.master()).xadd("s", &[("f", "v")]);
+    let replica = format!("redis://{}", topology.replica());
+    let (status, _, err) = run(&["pending", "--url", &replica, "--stream", "s", "--group", "g"]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    let master = topology.master();
+    assert!(
+        err.contains(&format!("is a replica (of {master}), not a master"))
+            && err.contains("redis+sentinel://"),
+        "{err}"
+    );
+    // `consume` keeps trying, telling it once, and reads nothing from it.
+    let mut consumer = Pelican::spawn(&consume(&replica, "smol", &[]));
+    thread::sleep(Duration::from_millis(1500));
+    assert!(consumer.try_line().is_none(), "read from a replica");
+    consumer.stop();
+    let told = consumer.stderr();
+    assert_eq!(told.matches("connected to a replica of").count(), 1, "told once:\n{told}");
+}
+
+#[test]
+fn consume_follows_a_failover_on_both_transports() {
+    on_each(&[Flavor::Redis62, Flavor::Valkey81], |flavor| {
+        let topology = Topology::start(flavor);
+        let url = url(&topology, "", "");
+        let mut consumers: Vec<Pelican> = ["mio", "smol"]
+            .iter()
+            .map(|t| {
+                let stream = format!("s-{t}");
+                let args = [
+                    "consume",
+                    "--url",
+                    &url,
+                    "--stream",
+                    &stream,
+                    "--group",
+                    "g",
+                    "--consumer",
+                    "c",
+                    "--create-group",
+                    "0",
+                    "--transport",
+                    t,
+                    "--ack-replicas",
+                    "1",
+                ];
+                Pelican::spawn(&args)
+            })
+            .collect();
+        let master = topology.master();
+        for t in ["mio", "smol"] {
+            topology.admin(master).xadd_n(&format!("s-{t}"), 50, 8);
+        }
+        for c in &mut consumers {
+            for _ in 0..50 {
+                c.line();
+            }
+        }
+        let new = topology.failover();
+        topology.wait_settled();
+        for t in ["mio", "smol"] {
+            topology.admin(new).xadd_n(&format!("s-{t}"), 50, 8);
+        }
+        for c in &mut consumers {
+            for _ in 0..50 {
+                c.line();
+            }
+            c.stop();
+            let err = c.stderr();
+            assert!(err.contains("a failover moved the master from"), "{flavor}:\n{err}");
+        }
+        for t in ["mio", "smol"] {
+            assert_eq!(topology.admin(new).xpending_count(&format!("s-{t}"), "g"), 0, "{flavor} {t}");
+        }
+    });
+}
+
+#[test]
+fn produce_tells_a_failover_during_the_run() {
+    let topology = Topology::start(Flavor::Redis70);
+    let url = url(&topology, "", "");
+    let mut producer = Pelican::spawn(&["produce", "--url", &url, "--stream", "s", "--count", "4000000"]);
+    thread::sleep(Duration::from_millis(800));
+    let new = topology.failover();
+    let status = producer.wait();
+    let err = producer.stderr();
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("a failover moved the master from")) && err.contains(&new.to_string()),
+        "{err}"
+    );
+    assert!(err.contains("XLEN on the new master tells what is there"), "{err}");
+    assert!(topology.admin(new).xlen("s") > 0, "it went on with the new master");
+}
+
+#[test]
+fn sentinels_with_their_own_password() {
+    let options = TopologyOptions { sentinel_pass: Some("s3ntinel".into()), ..TopologyOptions::default() };
+    let topology = Topology::start_with(Flavor::Valkey81, options);
+    let produce = |url: &str, env: &[(&str, &str)]| {
+        run_env(&["produce", "--url", url, "--stream", "s", "--count", "5"], env)
+    };
+    let (status, _, err) = produce(&url(&topology, "", "?sentinel_password=s3ntinel"), &[]);
+    assert!(status.success(), "{err}");
+    let (status, _, err) = produce(&url(&topology, "", ""), &[("PELICAN_SENTINEL_PASSWORD", "s3ntinel")]);
+    assert!(status.success(), "{err}");
+    let (status, _, err) = produce(&url(&topology, "", "?sentinel_password=wrong"), &[]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("no sentinel named the master") && !err.contains("wrong"), "{err}");
+    let (status, _, err) = produce(&url(&topology, "", ""), &[]);
+    assert_eq!(status.code(), Some(1));
+    assert!(err.contains("NOAUTH") || err.contains("Authentication"), "{err}");
+    assert_eq!(topology.admin(topology.master()).xlen("s"), 10);
+}
+
+#[test]
+fn data_nodes_with_a_password_behind_sentinels() {
+    let options =
+        TopologyOptions { data: Options::default().with_requirepass("d4ta"), ..TopologyOptions::default() };
+    let topology = Topology::start_with(Flavor::Redis810, options);
+    let (status, _, err) =
+        run(&["produce", "--url", &url(&topology, ":d4ta@", "/0"), "--stream", "s", "--count", "7"]);
+    assert!(status.success(), "{err}");
+    assert_eq!(topology.admin(topology.master()).xlen("s"), 7);
+}
+
+#[test]
+fn bad_sentinel_urls_are_usage_without_echoing_passwords() {
+    for (url, why) in [
+        ("redis+sentinel://127.0.0.1:1", "service name is missing"),
+        ("redis+sentinel://127.0.0.1:1/m?sentinel_pass=x", "unknown query parameter"),
+        ("redis+sentinel://:hunter2@127.0.0.1:1/m/x", "database"),
+    ] {
+        let (status, _, err) = run(&["pending", "--url", url, "--stream", "s", "--group", "g"]);
+        assert_eq!(status.code(), Some(2), "{url}: {err}");
+        assert!(err.contains(why) && !err.contains("hunter2"), "{url}: {err}");
+    }
+    let (status, _, err) = run(&[
+        "pending",
+        "--url",
+        "redis://127.0.0.1:1",
+        "--sentinel-password",
+        "x",
+        "--stream",
+        "s",
+        "--group",
+        "g",
+    ]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("--sentinel-password is for redis+sentinel://"), "{err}");
+}
