@@ -68,13 +68,13 @@ pub fn parse(url: &str) -> Result<Target, String> {
     };
     let (user, password) = match userinfo {
         None => (None, None),
-        Some(info) => credentials(info).map_err(|why| bad(why))?,
+        Some(info) => credentials(info).map_err(&bad)?,
     };
     if !sentinel {
         if query.is_some() {
             return Err(bad("query strings are only for redis+sentinel:// (the sentinels' credentials)"));
         }
-        let (host, port) = host_port(authority, 6379).map_err(|why| bad(why))?;
+        let (host, port) = host_port(authority, 6379).map_err(&bad)?;
         let db = match path {
             "" => 0,
             db => db.parse::<u32>().map_err(|_| bad("the database must be a number"))?,
@@ -85,7 +85,7 @@ pub fn parse(url: &str) -> Result<Target, String> {
         .split(',')
         .map(|node| host_port(node, SENTINEL_PORT).map(|(host, port)| HostPort::new(host, port)))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|why| bad(why))?;
+        .map_err(&bad)?;
     let (service, db) = match path.split_once('/') {
         Some((service, db)) => (service, db),
         None => (path, ""),

@@ -141,10 +141,7 @@ fn produce_tells_a_failover_during_the_run() {
     let status = producer.wait();
     let err = producer.stderr();
     assert_eq!(status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!("a failover moved the master from")) && err.contains(&new.to_string()),
-        "{err}"
-    );
+    assert!(err.contains("a failover moved the master from") && err.contains(&new.to_string()), "{err}");
     assert!(err.contains("XLEN on the new master tells what is there"), "{err}");
     assert!(topology.admin(new).xlen("s") > 0, "it went on with the new master");
 }
