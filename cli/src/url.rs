@@ -124,8 +124,11 @@ pub fn parse(url: &str) -> Result<Target, String> {
     Ok(Target { endpoint: Endpoint::Sentinel(sentinels), tls, user, password, db })
 }
 
+/// A login: the user (`None`: the default user) and the password.
+type Login = (Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// `user:password` or `:password` (the default user).
-fn credentials(info: &str) -> Result<(Option<Vec<u8>>, Option<Vec<u8>>), &'static str> {
+fn credentials(info: &str) -> Result<Login, &'static str> {
     let (user, password) = info
         .split_once(':')
         .ok_or("a user needs a password: user:password@, or :password@ for the default user")?;
