@@ -9,9 +9,11 @@
 //! cargo run --release -p pelican-bench -- --slow-ms 10 --concurrency 1,16,64 --consumers 8 --servers redis-7.0
 //! cargo run --release -p pelican-bench -- --latency 10000 --seconds 30 --concurrency 1,64 --servers redis-7.0
 //! cargo run --release -p pelican-bench -- --reclaim 10000 --servers redis-7.0,redis-8.10
+//! cargo run --release -p pelican-bench -- --durable 5 --entries 100000 --batch 100,1000 --servers redis-7.0
 //! ```
 
 mod contenders;
+mod durable;
 mod lanes;
 mod latency;
 mod measure;
@@ -82,6 +84,11 @@ struct Args {
     /// time, in each dialect the server speaks (classic; Redis 8's reads that claim).
     #[arg(long)]
     reclaim: Option<usize>,
+    /// Instead: what acks that wait for a replica (`ack_replicas`) cost — throughput with and
+    /// without, at each `--batch`, `--entries`, `--rounds` — and save: entries handled twice
+    /// after a failover that lost the last writes, this many runs each way.
+    #[arg(long)]
+    durable: Option<usize>,
 }
 
 const STREAM: &str = "bench";
@@ -96,6 +103,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         };
         let outcome = match (args.lanes, args.slow_ms, args.latency) {
+            _ if args.durable.is_some() => durable::cost(flavor, args.entries, args.rounds, &args.batch)
+                .and_then(|()| durable::savings(flavor, args.durable.unwrap_or(1))),
             _ if args.reclaim.is_some() => {
                 let server = Server::start(flavor);
                 println!("\n{}", flavor.name());
