@@ -266,7 +266,8 @@ fn a_silent_port_is_named_after_5_s() {
     assert!(start.elapsed() >= Duration::from_secs(5));
 }
 
-/// `demo --url` on a replica (its workers' writes are refused) says so at once, in words.
+/// `demo --url` on a replica (its workers' writes would be refused) says so at once, in words,
+/// naming its master.
 #[test]
 fn demo_on_a_replica_says_writes_are_refused() {
     let (master, replica) = (Server::start(Flavor::Valkey81), Server::start(Flavor::Valkey81));
@@ -276,7 +277,7 @@ fn demo_on_a_replica_says_writes_are_refused() {
     let (status, _, stderr) = run(&["demo", "--url", &url(&replica)]);
     assert_eq!(status.code(), Some(1), "{stderr}");
     let line = one_line(&stderr);
-    let want = format!("pelican: demo: {} refused a write: READONLY", replica.addr());
+    let want = format!("pelican: {} is a replica (of {}), not a master", replica.addr(), master.addr());
     assert!(line.starts_with(&want), "{line}");
     assert!(start.elapsed() < Duration::from_secs(5), "not after a step's 15 s");
 }
