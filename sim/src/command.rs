@@ -45,6 +45,15 @@ pub(crate) struct Ctx<'a> {
     pub(crate) signals: &'a mut Vec<Signal>,
     /// Every connection (id, name, idle ms), for `CLIENT LIST`: gathered only for it.
     pub(crate) clients: Vec<(u64, Option<Vec<u8>>, u64)>,
+    /// The replica, if the server has one.
+    pub(crate) replica: Option<&'a mut Replica>,
+}
+
+/// A replica's copy of the data, as of `synced_at` (virtual ms).
+#[derive(Debug)]
+pub(crate) struct Replica {
+    pub(crate) db: Db,
+    pub(crate) synced_at: u64,
 }
 
 const SYNTAX: &str = "ERR syntax error";
@@ -104,6 +113,9 @@ fn arity(name: &str) -> Option<i64> {
         "xnack" => -7,
         "xackdel" => -6,
         "xcfgset" => -2,
+        "wait" => 3,
+        "waitaof" => 4,
+        "role" => 1,
         _ => return None,
     })
 }
@@ -116,6 +128,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xnack" => ctx.options.redis8.nack,
         "xackdel" => ctx.options.redis8.ackdel,
         "xcfgset" => ctx.options.redis8.idmp,
+        "waitaof" => ctx.options.waits_aof(),
         _ => true,
     };
     let Some(arity) = arity(&name).filter(|_| spoken) else {
@@ -178,9 +191,41 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xnack" => xnack(ctx, args),
         "xackdel" => xackdel(ctx, args),
         "xcfgset" => xcfgset(ctx, args),
+        "wait" | "waitaof" => wait(ctx, args),
+        "role" => {
+            let replicas = match ctx.replica {
+                Some(_) => vec![Reply::Array(vec![Reply::text("sim"), Reply::text("0"), Reply::text("0")])],
+                None => Vec::new(),
+            };
+            reply(Reply::Array(vec![Reply::text("master"), Reply::Int(0), Reply::Array(replicas)]))
+        }
         _ => Err(format!("ERR unknown command '{name}'")),
     };
     result.unwrap_or_else(|e| Outcome::Reply(Reply::err(e)))
+}
+
+/// `WAIT numreplicas timeout` and `WAITAOF numlocal numreplicas timeout`: the replica, if
+/// any, catches up at once (no virtual time passes) and counts; without one, 0 at once (the
+/// servers answer so after the timeout). The local append-only file counts as written: the
+/// model's restarts are those of `appendfsync always`.
+fn wait(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let numbers: Option<Vec<i64>> = args[1..].iter().map(|a| parse_i64(a)).collect();
+    let numbers = numbers.ok_or(NOT_INT)?;
+    if numbers.last().is_some_and(|t| *t < 0) {
+        return Err("ERR timeout is negative".into());
+    }
+    let replicas = match ctx.replica.as_deref_mut() {
+        Some(replica) => {
+            replica.db = ctx.db.clone();
+            replica.synced_at = ctx.now;
+            1
+        }
+        None => 0,
+    };
+    match args.len() {
+        3 => int(replicas),
+        _ => reply(Reply::Array(vec![Reply::Int(1), Reply::Int(replicas as i64)])),
+    }
 }
 
 fn ping(args: &[Vec<u8>]) -> CmdResult {

@@ -54,7 +54,10 @@
 //! `CLIENT ID|SETNAME|GETNAME|LIST [TYPE t]`, `SELECT 0`, `FLUSHALL`, `FLUSHDB`, `DEL`, `XLEN`, `XADD`
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
-//! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`, and
+//! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`,
+//! `ROLE` (a master), `WAIT` and `WAITAOF` (Redis 7.2+, Valkey: with a replica
+//! ([`SimOptions::replica_lag_ms`]) it copies at once and counts 1; without, 0 at once, where
+//! the servers answer so after the timeout; the local file counts as written), and
 //! with [`SimOptions::redis8`] (Redis 8.10, [`SimOptions::redis810`]) the Redis 8 stream verbs:
 //!
 //! - `XREADGROUP … CLAIM <min-idle-ms> … >`: pending entries of any owner idle at least that

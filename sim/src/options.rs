@@ -96,6 +96,9 @@ pub struct SimOptions {
     pub server_name: String,
     /// The `version` field of the `HELLO` reply.
     pub server_version: String,
+    /// A replica that copies the data asynchronously, this many ms of virtual time behind
+    /// (see [`Sim::failover`](crate::Sim::failover)); `None` (the default): no replica.
+    pub replica_lag_ms: Option<u64>,
 }
 
 impl SimOptions {
@@ -112,6 +115,7 @@ impl SimOptions {
             requirepass: None,
             server_name: "redis".into(),
             server_version: "6.2.14".into(),
+            replica_lag_ms: None,
         }
     }
 
@@ -128,6 +132,7 @@ impl SimOptions {
             requirepass: None,
             server_name: "redis".into(),
             server_version: "7.0.15".into(),
+            replica_lag_ms: None,
         }
     }
 
@@ -144,6 +149,7 @@ impl SimOptions {
             requirepass: None,
             server_name: "valkey".into(),
             server_version: "8.1.8".into(),
+            replica_lag_ms: None,
         }
     }
 
@@ -157,6 +163,19 @@ impl SimOptions {
             server_version: "8.10.2".into(),
             ..SimOptions::valkey81()
         }
+    }
+
+    /// Gives the server a replica `lag_ms` behind (see [`SimOptions::replica_lag_ms`]).
+    pub fn with_replica(mut self, lag_ms: u64) -> SimOptions {
+        self.replica_lag_ms = Some(lag_ms);
+        self
+    }
+
+    /// Whether it knows `WAITAOF`: Redis 7.2+ and Valkey.
+    pub fn waits_aof(&self) -> bool {
+        let mut parts = self.server_version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+        self.server_name == "valkey" || (major, minor) >= (7, 2)
     }
 
     /// Sets [`SimOptions::requirepass`].

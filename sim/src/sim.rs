@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::command::{execute, nogroup_read, serve_read, Ctx, Outcome, Signal};
+use crate::command::{execute, nogroup_read, serve_read, Ctx, Outcome, Replica, Signal};
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::EntryId;
 use crate::model::{Db, Fields, Origin, PendingEntry};
@@ -36,12 +36,15 @@ pub struct Sim {
     next_order: u64,
     /// Connections just unparked, whose pipelined input must now run.
     ready: VecDeque<ConnId>,
+    /// The replica ([`SimOptions::replica_lag_ms`]).
+    replica: Option<Replica>,
 }
 
 impl Sim {
     /// An empty server at virtual time 0.
     pub fn new(options: SimOptions) -> Sim {
         Sim {
+            replica: options.replica_lag_ms.map(|_| Replica { db: Db::default(), synced_at: 0 }),
             options,
             now: 0,
             db: Db::default(),
@@ -96,6 +99,38 @@ impl Sim {
             self.run_ready();
         }
         self.now = self.now.max(ms);
+        self.sync_replica_if_due();
+    }
+
+    /// The replica copies the data when its lag has passed since it last did: what was
+    /// written in the meantime is on the master alone until then.
+    fn sync_replica_if_due(&mut self) {
+        let Some(lag) = self.options.replica_lag_ms else { return };
+        if let Some(replica) = self.replica.as_mut().filter(|r| self.now >= r.synced_at.saturating_add(lag)) {
+            replica.db = self.db.clone();
+            replica.synced_at = self.now;
+        }
+    }
+
+    /// A failover: the replica ([`SimOptions::replica_lag_ms`]) is promoted, with the data as
+    /// it last copied it — what was written since is lost (replication is asynchronous),
+    /// acks and dead-letter moves included — and every connection is dropped, as the old
+    /// master's clients are when it is demoted (parked reads with them; [`is_closed`](Sim::is_closed)
+    /// says so). A new replica starts from the new master's data. The clock goes on. Returns
+    /// false, doing nothing, without a replica.
+    pub fn failover(&mut self) -> bool {
+        let Some(replica) = self.replica.as_mut() else { return false };
+        self.db = std::mem::take(&mut replica.db);
+        replica.db = self.db.clone();
+        replica.synced_at = self.now;
+        self.conns.clear();
+        self.ready.clear();
+        true
+    }
+
+    /// When the replica last copied the data (virtual ms); `None` without a replica.
+    pub fn replica_synced_at(&self) -> Option<u64> {
+        self.replica.as_ref().map(|r| r.synced_at)
     }
 
     /// The earliest time a parked read times out or looks again for idle entries, if
@@ -232,6 +267,7 @@ impl Sim {
                 conn_id: c,
                 signals: &mut signals,
                 clients,
+                replica: self.replica.as_mut(),
             };
             match execute(&mut ctx, &args) {
                 Outcome::Reply(r) => conn.reply(&r),

@@ -197,7 +197,9 @@ impl Gen {
             89..=91 => cmd = vec![w("XGROUP"), w("DELCONSUMER"), w(key), w(group), w(consumer)],
             92 => cmd = vec![w("XGROUP"), w("DESTROY"), w(key), w(group)],
             93 => cmd = vec![w("DEL"), w(key)],
-            94..=95 => cmd = vec![w("XLEN"), w(key)],
+            94 => cmd = vec![w("XLEN"), w(key)],
+            // No replica: 0, after 1 ms on the servers, at once in the simulator.
+            95 => cmd = vec![w("WAIT"), w("1"), w("1")],
             96..=99 => cmd = vec![w("XINFO"), w("GROUPS"), w(key)],
             100..=107 => {
                 cmd = vec![w("XCLAIM"), w(key), w(group), w(consumer), w(self.rng.pick(&["0", "3600000"]))];

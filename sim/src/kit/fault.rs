@@ -95,6 +95,13 @@ pub enum Fault {
         /// How long the server refuses connections.
         down_ms: u64,
     },
+    /// A failover ([`Sim::failover`](crate::Sim::failover)): the replica is promoted with
+    /// the data as it last copied it, so what was written since is lost — entries the
+    /// producer added (they never were, for the surviving history: reported as deleted), acks
+    /// (their entries come again: duplicates) and dead-letter moves (made again) — and every
+    /// connection drops. The world's server has a replica for it
+    /// ([`World::replica_lag`](super::World::replica_lag)).
+    Failover,
 }
 
 /// A [`Fault`] without its parameters: to pick which faults a world draws at random
@@ -125,11 +132,13 @@ pub enum FaultKind {
     Abandon,
     /// [`Fault::ServerRestart`].
     ServerRestart,
+    /// [`Fault::Failover`].
+    Failover,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 12] = [
+    pub const ALL: [FaultKind; 13] = [
         FaultKind::Crash,
         FaultKind::Death,
         FaultKind::Disconnect,
@@ -142,6 +151,7 @@ impl FaultKind {
         FaultKind::Stop,
         FaultKind::Abandon,
         FaultKind::ServerRestart,
+        FaultKind::Failover,
     ];
 
     /// Whether a fault of this kind may, by design, have an entry handled again after its
@@ -157,6 +167,7 @@ impl FaultKind {
                 | FaultKind::Abandon
                 | FaultKind::DestroyGroup
                 | FaultKind::ServerRestart
+                | FaultKind::Failover
         )
     }
 }
@@ -177,6 +188,7 @@ impl Fault {
             Fault::Stop { .. } => FaultKind::Stop,
             Fault::Abandon { .. } => FaultKind::Abandon,
             Fault::ServerRestart { .. } => FaultKind::ServerRestart,
+            Fault::Failover => FaultKind::Failover,
         }
     }
 
@@ -195,7 +207,8 @@ impl Fault {
             Fault::DeletePending { .. }
             | Fault::Trim { .. }
             | Fault::DestroyGroup
-            | Fault::ServerRestart { .. } => None,
+            | Fault::ServerRestart { .. }
+            | Fault::Failover => None,
         }
     }
 
@@ -213,7 +226,8 @@ impl Fault {
             Fault::DeletePending { .. }
             | Fault::Trim { .. }
             | Fault::DestroyGroup
-            | Fault::ServerRestart { .. } => {}
+            | Fault::ServerRestart { .. }
+            | Fault::Failover => {}
         }
         self
     }
@@ -246,6 +260,7 @@ impl Fault {
                 let down_ms = if rng.chance(25) { 0 } else { rng.below(2_000) };
                 Fault::ServerRestart { down_ms }
             }
+            FaultKind::Failover => Fault::Failover,
         }
     }
 }

@@ -86,10 +86,19 @@
 //!   servers never write them), so entries may be delivered more often than
 //!   `max_deliveries` says and be reclaimed from a consumer still handling them. Writes lost
 //!   to a less frequent `fsync` are not modelled.
+//! - A [`Fault::Failover`] promotes a replica that copies the master every
+//!   [`World::replica_lag`] ms ([`Sim::failover`](crate::Sim::failover)): the writes of the
+//!   master's last moments are lost — entries the producer added (for the surviving history
+//!   they never were: reported [`Fate::Deleted`]), acks (their entries come again), deliveries
+//!   (entries delivered anew) and dead-letter moves (made again) — and every connection
+//!   drops. Nothing that reached the replica is lost. Consumers that wait for the replica
+//!   (`Config::ack_replicas`, set through [`World::configure`]) lose fewer acks: `WAIT` makes
+//!   it copy at once.
 //! - Duplicates are handlings after one that answered `Ack`. Crashes, deaths and abandons
-//!   (the process's memory), a destroyed group (its pending list) and server restarts (the
-//!   counts and idle times) may cost some ([`FaultKind::may_duplicate`]); a duplicate no
-//!   such fault explains is a [`Violation::UnexplainedDuplicate`].
+//!   (the process's memory), a destroyed group (its pending list), server restarts (the
+//!   counts and idle times) and failovers (the last writes) may cost some
+//!   ([`FaultKind::may_duplicate`]); a duplicate no such fault explains is a
+//!   [`Violation::UnexplainedDuplicate`].
 
 mod fault;
 mod report;

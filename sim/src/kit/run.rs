@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict};
 
-use super::fault::Fault;
+use super::fault::{Fault, FaultKind};
 use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
 use super::rng::{self, Rng};
 use super::world::{NewEntry, World};
@@ -62,6 +62,9 @@ impl HandlerCtx<'_> {
 
 /// How many driving rounds a consumer may take at one instant before it counts as a livelock.
 const MAX_ROUNDS: usize = 10_000;
+/// How far behind its master a world's replica is when failovers ask for one and the world
+/// does not say ([`World::replica_lag`]).
+const DEFAULT_REPLICA_LAG_MS: u64 = 100;
 /// How many violations found while running are kept (the rest would say the same).
 const MAX_VIOLATIONS: usize = 100;
 
@@ -144,6 +147,9 @@ struct Runner<'w, S, H> {
     faults: Vec<FaultRecord>,
     down_until: Option<u64>,
     group_destroyed: bool,
+    /// A failover happened: acks and dead-letter moves may have been lost with the writes the
+    /// replica had not copied, so an entry may be moved again.
+    failed_over: bool,
     /// When the group was last destroyed.
     last_destroy: Option<u64>,
     notices: BTreeMap<&'static str, u64>,
@@ -213,7 +219,13 @@ where
     }
     let first = &nodes[0].config;
     let entries = world.entries.clone().unwrap_or_else(|| drawn_entries(world));
-    let mut sim = Sim::new(world.server.clone());
+    let failovers = world.random_faults.contains(&FaultKind::Failover)
+        || world.faults.iter().any(|(_, f)| matches!(f, Fault::Failover));
+    let mut server = world.server.clone();
+    if failovers && server.replica_lag_ms.is_none() {
+        server.replica_lag_ms = Some(DEFAULT_REPLICA_LAG_MS);
+    }
+    let mut sim = Sim::new(server);
     let admin = sim.connect();
     let mut scheduled: Vec<(u64, Fault)> = world.faults.clone();
     scheduled.sort_by_key(|(at, _)| *at); // stable: same-time faults keep their order
@@ -243,6 +255,7 @@ where
         faults: Vec::new(),
         down_until: None,
         group_destroyed: false,
+        failed_over: false,
         last_destroy: None,
         notices: BTreeMap::new(),
         violations,
@@ -526,20 +539,10 @@ where
                 }
             }
             Fault::DestroyGroup if !down => {
-                for p in self.sim.pending(&self.stream, &self.group).unwrap_or_default() {
-                    let owner = self.nodes.iter().position(|n| n.name.as_bytes() == &p.consumer[..]);
-                    if let (Some(n), Some(&r)) = (owner, self.by_id.get(p.id.to_string().as_bytes())) {
-                        self.nodes[n].across_destroy.insert(r);
-                    }
-                }
+                self.delivered_anew(now);
                 let (stream, group) = (self.stream.clone(), self.group.clone());
                 self.admin(&[b"XGROUP", b"DESTROY", &stream, &group]);
                 self.group_destroyed = true;
-                self.last_destroy = Some(now);
-                // The stream is delivered anew: reads before and after are not one order.
-                for node in &mut self.nodes {
-                    node.order.clear();
-                }
                 true
             }
             Fault::Stop { restart_ms, .. } if up && !self.nodes[i].stop_asked => {
@@ -562,6 +565,28 @@ where
                 self.down_until = Some(now.saturating_add(down_ms));
                 true
             }
+            Fault::Failover if !down && self.sim.replica_synced_at().is_some() => {
+                // What the old master delivered and the replica had not copied is delivered
+                // again by the new one, as after a destroyed group.
+                self.delivered_anew(now);
+                self.sim.failover();
+                self.admin = self.sim.connect();
+                self.failed_over = true;
+                // Entries added since the replica last copied the stream never were, for the
+                // history that survives: as if deleted.
+                let kept: BTreeSet<String> =
+                    self.sim.stream_ids(&self.stream).iter().map(|id| id.to_string()).collect();
+                let gone: Vec<String> = self
+                    .records
+                    .iter()
+                    .filter(|r| !r.deleted && !kept.contains(&r.id))
+                    .map(|r| r.id.clone())
+                    .collect();
+                for id in gone {
+                    self.mark_deleted(id.as_bytes());
+                }
+                true
+            }
             _ => false,
         };
         self.note(|| format!("fault {fault:?}{}", if applied { "" } else { " (skipped)" }));
@@ -582,6 +607,22 @@ where
         node.fail_next = false;
         node.dead_letter_next = false;
         node.slow_next = None;
+    }
+
+    /// The group's deliveries are about to be forgotten (a destroyed group; a failover, in
+    /// part): entries pending now may be read again by their owners, and reads before and
+    /// after are not one order.
+    fn delivered_anew(&mut self, now: u64) {
+        for p in self.sim.pending(&self.stream, &self.group).unwrap_or_default() {
+            let owner = self.nodes.iter().position(|n| n.name.as_bytes() == &p.consumer[..]);
+            if let (Some(n), Some(&r)) = (owner, self.by_id.get(p.id.to_string().as_bytes())) {
+                self.nodes[n].across_destroy.insert(r);
+            }
+        }
+        self.last_destroy = Some(now);
+        for node in &mut self.nodes {
+            node.order.clear();
+        }
     }
 
     fn mark_deleted(&mut self, id: &[u8]) {
@@ -940,7 +981,7 @@ where
             let record = &mut self.records[r];
             record.dead_letter_moves += 1;
             // Only a group destroyed and created again at 0 delivers an entry anew.
-            if record.dead_letter_moves > 1 && !self.group_destroyed {
+            if record.dead_letter_moves > 1 && !self.group_destroyed && !self.failed_over {
                 let id = record.id.clone();
                 self.violation(Violation::DeadLetteredTwice { id });
             }

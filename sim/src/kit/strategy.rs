@@ -97,6 +97,7 @@ pub fn fault(kinds: &[FaultKind], consumers: usize) -> impl Strategy<Value = Fau
             FaultKind::Stop => Fault::Stop { consumer, restart_ms: 50 + ms / 4 },
             FaultKind::Abandon => Fault::Abandon { consumer, restart_ms: 50 + ms / 4 },
             FaultKind::ServerRestart => Fault::ServerRestart { down_ms: ms },
+            FaultKind::Failover => Fault::Failover,
         }
     })
 }

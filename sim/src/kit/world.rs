@@ -173,6 +173,16 @@ impl World {
         self
     }
 
+    /// Gives the server a replica `lag_ms` behind ([`SimOptions::with_replica`]), which a
+    /// [`Fault::Failover`](super::Fault::Failover) promotes: what the master took in its last
+    /// `lag_ms` is then lost. A world with failovers (scheduled or drawn) and no replica gets
+    /// one 100 ms behind.
+    #[must_use]
+    pub fn replica_lag(mut self, lag_ms: u64) -> World {
+        self.server.replica_lag_ms = Some(lag_ms);
+        self
+    }
+
     /// The entries to add, instead of the stream drawn from the seed.
     #[must_use]
     pub fn entries(mut self, entries: impl IntoIterator<Item = NewEntry>) -> World {
@@ -381,7 +391,8 @@ impl World {
                 8 => Fault::DestroyGroup,
                 9 => Fault::Stop { consumer, restart_ms: 50 + param * 4 },
                 10 => Fault::Abandon { consumer, restart_ms: 50 + param * 4 },
-                _ => Fault::ServerRestart { down_ms: param * 8 },
+                11 => Fault::ServerRestart { down_ms: param * 8 },
+                _ => Fault::Failover,
             };
             world = world.fault(at, fault);
         }
