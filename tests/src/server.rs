@@ -922,7 +922,8 @@ mod tests {
         assert_eq!(
             args,
             "--port 7 --bind 127.0.0.1 --save  --appendonly yes --appendfsync always --dir /d \
-             --daemonize no --requirepass p --user a on >x ~* +@all --user b on >y ~* &* +@all"
+             --daemonize no --requirepass p --masterauth p --repl-diskless-sync-delay 0 \
+             --repl-ping-replica-period 1 --user a on >x ~* +@all --user b on >y ~* &* +@all"
         );
         std::mem::forget(server); // nothing to clean up, and `/d` is not ours to remove
     }
@@ -981,8 +982,9 @@ mod tests {
         };
         let d = dir.display();
         assert!(server.args().join(" ").ends_with(&format!(
-            "--daemonize no --tls-port 8 --tls-cert-file {d}/expired.pem --tls-key-file \
-             {d}/expired-key.pem --tls-ca-cert-file {d}/ca.pem --tls-auth-clients yes"
+            "--daemonize no --repl-diskless-sync-delay 0 --repl-ping-replica-period 1 --tls-port 8 \
+             --tls-cert-file {d}/expired.pem --tls-key-file \
+             {d}/expired-key.pem --tls-ca-cert-file {d}/ca.pem --tls-auth-clients yes --tls-replication yes"
         )));
         drop(server); // removes the directory; ports 7 and 8 were never reserved
         assert!(!dir.exists());
