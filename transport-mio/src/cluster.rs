@@ -18,14 +18,14 @@ use crate::driver::redirect_addr;
 /// authentication, or does not answer: start the lanes at `seed` then (each follows `MOVED`
 /// to its master anyway). Plaintext only.
 pub fn locate(seed: SocketAddr, keys: &[&[u8]], timeout: Duration) -> io::Result<Vec<Option<SocketAddr>>> {
-    let (homes, _) = locate_all(seed, keys, timeout)?;
+    let (homes, _) = locate_with_masters(seed, keys, timeout)?;
     Ok(homes)
 }
 
 /// [`locate`], and every master the slot map names (as the cluster names them): the nodes a
-/// stream tries in turn when its own is gone, until one leads it (`MOVED`) to where a
-/// failover moved its slot.
-pub(crate) fn locate_all(
+/// stream tries in turn when its own is gone ([`Driver::fallbacks`](crate::Driver::fallbacks)),
+/// until one leads it (`MOVED`) to where a failover moved its slot.
+pub fn locate_with_masters(
     seed: SocketAddr,
     keys: &[&[u8]],
     timeout: Duration,

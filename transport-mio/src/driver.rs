@@ -950,7 +950,7 @@ fn log_notice(stream: &str, notice: &Notice) {
     log::log!(level, "{stream}: {notice}");
 }
 
-fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
+pub(crate) fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
     if let Some(err) = stream.take_error()? {
         return Err(err);
     }

@@ -76,7 +76,7 @@ mod stats;
 mod stop;
 mod streams;
 
-pub use cluster::locate;
+pub use cluster::{locate, locate_with_masters};
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
 pub use retire::retire;

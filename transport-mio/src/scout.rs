@@ -13,6 +13,7 @@ use pelican::locate::{HostPort, SentinelAnswer, SentinelSession};
 use pelican_tls::{Tls, TlsError};
 
 use crate::conn::Conn;
+use crate::driver::connect_outcome;
 use crate::resolve::Resolver;
 
 /// Size of one read: a sentinel says little.
@@ -107,7 +108,7 @@ impl Scout {
             return Err(ScoutError::Failed(format!("{what} within {:?}", self.timeout)));
         }
         self.socket = match std::mem::replace(&mut self.socket, Socket::Closed) {
-            Socket::Connecting(stream) => match connected(&stream) {
+            Socket::Connecting(stream) => match connect_outcome(&stream) {
                 Ok(false) => Socket::Connecting(stream),
                 Ok(true) => match &self.tls {
                     None => Socket::Up(Conn::Plain(stream)),
@@ -182,17 +183,5 @@ impl Scout {
             }
             Socket::Closed => {}
         }
-    }
-}
-
-/// Whether a non-blocking connect has finished (see `driver::connect_outcome`).
-fn connected(stream: &TcpStream) -> io::Result<bool> {
-    if let Some(err) = stream.take_error()? {
-        return Err(err);
-    }
-    match stream.peer_addr() {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-        Err(e) => Err(e),
     }
 }

@@ -13,7 +13,7 @@ use mio::{Events, Poll, Token, Waker};
 use pelican::{Config, Consumer, Endpoint, Entry, HostPort, IntoEndpoint, Notice, Stats, Verdict};
 use pelican_tls::Tls;
 
-use crate::cluster::locate_all;
+use crate::cluster::locate_with_masters;
 use crate::driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
 use crate::error::RunError;
 use crate::pool::{self, Outcome, Panicked, Pool};
@@ -298,7 +298,7 @@ impl Streams {
         }
         let keys: Vec<&[u8]> = self.consumers.iter().map(|c| &c.config().stream[..]).collect();
         for seed in resolve(&node.host, node.port).unwrap_or_default() {
-            match locate_all(seed, &keys, self.connect_timeout) {
+            match locate_with_masters(seed, &keys, self.connect_timeout) {
                 Ok(found) => return found,
                 // An answer that is not a slot map: not a cluster node (or it wants a
                 // password first). The other addresses are the same server.
