@@ -140,7 +140,8 @@ fn one_failover(flavor: Flavor, wait: bool) -> Result<usize, String> {
         thread::sleep(Duration::from_millis(5));
     }
     let replica = topology.replica();
-    let pid = topology.nodes().iter().find(|n| n.addr() == replica).and_then(|n| n.pid()).ok_or("no replica")?;
+    let pid =
+        topology.nodes().iter().find(|n| n.addr() == replica).and_then(|n| n.pid()).ok_or("no replica")?;
     signal("STOP", pid)?;
     topology.admin(master).cmd(&["CLIENT", "KILL", "TYPE", "slave"]);
     thread::sleep(Duration::from_millis(300));
@@ -152,7 +153,9 @@ fn one_failover(flavor: Flavor, wait: bool) -> Result<usize, String> {
     while seen.lock().unwrap().len() < ENTRIES {
         if waited.elapsed() > Duration::from_secs(60) {
             let got = seen.lock().unwrap().len();
-            return Err(format!("only {got} of {ENTRIES} entries handled after the failover: some were lost"));
+            return Err(format!(
+                "only {got} of {ENTRIES} entries handled after the failover: some were lost"
+            ));
         }
         thread::sleep(Duration::from_millis(20));
     }

@@ -937,8 +937,6 @@ fn keep_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
     notices.push_back(notice);
 }
 
-/// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
-/// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
 /// A notice through the `log` facade: trouble (a lost connection, a lost lease, a dead
 /// letter) as a warning, the rest as information; the group's health at debug level.
 fn log_notice(stream: &str, notice: &Notice) {
@@ -950,6 +948,8 @@ fn log_notice(stream: &str, notice: &Notice) {
     log::log!(level, "{stream}: {notice}");
 }
 
+/// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
+/// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
 pub(crate) fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
     if let Some(err) = stream.take_error()? {
         return Err(err);
