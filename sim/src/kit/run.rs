@@ -991,12 +991,33 @@ where
     /// Every entry added is settled (acked, moved or deleted), nothing pending, nothing
     /// left to add or inject, every consumer idle.
     fn quiescent(&self) -> bool {
+        let settled = |r: &Record| r.acked || r.dead_letter_moves > 0 || r.deleted;
         self.due.is_empty()
             && self.scheduled.is_empty()
             && !self.is_down()
-            && self.records.iter().all(|r| r.acked || r.dead_letter_moves > 0 || r.deleted)
             && self.sim.pending(&self.stream, &self.group).map_or(true, |p| p.is_empty())
             && self.nodes.iter().all(|n| n.work.is_empty() && n.restart_at.is_none())
+            && (self.records.iter().all(settled) || {
+                let moved = self.moved_unreported();
+                self.records.iter().enumerate().all(|(i, r)| settled(r) || moved.contains(&i))
+            })
+    }
+
+    /// The entries in the dead-letter stream whose move no consumer reported: the process
+    /// that made it died (or gave up) before the script's answer came. Counted only after a
+    /// fault that loses a process's memory.
+    fn moved_unreported(&self) -> BTreeSet<usize> {
+        let memory_lost = self.faults.iter().any(|f| {
+            f.applied && matches!(f.fault.kind(), FaultKind::Crash | FaultKind::Death | FaultKind::Abandon)
+        });
+        let Some(key) = self.dead_letter.as_deref().filter(|_| memory_lost) else { return BTreeSet::new() };
+        self.sim
+            .entries(key)
+            .iter()
+            .filter_map(|(_, fields)| fields.iter().find(|(n, _)| n == b"pelican-id").map(|(_, v)| v))
+            .filter_map(|origin| self.by_id.get(&origin[..]).copied())
+            .filter(|&r| self.records[r].dead_letter_moves == 0)
+            .collect()
     }
 
     /// The next moment anything can happen.
@@ -1051,6 +1072,9 @@ where
             replay.random_faults.clear();
         }
         replay.entries = Some(std::mem::take(&mut self.entries));
+        for r in self.moved_unreported() {
+            self.records[r].dead_letter_moves = 1;
+        }
         let records: Vec<EntryReport> = self.records.into_iter().map(EntryReport::from).collect();
         let server = report::server_state(&self.sim, &self.stream, &self.group, self.dead_letter.as_deref());
         let mut violations = self.violations;
