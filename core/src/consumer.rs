@@ -1329,10 +1329,13 @@ impl Consumer {
     }
 
     /// `XCLAIM key group self <ms> id… JUSTID RETRYCOUNT <n> IDLE <ms>` for the entries
-    /// dropped unhandled: their delivery counts go back to what they were before the read
-    /// and their idle times stay as they were, so that a restart's drain, which counts them
-    /// again, does not count them twice (and `max_deliveries` counts handlings, not reads).
-    /// Owner-checked like a lease renewal: one a peer took since is skipped. Best effort.
+    /// dropped unhandled: their delivery counts go back to what they were before the read,
+    /// so that a restart's drain, which counts them again, does not count them twice (and
+    /// `max_deliveries` counts handlings, not reads), and their idle times are set to
+    /// `min_idle` at least, so that a peer's next reclaim takes them at once rather than
+    /// `min_idle` later (a stopped consumer's read-ahead is another's without a wait; this
+    /// one's drain, after a lost connection, reads them again first). Owner-checked like a
+    /// lease renewal: one a peer took since is skipped. Best effort.
     fn give_back(&mut self, now: Instant) {
         if self.returns.is_empty() {
             return;
@@ -1365,7 +1368,7 @@ impl Consumer {
             let ids: Vec<Bytes> = returns[i..i + group].iter().map(|b| b.entry.id_bytes()).collect();
             let elapsed = now.saturating_duration_since(*read_at);
             let min_idle_ms = lease::owned_since(elapsed, lease, self.config.min_idle);
-            let idle_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);
+            let idle_ms = u64::try_from(elapsed.max(self.config.min_idle).as_millis()).unwrap_or(u64::MAX);
             let count = entry.deliveries.saturating_sub(1);
             commands::give_back(&mut self.out, &self.config, min_idle_ms, &ids, count, idle_ms);
             self.track(Sent::GiveBack, now);

@@ -23,8 +23,10 @@ fn drain_from(consumer: &str, after: &str) -> Vec<Vec<String>> {
 }
 
 /// `XCLAIM s g <consumer> 0 <ids> JUSTID RETRYCOUNT <count> IDLE <idle_ms>`: delivery counts
-/// given back for entries read but dropped unhandled (owner-checked with 0 within the lease).
+/// given back for entries read but dropped unhandled (owner-checked with 0 within the lease),
+/// and idle `min_idle` (30 s) at least, so that a peer's next reclaim takes them.
 fn give_back(consumer: &str, ids: &[&str], count: u64, idle_ms: u64) -> Vec<String> {
+    let idle_ms = idle_ms.max(30_000);
     cmd(&format!("XCLAIM s g {consumer} 0 {} JUSTID RETRYCOUNT {count} IDLE {idle_ms}", ids.join(" ")))
 }
 
