@@ -735,7 +735,14 @@ impl Consumer {
     /// nothing) and acks (and dead-letter moves) not yet confirmed are given up, counted in
     /// [`Stats::abandoned_acks`]: their entries stay pending on the server and come again, to
     /// this consumer's drain when it restarts or to a peer's reclaim. Nothing is lost; some
-    /// entries may be handled twice. [`Event::Stopped`] comes out next; close the connection.
+    /// entries may be handled twice. [`Event::Stopped`] comes out next.
+    ///
+    /// Where the connection is up and no read is parked on it, the entries read but not
+    /// handed out are given back as a stop gives them back (a peer's next reclaim takes
+    /// them): what [`poll_transmit`](Self::poll_transmit) then holds is a parting write, to
+    /// write if it can be without waiting, before closing the connection. Its answer is not
+    /// waited for (nor counted). The entries in hand are not given back: their handlers may
+    /// still be working on them.
     pub fn abandon(&mut self) {
         if !self.is_live() {
             // Finished already (stopped, or failed with entries in hand): forget them.
@@ -744,7 +751,21 @@ impl Consumer {
             self.held.clear();
             return;
         }
+        // Behind a parked read a parting write would wait up to a beat on the server, and be
+        // dropped with the connection: not worth it. The bytes not yet written stay ahead of
+        // it (a command half written must be finished first).
+        let parting = (self.ready() && !self.parked_read_in_flight())
+            .then_some(self.last_now)
+            .flatten()
+            .map(|now| (now, std::mem::take(&mut self.out)));
         self.reset_link(); // acks in flight join the owed ones
+        if let Some((now, out)) = parting {
+            self.out = out;
+            self.drop_buffer();
+            self.give_back(now);
+            self.in_flight.drain().for_each(drop); // no answer will be read
+            self.tracked_upto = 0;
+        }
         self.stats.abandoned_acks += (self.acks.len() + self.dead_letters.len()) as u64;
         self.acks.clear();
         self.ack_due = None;

@@ -487,15 +487,40 @@ fn abandon_leaves_the_entry_in_hand_and_acks_in_flight_unconfirmed() {
         rig.consumer.abandon();
         assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
         assert_eq!(rig.consumer.in_hand().len(), 0);
-        // Nothing is written: not the earned ack, not the verdict of the entry in hand.
+        // Not the earned ack, not the verdict of the entry in hand: only the parting write,
+        // which gives back the entry read ahead (released where the server can).
         rig.settle(Verdict::Ack);
-        assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
+        let parting = if flavor == "redis-8.10" {
+            cmd("XNACK s g SILENT IDS 1 3-0")
+        } else {
+            give_back("A", &["3-0"], 0, 0)
+        };
+        assert_eq!(rig.sent(), [parting]);
         assert_eq!(rig.consumer.poll_event(), None, "Stopped comes once; the third entry is not handed out");
         // A late reply is ignored.
         rig.raw(b":1\r\n").unwrap();
         let stats = rig.consumer.stats();
         assert_eq!((stats.new, stats.acked, stats.abandoned_acks), (2, 0, 1));
     });
+}
+
+#[test]
+fn abandon_finishes_a_half_written_command_before_its_parting_write() {
+    let mut rig = parked("redis-7.0", Protocol::Resp2);
+    rig.reply("read_new").unwrap();
+    rig.entry();
+    rig.advance(Duration::from_secs(1)); // a slow handler: its ack goes out at once
+    rig.settle(Verdict::Ack);
+    let ack = cmd("XACK s g 1-0");
+    rig.entry(); // in hand; its handler is at work when the abandon comes
+    let out = rig.consumer.poll_transmit().expect("the slow handler's ack").to_vec();
+    assert_eq!(parse_commands(&out), std::slice::from_ref(&ack));
+    rig.consumer.advance_transmit(5); // the socket took 5 bytes of it
+    rig.consumer.abandon();
+    let rest = rig.consumer.poll_transmit().expect("the rest, then the parting write").to_vec();
+    let whole = [&out[..5], &rest[..]].concat();
+    assert_eq!(parse_commands(&whole), [ack, give_back("A", &["3-0"], 0, 1000)], "2-0 is in hand");
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
 }
 
 #[test]

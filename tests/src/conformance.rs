@@ -82,6 +82,15 @@ impl Running {
         (self.abandon)();
     }
 
+    /// A crash, as `kill -9` leaves one: the connection of `consumer` (named as
+    /// [`Target::config`] names it) cut, so that nothing more reaches the server (not even
+    /// an abandon's parting write), then the run abandoned.
+    pub fn crash(&self, admin: &mut Admin, consumer: &str) {
+        let killed = admin.client_kill_by_name(&format!("pelican-{consumer}"));
+        assert!(killed >= 1, "{consumer} was not connected");
+        self.abandon();
+    }
+
     /// True once the consumer's thread has returned.
     pub fn is_finished(&self) -> bool {
         self.thread.is_finished()
@@ -269,7 +278,7 @@ pub fn crash_restart<T: Transport>(t: Target) {
         }),
     );
     assert!(wait_until(SETTLE, || dying.lock().unwrap().is_some()), "handled {} of 20", seen.len());
-    crash.abandon();
+    crash.crash(&mut admin, "c1");
     killed.store(true, Ordering::SeqCst);
     crash.join(SETTLE).expect("abandoned");
     let held: BTreeSet<String> =
@@ -740,7 +749,7 @@ macro_rules! conformance_suite {
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
             big_entries, entry_too_large_is_named, twins, acl_stream_worker, kill_with_entries_in_hand,
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
-            retry_released_at_once, stop_releases_buffered, acks_delete, retry_stays_pending_on_request);
+            retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_atomic_migration, cluster_failover,

@@ -855,6 +855,9 @@ impl Driver {
                         observe(notice)
                     }
                     Event::Stopped => {
+                        // An abandon's parting write (see `Consumer::abandon`), if it goes
+                        // without waiting.
+                        let _ = self.flush();
                         self.close(registry);
                         if let Some(scout) = self.scout.take() {
                             scout.close(registry);

@@ -35,6 +35,9 @@ const READ_CHUNK: usize = 64 * 1024;
 /// such a server speaks the other protocol, and retrying would go on forever.
 const QUIET_LIMIT: u32 = 3;
 
+/// How long an abandon's parting write may take: an abandon does not wait on the server.
+const PARTING_WRITE: Duration = Duration::from_millis(100);
+
 /// How long a TCP connect (and then a TLS handshake) may take before it counts as failed, unless
 /// [`Runner::connect_timeout`] says otherwise.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -373,6 +376,7 @@ impl Runner {
         } else {
             self.serve_one(handler).await
         };
+        self.part().await;
         self.stats.publish(&self.consumer);
         // A panic ended the run, whatever happened after it.
         let outcome = match self.panic.take() {
@@ -388,6 +392,20 @@ impl Runner {
             log::error!("{}: gave up: {err}", self.name());
         }
         outcome
+    }
+
+    /// An abandon's parting write (see [`Consumer::abandon`]), if it goes within a moment.
+    async fn part(&mut self) {
+        let (Some(stream), Some(bytes)) = (&mut self.link, self.consumer.poll_transmit()) else { return };
+        let write = async {
+            if stream.write_all(bytes).await.is_ok() {
+                let _ = stream.flush().await;
+            }
+        };
+        future::or(write, async {
+            Timer::after(PARTING_WRITE).await;
+        })
+        .await;
     }
 
     /// The stream's name, for logs.
@@ -423,7 +441,10 @@ impl Runner {
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler starts: a handler
                         // may block the executor's thread.
-                        while self.link.is_some() && self.consumer.poll_transmit().is_some() {
+                        while self.link.is_some()
+                            && !self.consumer.is_stopped()
+                            && self.consumer.poll_transmit().is_some()
+                        {
                             self.step().await?;
                         }
                     }

@@ -175,7 +175,7 @@ pub fn kill_with_entries_in_hand<T: Transport>(t: Target) {
         wait_until(SETTLE, || pending(&mut admin).keys().all(|id| !quick.contains(id))),
         "the quick ones' acks reach the server"
     );
-    life.abandon();
+    life.crash(&mut admin, "c1");
     killed.store(true, SeqCst);
     let stats = life.join(SETTLE).expect("killed");
     assert_eq!(stats.new, (QUICK + IN_HAND) as u64, "{stats:?}");
@@ -316,7 +316,7 @@ pub fn peer_reclaims_in_hand<T: Transport>(t: Target) {
         }),
     );
     assert!(wait_until(SETTLE, || dead.len() == IN_HAND), "{} in hand", dead.len());
-    c1.abandon();
+    c1.crash(&mut admin, "c1");
     killed.store(true, SeqCst);
     c1.join(SETTLE).expect("killed");
     let in_hand = dead.ids();
@@ -422,7 +422,7 @@ pub fn key_order_across_restart<T: Transport>(t: Target) {
         freed > handled.iter().position(|id| *id == retried),
         "Retry frees the key: the next of b is handed out while the retried one is pending: {handled:?}"
     );
-    life.abandon();
+    life.crash(&mut admin, "c1");
     killed.store(true, SeqCst);
     life.join(SETTLE).expect("killed");
     assert_eq!(one_key.beside(), Vec::<String>::new(), "two of one key at once in the first life");

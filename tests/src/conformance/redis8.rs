@@ -126,6 +126,53 @@ pub fn stop_releases_buffered<T: Transport>(t: Target) {
     c2.finish();
 }
 
+/// A consumer holding 100 entries read ahead, its handler stuck on another, is abandoned (a
+/// second Ctrl-C): the 100 are a peer's within a beat or so all the same (given back by the
+/// abandon's parting write); the one in hand is not (its handler may still be at work), and
+/// stays pending with the abandoned consumer.
+pub fn abandon_hands_over_buffered<T: Transport>(t: Target) {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let ids = admin.xadd_n(STREAM, 101, 8);
+    let (started, release) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (flag, stuck) = (started.clone(), release.clone());
+    let first = Seen::default();
+    let c1 = T::spawn(
+        server.endpoint(),
+        t.config("c1").count(101).start_count(101).min_idle(Duration::from_secs(30)),
+        first.handler(move |_, _| {
+            flag.store(true, SeqCst);
+            wait_until(SETTLE, || stuck.load(SeqCst));
+            Verdict::Ack
+        }),
+    );
+    assert!(wait_until(SETTLE, || started.load(SeqCst)));
+    let peer = Seen::default();
+    let c2 = T::spawn(server.endpoint(), t.config("c2").min_idle(Duration::from_secs(30)), peer.acking());
+    thread::sleep(Duration::from_millis(100));
+    let abandoned = Instant::now();
+    c1.abandon();
+    release.store(true, SeqCst); // a blocking handler returns before its runner sees the abandon
+    let s1 = c1.join(SETTLE).expect("an abandon");
+    assert!(wait_until(SETTLE, || peer.len() == ids.len() - 1), "peer has {}", peer.len());
+    let handover = abandoned.elapsed();
+    eprintln!(
+        "abandon_hands_over_buffered on {} {:?}: the peer had the {} read ahead within {handover:?}",
+        t.flavor,
+        t.protocol,
+        peer.len()
+    );
+    assert!(handover < Duration::from_secs(5), "handed over after {handover:?}");
+    assert_eq!((first.len(), s1.acked), (1, 0), "{s1:?}");
+    // The peer's acks may still be on their way.
+    assert!(wait_until(SETTLE, || admin.xpending_count(STREAM, GROUP) == 1));
+    let pending = admin.xpending_all(STREAM, GROUP);
+    assert_eq!((pending[0].0.as_str(), pending[0].1.as_str()), (first.all()[0].0.as_str(), "c1"));
+    c2.finish();
+}
+
 /// Acks that delete: the stream is empty once all is handled. A server without `XACKDEL`
 /// refuses the consumer at its first connect, saying what it needs.
 pub fn acks_delete<T: Transport>(t: Target) {
