@@ -112,8 +112,10 @@ parsers keep only the last). A name that is not UTF-8 cannot be an object key: t
 `fields` is an array of [name, value] pairs instead, each element written by the same rule.
 
 Signals: SIGINT or SIGTERM stops gracefully: the entries in hand (their commands) finish,
-the acknowledgements earned are confirmed by the server, then pelican exits 0; if the server
-cannot be reached meanwhile, a line on stderr says what pelican waits for. A second signal
+the acknowledgements earned are confirmed by the server, entries read ahead are handed back
+for a peer's next reclaim, the consumer leaves the group if it holds nothing (unless
+--keep-consumer), then pelican exits 0; if the server cannot be reached meanwhile, a line on
+stderr says what pelican waits for. A second signal
 exits with status 130 once nothing pelican started is left: the running commands' process
 groups get SIGTERM, then SIGKILL if still running 3 s later; the entries in hand, and those
 whose acknowledgements the server has not confirmed, stay pending. The same signal sent
@@ -232,6 +234,12 @@ pub struct Args {
     /// twice, and tells a twin that appears later
     #[arg(long, verbatim_doc_comment)]
     allow_twins: bool,
+    /// stay in the group after a clean stop (by default a consumer that holds
+    /// no pending entry when it stops deletes itself from the group, so that
+    /// names that change with each deploy do not pile up): for a fixed name
+    /// that comes back to its own entries
+    #[arg(long, verbatim_doc_comment)]
+    keep_consumer: bool,
     /// delete each acknowledged entry from the stream in the same step
     /// (XACKDEL, Redis 8.2+), for streams used as work queues. WHEN says what
     /// happens to an entry other groups of the stream have not acknowledged:
@@ -413,6 +421,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
     if a.allow_twins {
         config = config.allow_twins();
     }
+    config = config.leave_on_stop(!a.keep_consumer);
     if let Some(when) = a.delete_acked {
         config = config.delete_acked(match when {
             DeleteWhen::Keepref => DeleteAcked::KeepRef,
