@@ -44,6 +44,28 @@ pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(40);
 /// The pause between two polls of a wait.
 const POLL: Duration = Duration::from_millis(50);
 
+/// An ACL user and its password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Login {
+    /// The user's name.
+    pub user: String,
+    /// Its password.
+    pub pass: String,
+}
+
+impl Login {
+    /// `user` with `pass`.
+    pub fn new(user: &str, pass: &str) -> Login {
+        Login { user: user.to_string(), pass: pass.to_string() }
+    }
+}
+
+/// The ACL rule of [`TopologyOptions::data_user`]: what a replica and a sentinel need of a
+/// data node and no more (the permissions the Redis Sentinel documentation lists, taken by
+/// all four servers).
+pub const DATA_USER_RULE: &str = "on ~* &* +psync +replconf +ping +multi +exec +slaveof +replicaof \
+    +subscribe +publish +role +info +config|rewrite +client|setname +client|kill +script|kill";
+
 /// How a [`Topology`] is set up.
 #[derive(Clone, Debug)]
 pub struct TopologyOptions {
@@ -53,8 +75,19 @@ pub struct TopologyOptions {
     /// The data nodes' options (AOF, a password, TLS); the replica's `replica_of` is set
     /// here. With TLS, every node and sentinel shares one PKI and speaks TLS to the others.
     pub data: Options,
-    /// The sentinels' own password (their `requirepass`), if they want one.
+    /// An ACL user on the data nodes ([`DATA_USER_RULE`]) that the replica logs in to its
+    /// master as (`masteruser`/`masterauth`) and the sentinels to the nodes as
+    /// (`sentinel auth-user`/`auth-pass`), in place of `default` with `requirepass`. Give the
+    /// data nodes a `requirepass` too, so that nothing gets in without a login.
+    pub data_user: Option<Login>,
+    /// The sentinels' own password (their `requirepass`), if they want one; they log in to
+    /// each other with it (`sentinel sentinel-pass`) unless they have a `sentinel_user`.
     pub sentinel_pass: Option<String>,
+    /// An ACL user on the sentinels (a `user … ~* &* +@all` line in `sentinel.conf`, which
+    /// every flavor's sentinel takes), the one they log in to each other as
+    /// (`sentinel sentinel-user`/`sentinel-pass`) and the one [`Topology::sentinels`] gives
+    /// a consumer.
+    pub sentinel_user: Option<Login>,
     /// Start the sentinels (`false`: the two data nodes only).
     pub sentinels: bool,
 }
@@ -64,7 +97,9 @@ impl Default for TopologyOptions {
         TopologyOptions {
             down_after: Duration::from_millis(1000),
             data: Options::default(),
+            data_user: None,
             sentinel_pass: None,
+            sentinel_user: None,
             sentinels: true,
         }
     }
@@ -96,6 +131,11 @@ impl Topology {
     /// [`SETTLE_TIMEOUT`].
     pub fn start_with(flavor: Flavor, options: TopologyOptions) -> Topology {
         let mut data = options.data.clone();
+        if let Some(login) = &options.data_user {
+            data = data
+                .with_acl_user(&format!("{} >{} {DATA_USER_RULE}", login.user, login.pass))
+                .with_master_login(Some(&login.user), &login.pass);
+        }
         let tls = data.tls.is_some();
         if tls {
             let dir = std::env::temp_dir().join(format!("pelican-pki-{}-{}", std::process::id(), unique()));
@@ -110,22 +150,34 @@ impl Topology {
         let mut sentinels = Vec::new();
         if options.sentinels {
             for _ in 0..SENTINELS {
+                let (auth_user, auth_pass) = match &options.data_user {
+                    Some(login) => (Some(login.user.clone()), Some(login.pass.clone())),
+                    None => (None, data.requirepass.clone()),
+                };
                 let watch = Watch {
                     service: SERVICE.to_string(),
                     master: master.addr(),
                     quorum: 2,
                     down_after: options.down_after,
                     failover_timeout: Duration::from_secs(5),
-                    auth_pass: data.requirepass.clone(),
+                    auth_pass,
+                    auth_user,
+                    peer_login: options
+                        .sentinel_user
+                        .as_ref()
+                        .map(|l| (Some(l.user.clone()), l.pass.clone())),
                     master_tls_port: master.tls_port(),
                 };
-                let sentinel_options = Options {
+                let mut sentinel_options = Options {
                     requirepass: options.sentinel_pass.clone(),
                     tls: data.tls.map(|_| Tls::default()),
                     shared_pki: data.shared_pki.clone(),
                     ..Options::default()
                 }
                 .with_sentinel(watch);
+                if let Some(login) = &options.sentinel_user {
+                    sentinel_options = sentinel_options.with_full_user(&login.user, &login.pass);
+                }
                 sentinels.push(Server::start_with(flavor, sentinel_options));
             }
         }
@@ -158,9 +210,24 @@ impl Topology {
         self.flavor
     }
 
+    /// The service's name the sentinels watch ([`SERVICE`]).
+    pub fn service(&self) -> &'static str {
+        SERVICE
+    }
+
+    /// The options the topology was started with.
+    pub fn options(&self) -> &TopologyOptions {
+        &self.options
+    }
+
     /// The two data nodes, in the order started (the first was the master then).
     pub fn nodes(&self) -> &[Server] {
         &self.nodes
+    }
+
+    /// The data node at `addr` (its plain or TLS address).
+    pub fn node(&self, addr: SocketAddr) -> &Server {
+        &self.nodes[self.index_of(addr)]
     }
 
     /// The data node at `addr` (its plain address), to kill or restart.
@@ -169,7 +236,12 @@ impl Topology {
         &mut self.nodes[i]
     }
 
-    /// The sentinels' plain addresses.
+    /// The sentinels, in the order started (killed ones too).
+    pub fn sentinel_nodes(&self) -> &[Server] {
+        &self.sentinels
+    }
+
+    /// The sentinels' plain addresses (killed ones too).
     pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
         self.sentinels.iter().map(Server::addr).collect()
     }
@@ -180,16 +252,31 @@ impl Topology {
     }
 
     /// The sentinels as a consumer is given them: their plain addresses (TLS ones with TLS),
-    /// the service, and their password if they want one.
+    /// the service, and their login if they want one ([`TopologyOptions::sentinel_user`],
+    /// else [`TopologyOptions::sentinel_pass`]).
     pub fn sentinels(&self) -> pelican::Sentinels {
         let addrs =
             if self.options.data.tls.is_some() { self.sentinel_tls_addrs() } else { self.sentinel_addrs() };
         let nodes = addrs.iter().map(|a| pelican::HostPort::new(a.ip().to_string(), a.port()));
         let sentinels = pelican::Sentinels::new(SERVICE, nodes);
-        match &self.options.sentinel_pass {
-            Some(pass) => sentinels.auth(None::<&str>, pass),
+        match self.sentinel_login() {
+            Some((user, pass)) => sentinels.auth(user, pass),
             None => sentinels,
         }
+    }
+
+    /// An admin connection to the sentinel at `addr` (its plain address), logged in as
+    /// [`sentinels`](Self::sentinels) says. Panics if it cannot connect or log in.
+    pub fn sentinel_admin(&self, addr: SocketAddr) -> Admin {
+        let mut admin = Admin::connect(addr);
+        if let Some((user, pass)) = self.sentinel_login() {
+            let mut args = vec!["AUTH"];
+            args.extend(user);
+            args.push(pass);
+            let reply = admin.cmd(&args);
+            assert!(reply.is_ok(), "pelican-tests sentinel: sentinel {addr} refused its login: {reply:?}");
+        }
+        admin
     }
 
     /// The shared PKI, with TLS.
@@ -204,7 +291,7 @@ impl Topology {
             return self.with_role("master").unwrap_or_else(|| panic!("{}", self.failure("no master")));
         }
         let mut named = Vec::new();
-        for sentinel in self.sentinel_addrs() {
+        for sentinel in self.live_sentinels() {
             match self.named_by(sentinel) {
                 Ok(addr) => named.push(self.plain(addr)),
                 Err(e) => panic!("{}", self.failure(&e)),
@@ -237,12 +324,14 @@ impl Topology {
         old
     }
 
-    /// Asks for a failover (`SENTINEL FAILOVER`, retried while a sentinel answers that it
-    /// cannot yet) and waits until it is done ([`wait_for_master`](Self::wait_for_master)).
-    /// Returns the new master.
+    /// Asks for a failover (`SENTINEL FAILOVER` to the first live sentinel, retried while
+    /// it answers that it cannot yet: `-INPROG`, `-NOGOODSLAVE`) and waits until it is done
+    /// ([`wait_for_master`](Self::wait_for_master)). Returns the new master. The old one
+    /// still answers `ROLE` master for about 10 s after this returns (see the module docs):
+    /// [`wait_replica_of`](Self::wait_replica_of) waits until it has been turned.
     pub fn failover(&self) -> SocketAddr {
         let old = self.master();
-        let sentinel = self.sentinel_addrs()[0];
+        let sentinel = *self.live_sentinels().first().expect("a live sentinel");
         self.wait_for("SENTINEL FAILOVER to be taken", || {
             match self.sentinel_cmd(sentinel, &["SENTINEL", "FAILOVER", SERVICE])? {
                 Reply::Simple(ok) if ok == "OK" => Ok(()),
@@ -258,7 +347,7 @@ impl Topology {
         let mut new = None;
         self.wait_for(&format!("a new master in place of {old}"), || {
             let mut named = Vec::new();
-            for sentinel in self.sentinel_addrs() {
+            for sentinel in self.live_sentinels() {
                 named.push(self.plain(self.named_by(sentinel)?));
             }
             named.dedup();
@@ -293,7 +382,7 @@ impl Topology {
         let mut settled = None;
         self.wait_for("the topology to settle", || {
             let mut named = Vec::new();
-            for sentinel in self.sentinel_addrs() {
+            for sentinel in self.live_sentinels() {
                 named.push(self.plain(self.named_by(sentinel)?));
             }
             named.dedup();
@@ -324,7 +413,7 @@ impl Topology {
         new
     }
 
-    /// Kills sentinel `i` (SIGKILL).
+    /// Kills sentinel `i` (SIGKILL). The others go on; a failover still needs two.
     pub fn kill_sentinel(&mut self, i: usize) {
         self.sentinels[i].kill9();
     }
@@ -332,6 +421,20 @@ impl Topology {
     /// Restarts sentinel `i` with what it had learned (its rewritten configuration).
     pub fn restart_sentinel(&mut self, i: usize) {
         self.sentinels[i].restart();
+    }
+
+    /// The plain addresses of the sentinels that run.
+    fn live_sentinels(&self) -> Vec<SocketAddr> {
+        self.sentinels.iter().filter(|s| s.pid().is_some()).map(Server::addr).collect()
+    }
+
+    /// How a client logs in to the sentinels, if they want it.
+    fn sentinel_login(&self) -> Option<(Option<&str>, &str)> {
+        match (&self.options.sentinel_user, &self.options.sentinel_pass) {
+            (Some(login), _) => Some((Some(login.user.as_str()), login.pass.as_str())),
+            (None, Some(pass)) => Some((None, pass.as_str())),
+            (None, None) => None,
+        }
     }
 
     /// Where the other processes reach the data node at `addr`: its TLS address with TLS.
@@ -401,12 +504,19 @@ impl Topology {
         admin.try_cmd(args).map_err(|e| format!("{addr}: {}: {e}", args.join(" ")))
     }
 
-    /// A command to `sentinel` on a fresh connection (logged in if it wants a password).
+    /// A command to `sentinel` on a fresh connection (logged in if it wants it).
     fn sentinel_cmd(&self, sentinel: SocketAddr, args: &[&str]) -> Result<Reply, String> {
         let mut admin = Admin::try_connect(sentinel, Duration::from_secs(1))
             .map_err(|e| format!("sentinel {sentinel}: {e}"))?;
-        if let Some(pass) = &self.options.sentinel_pass {
-            admin.try_cmd(&["AUTH", pass]).map_err(|e| format!("sentinel {sentinel}: AUTH: {e}"))?;
+        if let Some((user, pass)) = self.sentinel_login() {
+            let mut auth = vec!["AUTH"];
+            auth.extend(user);
+            auth.push(pass);
+            match admin.try_cmd(&auth) {
+                Ok(reply) if reply.is_ok() => {}
+                Ok(reply) => return Err(format!("sentinel {sentinel}: AUTH answered {reply:?}")),
+                Err(e) => return Err(format!("sentinel {sentinel}: AUTH: {e}")),
+            }
         }
         admin.try_cmd(args).map_err(|e| format!("sentinel {sentinel}: {}: {e}", args.join(" ")))
     }
