@@ -2,26 +2,74 @@
 //! sentinels watching them, on loopback.
 //!
 //! [`Topology::start`] starts the two data nodes ([`Server`]s: the replica with
-//! [`Options::replica_of`]) and three sentinels ([`Options::sentinel`]: each the same binary
-//! run as `<binary> sentinel.conf --sentinel`, quorum 2, `down-after-milliseconds` 1000 by
-//! default), then waits until every sentinel names the master, knows its replica and the two
-//! other sentinels, and the replica's link is up. A topology can also be started without
-//! sentinels ([`Topology::start_pair`]), for failovers done by hand
+//! [`Options::replica_of`], both with `repl-diskless-sync-delay 0` and
+//! `repl-ping-replica-period 1`) and three sentinels ([`Options::sentinel`]: each the same
+//! binary run as `<binary> sentinel.conf --sentinel` in its own directory on a reserved
+//! loopback port, quorum 2, `down-after-milliseconds` 1000 by default
+//! ([`TopologyOptions::down_after`]), `failover-timeout` 5000), then waits until every
+//! sentinel names the master, knows its replica (`num-slaves` 1) and the two other sentinels
+//! (`num-other-sentinels` 2), and the replica's link is up. A topology can also be started
+//! without sentinels ([`Topology::start_pair`]), for failovers done by hand
 //! ([`Topology::swap_roles`]).
+//!
+//! Options ([`TopologyOptions`]): AOF, `requirepass` and TLS on the data nodes
+//! ([`TopologyOptions::data`]); a least-privilege ACL user on the data nodes that the replica
+//! and the sentinels log in as ([`TopologyOptions::data_user`], [`DATA_USER_RULE`]); the
+//! sentinels' own password and ACL user ([`TopologyOptions::sentinel_pass`],
+//! [`TopologyOptions::sentinel_user`]). What each server takes: all four sentinels (Redis 6.2,
+//! 7.0, Valkey 8.1, Redis 8.10) accept `requirepass`, `user …` lines, `sentinel auth-user`,
+//! `sentinel sentinel-user`/`sentinel-pass`, `sentinel resolve-hostnames` and
+//! `announce-hostnames` in `sentinel.conf`, and `ACL WHOAMI`, `AUTH user pass` and
+//! `HELLO 3 AUTH user pass` from clients; TLS (`tls-port` on nodes and sentinels,
+//! `tls-replication yes`, the plain ports kept open for the harness) only on Redis 7.0 and
+//! 8.10, whose sentinels then name the nodes by their TLS ports.
 //!
 //! Failovers: [`Topology::kill_master`] kills the master with SIGKILL and waits until the
 //! sentinels have promoted the replica; [`Topology::failover`] asks for one
-//! (`SENTINEL FAILOVER`). Both wait until every sentinel names the new master and it
-//! answers `ROLE` master and accepts a write. The old master, restarted
-//! ([`Topology::restart`]), comes back as the new one's replica once the sentinels have
-//! turned it ([`Topology::wait_replica_of`]). Every wait is bounded and panics with each
-//! process's role, what the sentinels say and the logs' tails. Dropping the topology kills
-//! every process and removes their directories.
+//! (`SENTINEL FAILOVER`, retried while refused). Both wait ([`Topology::wait_for_master`])
+//! until every live sentinel names the new master and it answers `ROLE` master and accepts a
+//! write. The old master, restarted ([`Topology::restart`]), comes back as the new one's
+//! replica once the sentinels have turned it ([`Topology::wait_replica_of`],
+//! [`Topology::wait_settled`]). Every wait is bounded ([`SETTLE_TIMEOUT`]) and panics with each
+//! data node's `INFO replication`, what each sentinel says (`SENTINEL MASTER`) and the logs'
+//! tails. Dropping the topology kills every process and removes their directories.
 //!
-//! Measured here (2 cores, loopback, `down-after-milliseconds` 1000): the sentinels name the
-//! new master about 2–4 s after a master is killed on every server; after
-//! `SENTINEL FAILOVER`, at once, while the old master keeps answering `ROLE` master for
-//! several seconds more (PROTOCOL.md, "Sentinel and failover").
+//! # Measured
+//!
+//! Here (2 cores, loopback, three sentinels, quorum 2, `down-after-milliseconds` 1000; the
+//! harness tests print these):
+//!
+//! - **kill -9 of the master → every sentinel names the replica, which answers `ROLE` master
+//!   and takes a write**: 2.25–2.30 s on each of Redis 6.2, 7.0, Valkey 8.1 and Redis 8.10
+//!   (down-after 1 s, then the vote and the promotion).
+//! - **`SENTINEL FAILOVER`**: the sentinels name the new master 1.10–1.21 s after it is
+//!   accepted; the old master goes on answering `ROLE` master — and taking writes, which its
+//!   demotion drops — until 11.2–11.4 s after the request (about 10 s after the switch: the
+//!   sentinels look at a replica's `INFO` every 10 s), on every server.
+//! - **The old master restarted after a kill** (without AOF: empty) answers `ROLE`
+//!   `[master, 0, []]` for 10.07–10.10 s before the sentinels turn it into a replica.
+//!
+//! # What the servers do (observed on all four; `tests/SENTINEL_NOTES.md` has the bytes)
+//!
+//! - `SENTINEL get-master-addr-by-name` → `[host, port]` (two bulk strings, an array in RESP3
+//!   too); an unknown name → `*-1` / `_`. `SUBSCRIBE +switch-master` → `[subscribe,
+//!   +switch-master, 1]` and the message `[message, +switch-master, "<name> <old-ip>
+//!   <old-port> <new-ip> <new-port>"]`: arrays in RESP2, pushes `>3` in RESP3.
+//! - A sentinel's `HELLO` has `mode sentinel` and **no `role`** (`*12` / `%6`); its `ROLE` is
+//!   `[sentinel, [<names>]]`; it has no `SELECT` (`-ERR unknown command …`). With a
+//!   `requirepass`, anything before `AUTH` is `-NOAUTH Authentication required.`; without
+//!   one, `AUTH pw` is `-ERR AUTH <password> called without any password configured for the
+//!   default user. …` and `AUTH user pw` is `-WRONGPASS …`.
+//! - A data node's `HELLO` names its `role` (`master`/`replica`) to any user, also while
+//!   loading; `ROLE` is `@admin`: a `+@stream +@connection` user gets `-NOPERM`.
+//! - `REPLICAOF` sent to a master (a role swap by hand): a reader parked in
+//!   `XREADGROUP … BLOCK` gets `-UNBLOCKED force unblock from blocking operation, instance
+//!   state changed (master -> replica?)` at once and the server closes its connection; idle
+//!   connections stay open and every write (`XACK`, `XREADGROUP` with `>` or an id) answers
+//!   `-READONLY You can't write against a read only replica.`
+//! - The sentinels demote an old master with `REPLICAOF` and `CLIENT KILL` inside one
+//!   `MULTI`/`EXEC` (its log and command stats show them): every client connection is
+//!   closed, a parked reader's without an answer (no `-UNBLOCKED`, no `-READONLY`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
