@@ -32,7 +32,8 @@
 //! replica once the sentinels have turned it ([`Topology::wait_replica_of`],
 //! [`Topology::wait_settled`]). Every wait is bounded ([`SETTLE_TIMEOUT`]) and panics with each
 //! data node's `INFO replication`, what each sentinel says (`SENTINEL MASTER`) and the logs'
-//! tails. Dropping the topology kills every process and removes their directories.
+//! tails. Dropping the topology kills every process and removes their directories (and the
+//! shared PKI's, with TLS).
 //!
 //! # Measured
 //!
@@ -161,6 +162,18 @@ pub struct Topology {
     /// The two data nodes, in the order started (the first was the master).
     nodes: Vec<Server>,
     sentinels: Vec<Server>,
+    /// The shared PKI's directory, with TLS; last, so it goes after the processes using it.
+    _pki_dir: Option<RemovedOnDrop>,
+}
+
+/// A directory removed (with what it holds) when this is dropped.
+#[derive(Debug)]
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Topology {
@@ -185,10 +198,12 @@ impl Topology {
                 .with_master_login(Some(&login.user), &login.pass);
         }
         let tls = data.tls.is_some();
+        let mut pki_dir = None;
         if tls {
             let dir = std::env::temp_dir().join(format!("pelican-pki-{}-{}", std::process::id(), unique()));
             std::fs::create_dir_all(&dir).expect("a directory for the shared PKI");
-            data.shared_pki = Some(Pki::generate(&dir).expect("the shared test PKI"));
+            let dir = pki_dir.insert(RemovedOnDrop(dir));
+            data.shared_pki = Some(Pki::generate(&dir.0).expect("the shared test PKI"));
         }
         let master = Server::start_with(flavor, data.clone());
         // Over TLS the nodes (and sentinels) reach each other on the TLS ports.
@@ -229,7 +244,8 @@ impl Topology {
                 sentinels.push(Server::start_with(flavor, sentinel_options));
             }
         }
-        let topology = Topology { flavor, options, nodes: vec![master, replica], sentinels };
+        let topology =
+            Topology { flavor, options, nodes: vec![master, replica], sentinels, _pki_dir: pki_dir };
         let (master, replica) = (topology.nodes[0].addr(), topology.nodes[1].addr());
         topology.wait_for("the topology to form", || {
             topology.check_replica(replica, master)?;
