@@ -9,6 +9,7 @@ mod handler;
 mod lane;
 mod metrics;
 mod mio_lanes;
+mod others;
 mod pipe;
 mod report;
 mod screen;
@@ -243,11 +244,17 @@ pub struct Args {
     /// delete each acknowledged entry from the stream in the same step
     /// (XACKDEL, Redis 8.2+), for streams used as work queues. WHEN says what
     /// happens to an entry other groups of the stream have not acknowledged:
-    /// keepref (delete it; the default), delref (delete it and their
-    /// references), acked (only once every group has acknowledged it). On an
-    /// older server pelican refuses to start
-    #[arg(long, value_name = "WHEN", value_enum, num_args = 0..=1, default_missing_value = "keepref", verbatim_doc_comment)]
+    /// acked (the default: it is deleted only once every group has
+    /// acknowledged it), keepref (delete it: the other groups never see it),
+    /// delref (delete it and their references). keepref and delref are
+    /// refused when the stream has other groups at the start, unless
+    /// --force-delete. On an older server pelican refuses to start
+    #[arg(long, value_name = "WHEN", value_enum, num_args = 0..=1, default_missing_value = "acked", verbatim_doc_comment)]
     delete_acked: Option<DeleteWhen>,
+    /// with --delete-acked keepref or delref: start even if the stream has
+    /// other groups, whose unread entries will be deleted
+    #[arg(long, verbatim_doc_comment)]
+    force_delete: bool,
     /// what a failed entry (exit other than 0 and 65) does on Redis 8.8+,
     /// which can release an entry (XNACK): release (the default: any
     /// consumer of the group, this one too, takes it again at once, its
@@ -334,6 +341,9 @@ fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
     if a.recreate_group && a.create_group.is_none() {
         return Err(Failure::Usage("--recreate-group needs --create-group (the ID to create it at)".into()));
     }
+    if a.force_delete && !matches!(a.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) {
+        return Err(Failure::Usage("--force-delete goes with --delete-acked keepref or delref".into()));
+    }
     if a.max_deliveries.is_some() && a.dead_letter.is_none() {
         return Err(Failure::Usage(
             "--max-deliveries needs --dead-letter (the stream to move entries to)".into(),
@@ -379,7 +389,7 @@ fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
 }
 
 /// `--delete-acked`'s condition.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum DeleteWhen {
     Keepref,
     Delref,
@@ -515,6 +525,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // signal meanwhile is a stop, not death by the signal's default action.
     signals::on_signals(stop.clone(), handlers.clone(), screen.clone(), concurrency(&args) > 1)?;
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
+    if matches!(args.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) && !args.force_delete {
+        let when = if args.delete_acked == Some(DeleteWhen::Keepref) { "keepref" } else { "delref" };
+        others::refuse_other_groups(&server, &streams, args.group.as_bytes(), when)?;
+    }
     let net = net.locate(&streams);
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
