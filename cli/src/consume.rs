@@ -5,6 +5,7 @@
 //! the command and the signals. `mio_lanes` runs them on one `mio::Poll`, `smol_lanes` as
 //! tasks on one executor. A lane that fails for good stops the others.
 
+mod found;
 mod handler;
 mod lane;
 mod metrics;
@@ -58,8 +59,8 @@ each stream's lane follows the cluster's redirects (MOVED) to the node serving i
 Names (KEY, G, NAME) may be any bytes, UTF-8 or not.";
 
 const AFTER: &str = "\
-With --pipe, CMD starts once and is kept (a handler in any language that loads its model or
-opens its pool once). Each entry goes to its stdin as one JSON line, as printed below plus
+With --pipe, CMD starts once, before anything is read, and is kept (a handler in any
+language that loads its model or opens its pool once). Each entry goes to its stdin as one JSON line, as printed below plus
 \"deliveries\" (the server's count) and \"source\" (pending, claimed or new):
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{…},\"deliveries\":1,\"source\":\"new\"}
 It answers each on its stdout with one JSON line, in any order:
@@ -67,11 +68,17 @@ It answers each on its stdout with one JSON line, in any order:
 adding \"stream\" (as the entry's line gives it) when several streams are consumed (it may
 always be given). Up to --concurrency N entries per stream are outstanding at once. An
 answer for no outstanding entry, or a line that is not such an answer (one longer than
-64 KiB among them), is told on stderr and ignored; its stderr is pelican's. If it exits or dies, its outstanding entries fail (they stay pending, and come
-again) and it is started again after a backoff (100 ms, doubling to 5 s); if it cannot be
-started at all (126, 127 before any answer) pelican stops with exit 1. A stop writes no
-more entries, waits for the outstanding answers, closes its stdin, gives it 3 s to exit,
-then SIGTERM, then after 3 s SIGKILL, and confirms the acks.
+64 KiB among them), is ignored and told on stderr, at most 5 such lines per 10 s (then how
+many more were); its stderr is pelican's. If it exits within 0.5 s of its start, pelican
+exits 1 before reading anything. If it exits or dies later, it is started again after a
+backoff (100 ms, doubling to 5 s) and its outstanding entries are held meanwhile (their
+leases renewed; no delivery is counted against them) and written to the next one; an entry
+outstanding at 3 deaths fails (it stays pending). If it dies before answering anything 5
+times in a row, or cannot be started at all (126, 127), pelican stops with exit 1. While it
+is down, or failing (its last one died without an answer and this one has not answered
+yet), /healthz answers 503 saying so; pelican_handler_restarts_total counts its restarts. A
+stop writes no more entries, waits for the outstanding answers, closes its stdin, gives it
+3 s to exit, then SIGTERM, then after 3 s SIGKILL, and confirms the acks.
 
 Without --exec or --pipe, each entry is printed on stdout as one JSON line, then acknowledged:
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
@@ -90,7 +97,8 @@ to the --dead-letter stream at once (without --dead-letter it is a failure); any
 leaves it pending, and so does death by a signal, which is told on stderr (the entry, the
 signal), even with --quiet. A status of 126 or 127 (the command cannot be run, or is not
 found) stops pelican with exit 1 and the entry left pending, rather than failing every
-entry in turn. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
+entry in turn; and before anything is read, CMD is checked with `sh -n` and its first word
+looked for (`command -v`), so that a typo fails at the start. CMD runs in its own process group, so a Ctrl-C on the terminal reaches
 only pelican, which lets CMD finish. An empty CMD is refused: it would acknowledge every
 entry unhandled.
 
@@ -129,9 +137,10 @@ and failed) as pelican_<name>_total, drained, claimed and new as
 pelican_entries_total{source=\"pending\"|\"claimed\"|\"new\"};
 the gauges pelican_in_hand, pelican_buffered, pelican_connected and, from the group's health
 asked every 5 s, pelican_group_pending, pelican_group_lag, pelican_group_consumers and
-pelican_group_oldest_pending_age_seconds, and the histogram pelican_handler_duration_seconds.
-GET /healthz answers 200 `ok` while every stream is connected and no stop is asked, else 503
-and why, in one line. Both are served until pelican exits: through a stop, the counters
+pelican_group_oldest_pending_age_seconds, the histogram pelican_handler_duration_seconds, and
+with --pipe pelican_handler_restarts_total (no labels). GET /healthz answers 200 `ok` while
+every stream is connected, no stop is asked and the --pipe handler is up, else 503 and why,
+in one line. Both are served until pelican exits: through a stop, the counters
 keep their final values (those --stats-json writes).
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
@@ -484,6 +493,7 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         dead_letter: a.dead_letter.is_some(),
         stdout_closed: AtomicBool::new(false),
         unrunnable: AtomicI32::new(0),
+        gave_up: std::sync::OnceLock::new(),
         stop: stop.clone(),
         screen,
         quiet: a.quiet,
@@ -524,6 +534,14 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
     signals::on_signals(stop.clone(), handlers.clone(), screen.clone(), concurrency(&args) > 1)?;
+    if let Some(command) = &args.exec {
+        // A typo fails here, not at the first entry.
+        found::check("--exec", command).map_err(Failure::Failed)?;
+    }
+    if let Some(pipe) = &shared.pipe {
+        // A handler that cannot start fails here, before it can fail an entry.
+        pipe.start(&shared).map_err(Failure::Failed)?;
+    }
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
     if matches!(args.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) && !args.force_delete {
         let when = if args.delete_acked == Some(DeleteWhen::Keepref) { "keepref" } else { "delref" };
@@ -630,6 +648,9 @@ fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
 fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
     if shared.stdout_closed.load(Relaxed) {
         return Err(Failure::Failed("stopped: stdout is closed (the entry in hand stays pending)".into()));
+    }
+    if let Some(why) = shared.gave_up.get() {
+        return Err(Failure::Failed(why.clone()));
     }
     let code = shared.unrunnable.load(Relaxed);
     if code != 0 {

@@ -12,7 +12,7 @@ use pelican_tests::admin::Admin;
 use pelican_tests::certs::ServerCert;
 use pelican_tests::cluster::Cluster;
 use pelican_tests::server::{self, Flavor, Options, Server};
-use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
+use support::{lines_of, run, run_env, wait_until, Json, Pelican, Scratch};
 
 fn url(server: &Server) -> String {
     format!("redis://{}", server.addr())
@@ -642,9 +642,10 @@ fn a_twin_is_refused_unless_allowed() {
     assert_eq!((first.wait().code(), twin.wait().code()), (Some(0), Some(0)));
 }
 
-/// A command that cannot run (127: not found, 126: not executable) stops the consumer with
-/// exit 1 and a message naming it; the entry stays pending (a typo does not dead-letter or
-/// fail the whole stream).
+/// A command that cannot run (127: not found, 126: not executable) fails at the start, before
+/// anything is read, with exit 1 and a message naming it; one whose name the shell computes
+/// is found out at its first entry instead: it stops the consumer with exit 1 and the entry
+/// stays pending (a typo does not dead-letter or fail the whole stream).
 #[test]
 fn a_command_that_cannot_run_stops_the_consumer() {
     let server = Server::start(Flavor::Redis70);
@@ -654,17 +655,24 @@ fn a_command_that_cannot_run_stops_the_consumer() {
     let script = dir.file("handler.sh");
     std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap(); // not executable
     let url = url(&server);
-    for (command, code, why) in
+    for (command, why) in [("/no/such/handler.sh", "not found"), (script.as_str(), "not executable")] {
+        let (status, _, stderr) = run(&consume(&url, &["--exec", command]));
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        let want = format!("the --exec command `{command}` cannot be run: `{command}` is {why}");
+        assert!(stderr.contains(&want), "{stderr}");
+        assert!(!admin.group_exists("s", "g"), "nothing read, not even connected: {stderr}");
+    }
+    for (path, code, why) in
         [("/no/such/handler.sh", 127, "not found"), (script.as_str(), 126, "not executable")]
     {
         // Two runs each deliver the first entry once (the rest, read but not handed out, get
         // their counts back): a cap of 2 is not passed.
-        let mut args = consume(&url, &["--exec", command, "--max-deliveries", "2"]);
+        let mut args = consume(&url, &["--exec", "\"$HANDLER\"", "--max-deliveries", "2"]);
         args.extend(["--dead-letter", "dead"]);
-        let (status, _, stderr) = run(&args);
+        let (status, _, stderr) = run_env(&args, &[("HANDLER", path)]);
         assert_eq!(status.code(), Some(1), "{stderr}");
         let want = format!(
-            "the --exec command `{command}` cannot be run (exit {code}: {why}); the entry stays pending"
+            "the --exec command `\"$HANDLER\"` cannot be run (exit {code}: {why}); the entry stays pending"
         );
         assert!(stderr.contains(&want), "{stderr}");
     }

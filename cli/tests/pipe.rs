@@ -105,7 +105,9 @@ fn killed_handler(flavor: Flavor, transport: &str) {
     let dir = Scratch::new("pipe-kill");
     let pid_file = dir.file("pid");
     let url = format!("redis://{}", server.addr());
-    let args = consume(&url, transport, &handler(), &["--concurrency", "8", "--min-idle-ms", "1000"]);
+    let stats = dir.file("stats.json");
+    let extra = ["--concurrency", "8", "--min-idle-ms", "1000", "--stats-json", &stats];
+    let args = consume(&url, transport, &handler(), &extra);
     let mut p = spawn(&args, &[("HANDLER_SLOW_MS", "20"), ("HANDLER_PID_FILE", &pid_file)]);
     wait_until("the handler's pid", || std::fs::read_to_string(&pid_file).is_ok_and(|s| !s.is_empty()));
     let first = std::fs::read_to_string(&pid_file).unwrap();
@@ -123,8 +125,14 @@ fn killed_handler(flavor: Flavor, transport: &str) {
             || err.contains("handler exited with status 137"),
         "{flavor} {transport}: {err}"
     );
-    assert!(err.contains("starting it again"), "{flavor} {transport}: {err}");
+    assert!(
+        err.contains("outstanding entries are held for the next one, started in 100 ms"),
+        "{flavor} {transport}: {err}"
+    );
     assert_eq!(admin.xpending_count("s", "g"), 0);
+    // What the dead one held was written to the next one: no entry failed, each acked once.
+    let stats = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+    assert_eq!((stats.get("retried").num(), stats.get("acked").num()), (0.0, 400.0), "{err}");
 }
 
 /// A handler that never answers one entry: with --handler-timeout it fails in time, comes
@@ -231,22 +239,92 @@ fn with_several_streams_answers_name_their_stream() {
     assert!(err.contains(r#"an answer without "stream" for an id outstanding on several streams"#), "{err}");
 }
 
-/// A handler that cannot be started at all stops pelican with exit 1, the entry pending.
+/// Issue 29: a broken deploy is refused at the start, before anything is read: a handler
+/// that cannot be started at all, one that fails at once (a missing module), and a mistyped
+/// --exec command. Exit 1, nothing delivered.
 #[test]
-fn a_handler_that_cannot_start_stops_pelican() {
+fn a_handler_that_cannot_start_stops_pelican_before_reading() {
     let server = Server::start(Flavor::Redis70);
     let mut admin = server.admin();
     admin.xadd_n("s", 3, 8);
     let url = format!("redis://{}", server.addr());
-    let args = consume(&url, "mio", "/no/such/handler", &[]);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (status, _, err) = run(&args);
+    need("python3");
+    for (flag, command, said) in [
+        ("--pipe", "/no/such/handler", "the --pipe handler `/no/such/handler` exited with status 127"),
+        ("--pipe", "python3 -c 'import nosuchmodule'", "exited with status 1"),
+        (
+            "--exec",
+            "pythn3 handler.py",
+            "the --exec command `pythn3 handler.py` cannot be run: `pythn3` is not found",
+        ),
+    ] {
+        let args = handled_by(&url, "mio", flag, command, &[]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (status, _, err) = run(&args);
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains(said), "{err}");
+        if flag == "--pipe" {
+            assert!(err.contains("after its start, before any entry was read"), "{err}");
+        }
+        assert!(!admin.group_exists("s", "g"), "nothing read, not even connected: {err}");
+    }
+}
+
+/// Issue 29: a handler that starts, then dies before answering anything, again and again. It
+/// is seen: `/healthz` 503 naming it, `pelican_handler_restarts_total` counting; the entries
+/// it was given are held (their delivery counts stay 1: no delivery burnt) and written to each
+/// next one; after 5 such deaths in a row pelican exits 1 saying so.
+#[test]
+fn a_handler_that_keeps_dying_is_seen_and_ends_the_run() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    admin.xadd_n("s", 3, 8);
+    let url = format!("redis://{}", server.addr());
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let args = consume(&url, "mio", "sleep 0.7; exit 3", &["--metrics", &addr, "--concurrency", "2"]);
+    let mut p = spawn(&args, &[]);
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let mut said = String::new();
+    wait_until("/healthz to name the handler", || {
+        said = get(addr, "/healthz");
+        said.starts_with("HTTP/1.1 503") && said.contains("the --pipe handler is")
+    });
+    assert!(said.contains("exited with status 3"), "{said}");
+    let mut restarts = 0.0;
+    wait_until("a restart counted", || {
+        let metrics = get(addr, "/metrics");
+        restarts = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("pelican_handler_restarts_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        restarts >= 1.0
+    });
+    // In hand all along: read once, written to each handler, never failed.
+    let pending = admin.xpending_all("s", "g");
+    assert!(pending.len() >= 2, "{pending:?}");
+    assert!(pending.iter().all(|e| e.3 == 1), "no delivery burnt: {pending:?}");
+    let status = p.wait();
+    let err = p.stderr();
     assert_eq!(status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("the --pipe command `/no/such/handler` cannot be run (exit 127: not found)"),
-        "{err}"
-    );
-    assert!(admin.xpending_count("s", "g") >= 1);
+    assert!(err.contains("stopped: the --pipe handler `sleep 0.7; exit 3` died before answering anything 5 times in a row (the last exited with status 3)"), "{err}");
+    assert!(err.contains("its 2 outstanding entries are held for the next one"), "{err}");
+    assert!(admin.xpending_all("s", "g").iter().all(|e| e.3 == 1), "no delivery burnt");
+}
+
+/// `GET path` on `addr`: the whole answer, status line first (empty if nothing answers).
+fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2)) else {
+        return String::new();
+    };
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut answer = String::new();
+    if conn.write_all(request.as_bytes()).is_ok() {
+        let _ = conn.read_to_string(&mut answer);
+    }
+    answer
 }
 
 /// SIGTERM mid-run with slow answers outstanding: they are waited for and acked, the handler

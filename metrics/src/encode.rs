@@ -110,9 +110,13 @@ pub(crate) const GAUGES: [GaugeDef; 7] = [
 /// The handler-time histogram's name.
 pub(crate) const HISTOGRAM: &str = "pelican_handler_duration_seconds";
 
-/// One scrape: each stream's labels and its snapshot, read once.
+/// One scrape: each stream's labels and its snapshot, read once, and the application's own
+/// counters (name, help, value).
 #[derive(Debug)]
-pub(crate) struct Scrape(pub(crate) Vec<(Labels, Snapshot)>);
+pub(crate) struct Scrape {
+    pub(crate) rows: Vec<(Labels, Snapshot)>,
+    pub(crate) counters: Vec<(String, String, u64)>,
+}
 
 impl Scrape {
     /// The Prometheus text format of this scrape.
@@ -132,7 +136,7 @@ impl Collector for Scrape {
                           backlog), claimed (reclaimed from an idle owner), new.";
         let mut metric =
             encoder.encode_descriptor("pelican_entries", handed_out, None, MetricType::Counter)?;
-        for (labels, snapshot) in &self.0 {
+        for (labels, snapshot) in &self.rows {
             for (source, get) in SOURCES {
                 let set = labels.with("source", source);
                 ConstCounter::new(get(&snapshot.stats)).encode(metric.encode_family(&set)?)?;
@@ -140,14 +144,14 @@ impl Collector for Scrape {
         }
         for (name, help, get) in COUNTERS {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (labels, snapshot) in &self.0 {
+            for (labels, snapshot) in &self.rows {
                 let set = labels.set();
                 ConstCounter::new(get(&snapshot.stats)).encode(metric.encode_family(&set)?)?;
             }
         }
         for (name, help, get) in GAUGES {
             let values: Vec<(&Labels, f64)> =
-                self.0.iter().filter_map(|(labels, s)| Some((labels, get(s)?))).collect();
+                self.rows.iter().filter_map(|(labels, s)| Some((labels, get(s)?))).collect();
             if values.is_empty() {
                 continue; // a family with no sample is left out
             }
@@ -159,12 +163,16 @@ impl Collector for Scrape {
         }
         let help = "How long handlers took, from each entry's hand-out to its settle.";
         let mut metric = encoder.encode_descriptor(HISTOGRAM, help, None, MetricType::Histogram)?;
-        for (labels, snapshot) in &self.0 {
+        for (labels, snapshot) in &self.rows {
             let set = labels.set();
             let times = &snapshot.stats.handler_time;
             let buckets = buckets(times);
             let sum = times.sum.as_secs_f64();
             metric.encode_family(&set)?.encode_histogram::<NoLabelSet>(sum, times.count(), &buckets, None)?;
+        }
+        for (name, help, value) in &self.counters {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            ConstCounter::new(*value).encode(metric)?;
         }
         Ok(())
     }

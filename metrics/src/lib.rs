@@ -108,12 +108,16 @@ type Read = Arc<dyn Fn() -> Snapshot + Send + Sync>;
 /// A health check of the application's own.
 type Check = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
 
+/// A counter of the application's own: its name (without `_total`), its help, how to read it.
+type Extra = (String, String, Arc<dyn Fn() -> u64 + Send + Sync>);
+
 /// The streams whose consumers are exported, each read through a function that returns its
 /// latest [`Snapshot`]. Cheap to clone (the functions are shared).
 #[derive(Clone, Default)]
 pub struct Metrics {
     streams: Vec<(Labels, Read)>,
     checks: Vec<Check>,
+    counters: Vec<Extra>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -144,11 +148,26 @@ impl Metrics {
         self
     }
 
+    /// Adds a counter of the application's own, without labels (e.g. the restarts of a
+    /// handler process every stream shares): `name` without `_total` (the encoder adds it),
+    /// `read` its value now.
+    pub fn counter(
+        mut self,
+        name: impl Into<String>,
+        help: impl Into<String>,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Metrics {
+        self.counters.push((name.into(), help.into(), Arc::new(read)));
+        self
+    }
+
     /// Every stream's metrics now, in the Prometheus text format (version 0.0.4; serve it as
     /// [`CONTENT_TYPE`]). Each stream's snapshot is read once.
     pub fn encode(&self) -> String {
         let rows = self.streams.iter().map(|(labels, read)| (labels.clone(), read())).collect();
-        encode::Scrape(rows).text()
+        let counters =
+            self.counters.iter().map(|(name, help, read)| (name.clone(), help.clone(), read())).collect();
+        encode::Scrape { rows, counters }.text()
     }
 
     /// `Ok` while every check passes and every stream's consumer is connected; else why

@@ -167,6 +167,26 @@ fn the_group_gauges_follow_its_health() {
 }
 
 #[test]
+fn the_applications_counters_are_exported_without_labels() {
+    let restarts = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let read = restarts.clone();
+    let metrics = Metrics::new().stream(Labels::new("orders", "g", "c"), busy).counter(
+        "pelican_handler_restarts",
+        "Handler processes started again.",
+        move || read.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    restarts.store(3, std::sync::atomic::Ordering::Relaxed);
+    let text = metrics.encode();
+    assert!(text.contains("# TYPE pelican_handler_restarts_total counter\n"), "{text}");
+    let scrape = parse(&text);
+    let found: Vec<&Sample> =
+        scrape.samples.iter().filter(|s| s.metric == "pelican_handler_restarts_total").collect();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(matches!(found[0].value, Value::Counter(v) if v == 3.0), "{:?}", found[0].value);
+    assert!(found[0].labels.is_empty(), "{:?}", found[0].labels);
+}
+
+#[test]
 fn label_values_are_escaped() {
     let metrics = Metrics::new().stream(Labels::new("a\"b\\c\nd", "g", "c"), Snapshot::default);
     let text = metrics.encode();

@@ -114,6 +114,9 @@ pub struct Shared {
     pub stdout_closed: AtomicBool,
     /// The exit status of a command that could not be run (126, 127): every lane stops.
     pub unrunnable: AtomicI32,
+    /// Why the run gave up, if something other than a lane did (a `--pipe` handler that
+    /// keeps dying before it answers): every lane stops, and pelican exits 1 saying this.
+    pub gave_up: OnceLock<String>,
     /// Stops every lane.
     pub stop: Arc<StopAll>,
     /// The terminal the progress line shares.

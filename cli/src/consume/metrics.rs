@@ -73,9 +73,16 @@ pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>) -> Result<Serving,
         metrics = metrics.stream(labels, move || published.read());
     }
     let stop = stop.clone();
-    let metrics = metrics.check(move || match stop.is_requested() {
+    let mut metrics = metrics.check(move || match stop.is_requested() {
         true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
         false => Ok(()),
     });
+    if let Some(pipe) = lanes.first().and_then(|lane| lane.handler.shared.pipe.clone()) {
+        let help = "Times the --pipe handler was started again after it exited or died.";
+        let restarts = pipe.clone();
+        metrics = metrics
+            .check(move || pipe.health())
+            .counter("pelican_handler_restarts", help, move || restarts.restarts());
+    }
     metrics.serve(addr).map_err(|e| Failure::Bad(format!("--metrics {addr}: cannot listen there: {e}")))
 }

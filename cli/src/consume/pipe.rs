@@ -3,17 +3,22 @@
 //! any order. Up to `--concurrency` entries per lane are outstanding at once: each waits on
 //! its own thread (a lane's worker, smol's blocking pool) for its answer.
 //!
-//! The handler's life: started at the first entry; if it exits or dies, its outstanding
-//! entries fail (stay pending) and it is started again after a backoff; one that cannot be
-//! started at all (126/127 before it answers anything) stops pelican. At the end of the run
-//! ([`Pipe::finish`]) its stdin is closed and it is given time to exit, then SIGTERM, then
-//! SIGKILL.
+//! The handler's life: started before anything is read ([`Pipe::start`]: one that exits
+//! within [`START_GRACE`] is a failure at the start, before an entry can be failed by it);
+//! if it exits or dies, its outstanding entries are held (in hand: their leases are renewed
+//! meanwhile) and written again to the next handler, started after a backoff, so that a
+//! broken handler burns no entry's deliveries; an entry outstanding at
+//! [`DEATHS_PER_ENTRY`] deaths (it may be what kills the handler) fails. One that cannot be
+//! started at all (126/127 before it answers anything), or that dies before answering
+//! anything [`FAILED_STARTS`] times in a row, stops pelican with exit 1. While it is down
+//! or failing, [`Pipe::health`] says so. At the end of the run ([`Pipe::finish`]) its stdin
+//! is closed and it is given time to exit, then SIGTERM, then SIGKILL.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -36,16 +41,30 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// The longest answer line read: an answer is a few dozen bytes, and the rest of a longer
 /// line is skipped rather than kept.
 const MAX_LINE: usize = 64 * 1024;
+/// How long the handler must live at the start for pelican to begin reading: a command
+/// that fails at once (a missing module, a syntax error) exits well within it.
+pub const START_GRACE: Duration = Duration::from_millis(500);
+/// Handlers in a row that die before answering anything, after which pelican stops (exit 1).
+pub const FAILED_STARTS: u32 = 5;
+/// Handler deaths an outstanding entry is written again after; at this many it fails.
+pub const DEATHS_PER_ENTRY: u32 = 3;
+/// Lines told about a misbehaving handler per [`TELL_WINDOW`]; the rest are counted.
+const TELLS_PER_WINDOW: u32 = 5;
+const TELL_WINDOW: Duration = Duration::from_secs(10);
 
 /// The handler process and the entries waiting for its answers.
 pub struct Pipe {
     command: String,
     state: Mutex<State>,
     /// Outstanding entries by (stream as JSON, id): the handler generation they were written
-    /// to, and where their verdict goes.
-    waiting: Mutex<HashMap<Key, (u64, Sender<Verdict>)>>,
+    /// to, and where their outcome goes.
+    waiting: Mutex<HashMap<Key, (u64, Sender<Outcome>)>>,
     /// The running handler's pid (0: none), for a second signal to end.
     pid: AtomicU32,
+    /// Handlers started after the first.
+    restarts: AtomicU64,
+    /// What was said about bad lines lately (see [`TELLS_PER_WINDOW`]).
+    tells: Mutex<Tells>,
 }
 
 #[derive(Default)]
@@ -57,17 +76,30 @@ struct State {
     backoff: Option<Duration>,
     /// The run is ending: the handler is not started again.
     finishing: bool,
+    /// Handlers in a row that died before answering anything.
+    failed_starts: u32,
+    /// How the last handler ended, while none runs or the one running has not answered
+    /// after a failed start.
+    last_end: Option<String>,
 }
 
 struct Running {
     stdin: ChildStdin,
     generation: u64,
+    since: Instant,
     /// The thread that reads its answers, and reaps it when they end.
     reader: Option<thread::JoinHandle<()>>,
 }
 
 /// An outstanding entry: its stream as the lines write it (JSON), and its id.
 type Key = (String, String);
+
+/// What an outstanding entry gets: its verdict, or the news that the handler it was
+/// written to is gone.
+enum Outcome {
+    Verdict(Verdict),
+    Died,
+}
 
 /// One answer line.
 #[derive(Deserialize)]
@@ -78,10 +110,25 @@ struct Answer {
     stream: Option<serde_json::Value>,
 }
 
+/// Lines told in the current window, and those left untold.
+#[derive(Default)]
+struct Tells {
+    since: Option<Instant>,
+    told: u32,
+    untold: u64,
+}
+
 impl Pipe {
-    /// A pipe to `sh -c command`, started at the first entry.
+    /// A pipe to `sh -c command`; [`start`](Self::start) starts it.
     pub fn new(command: String) -> Pipe {
-        Pipe { command, state: Mutex::default(), waiting: Mutex::default(), pid: AtomicU32::new(0) }
+        Pipe {
+            command,
+            state: Mutex::default(),
+            waiting: Mutex::default(),
+            pid: AtomicU32::new(0),
+            restarts: AtomicU64::new(0),
+            tells: Mutex::default(),
+        }
     }
 
     /// The running handler's pid (it leads its own process group), if any.
@@ -89,40 +136,106 @@ impl Pipe {
         Some(self.pid.load(SeqCst)).filter(|p| *p != 0)
     }
 
-    /// Writes `entry` to the handler and waits for its verdict (at most `timeout`). A
-    /// handler that dies, or no answer in time, is a failure: `Retry`.
+    /// Handlers started after the first (`pelican_handler_restarts_total`).
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Relaxed)
+    }
+
+    /// Starts the handler before anything is read, and waits [`START_GRACE`]: `Err` says how
+    /// it ended if it did not live that long (its stderr, pelican's, has said why).
+    pub fn start(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), String> {
+        let started = Instant::now();
+        if self.started(&mut lock(&self.state), shared).is_none() {
+            return Err(self.ended().unwrap_or_else(|| "could not be started".into()));
+        }
+        while started.elapsed() < START_GRACE {
+            thread::sleep(Duration::from_millis(10));
+            if lock(&self.state).running.is_none() {
+                let how = self.ended().unwrap_or_else(|| "ended".into());
+                let ms = started.elapsed().as_millis();
+                return Err(format!(
+                    "the --pipe handler `{}` {how} {ms} ms after its start, before any entry was \
+                     read (its stderr above says why)",
+                    self.command
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// How the last handler ended, if it did.
+    fn ended(&self) -> Option<String> {
+        lock(&self.state).last_end.clone()
+    }
+
+    /// `Err` while the handler is down (waiting to be started again) or failing (the last
+    /// one died before answering anything, and this one has not answered yet): for
+    /// `/healthz`.
+    pub fn health(&self) -> Result<(), String> {
+        let state = lock(&self.state);
+        if state.finishing {
+            return Ok(());
+        }
+        let how = state.last_end.as_deref().unwrap_or("ended");
+        match (&state.running, state.failed_starts) {
+            (None, _) if state.generation > 0 => {
+                let at =
+                    state.next_start.map_or(0, |at| at.saturating_duration_since(Instant::now()).as_millis());
+                Err(format!("the --pipe handler is down: it {how}; starting it again in {at} ms"))
+            }
+            // Until this one answers, or lives long enough to be trusted.
+            (Some(running), n @ 1..) if running.since.elapsed() < BACKOFF_RESET => Err(format!(
+                "the --pipe handler is failing: {n} in a row died before answering anything (the last {how})"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Writes `entry` to the handler and waits for its verdict (at most `timeout` in all).
+    /// If the handler dies meanwhile, the entry is written again to the next one, up to
+    /// [`DEATHS_PER_ENTRY`] deaths; then, or with no answer in time, it fails: `Retry`.
     pub fn call(self: &Arc<Self>, shared: &Arc<Shared>, stream: &[u8], entry: &Entry) -> Verdict {
         let line = line(stream, entry);
         let key = (stream_key(stream), String::from_utf8_lossy(entry.id()).into_owned());
-        let (tx, rx) = mpsc::channel();
-        {
-            let mut state = lock(&self.state);
-            let Some(generation) = self.started(&mut state, shared) else { return Verdict::Retry };
-            lock(&self.waiting).insert(key.clone(), (generation, tx));
-            let running = state.running.as_mut().expect("started");
-            if running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush()).is_err() {
-                // It is gone; its reader tells it and starts the backoff.
-                lock(&self.waiting).remove(&key);
-                return Verdict::Retry;
-            }
-        }
-        let answer = match shared.handler_timeout {
-            Some(limit) => rx.recv_timeout(limit),
-            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-        };
-        match answer {
-            Ok(verdict) => verdict,
-            Err(RecvTimeoutError::Timeout) => {
-                lock(&self.waiting).remove(&key);
-                let ms = shared.handler_timeout.unwrap_or_default().as_millis();
+        let deadline = shared.handler_timeout.map(|limit| Instant::now() + limit);
+        for deaths in 0.. {
+            if deaths == DEATHS_PER_ENTRY {
                 shared.screen.tell(format_args!(
-                    "pelican: --pipe: {} not answered within {ms} ms: failed (it stays pending)",
+                    "pelican: --pipe: {} was outstanding at {deaths} handler deaths: failed (it stays \
+                     pending; is it what kills the handler?)",
                     key.1
                 ));
-                Verdict::Retry
+                return Verdict::Retry;
             }
-            Err(RecvTimeoutError::Disconnected) => Verdict::Retry,
+            let (tx, rx) = mpsc::channel();
+            {
+                let mut state = lock(&self.state);
+                let Some(generation) = self.started(&mut state, shared) else { return Verdict::Retry };
+                lock(&self.waiting).insert(key.clone(), (generation, tx));
+                let running = state.running.as_mut().expect("started");
+                // A failed write: it is gone, and its reader tells this entry so.
+                let _ = running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush());
+            }
+            let answer = match deadline {
+                Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match answer {
+                Ok(Outcome::Verdict(verdict)) => return verdict,
+                Ok(Outcome::Died) => continue,
+                Err(RecvTimeoutError::Timeout) => {
+                    lock(&self.waiting).remove(&key);
+                    let ms = shared.handler_timeout.unwrap_or_default().as_millis();
+                    shared.screen.tell(format_args!(
+                        "pelican: --pipe: {} not answered within {ms} ms: failed (it stays pending)",
+                        key.1
+                    ));
+                    return Verdict::Retry;
+                }
+                Err(RecvTimeoutError::Disconnected) => return Verdict::Retry,
+            }
         }
+        Verdict::Retry
     }
 
     /// The running handler's generation, starting one if none runs (after the backoff).
@@ -131,14 +244,15 @@ impl Pipe {
         if let Some(running) = &state.running {
             return Some(running.generation);
         }
-        if state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested() {
+        let ending = |state: &State| state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested();
+        if ending(state) {
             return None;
         }
         if let Some(at) = state.next_start {
             // Holding the lock: the other entries wait for the same start.
             thread::sleep(at.saturating_duration_since(Instant::now()));
             // A stop asked meanwhile starts no new handler.
-            if state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested() {
+            if ending(state) {
                 return None;
             }
         }
@@ -153,11 +267,15 @@ impl Pipe {
             Ok(child) => child,
             Err(e) => {
                 shared.screen.tell(format_args!("pelican: cannot run sh: {e}"));
+                state.last_end = Some(format!("could not be started (sh: {e})"));
                 self.back_off(state);
                 return None;
             }
         };
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else { return None };
+        if state.generation > 0 {
+            self.restarts.fetch_add(1, Relaxed);
+        }
         state.generation += 1;
         let generation = state.generation;
         self.pid.store(child.id(), SeqCst);
@@ -166,7 +284,7 @@ impl Pipe {
             .name("pelican-pipe".into())
             .spawn(move || pipe.read(&shared, child, stdout, generation))
             .ok();
-        state.running = Some(Running { stdin, generation, reader });
+        state.running = Some(Running { stdin, generation, since: Instant::now(), reader });
         Some(generation)
     }
 
@@ -177,7 +295,8 @@ impl Pipe {
     }
 
     /// The reader of generation `generation`: gives each answer to its entry; when the
-    /// handler's stdout ends, reaps it and fails its outstanding entries.
+    /// handler's stdout ends, reaps it and tells its outstanding entries, which are written
+    /// again to the next handler.
     fn read(&self, shared: &Shared, mut child: Child, stdout: ChildStdout, generation: u64) {
         let started = Instant::now();
         let mut answered = false;
@@ -186,19 +305,29 @@ impl Pipe {
         loop {
             match next_line(&mut lines, &mut line) {
                 Ok(None) | Err(_) => break,
-                Ok(Some(true)) => answered |= self.answer(shared, &line),
+                Ok(Some(true)) => {
+                    if self.answer(shared, &line) && !answered {
+                        answered = true;
+                        let mut state = lock(&self.state);
+                        state.failed_starts = 0;
+                        state.last_end = None;
+                    }
+                }
                 Ok(Some(false)) => {
                     let shown: String = String::from_utf8_lossy(&line).chars().take(200).collect();
-                    shared.screen.tell(format_args!(
-                        "pelican: --pipe: a line longer than {} KiB, ignored: {shown}…",
-                        MAX_LINE / 1024
-                    ));
+                    self.tell_bad(
+                        shared,
+                        format_args!(
+                            "pelican: --pipe: a line longer than {} KiB, ignored: {shown}…",
+                            MAX_LINE / 1024
+                        ),
+                    );
                 }
             }
         }
         let status = child.wait();
         self.pid.compare_exchange(child.id(), 0, SeqCst, SeqCst).ok();
-        let failed: Vec<Sender<Verdict>> = {
+        let orphans: Vec<Sender<Outcome>> = {
             let mut waiting = lock(&self.waiting);
             let keys: Vec<_> =
                 waiting.iter().filter(|(_, (g, _))| *g == generation).map(|(k, _)| k.clone()).collect();
@@ -208,46 +337,86 @@ impl Pipe {
         if state.running.as_ref().is_some_and(|r| r.generation == generation) {
             state.running = None;
         }
+        let how = match &status {
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (_, Some(signal)) => format!("was killed by signal {signal}"),
+                _ => "ended".to_string(),
+            },
+            Err(e) => format!("was lost ({e})"),
+        };
         let ending = state.finishing || EXITING.load(SeqCst);
         let code = status.as_ref().ok().and_then(ExitStatus::code);
+        // A failed start: dead soon after its start, without a word (one that lived long
+        // enough, idle, is trusted).
+        match answered || started.elapsed() >= BACKOFF_RESET {
+            true => state.failed_starts = 0,
+            false => state.failed_starts += 1,
+        }
+        state.last_end = Some(how.clone());
         if !ending && !answered && matches!(code, Some(126 | 127)) {
             // A typo or a missing file would fail every entry in turn: stop instead.
             shared.unrunnable.store(code.unwrap_or(127), Relaxed);
+            shared.stop.stop();
+        } else if !ending && state.failed_starts >= FAILED_STARTS {
+            let n = state.failed_starts;
+            let _ = shared.gave_up.set(format!(
+                "stopped: the --pipe handler `{}` died before answering anything {n} times in a row \
+                 (the last {how}); the entries it held stay pending",
+                self.command
+            ));
             shared.stop.stop();
         } else if !ending {
             if started.elapsed() >= BACKOFF_RESET {
                 state.backoff = None;
             }
             self.back_off(&mut state);
-            let how = match status {
-                Ok(s) => match (s.code(), s.signal()) {
-                    (Some(code), _) => format!("exited with status {code}"),
-                    (_, Some(signal)) => format!("was killed by signal {signal}"),
-                    _ => "ended".to_string(),
-                },
-                Err(e) => format!("was lost ({e})"),
-            };
-            let n = failed.len();
-            let entries = if n == 1 { "entry stays" } else { "entries stay" };
+            let n = orphans.len();
+            let entries = if n == 1 { "entry is" } else { "entries are" };
             // Stopping: no new handler starts (see `started`), so none is promised.
-            let again = match shared.stop.is_requested() {
-                true => String::new(),
-                false => {
+            let next = match shared.stop.is_requested() {
+                true => format!("; its {n} outstanding {entries} left pending"),
+                false if n == 0 => {
                     format!("; starting it again in {} ms", state.backoff.unwrap_or(BACKOFF_MIN).as_millis())
                 }
+                false => format!(
+                    "; its {n} outstanding {entries} held for the next one, started in {} ms",
+                    state.backoff.unwrap_or(BACKOFF_MIN).as_millis()
+                ),
             };
-            shared.screen.tell(format_args!(
-                "pelican: the --pipe handler {how}; its {n} outstanding {entries} pending{again}"
-            ));
+            shared.screen.tell(format_args!("pelican: the --pipe handler {how}{next}"));
         }
         drop(state);
-        for tx in failed {
-            let _ = tx.send(Verdict::Retry);
+        for tx in orphans {
+            let _ = tx.send(Outcome::Died);
+        }
+    }
+
+    /// Tells a line about the handler's output, at most [`TELLS_PER_WINDOW`] per
+    /// [`TELL_WINDOW`]; the count of those left untold comes with the next window's first.
+    fn tell_bad(&self, shared: &Shared, line: std::fmt::Arguments<'_>) {
+        let mut tells = lock(&self.tells);
+        let now = Instant::now();
+        if tells.since.is_none_or(|since| now.duration_since(since) >= TELL_WINDOW) {
+            if tells.untold > 0 {
+                shared.screen.tell(format_args!(
+                    "pelican: --pipe: {} more lines like these were ignored in {} s, untold",
+                    tells.untold,
+                    TELL_WINDOW.as_secs()
+                ));
+            }
+            *tells = Tells { since: Some(now), told: 0, untold: 0 };
+        }
+        if tells.told < TELLS_PER_WINDOW {
+            tells.told += 1;
+            shared.screen.tell(line);
+        } else {
+            tells.untold += 1;
         }
     }
 
     /// One line from the handler; true if it settled an entry. Anything else is told on
-    /// stderr and ignored.
+    /// stderr (rate-limited) and ignored.
     fn answer(&self, shared: &Shared, line: &[u8]) -> bool {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches(['\n', '\r']);
@@ -256,7 +425,7 @@ impl Pipe {
         }
         let shown: String = text.chars().take(200).collect();
         let Ok(answer) = serde_json::from_str::<Answer>(text) else {
-            shared.screen.tell(format_args!(
+            self.tell_bad(shared, format_args!(
                 "pelican: --pipe: not an answer ({{\"id\": …, \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}}), ignored: {shown}"
             ));
             return false;
@@ -268,7 +437,7 @@ impl Pipe {
             // Without a dead-letter stream it is a failure, as --exec's 65 is.
             "dead-letter" => Verdict::Retry,
             _ => {
-                shared.screen.tell(format_args!("pelican: --pipe: unknown verdict, ignored: {shown}"));
+                self.tell_bad(shared, format_args!("pelican: --pipe: unknown verdict, ignored: {shown}"));
                 return false;
             }
         };
@@ -282,7 +451,7 @@ impl Pipe {
                     (Some(key), None) => Some(key.clone()),
                     (Some(_), Some(_)) => {
                         drop(waiting);
-                        shared.screen.tell(format_args!(
+                        self.tell_bad(shared, format_args!(
                             "pelican: --pipe: an answer without \"stream\" for an id outstanding on several streams, ignored: {shown}"
                         ));
                         return false;
@@ -293,14 +462,15 @@ impl Pipe {
         };
         match key.and_then(|k| waiting.remove(&k)) {
             Some((_, tx)) => {
-                let _ = tx.send(verdict);
+                let _ = tx.send(Outcome::Verdict(verdict));
                 true
             }
             None => {
                 drop(waiting);
-                shared.screen.tell(format_args!(
-                    "pelican: --pipe: an answer for no outstanding entry, ignored: {shown}"
-                ));
+                self.tell_bad(
+                    shared,
+                    format_args!("pelican: --pipe: an answer for no outstanding entry, ignored: {shown}"),
+                );
                 false
             }
         }
