@@ -40,8 +40,8 @@ with --tls-ca FILE (else the system's root certificates are trusted), and --tls-
 any node's URL will do: every command follows the cluster's redirects. $PELICAN_GROUP and
 $PELICAN_CONSUMER stand for --group and --consumer when those are not given.
 
-Exit status: 0 done, 1 failed, 2 bad usage (a bad URL or a host that does not resolve
-included), 130 interrupted twice.";
+Exit status: 0 done, 1 failed (a host that does not resolve included: hosts are looked
+up at every connect), 2 bad usage (a bad URL included), 130 interrupted twice.";
 
 /// `pelican`: a command and its flags.
 #[derive(Parser, Debug)]

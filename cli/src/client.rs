@@ -159,7 +159,10 @@ impl Client {
     /// Connects to the first address `node` resolves to now that answers, checking the
     /// certificate against `host` over TLS.
     fn connect_node_at(server: &Server, node: &HostPort, host: &str, name: &str) -> Result<Client, String> {
-        let addrs = resolve(node)?;
+        let addrs = resolve(node).map_err(|why| match server.endpoint() {
+            Endpoint::Node(_) => server.host_failed(why),
+            _ => why,
+        })?;
         let mut last = String::new();
         for addr in addrs {
             match Client::connect_to(server, addr, host, name) {

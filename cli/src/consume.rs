@@ -136,8 +136,9 @@ closed, CMD cannot be run, an entry is over the frame limit, the dead-letter str
 another cluster slot; TLS failed: an untrusted, expired or misnamed certificate, a client
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
 a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
-a host that does not resolve, a --stats-json FILE that cannot be written, a --metrics ADDR
-that cannot be listened on), 130 a second signal. A stream that fails stops the others (each
+a --stats-json FILE that cannot be written, a --metrics ADDR that cannot be listened on),
+130 a second signal. A server that cannot be reached (refused, down, a host that does not
+resolve: hosts are looked up at every connect) is retried, and told every 30 s. A stream that fails stops the others (each
 finishes its entries in hand and confirms its acks); the message names it.";
 
 /// The largest millisecond count a server takes (a signed 64-bit integer).

@@ -47,9 +47,9 @@ pipeline deeper, raise it beforehand (XCFGSET KEY IDMP-MAXSIZE 1000); changing i
 stream forget what it remembered of every producer.";
 
 const AFTER: &str = "\
-Exit status: 0 all added, 1 the server failed or refused (--idempotent without IDMP
-included), the connection could not be made again, or TLS failed, 2 bad usage (a bad URL, a
-host that does not resolve).";
+Exit status: 0 all added, 1 the server failed, refused (--idempotent without IDMP
+included) or could not be reached (a host that does not resolve), the connection could not
+be made again, or TLS failed, 2 bad usage (a bad URL).";
 
 /// The most entries one run adds.
 const MAX_COUNT: u64 = 1_000_000_000;
