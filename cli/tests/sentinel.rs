@@ -1,7 +1,8 @@
 //! Every command against a master that Sentinel watches (`redis+sentinel://`), on real
 //! topologies (a master, its replica, three sentinels): `produce`, `pending`, `retire` and
 //! `consume` find the master; `consume` follows a failover on both transports; `produce` tells
-//! one; a command pointed at a replica says so; the sentinels' own password; bad URLs.
+//! one; a command pointed at a replica says so; the sentinels' own password; bad URLs; and
+//! `consume --ack-replicas` where the replicas do not answer.
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::thread;
 use std::time::Duration;
 
 use pelican_tests::sentinel::{Topology, TopologyOptions, SERVICE};
-use pelican_tests::server::{Flavor, Options};
+use pelican_tests::server::{Flavor, Options, Server};
 use support::*;
 
 /// `redis+sentinel://` URL of the topology's sentinels, with `extra` appended (a db, a query).
@@ -201,4 +202,31 @@ fn bad_sentinel_urls_are_usage_without_echoing_passwords() {
     ]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("--sentinel-password is for redis+sentinel://"), "{err}");
+}
+
+/// `--ack-replicas` on a server without a replica: every entry is handled, each batch's acks
+/// wait `--ack-timeout-ms` at most, the shortfall is told once and counted in `--stats-json`;
+/// `--ack-aof` on a server without `WAITAOF` (Redis 7.0) fails at connect, naming it.
+#[test]
+fn ack_replicas_without_a_replica_are_told_and_counted() {
+    let server = Server::start(Flavor::Redis70);
+    server.admin().xadd_n("s", 5, 8);
+    let url = format!("redis://{}", server.addr());
+    let scratch = Scratch::new("ack-replicas");
+    let stats = scratch.file("stats.json");
+    let extra = ["--ack-replicas", "1", "--ack-timeout-ms", "50", "--stats-json", &stats];
+    let mut consumer = Pelican::spawn(&consume(&url, "mio", &extra));
+    for _ in 0..5 {
+        consumer.line();
+    }
+    wait_until("the acks confirmed", || server.admin().xpending_count("s", "g") == 0);
+    consumer.stop();
+    let told = consumer.stderr();
+    assert_eq!(told.matches("of the 1 replicas asked for in time").count(), 1, "told once:\n{told}");
+    let json = Json::parse(&std::fs::read_to_string(&stats).expect("written at the stop"));
+    assert_eq!((json.get("acked").num(), json.get("acks_unreplicated").num()), (5.0, 5.0), "{json:?}");
+
+    let (status, _, err) = run(&consume(&url, "smol", &["--ack-replicas", "1", "--ack-aof"]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("WAITAOF (Redis 7.2 or later, or Valkey)"), "{err}");
 }

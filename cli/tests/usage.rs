@@ -426,7 +426,8 @@ fn an_unresolvable_host_is_a_failed_connect() {
 }
 
 /// Settings the consumer (or the server) would refuse later are refused up front, exit 2,
-/// before anything reaches the server.
+/// before anything reaches the server; `--ack-timeout-ms` and `--ack-aof` only with
+/// `--ack-replicas`.
 #[test]
 fn consumer_settings_are_checked_before_connecting() {
     let server = Server::start(Flavor::Valkey81);
@@ -445,6 +446,11 @@ fn consumer_settings_are_checked_before_connecting() {
         (&["--create-group", "1-x"], "a group start id is"),
         (&["--dead-letter", "s"], "invalid settings: the dead-letter stream must not be the consumed stream"),
         (&["--consumer", ""], "invalid settings: the consumer must not be empty"),
+        (&["--ack-replicas", "0"], "0 is not in 1..=4294967295"),
+        (&["--ack-replicas", "two"], "invalid value 'two' for '--ack-replicas <N>'"),
+        (&["--ack-timeout-ms", "500"], "the following required arguments were not provided"),
+        (&["--ack-aof"], "--ack-replicas <N>"),
+        (&["--ack-replicas", "1", "--ack-timeout-ms", "0"], "0 is not in 1..="),
     ] {
         let mut args = vec!["consume", "--url", &url, "--stream", "s", "--group", "g", "--create-group", "0"];
         if extra[0] == "--create-group" {
