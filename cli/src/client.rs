@@ -102,6 +102,8 @@ pub struct Client {
     heard: bool,
     /// Whether a whole reply has come yet (bytes that are not one are no Redis server's).
     replied: bool,
+    /// How long a reply may take now (the socket's read timeout).
+    limit: Duration,
     buf: Vec<u8>,
     pos: usize,
     /// The connection's name in `CLIENT LIST` (`pelican:<command>`).
@@ -215,7 +217,6 @@ impl Client {
             Some(tls) => Stream::Tls(Box::new(handshake(tls, host, socket).map_err(Connect::Failed)?)),
         };
         let tls = server.tls.clone().map(|tls| (tls, host.to_string()));
-        stream.set_read_timeout(FIRST_REPLY).map_err(|e| Connect::Failed(e.to_string()))?;
         let mut client = Client {
             server: server.clone(),
             peer: addr,
@@ -224,13 +225,15 @@ impl Client {
             tls,
             heard: false,
             replied: false,
+            limit: TIMEOUT,
             buf: Vec::new(),
             pos: 0,
             name: name.to_string(),
             master: None,
         };
+        client.set_limit(FIRST_REPLY).map_err(Connect::Failed)?;
         client.login().map_err(Connect::Failed)?;
-        client.stream.set_read_timeout(TIMEOUT).map_err(|e| Connect::Failed(e.to_string()))?;
+        client.set_limit(TIMEOUT).map_err(Connect::Failed)?;
         Ok(client)
     }
 
@@ -356,6 +359,38 @@ impl Client {
         Err(format!("the cluster redirected the command {} times: is it still settling?", MAX_REDIRECTS + 1))
     }
 
+    /// How long each reply may take from now on.
+    fn set_limit(&mut self, limit: Duration) -> Result<(), String> {
+        self.limit = limit;
+        self.stream.set_read_timeout(limit).map_err(|e| e.to_string())
+    }
+
+    /// `WAIT replicas timeout` on every node this connection wrote to (the one connected,
+    /// and the one an `ASK` named): the fewest replicas that acknowledged everything written
+    /// so far, when `timeout` ran out or all of them did. `Ok(Err(text))` is the server's
+    /// refusal; `Err` is the connection's failure.
+    pub fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<Result<u64, String>, String> {
+        let here = self.wait_here(replicas, timeout)?;
+        match (here, self.asked.as_deref_mut()) {
+            (Ok(here), Some(asked)) => Ok(asked.wait_here(replicas, timeout)?.map(|there| here.min(there))),
+            (here, _) => Ok(here),
+        }
+    }
+
+    /// [`Client::wait_replicas`] on the node connected to.
+    fn wait_here(&mut self, replicas: u32, timeout: Duration) -> Result<Result<u64, String>, String> {
+        let (n, ms) = (replicas.to_string(), timeout.as_millis().to_string());
+        // The reply comes when the replicas did, or when `timeout` ran out.
+        self.set_limit(timeout + TIMEOUT)?;
+        let reply = self.exchange(&[b"WAIT", n.as_bytes(), ms.as_bytes()]);
+        self.set_limit(TIMEOUT)?;
+        Ok(match reply? {
+            Reply::Integer(got) => Ok(u64::try_from(got).unwrap_or(0)),
+            Reply::Error(text) => Err(text),
+            other => Err(format!("WAIT answered {other:?}, not a count of replicas")),
+        })
+    }
+
     /// One command and its reply, an error reply included; `Err` only for the connection.
     fn exchange(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
         let mut out = Vec::new();
@@ -436,8 +471,7 @@ impl Client {
             return RESET_BY_TLS_PORT.into();
         }
         if timed_out(err) {
-            let limit = if self.replied { TIMEOUT } else { FIRST_REPLY };
-            return format!("{} did not answer within {} s", self.peer, limit.as_secs());
+            return format!("{} did not answer within {} s", self.peer, self.limit.as_secs());
         }
         format!("{what} failed: {err}")
     }

@@ -202,6 +202,11 @@ fn produce_bounds_its_sizes_and_writes_big_values_whole() {
     refused(&args("1", "536870913"), "536870913 is not in 0..=536870912");
     refused(&args("0", "16"), "0 is not in 1..=1000000000");
     refused(&args("99999999999999", "16"), "99999999999999 is not in 1..=1000000000");
+    let produce = ["produce", "--stream", "s", "--count", "1"];
+    let with = |extra: &[&'static str]| -> Vec<&str> { produce.iter().chain(extra).copied().collect() };
+    refused(&with(&["--wait-replicas", "0"]), "0 is not in 1..=4294967295");
+    refused(&with(&["--wait-timeout-ms", "100"]), "--wait-replicas <N>");
+    refused(&with(&["--wait-replicas", "1", "--wait-timeout-ms", "60001"]), "60001 is not in 1..=60000");
 
     let server = Server::start(Flavor::Valkey81);
     let mut admin = server.admin();
