@@ -14,7 +14,9 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::locate::{read_node_role, Dial, Found, NodeRole, SentinelAnswer, ROLE_REQUEST};
+use pelican::locate::{
+    read_node_role, read_replica_of, Dial, Found, NodeRole, SentinelAnswer, MASTER_REQUEST, ROLE_REQUEST,
+};
 use pelican::{Endpoint, HostPort, Locator};
 
 use pelican_tls::rustls::{self, ClientConnection, StreamOwned};
@@ -199,10 +201,9 @@ impl Client {
     }
 
     /// The master a replica names (`ROLE`, which needs `@admin`: `None` if refused).
-    fn master_of(&mut self) -> Option<String> {
-        let reply = self.exchange(&[b"ROLE"]).ok()?;
-        let [_, host, port, ..] = array(&reply)? else { return None };
-        Some(format!("{}:{}", String::from_utf8_lossy(bytes(host)?), int(port)?))
+    fn master_of(&mut self) -> Option<HostPort> {
+        self.write(&[MASTER_REQUEST]).ok()?;
+        read_replica_of(&self.read_raw().ok()?)
     }
 
     /// Connects to `addr`, over TLS checking that the certificate names `host`, and logs in.
