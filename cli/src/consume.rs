@@ -9,6 +9,7 @@ mod handler;
 mod lane;
 mod metrics;
 mod mio_lanes;
+mod others;
 mod pipe;
 mod report;
 mod screen;
@@ -112,8 +113,10 @@ parsers keep only the last). A name that is not UTF-8 cannot be an object key: t
 `fields` is an array of [name, value] pairs instead, each element written by the same rule.
 
 Signals: SIGINT or SIGTERM stops gracefully: the entries in hand (their commands) finish,
-the acknowledgements earned are confirmed by the server, then pelican exits 0; if the server
-cannot be reached meanwhile, a line on stderr says what pelican waits for. A second signal
+the acknowledgements earned are confirmed by the server, entries read ahead are handed back
+for a peer's next reclaim, the consumer leaves the group if it holds nothing (unless
+--keep-consumer), then pelican exits 0; if the server cannot be reached meanwhile, a line on
+stderr says what pelican waits for. A second signal
 exits with status 130 once nothing pelican started is left: the running commands' process
 groups get SIGTERM, then SIGKILL if still running 3 s later; the entries in hand, and those
 whose acknowledgements the server has not confirmed, stay pending. The same signal sent
@@ -233,14 +236,26 @@ pub struct Args {
     /// twice, and tells a twin that appears later
     #[arg(long, verbatim_doc_comment)]
     allow_twins: bool,
+    /// stay in the group after a clean stop (by default a consumer that holds
+    /// no pending entry when it stops deletes itself from the group, so that
+    /// names that change with each deploy do not pile up): for a fixed name
+    /// that comes back to its own entries
+    #[arg(long, verbatim_doc_comment)]
+    keep_consumer: bool,
     /// delete each acknowledged entry from the stream in the same step
     /// (XACKDEL, Redis 8.2+), for streams used as work queues. WHEN says what
     /// happens to an entry other groups of the stream have not acknowledged:
-    /// keepref (delete it; the default), delref (delete it and their
-    /// references), acked (only once every group has acknowledged it). On an
-    /// older server pelican refuses to start
-    #[arg(long, value_name = "WHEN", value_enum, num_args = 0..=1, default_missing_value = "keepref", verbatim_doc_comment)]
+    /// acked (the default: it is deleted only once every group has
+    /// acknowledged it), keepref (delete it: the other groups never see it),
+    /// delref (delete it and their references). keepref and delref are
+    /// refused when the stream has other groups at the start, unless
+    /// --force-delete. On an older server pelican refuses to start
+    #[arg(long, value_name = "WHEN", value_enum, num_args = 0..=1, default_missing_value = "acked", verbatim_doc_comment)]
     delete_acked: Option<DeleteWhen>,
+    /// with --delete-acked keepref or delref: start even if the stream has
+    /// other groups, whose unread entries will be deleted
+    #[arg(long, verbatim_doc_comment)]
+    force_delete: bool,
     /// what a failed entry (exit other than 0 and 65) does on Redis 8.8+,
     /// which can release an entry (XNACK): release (the default: any
     /// consumer of the group, this one too, takes it again at once, its
@@ -327,6 +342,9 @@ fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
     if a.recreate_group && a.create_group.is_none() {
         return Err(Failure::Usage("--recreate-group needs --create-group (the ID to create it at)".into()));
     }
+    if a.force_delete && !matches!(a.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) {
+        return Err(Failure::Usage("--force-delete goes with --delete-acked keepref or delref".into()));
+    }
     if a.max_deliveries.is_some() && a.dead_letter.is_none() {
         return Err(Failure::Usage(
             "--max-deliveries needs --dead-letter (the stream to move entries to)".into(),
@@ -372,7 +390,7 @@ fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
 }
 
 /// `--delete-acked`'s condition.
-#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum DeleteWhen {
     Keepref,
     Delref,
@@ -414,6 +432,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
     if a.allow_twins {
         config = config.allow_twins();
     }
+    config = config.leave_on_stop(!a.keep_consumer);
     if let Some(when) = a.delete_acked {
         config = config.delete_acked(match when {
             DeleteWhen::Keepref => DeleteAcked::KeepRef,
@@ -507,6 +526,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // signal meanwhile is a stop, not death by the signal's default action.
     signals::on_signals(stop.clone(), handlers.clone(), screen.clone(), concurrency(&args) > 1)?;
     let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
+    if matches!(args.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) && !args.force_delete {
+        let when = if args.delete_acked == Some(DeleteWhen::Keepref) { "keepref" } else { "delref" };
+        others::refuse_other_groups(&server, &streams, args.group.as_bytes(), when)?;
+    }
     let net = net.locate(&streams);
     let start = Instant::now();
     // Dropped on an early return, which ends the line.

@@ -213,19 +213,6 @@ fn retire_racing_a_consumer_orphans_nothing() {
     assert!(admin.xpending_all("s", "g").is_empty());
 }
 
-/// The names of the group's consumers (`XINFO CONSUMERS`).
-fn consumer_names(admin: &mut Admin, stream: &str) -> Vec<String> {
-    let reply = admin.call(&["XINFO", "CONSUMERS", stream, "g"]);
-    let rows = reply.as_array().map(<[_]>::to_vec).unwrap_or_default();
-    rows.iter()
-        .filter_map(|c| {
-            let fields = c.as_array()?;
-            let name = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("name"))?;
-            name[1].as_text()
-        })
-        .collect()
-}
-
 /// Whether a connection named `name` is open on the server `admin` speaks to.
 fn connected(admin: &mut Admin, name: &str) -> bool {
     let list = admin.call(&["CLIENT", "LIST"]).as_text().unwrap_or_default();
@@ -241,7 +228,7 @@ fn row<'a>(out: &'a str, consumer: &str) -> &'a str {
 /// Issue 22: on Redis 7.0 consumers parked with `--beat-ms 1000` were shown idle 23 s and
 /// removed (a read that finds nothing does not move 7.0's `idle`). Two consumers parked with
 /// a short beat and nothing pending are kept as connected, even with `--idle-ms 0`; a third
-/// that has stopped is removed.
+/// that has stopped (with `--keep-consumer`, as a crashed one stays) is removed.
 #[test]
 fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
     for flavor in Flavor::ALL {
@@ -249,8 +236,8 @@ fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
         let url = url(&server);
         let mut admin = server.admin();
         admin.call(&["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
-        let consume = |name: &str| {
-            Pelican::spawn(&[
+        let consume = |name: &str, extra: &[&str]| {
+            let mut args = vec![
                 "consume",
                 "--url",
                 &url,
@@ -262,14 +249,16 @@ fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
                 name,
                 "--beat-ms",
                 "100",
-            ])
+            ];
+            args.extend_from_slice(extra);
+            Pelican::spawn(&args)
         };
-        let mut gone = consume("gone");
-        wait_until("gone to join", || consumer_names(&mut admin, "s").contains(&"gone".into()));
+        let mut gone = consume("gone", &["--keep-consumer"]);
+        wait_until("gone to join", || admin.consumer_names("s", "g").contains(&"gone".into()));
         gone.stop();
         wait_until("gone's connection to close", || !connected(&mut admin, "pelican:s:g:gone"));
-        let mut parked = [consume("p1"), consume("p2")];
-        wait_until("p1 and p2 to join", || consumer_names(&mut admin, "s").len() == 3);
+        let mut parked = [consume("p1", &[]), consume("p2", &[])];
+        wait_until("p1 and p2 to join", || admin.consumer_names("s", "g").len() == 3);
         thread::sleep(Duration::from_millis(300));
         let retire = |extra: &[&str]| {
             let mut args = vec!["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"];
@@ -286,11 +275,14 @@ fn retire_keeps_parked_consumers_connected_and_removes_a_stopped_one() {
         }
         assert!(row(&out, "gone").ends_with("  removed"), "{flavor}: {out}");
         assert!(out.contains("1 of 3 removed"), "{flavor}: {out}");
-        assert_eq!(consumer_names(&mut admin, "s"), ["p1", "p2"], "{flavor}");
+        assert_eq!(admin.consumer_names("s", "g"), ["p1", "p2"], "{flavor}");
         for p in &mut parked {
             p.stop();
             assert!(!p.stderr().contains("twin"), "{flavor}: {}", p.stderr());
+            assert!(p.stderr().contains("left the group (holding nothing)"), "{flavor}: {}", p.stderr());
         }
+        // Stopped cleanly, holding nothing: they left (from a parked read, on a new connection).
+        assert_eq!(admin.consumer_names("s", "g"), Vec::<String>::new(), "{flavor}");
     }
 }
 
@@ -307,7 +299,7 @@ fn retire_refused_client_list_says_why_and_removes_nothing() {
     let (status, _, err) = run(&["retire", "--url", &url, "--stream", "s", "--group", "g", "--idle-ms", "0"]);
     assert_eq!(status.code(), Some(1), "{err}");
     assert!(err.starts_with("pelican: s: NOPERM") && err.contains("CLIENT LIST"), "{err}");
-    assert_eq!(consumer_names(&mut admin, "s"), ["gone"]);
+    assert_eq!(admin.consumer_names("s", "g"), ["gone"]);
 }
 
 /// In a cluster, the connections are listed on the node serving the stream (where its
@@ -337,7 +329,7 @@ fn retire_in_a_cluster_lists_the_connections_where_the_stream_is() {
         "--beat-ms",
         "100",
     ]);
-    wait_until("p1 to join", || consumer_names(&mut admin, stream).contains(&"p1".into()));
+    wait_until("p1 to join", || admin.consumer_names(stream, "g").contains(&"p1".into()));
     assert!(connected(&mut admin, &format!("pelican:{stream}:g:p1")), "p1 followed its stream to its master");
     let retire = |extra: &[&str]| {
         let mut args = vec!["retire", "--url", &url, "--stream", stream, "--group", "g", "--idle-ms", "0"];
@@ -360,7 +352,7 @@ fn retire_in_a_cluster_lists_the_connections_where_the_stream_is() {
     assert!(row(&out, "p1").ends_with("  kept: connected"), "during the migration: {out}");
     assert!(row(&out, "gone").ends_with("  removed"), "during the migration: {out}");
     migration.finish();
-    assert_eq!(consumer_names(&mut on_target, stream), ["p1"], "the retirement ran where the stream is");
+    assert_eq!(on_target.consumer_names(stream, "g"), ["p1"], "the retirement ran where the stream is");
     parked.stop();
 }
 

@@ -12,7 +12,7 @@ use std::thread;
 
 use pelican_tests::admin::Admin;
 use pelican_tests::server::{Flavor, Server};
-use support::{run, wait_until, Json};
+use support::{consume, run, wait_until, Json, Pelican};
 
 /// A TCP proxy to a server that loses replies: it forwards what the client writes, and
 /// after forwarding the client's `n`th write that carries an `XADD` (counted over every
@@ -273,4 +273,55 @@ fn pending_shows_released_entries_as_released() {
     let cells: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(cells, [ids[0].as_str(), "(released)", "-", "1"], "{text}");
     assert!(!text.contains("-1ms"), "{text}");
+}
+
+/// Issue 29: `--delete-acked` lost another group's data by default (keepref). Now, with no
+/// value, an entry is deleted only once every group has acknowledged it; keepref and delref
+/// are refused while the stream has other groups, unless `--force-delete`.
+#[test]
+fn delete_acked_spares_other_groups_unless_forced() {
+    let server = Server::start(Flavor::Redis810);
+    let url = format!("redis://{}", server.addr());
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    admin.call(&["XGROUP", "CREATE", "s", "other", "0"]);
+    admin.xadd_n("s", 100, 8);
+    let mut g = Pelican::spawn(&consume(&url, "mio", &["--delete-acked", "--quiet"]));
+    let mut printed = 0;
+    wait_until("g to ack all 100", || {
+        printed += lines(&mut g);
+        printed == 100 && admin.xpending_count("s", "g") == 0
+    });
+    g.stop();
+    assert_eq!(admin.xlen("s"), 100, "other has read none of them: all kept");
+    // The other group acks them too: now every group has, and they go.
+    let mut args = consume(&url, "mio", &["--delete-acked", "--quiet"]);
+    args[6] = "other";
+    let mut other = Pelican::spawn(&args);
+    wait_until("the stream to empty", || admin.xlen("s") == 0);
+    other.stop();
+
+    admin.xadd_n("s", 10, 8);
+    for when in ["keepref", "delref"] {
+        let (status, _, err) = run(&consume(&url, "mio", &["--delete-acked", when]));
+        assert_eq!(status.code(), Some(1), "{err}");
+        assert!(err.contains("stream s has other group (other)") && err.contains("--force-delete"), "{err}");
+    }
+    assert_eq!((admin.xlen("s"), admin.xpending_count("s", "g")), (10, 0), "nothing read");
+    let mut forced =
+        Pelican::spawn(&consume(&url, "mio", &["--delete-acked", "keepref", "--force-delete", "--quiet"]));
+    wait_until("the forced consumer to delete the 10", || admin.xlen("s") == 0);
+    forced.stop();
+    let (status, _, err) = run(&consume(&url, "mio", &["--force-delete"]));
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("--force-delete goes with --delete-acked keepref or delref"), "{err}");
+}
+
+/// The JSON lines a consumer printed so far (each entry one), read as they come.
+fn lines(p: &mut Pelican) -> usize {
+    let mut n = 0;
+    while p.try_line().is_some() {
+        n += 1;
+    }
+    n
 }

@@ -455,7 +455,8 @@ fn on_a_terminal_output_never_runs_into_the_progress_line() {
     let first_entry = screen.find("{\"stream\"").unwrap_or_default();
     assert!(screen[..first_entry].contains("entries/s"), "the line was shown before the entries: {screen:?}");
     assert_eq!(starts_lines(&screen, "{\"stream\""), 3, "{screen:?}");
-    // Connected, the stop message and the summary.
-    assert_eq!(starts_lines(&screen, "pelican: "), 3, "{screen:?}");
+    // Connected, the stop message, the leave and the summary.
+    assert_eq!(starts_lines(&screen, "pelican: "), 4, "{screen:?}");
+    assert!(screen.contains("pelican: left the group (holding nothing)"), "{screen:?}");
     assert!(screen.contains(" 3 handled in "), "{screen:?}");
 }

@@ -154,6 +154,13 @@ pub struct Config {
     /// [`Error::Twin`](crate::Error::Twin), and a twin seen later (by the look every
     /// `min_idle`) is told as [`Notice::Twin`](crate::Notice::Twin). Needs a client name.
     pub allow_twins: bool,
+    /// Whether a clean stop deletes the consumer from the group when it holds no pending
+    /// entry (`XGROUP DELCONSUMER`, checked and done in one script: never one that holds
+    /// entries), so that consumers named after short-lived processes do not pile up.
+    /// `true` by default; never with [`allow_twins`](Self::allow_twins) (a twin may still
+    /// be at work under the name). A stop without a connection, an abandon and a crash
+    /// leave the consumer in the group (`pelican retire` removes such ones).
+    pub leave_on_stop: bool,
     /// What a [`Verdict::Retry`](crate::Verdict::Retry) does where the server can release
     /// an entry (`XNACK`, Redis 8.8+). Default [`OnRetry::Release`].
     pub on_retry: OnRetry,
@@ -386,6 +393,7 @@ impl Config {
             start_count: None,
             order_by: None,
             allow_twins: false,
+            leave_on_stop: true,
             on_retry: OnRetry::Release,
             delete_acked: None,
             classic_verbs: false,
@@ -455,6 +463,13 @@ impl Config {
     /// consumer's name.
     pub fn allow_twins(mut self) -> Self {
         self.allow_twins = true;
+        self
+    }
+
+    /// Sets [`Config::leave_on_stop`]: `false` keeps the consumer in the group after a stop
+    /// (for a fixed name, e.g. a StatefulSet's pod, that comes back to its own entries).
+    pub fn leave_on_stop(mut self, leave: bool) -> Self {
+        self.leave_on_stop = leave;
         self
     }
 

@@ -182,6 +182,11 @@ pub struct Consumer {
     last_health: Option<GroupHealth>,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
+    /// Whether a clean stop still has to leave the group ([`Config::leave_on_stop`]): set
+    /// once the leave is sent.
+    leave_due: bool,
+    /// The stop dropped a parked connection to leave the group on a new one.
+    leaving_link: bool,
     /// The stream verbs spoken on this connection (classic until the server's `HELLO` says
     /// more; kept from the last connection meanwhile).
     dialect: Dialect,
@@ -291,6 +296,8 @@ impl Consumer {
     pub fn new(config: Config) -> Result<Consumer, ConfigError> {
         config.validate()?;
         Ok(Consumer {
+            leave_due: config.leave_on_stop && !config.allow_twins,
+            leaving_link: false,
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(config.backoff_min, config.backoff_max, config.seed),
             pace: Pace::new(
@@ -421,7 +428,10 @@ impl Consumer {
     }
 
     /// True if the driver should open a connection: at once before the first, else once
-    /// `poll_timeout` has passed. False while connected, and once stopped or failed.
+    /// `poll_timeout` has passed. False while connected, and once stopped or failed. True
+    /// with a connection open, after [`stop`](Self::stop) dropped a parked one to leave the
+    /// group: close it (without telling [`on_disconnected`](Self::on_disconnected)) and
+    /// connect again.
     pub fn wants_connection(&self) -> bool {
         matches!(self.link, Link::Fresh | Link::Down { .. })
     }
@@ -476,7 +486,7 @@ impl Consumer {
             return;
         }
         self.reset_link();
-        if self.connected_before {
+        if self.connected_before && !self.leaving_link {
             self.stats.reconnects += 1;
         }
         self.heard = false;
@@ -705,10 +715,14 @@ impl Consumer {
     }
 
     /// Asks the consumer to stop. Honored between entries: nothing more is handed out, the
-    /// entries in hand are settled first, earned acks (and dead-letter moves) are sent and confirmed, then
-    /// [`Event::Stopped`] comes out. Entries read but not handed out stay pending, their
-    /// delivery counts given back (if connected: a stop does not wait for a connection for
-    /// that). Parked with nothing owed, it stops at once.
+    /// entries in hand are settled first, earned acks (and dead-letter moves) are sent and
+    /// confirmed, then [`Event::Stopped`] comes out. Entries read but not handed out are given
+    /// back, for a peer's next reclaim (if connected: a stop does not wait for a connection
+    /// for that). Then, holding nothing, it leaves the group
+    /// ([`Config::leave_on_stop`]). Parked with nothing owed, it stops at once — or, to
+    /// leave the group, drops the parked connection (which the server holds for up to a
+    /// beat) and leaves on a new one: [`wants_connection`](Self::wants_connection) turns
+    /// true; close the connection and connect again.
     pub fn stop(&mut self) {
         if self.stop == Stop::Running && self.is_live() {
             self.stop = Stop::Stopping;
@@ -918,6 +932,7 @@ impl Consumer {
                 // Not worth waiting for at a stop: released now if still ours.
                 self.releases.come_due(&self.config, now, true);
                 self.flush_releases(now);
+                self.leave_group(now);
             }
             self.finish_stop_if_clear();
             return;
@@ -994,6 +1009,9 @@ impl Consumer {
 
     /// Tells [`Notice::Connected`] for this connection.
     fn announce(&mut self) {
+        if self.leaving_link {
+            return; // the connection a stop opened to leave the group: nothing to tell
+        }
         let reconnect = self.announced_before;
         self.notices.push_back(Notice::Connected { reconnect, dialect: self.dialect });
         self.announced_before = true;
@@ -1266,11 +1284,10 @@ impl Consumer {
     fn finish_stop_if_clear(&mut self) {
         // Reads already answering at once are waited for too, so that what they bring has
         // its delivery count given back; a parked read is not (it may take a beat).
-        let owed = !self.acks.is_empty()
-            || !self.dead_letters.is_empty()
-            || (self.link == Link::Up
-                && (!self.returns.is_empty() || self.staged.is_some() || !self.releases.is_empty()))
-            || self.in_flight.iter().any(|c| c.sent.is_owed());
+        // A stop on its way to a failure does not leave the group (see `leave_group`).
+        let leaving =
+            self.leave_due && self.failing.is_none() && (self.link == Link::Up || self.leaving_link);
+        let owed = self.owes() || leaving;
         if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_empty() && !owed {
             self.reset_link();
             self.link = Link::Closed;
@@ -1281,6 +1298,35 @@ impl Consumer {
                 }
                 None => self.stop = Stop::Stopped { reported: false },
             }
+        }
+    }
+
+    /// What a stop waits for before it ends (besides the entries in hand): acks and moves
+    /// owed, and, while connected, give-backs, releases and the counts of entries read.
+    fn owes(&self) -> bool {
+        !self.acks.is_empty()
+            || !self.dead_letters.is_empty()
+            || (self.link == Link::Up
+                && (!self.returns.is_empty() || self.staged.is_some() || !self.releases.is_empty()))
+            || self.in_flight.iter().any(|c| c.sent.is_owed())
+    }
+
+    /// At the end of a clean stop, once nothing else is owed (its acks confirmed, so that
+    /// what it holds is known): leaves the group if it holds nothing ([`crate::leave`]).
+    fn leave_group(&mut self, now: Instant) {
+        let clean = self.failed.is_none() && self.failing.is_none() && self.in_hand.is_empty();
+        if self.leave_due && clean && self.ready() && !self.owes() {
+            if self.parked_read_in_flight() {
+                // Behind the blocked read the server would hold it for up to a beat: the
+                // connection is dropped and the leave goes on a new one.
+                self.reset_link();
+                self.link = Link::Down { retry_at: now };
+                self.leaving_link = true;
+                return;
+            }
+            self.leave_due = false;
+            crate::leave::encode(&mut self.out, &self.config);
+            self.track(Sent::Leave, now);
         }
     }
 
@@ -1432,6 +1478,9 @@ impl Consumer {
     }
 
     fn lose_link(&mut self, now: Instant, reason: Lost) {
+        if self.stop == Stop::Stopping {
+            self.leave_due = false; // not worth waiting for a connection
+        }
         // A connection the server never answered on counts as a failed connect.
         let was_up = self.ready() && self.heard;
         self.reset_link();
@@ -1569,6 +1618,10 @@ impl Consumer {
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetterCheck => {
                 reply::int(value).map_err(shape)?;
+            }
+            Sent::Leave => {
+                let holding = u64::try_from(reply::int(value).map_err(shape)?).unwrap_or(0);
+                self.notices.push_back(Notice::Left { holding });
             }
             Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
                 1 => {
@@ -1793,6 +1846,11 @@ impl Consumer {
         }
         if let Sent::Twins { list, .. } = sent {
             self.notices.extend(self.twins.on_refused(list, text()));
+            return Ok(());
+        }
+        if let Sent::Leave = sent {
+            // Not allowed (an ACL without `EVAL`), or the group gone: the consumer stays.
+            self.notices.push_back(Notice::Refused { feature: Notice::LEAVE, reason: text() });
             return Ok(());
         }
         if let Sent::DeadLetter(_) = sent {
@@ -2035,6 +2093,7 @@ impl Consumer {
             | Sent::DeadLetterCheck
             | Sent::Role
             | Sent::Wait { .. }
+            | Sent::Leave
             | Sent::Discard(_) => {}
             Sent::CreateGroup => commands::create_group(out, c),
             Sent::Ack(acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {

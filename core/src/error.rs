@@ -59,6 +59,9 @@ pub enum Command {
     /// `WAIT` or `WAITAOF`: acks waiting to reach replicas or append-only files
     /// ([`Config::ack_wait`](crate::Config::ack_wait)).
     Wait,
+    /// `EVAL …` at a clean stop: leaving the group if holding nothing
+    /// ([`Config::leave_on_stop`](crate::Config::leave_on_stop)).
+    Leave,
 }
 
 impl fmt::Display for Command {
@@ -87,6 +90,7 @@ impl fmt::Display for Command {
             Command::AckDelete => "XACKDEL",
             Command::Role => "ROLE",
             Command::Wait => "WAIT",
+            Command::Leave => "EVAL (leaving the group)",
         })
     }
 }

@@ -72,6 +72,8 @@ pub(crate) enum Sent {
         list: bool,
         first: bool,
     },
+    /// Leaving the group at the end of a clean stop ([`crate::leave`]).
+    Leave,
 }
 
 /// The three commands that ask after the group's health, pipelined in this order.
@@ -103,6 +105,7 @@ impl Sent {
             Sent::DeadLetterCheck => Command::DeadLetterCheck,
             Sent::Role => Command::Role,
             Sent::Wait { .. } => Command::Wait,
+            Sent::Leave => Command::Leave,
         }
     }
 
@@ -140,6 +143,7 @@ impl Sent {
                 | Sent::Claim { .. }
                 | Sent::ReadNew { block: None, .. }
                 | Sent::Counts { .. }
+                | Sent::Leave
         )
     }
 }

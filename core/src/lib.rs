@@ -105,6 +105,7 @@ pub mod fuzzing;
 mod held;
 mod in_flight;
 mod lease;
+mod leave;
 pub mod locate;
 mod notice;
 #[cfg(any(test, feature = "fuzzing"))]
@@ -126,6 +127,7 @@ pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
+pub use leave::LEAVE_SCRIPT;
 pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, Snapshot, Stats};

@@ -104,10 +104,19 @@ pub enum Notice {
     /// use (the look for twins and the group's health are asked at the first connect, before
     /// anything is read).
     Refused {
-        /// What is off: [`Refused::TWINS`](Notice::TWINS) or [`HEALTH`](Notice::HEALTH).
+        /// What is off: [`TWINS`](Notice::TWINS), [`HEALTH`](Notice::HEALTH) or
+        /// [`LEAVE`](Notice::LEAVE).
         feature: &'static str,
         /// The server's answer.
         reason: String,
+    },
+    /// A clean stop asked to leave the group ([`Config::leave_on_stop`](crate::Config::leave_on_stop)):
+    /// with nothing held, the consumer was deleted from it; holding entries (its retries
+    /// kept pending, or what it read ahead given back on a server without `XNACK`), it was
+    /// kept, and its entries go to the peers' reclaims.
+    Left {
+        /// The entries it holds: 0 if it left.
+        holding: u64,
     },
     /// Reads now ask for fewer entries.
     ReadShrunk {
@@ -204,6 +213,9 @@ impl Notice {
         "looking for another process under this consumer's name (CLIENT ID, CLIENT LIST)";
     /// [`Notice::Refused`]'s feature: the group's health (`XINFO GROUPS`, `XPENDING`, `TIME`).
     pub const HEALTH: &'static str = "the group's health (XINFO GROUPS, XPENDING, TIME)";
+    /// [`Notice::Refused`]'s feature: leaving the group at a clean stop (`EVAL` of
+    /// [`LEAVE_SCRIPT`](crate::LEAVE_SCRIPT): `XPENDING`, `XGROUP DELCONSUMER`).
+    pub const LEAVE: &'static str = "leaving the group at a stop (EVAL: XPENDING, XGROUP DELCONSUMER)";
 }
 
 impl fmt::Display for Notice {
@@ -262,6 +274,15 @@ impl fmt::Display for Notice {
             ),
             Notice::Refused { feature, reason } => {
                 write!(f, "{feature} is off: the server refused it ({reason})")
+            }
+            Notice::Left { holding: 0 } => f.write_str("left the group (holding nothing)"),
+            Notice::Left { holding } => {
+                let entries = if *holding == 1 { "entry" } else { "entries" };
+                write!(
+                    f,
+                    "stays in the group: it holds {holding} pending {entries}, for the peers' \
+                     reclaims (`pelican retire` removes it once it holds none)"
+                )
             }
             Notice::ReadShrunk { count, cause } => {
                 let why = match cause {
@@ -339,6 +360,16 @@ mod tests {
         assert_eq!(once.to_string(), "dead-lettered 5-2 after 1 delivery, by the handler's verdict");
         let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::BigEntries };
         assert_eq!(shrunk.to_string(), "reads shrunk to 3 entries: entries are big");
+    }
+
+    #[test]
+    fn leaving_says_whether_it_left() {
+        assert_eq!(Notice::Left { holding: 0 }.to_string(), "left the group (holding nothing)");
+        assert_eq!(
+            Notice::Left { holding: 1 }.to_string(),
+            "stays in the group: it holds 1 pending entry, for the peers' reclaims \
+             (`pelican retire` removes it once it holds none)"
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@ fn config(protocol: Protocol) -> Config {
         .min_idle(MIN_IDLE)
         .protocol(protocol)
         .no_client_name()
+        // Leaving the group at a stop has its own stories (leave.rs).
+        .leave_on_stop(false)
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {

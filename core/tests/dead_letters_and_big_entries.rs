@@ -17,6 +17,8 @@ fn config(protocol: Protocol) -> Config {
         .beat(Duration::from_secs(2))
         .protocol(protocol)
         .no_client_name()
+        // Leaving the group at a stop has its own stories (leave.rs).
+        .leave_on_stop(false)
 }
 
 fn each(mut story: impl FnMut(&'static str, Protocol)) {

@@ -150,6 +150,10 @@ impl Server {
                 }
                 format!(":{n}\r\n").into_bytes()
             }
+            // Leaving the group at a clean stop: this consumer holds the whole pending list.
+            ["EVAL", script, "1", "s", _, _] if *script == pelican::LEAVE_SCRIPT => {
+                format!(":{}\r\n", self.pel.len()).into_bytes()
+            }
             other => panic!("unexpected command {other:?}"),
         }
     }
@@ -176,6 +180,7 @@ struct Story {
 #[derive(Debug, PartialEq)]
 enum Step {
     Sent(Vec<String>),
+    Reconnected,
     Entry(String),
     Notice(String),
     StopAsked,
@@ -235,6 +240,13 @@ fn run(story: &Story, chunks: &[usize]) -> Outcome {
     let mut chunk_i = 0usize;
     consumer.on_connected(now);
     for _round in 0..100_000 {
+        if consumer.connect_due(now) {
+            // A stop dropped the parked connection to leave the group on a new one: what
+            // the old one still had to say is gone with it.
+            inbox.clear();
+            trace.push(Step::Reconnected);
+            consumer.on_connected(now);
+        }
         exchange(&mut consumer, &mut server, &mut inbox, &mut trace, now);
         let mut stopped = false;
         while let Some(event) = consumer.poll_event() {
@@ -382,6 +394,16 @@ proptest! {
             }
         }
         prop_assert_eq!(out.trace.last(), Some(&Step::Stopped));
+        // Every clean stop asks to leave the group, once, after its last ack: holding
+        // nothing, it leaves.
+        let leaves: Vec<usize> = out.trace.iter().enumerate()
+            .filter(|(_, s)| matches!(s, Step::Sent(c) if c[0] == "EVAL")).map(|(i, _)| i).collect();
+        prop_assert_eq!(leaves.len(), 1, "{:?}", out.trace);
+        let last_ack = out.trace.iter().rposition(|s| matches!(s, Step::Sent(c) if c[0] == "XACK"));
+        prop_assert!(last_ack.is_none_or(|a| a < leaves[0]), "the leave before the last ack");
+        let told = out.trace.iter().any(|s| matches!(s, Step::Notice(n) if n.starts_with("left the group")
+            || n.starts_with("stays in the group")));
+        prop_assert!(told, "{:?}", out.trace);
         // Delivery counts count handlings, not reads: entries read but dropped at the stop
         // had their counts given back.
         for (&n, &count) in &out.server.deliveries {
@@ -413,7 +435,8 @@ proptest! {
             prop_assert!(handed.len() <= k + 1, "entries handed out after the stop");
         }
         // After the stop is asked, no entry is handed out, and no read is sent: only the
-        // XACK of earned acks and the give-back of counts (XPENDING for them, XCLAIM).
+        // XACK of earned acks, the give-back of counts (XPENDING for them, XCLAIM), and the
+        // leave (EVAL), on a new connection (its handshake) if the stop found it parked.
         let sent = |s: &Step| matches!(s, Step::Sent(c) if c[0] == "XCLAIM" && c.last().unwrap() == "JUSTID");
         if story.handler_ms < 900 {
             prop_assert!(!out.trace.iter().any(sent), "a renewal with handlers well within the lease");
@@ -421,7 +444,11 @@ proptest! {
         let asked = out.trace.iter().position(|s| *s == Step::StopAsked).expect("every story stops");
         for step in &out.trace[asked + 1..] {
             match step {
-                Step::Sent(cmd) => prop_assert!(["XACK", "XCLAIM", "XPENDING"].contains(&cmd[0].as_str()), "{:?}", cmd),
+                Step::Sent(cmd) => prop_assert!(
+                    ["XACK", "XCLAIM", "XPENDING", "EVAL", "HELLO"].contains(&cmd[0].as_str()),
+                    "{:?}",
+                    cmd
+                ),
                 Step::Entry(id) => prop_assert!(false, "entry {} handed out after the stop", id),
                 _ => {}
             }

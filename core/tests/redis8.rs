@@ -19,6 +19,8 @@ fn config(protocol: Protocol) -> Config {
         .min_idle(MIN_IDLE)
         .protocol(protocol)
         .no_client_name()
+        // Leaving the group at a stop has its own stories (leave.rs).
+        .leave_on_stop(false)
 }
 
 /// Half of the default 16 MiB `read_bytes`: the `MAXSIZE` of reads of more than one entry.

@@ -1150,8 +1150,11 @@ fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             _ => Err("ERR wrong number of arguments for the dead-letter check".into()),
         };
     }
+    if args[1] == pelican::LEAVE_SCRIPT.as_bytes() {
+        return leave(ctx, args);
+    }
     if args[1] != pelican::DEAD_LETTER_SCRIPT.as_bytes() {
-        return Err("ERR the simulator runs no script but pelican's dead-letter script".into());
+        return Err("ERR the simulator runs no script but pelican's dead-letter and leave scripts".into());
     }
     let [_, _, numkeys, key, dead, group, consumer, id, extra @ ..] = args else {
         return Err("ERR wrong number of arguments for the dead-letter script".into());
@@ -1179,6 +1182,29 @@ fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     ctx.signals.push(Signal::Added(dead.clone()));
     let acked = ctx.db.streams.get_mut(key).and_then(|s| s.groups.get_mut(group)).is_some_and(|g| g.ack(id));
     reply(Reply::Int(i64::from(acked)))
+}
+
+/// `EVAL` of pelican's leave script ([`pelican::LEAVE_SCRIPT`]), run natively: the entries
+/// the consumer holds, and it is deleted if none; the group gone is the script's error.
+fn leave(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let [_, _, numkeys, key, group, consumer] = args else {
+        return Err("ERR wrong number of arguments for the leave script".into());
+    };
+    if &numkeys[..] != b"1" {
+        return Err("ERR wrong number of arguments for the leave script".into());
+    }
+    let Some(g) = ctx.db.streams.get_mut(key).and_then(|s| s.groups.get_mut(group)) else {
+        return Err(format!(
+            "ERR Error running script: NOGROUP No such key '{}' or consumer group '{}'",
+            lossy(key),
+            lossy(group)
+        ));
+    };
+    let holding = g.consumers.get(consumer).map_or(0, |c| c.pel.len());
+    if holding == 0 {
+        g.remove_consumer(consumer);
+    }
+    int(holding)
 }
 
 fn xack(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {

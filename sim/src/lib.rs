@@ -93,7 +93,8 @@
 //! Without them, the sim answers these as the older servers do: `ERR unknown command …`
 //! (6.2's wording under a 6.x [`SimOptions::server_version`]) or `ERR syntax error` / `ERR
 //! Invalid stream ID …` for the new options. And
-//! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively) and of its
+//! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively), of its leave
+//! script (`pelican::LEAVE_SCRIPT`, likewise) and of its
 //! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`). Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
@@ -125,7 +126,7 @@
 //! - The parser waits for a declared bulk length up to 512 MiB (it remembers where a partial
 //!   request's scan stopped, so a request fed in tiny pieces costs time linear in its size).
 //! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
-//! - `EVAL` runs only pelican's dead-letter script; `XCLAIM` knows `JUSTID`, `IDLE` and
+//! - `EVAL` runs only pelican's dead-letter and leave scripts; `XCLAIM` knows `JUSTID`, `IDLE` and
 //!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
 //! - Not modelled: `XREVRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`, `CLIENT UNBLOCK`,
 //!   `MULTI`, other scripts, replication, ACL users other than `default`; persistence only as

@@ -334,6 +334,20 @@ impl Admin {
         })
     }
 
+    /// The names of `group`'s consumers (`XINFO CONSUMERS key group`); none when the key or
+    /// the group is missing.
+    pub fn consumer_names(&mut self, key: &str, group: &str) -> Vec<String> {
+        let reply = self.cmd(&["XINFO", "CONSUMERS", key, group]);
+        let rows = reply.as_array().map(<[_]>::to_vec).unwrap_or_default();
+        rows.iter()
+            .filter_map(|c| {
+                let fields = c.as_array()?;
+                let name = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("name"))?;
+                name[1].as_text()
+            })
+            .collect()
+    }
+
     /// `CLIENT SETNAME name` for this connection.
     pub fn client_setname(&mut self, name: &str) {
         self.call(&["CLIENT", "SETNAME", name]);

@@ -672,6 +672,36 @@ pub fn acl_stream_worker<T: Transport>(t: Target) {
     assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
 }
 
+/// A clean stop leaves the group: found parked on a 5 s read, it leaves on a new connection
+/// without waiting the read out; kept in the group on request (`leave_on_stop(false)`), and
+/// when the user may not run `EVAL` (consuming unaffected).
+pub fn stop_leaves_the_group<T: Transport>(t: Target) {
+    let server = t.start_with(Options::default().with_acl_user("worker on >pw ~* &* +@stream +@connection"));
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    let seen = Seen::default();
+    let run = T::spawn(server.endpoint(), t.config("c1").beat(Duration::from_secs(5)), seen.acking());
+    admin.xadd_n(STREAM, 10, 8);
+    assert!(wait_until(SETTLE, || seen.len() == 10 && admin.xpending_count(STREAM, GROUP) == 0));
+    thread::sleep(Duration::from_millis(200)); // parked
+    let stopping = Instant::now();
+    run.finish();
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(2), "the 5 s read was waited out: {took:?}");
+    assert_eq!(admin.consumer_names(STREAM, GROUP), Vec::<String>::new(), "c1 left");
+
+    let kept = T::spawn(server.endpoint(), t.config("c2").leave_on_stop(false), seen.acking());
+    let without_eval = T::spawn(server.endpoint(), t.config("c3").auth(Some("worker"), "pw"), seen.acking());
+    assert!(wait_until(SETTLE, || admin.consumer_names(STREAM, GROUP).len() == 2), "both joined");
+    admin.xadd_n(STREAM, 10, 8);
+    assert!(wait_until(SETTLE, || seen.len() == 20 && admin.xpending_count(STREAM, GROUP) == 0));
+    let stats = (kept.finish(), without_eval.finish());
+    assert_eq!(stats.0.acked + stats.1.acked, 10);
+    let mut names = admin.consumer_names(STREAM, GROUP);
+    names.sort();
+    assert_eq!(names, ["c2", "c3"]);
+}
+
 /// A large backlog (100k entries) consumed in full, the PEL empty at the end.
 pub fn large_backlog<T: Transport>(t: Target) {
     let server = t.start();
@@ -747,7 +777,7 @@ macro_rules! conformance_suite {
             stop_while_parked, stop_during_outage, abandon_during_outage, client_kill,
             server_restart_aof, acl_user, large_backlog, slow_handlers_two_consumers,
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
-            big_entries, entry_too_large_is_named, twins, acl_stream_worker, kill_with_entries_in_hand,
+            big_entries, entry_too_large_is_named, twins, acl_stream_worker, stop_leaves_the_group, kill_with_entries_in_hand,
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
             retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,

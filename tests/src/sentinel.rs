@@ -2,26 +2,75 @@
 //! sentinels watching them, on loopback.
 //!
 //! [`Topology::start`] starts the two data nodes ([`Server`]s: the replica with
-//! [`Options::replica_of`]) and three sentinels ([`Options::sentinel`]: each the same binary
-//! run as `<binary> sentinel.conf --sentinel`, quorum 2, `down-after-milliseconds` 1000 by
-//! default), then waits until every sentinel names the master, knows its replica and the two
-//! other sentinels, and the replica's link is up. A topology can also be started without
-//! sentinels ([`Topology::start_pair`]), for failovers done by hand
+//! [`Options::replica_of`], both with `repl-diskless-sync-delay 0` and
+//! `repl-ping-replica-period 1`) and three sentinels ([`Options::sentinel`]: each the same
+//! binary run as `<binary> sentinel.conf --sentinel` in its own directory on a reserved
+//! loopback port, quorum 2, `down-after-milliseconds` 1000 by default
+//! ([`TopologyOptions::down_after`]), `failover-timeout` 5000), then waits until every
+//! sentinel names the master, knows its replica (`num-slaves` 1) and the two other sentinels
+//! (`num-other-sentinels` 2), and the replica's link is up. A topology can also be started
+//! without sentinels ([`Topology::start_pair`]), for failovers done by hand
 //! ([`Topology::swap_roles`]).
+//!
+//! Options ([`TopologyOptions`]): AOF, `requirepass` and TLS on the data nodes
+//! ([`TopologyOptions::data`]); a least-privilege ACL user on the data nodes that the replica
+//! and the sentinels log in as ([`TopologyOptions::data_user`], [`DATA_USER_RULE`]); the
+//! sentinels' own password and ACL user ([`TopologyOptions::sentinel_pass`],
+//! [`TopologyOptions::sentinel_user`]). What each server takes: all four sentinels (Redis 6.2,
+//! 7.0, Valkey 8.1, Redis 8.10) accept `requirepass`, `user …` lines, `sentinel auth-user`,
+//! `sentinel sentinel-user`/`sentinel-pass`, `sentinel resolve-hostnames` and
+//! `announce-hostnames` in `sentinel.conf`, and `ACL WHOAMI`, `AUTH user pass` and
+//! `HELLO 3 AUTH user pass` from clients; TLS (`tls-port` on nodes and sentinels,
+//! `tls-replication yes`, the plain ports kept open for the harness) only on Redis 7.0 and
+//! 8.10, whose sentinels then name the nodes by their TLS ports.
 //!
 //! Failovers: [`Topology::kill_master`] kills the master with SIGKILL and waits until the
 //! sentinels have promoted the replica; [`Topology::failover`] asks for one
-//! (`SENTINEL FAILOVER`). Both wait until every sentinel names the new master and it
-//! answers `ROLE` master and accepts a write. The old master, restarted
-//! ([`Topology::restart`]), comes back as the new one's replica once the sentinels have
-//! turned it ([`Topology::wait_replica_of`]). Every wait is bounded and panics with each
-//! process's role, what the sentinels say and the logs' tails. Dropping the topology kills
-//! every process and removes their directories.
+//! (`SENTINEL FAILOVER`, retried while refused). Both wait ([`Topology::wait_for_master`])
+//! until every live sentinel names the new master and it answers `ROLE` master and accepts a
+//! write. The old master, restarted ([`Topology::restart`]), comes back as the new one's
+//! replica once the sentinels have turned it ([`Topology::wait_replica_of`],
+//! [`Topology::wait_settled`]). Every wait is bounded ([`SETTLE_TIMEOUT`]) and panics with each
+//! data node's `INFO replication`, what each sentinel says (`SENTINEL MASTER`) and the logs'
+//! tails. Dropping the topology kills every process and removes their directories (and the
+//! shared PKI's, with TLS).
 //!
-//! Measured here (2 cores, loopback, `down-after-milliseconds` 1000): the sentinels name the
-//! new master about 2–4 s after a master is killed on every server; after
-//! `SENTINEL FAILOVER`, at once, while the old master keeps answering `ROLE` master for
-//! several seconds more (PROTOCOL.md, "Sentinel and failover").
+//! # Measured
+//!
+//! Here (2 cores, loopback, three sentinels, quorum 2, `down-after-milliseconds` 1000; the
+//! harness tests print these):
+//!
+//! - **kill -9 of the master → every sentinel names the replica, which answers `ROLE` master
+//!   and takes a write**: 2.25–2.30 s on each of Redis 6.2, 7.0, Valkey 8.1 and Redis 8.10
+//!   (down-after 1 s, then the vote and the promotion).
+//! - **`SENTINEL FAILOVER`**: the sentinels name the new master 1.10–1.21 s after it is
+//!   accepted; the old master goes on answering `ROLE` master — and taking writes, which its
+//!   demotion drops — until 11.2–11.4 s after the request (about 10 s after the switch: the
+//!   sentinels look at a replica's `INFO` every 10 s), on every server.
+//! - **The old master restarted after a kill** (without AOF: empty) answers `ROLE`
+//!   `[master, 0, []]` for 10.07–10.10 s before the sentinels turn it into a replica.
+//!
+//! # What the servers do (observed on all four; `tests/SENTINEL_NOTES.md` has the bytes)
+//!
+//! - `SENTINEL get-master-addr-by-name` → `[host, port]` (two bulk strings, an array in RESP3
+//!   too); an unknown name → `*-1` / `_`. `SUBSCRIBE +switch-master` → `[subscribe,
+//!   +switch-master, 1]` and the message `[message, +switch-master, "<name> <old-ip>
+//!   <old-port> <new-ip> <new-port>"]`: arrays in RESP2, pushes `>3` in RESP3.
+//! - A sentinel's `HELLO` has `mode sentinel` and **no `role`** (`*12` / `%6`); its `ROLE` is
+//!   `[sentinel, [<names>]]`; it has no `SELECT` (`-ERR unknown command …`). With a
+//!   `requirepass`, anything before `AUTH` is `-NOAUTH Authentication required.`; without
+//!   one, `AUTH pw` is `-ERR AUTH <password> called without any password configured for the
+//!   default user. …` and `AUTH user pw` is `-WRONGPASS …`.
+//! - A data node's `HELLO` names its `role` (`master`/`replica`) to any user, also while
+//!   loading; `ROLE` is `@admin`: a `+@stream +@connection` user gets `-NOPERM`.
+//! - `REPLICAOF` sent to a master (a role swap by hand): a reader parked in
+//!   `XREADGROUP … BLOCK` gets `-UNBLOCKED force unblock from blocking operation, instance
+//!   state changed (master -> replica?)` at once and the server closes its connection; idle
+//!   connections stay open and every write (`XACK`, `XREADGROUP` with `>` or an id) answers
+//!   `-READONLY You can't write against a read only replica.`
+//! - The sentinels demote an old master with `REPLICAOF` and `CLIENT KILL` inside one
+//!   `MULTI`/`EXEC` (its log and command stats show them): every client connection is
+//!   closed, a parked reader's without an answer (no `-UNBLOCKED`, no `-READONLY`).
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -44,6 +93,28 @@ pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(40);
 /// The pause between two polls of a wait.
 const POLL: Duration = Duration::from_millis(50);
 
+/// An ACL user and its password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Login {
+    /// The user's name.
+    pub user: String,
+    /// Its password.
+    pub pass: String,
+}
+
+impl Login {
+    /// `user` with `pass`.
+    pub fn new(user: &str, pass: &str) -> Login {
+        Login { user: user.to_string(), pass: pass.to_string() }
+    }
+}
+
+/// The ACL rule of [`TopologyOptions::data_user`]: what a replica and a sentinel need of a
+/// data node and no more (the permissions the Redis Sentinel documentation lists, taken by
+/// all four servers).
+pub const DATA_USER_RULE: &str = "on ~* &* +psync +replconf +ping +multi +exec +slaveof +replicaof \
+    +subscribe +publish +role +info +config|rewrite +client|setname +client|kill +script|kill";
+
 /// How a [`Topology`] is set up.
 #[derive(Clone, Debug)]
 pub struct TopologyOptions {
@@ -53,8 +124,19 @@ pub struct TopologyOptions {
     /// The data nodes' options (AOF, a password, TLS); the replica's `replica_of` is set
     /// here. With TLS, every node and sentinel shares one PKI and speaks TLS to the others.
     pub data: Options,
-    /// The sentinels' own password (their `requirepass`), if they want one.
+    /// An ACL user on the data nodes ([`DATA_USER_RULE`]) that the replica logs in to its
+    /// master as (`masteruser`/`masterauth`) and the sentinels to the nodes as
+    /// (`sentinel auth-user`/`auth-pass`), in place of `default` with `requirepass`. Give the
+    /// data nodes a `requirepass` too, so that nothing gets in without a login.
+    pub data_user: Option<Login>,
+    /// The sentinels' own password (their `requirepass`), if they want one; they log in to
+    /// each other with it (`sentinel sentinel-pass`) unless they have a `sentinel_user`.
     pub sentinel_pass: Option<String>,
+    /// An ACL user on the sentinels (a `user … ~* &* +@all` line in `sentinel.conf`, which
+    /// every flavor's sentinel takes), the one they log in to each other as
+    /// (`sentinel sentinel-user`/`sentinel-pass`) and the one [`Topology::sentinels`] gives
+    /// a consumer.
+    pub sentinel_user: Option<Login>,
     /// Start the sentinels (`false`: the two data nodes only).
     pub sentinels: bool,
 }
@@ -64,7 +146,9 @@ impl Default for TopologyOptions {
         TopologyOptions {
             down_after: Duration::from_millis(1000),
             data: Options::default(),
+            data_user: None,
             sentinel_pass: None,
+            sentinel_user: None,
             sentinels: true,
         }
     }
@@ -78,6 +162,18 @@ pub struct Topology {
     /// The two data nodes, in the order started (the first was the master).
     nodes: Vec<Server>,
     sentinels: Vec<Server>,
+    /// The shared PKI's directory, with TLS; last, so it goes after the processes using it.
+    _pki_dir: Option<RemovedOnDrop>,
+}
+
+/// A directory removed (with what it holds) when this is dropped.
+#[derive(Debug)]
+struct RemovedOnDrop(std::path::PathBuf);
+
+impl Drop for RemovedOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl Topology {
@@ -96,11 +192,18 @@ impl Topology {
     /// [`SETTLE_TIMEOUT`].
     pub fn start_with(flavor: Flavor, options: TopologyOptions) -> Topology {
         let mut data = options.data.clone();
+        if let Some(login) = &options.data_user {
+            data = data
+                .with_acl_user(&format!("{} >{} {DATA_USER_RULE}", login.user, login.pass))
+                .with_master_login(Some(&login.user), &login.pass);
+        }
         let tls = data.tls.is_some();
+        let mut pki_dir = None;
         if tls {
             let dir = std::env::temp_dir().join(format!("pelican-pki-{}-{}", std::process::id(), unique()));
             std::fs::create_dir_all(&dir).expect("a directory for the shared PKI");
-            data.shared_pki = Some(Pki::generate(&dir).expect("the shared test PKI"));
+            let dir = pki_dir.insert(RemovedOnDrop(dir));
+            data.shared_pki = Some(Pki::generate(&dir.0).expect("the shared test PKI"));
         }
         let master = Server::start_with(flavor, data.clone());
         // Over TLS the nodes (and sentinels) reach each other on the TLS ports.
@@ -110,26 +213,39 @@ impl Topology {
         let mut sentinels = Vec::new();
         if options.sentinels {
             for _ in 0..SENTINELS {
+                let (auth_user, auth_pass) = match &options.data_user {
+                    Some(login) => (Some(login.user.clone()), Some(login.pass.clone())),
+                    None => (None, data.requirepass.clone()),
+                };
                 let watch = Watch {
                     service: SERVICE.to_string(),
                     master: master.addr(),
                     quorum: 2,
                     down_after: options.down_after,
                     failover_timeout: Duration::from_secs(5),
-                    auth_pass: data.requirepass.clone(),
+                    auth_pass,
+                    auth_user,
+                    peer_login: options
+                        .sentinel_user
+                        .as_ref()
+                        .map(|l| (Some(l.user.clone()), l.pass.clone())),
                     master_tls_port: master.tls_port(),
                 };
-                let sentinel_options = Options {
+                let mut sentinel_options = Options {
                     requirepass: options.sentinel_pass.clone(),
                     tls: data.tls.map(|_| Tls::default()),
                     shared_pki: data.shared_pki.clone(),
                     ..Options::default()
                 }
                 .with_sentinel(watch);
+                if let Some(login) = &options.sentinel_user {
+                    sentinel_options = sentinel_options.with_full_user(&login.user, &login.pass);
+                }
                 sentinels.push(Server::start_with(flavor, sentinel_options));
             }
         }
-        let topology = Topology { flavor, options, nodes: vec![master, replica], sentinels };
+        let topology =
+            Topology { flavor, options, nodes: vec![master, replica], sentinels, _pki_dir: pki_dir };
         let (master, replica) = (topology.nodes[0].addr(), topology.nodes[1].addr());
         topology.wait_for("the topology to form", || {
             topology.check_replica(replica, master)?;
@@ -158,9 +274,24 @@ impl Topology {
         self.flavor
     }
 
+    /// The service's name the sentinels watch ([`SERVICE`]).
+    pub fn service(&self) -> &'static str {
+        SERVICE
+    }
+
+    /// The options the topology was started with.
+    pub fn options(&self) -> &TopologyOptions {
+        &self.options
+    }
+
     /// The two data nodes, in the order started (the first was the master then).
     pub fn nodes(&self) -> &[Server] {
         &self.nodes
+    }
+
+    /// The data node at `addr` (its plain or TLS address).
+    pub fn node(&self, addr: SocketAddr) -> &Server {
+        &self.nodes[self.index_of(addr)]
     }
 
     /// The data node at `addr` (its plain address), to kill or restart.
@@ -169,7 +300,12 @@ impl Topology {
         &mut self.nodes[i]
     }
 
-    /// The sentinels' plain addresses.
+    /// The sentinels, in the order started (killed ones too).
+    pub fn sentinel_nodes(&self) -> &[Server] {
+        &self.sentinels
+    }
+
+    /// The sentinels' plain addresses (killed ones too).
     pub fn sentinel_addrs(&self) -> Vec<SocketAddr> {
         self.sentinels.iter().map(Server::addr).collect()
     }
@@ -180,16 +316,31 @@ impl Topology {
     }
 
     /// The sentinels as a consumer is given them: their plain addresses (TLS ones with TLS),
-    /// the service, and their password if they want one.
+    /// the service, and their login if they want one ([`TopologyOptions::sentinel_user`],
+    /// else [`TopologyOptions::sentinel_pass`]).
     pub fn sentinels(&self) -> pelican::Sentinels {
         let addrs =
             if self.options.data.tls.is_some() { self.sentinel_tls_addrs() } else { self.sentinel_addrs() };
         let nodes = addrs.iter().map(|a| pelican::HostPort::new(a.ip().to_string(), a.port()));
         let sentinels = pelican::Sentinels::new(SERVICE, nodes);
-        match &self.options.sentinel_pass {
-            Some(pass) => sentinels.auth(None::<&str>, pass),
+        match self.sentinel_login() {
+            Some((user, pass)) => sentinels.auth(user, pass),
             None => sentinels,
         }
+    }
+
+    /// An admin connection to the sentinel at `addr` (its plain address), logged in as
+    /// [`sentinels`](Self::sentinels) says. Panics if it cannot connect or log in.
+    pub fn sentinel_admin(&self, addr: SocketAddr) -> Admin {
+        let mut admin = Admin::connect(addr);
+        if let Some((user, pass)) = self.sentinel_login() {
+            let mut args = vec!["AUTH"];
+            args.extend(user);
+            args.push(pass);
+            let reply = admin.cmd(&args);
+            assert!(reply.is_ok(), "pelican-tests sentinel: sentinel {addr} refused its login: {reply:?}");
+        }
+        admin
     }
 
     /// The shared PKI, with TLS.
@@ -204,7 +355,7 @@ impl Topology {
             return self.with_role("master").unwrap_or_else(|| panic!("{}", self.failure("no master")));
         }
         let mut named = Vec::new();
-        for sentinel in self.sentinel_addrs() {
+        for sentinel in self.live_sentinels() {
             match self.named_by(sentinel) {
                 Ok(addr) => named.push(self.plain(addr)),
                 Err(e) => panic!("{}", self.failure(&e)),
@@ -237,12 +388,14 @@ impl Topology {
         old
     }
 
-    /// Asks for a failover (`SENTINEL FAILOVER`, retried while a sentinel answers that it
-    /// cannot yet) and waits until it is done ([`wait_for_master`](Self::wait_for_master)).
-    /// Returns the new master.
+    /// Asks for a failover (`SENTINEL FAILOVER` to the first live sentinel, retried while
+    /// it answers that it cannot yet: `-INPROG`, `-NOGOODSLAVE`) and waits until it is done
+    /// ([`wait_for_master`](Self::wait_for_master)). Returns the new master. The old one
+    /// still answers `ROLE` master for about 10 s after this returns (see the module docs):
+    /// [`wait_replica_of`](Self::wait_replica_of) waits until it has been turned.
     pub fn failover(&self) -> SocketAddr {
         let old = self.master();
-        let sentinel = self.sentinel_addrs()[0];
+        let sentinel = *self.live_sentinels().first().expect("a live sentinel");
         self.wait_for("SENTINEL FAILOVER to be taken", || {
             match self.sentinel_cmd(sentinel, &["SENTINEL", "FAILOVER", SERVICE])? {
                 Reply::Simple(ok) if ok == "OK" => Ok(()),
@@ -258,7 +411,7 @@ impl Topology {
         let mut new = None;
         self.wait_for(&format!("a new master in place of {old}"), || {
             let mut named = Vec::new();
-            for sentinel in self.sentinel_addrs() {
+            for sentinel in self.live_sentinels() {
                 named.push(self.plain(self.named_by(sentinel)?));
             }
             named.dedup();
@@ -293,7 +446,7 @@ impl Topology {
         let mut settled = None;
         self.wait_for("the topology to settle", || {
             let mut named = Vec::new();
-            for sentinel in self.sentinel_addrs() {
+            for sentinel in self.live_sentinels() {
                 named.push(self.plain(self.named_by(sentinel)?));
             }
             named.dedup();
@@ -324,7 +477,7 @@ impl Topology {
         new
     }
 
-    /// Kills sentinel `i` (SIGKILL).
+    /// Kills sentinel `i` (SIGKILL). The others go on; a failover still needs two.
     pub fn kill_sentinel(&mut self, i: usize) {
         self.sentinels[i].kill9();
     }
@@ -332,6 +485,20 @@ impl Topology {
     /// Restarts sentinel `i` with what it had learned (its rewritten configuration).
     pub fn restart_sentinel(&mut self, i: usize) {
         self.sentinels[i].restart();
+    }
+
+    /// The plain addresses of the sentinels that run.
+    fn live_sentinels(&self) -> Vec<SocketAddr> {
+        self.sentinels.iter().filter(|s| s.pid().is_some()).map(Server::addr).collect()
+    }
+
+    /// How a client logs in to the sentinels, if they want it.
+    fn sentinel_login(&self) -> Option<(Option<&str>, &str)> {
+        match (&self.options.sentinel_user, &self.options.sentinel_pass) {
+            (Some(login), _) => Some((Some(login.user.as_str()), login.pass.as_str())),
+            (None, Some(pass)) => Some((None, pass.as_str())),
+            (None, None) => None,
+        }
     }
 
     /// Where the other processes reach the data node at `addr`: its TLS address with TLS.
@@ -401,12 +568,19 @@ impl Topology {
         admin.try_cmd(args).map_err(|e| format!("{addr}: {}: {e}", args.join(" ")))
     }
 
-    /// A command to `sentinel` on a fresh connection (logged in if it wants a password).
+    /// A command to `sentinel` on a fresh connection (logged in if it wants it).
     fn sentinel_cmd(&self, sentinel: SocketAddr, args: &[&str]) -> Result<Reply, String> {
         let mut admin = Admin::try_connect(sentinel, Duration::from_secs(1))
             .map_err(|e| format!("sentinel {sentinel}: {e}"))?;
-        if let Some(pass) = &self.options.sentinel_pass {
-            admin.try_cmd(&["AUTH", pass]).map_err(|e| format!("sentinel {sentinel}: AUTH: {e}"))?;
+        if let Some((user, pass)) = self.sentinel_login() {
+            let mut auth = vec!["AUTH"];
+            auth.extend(user);
+            auth.push(pass);
+            match admin.try_cmd(&auth) {
+                Ok(reply) if reply.is_ok() => {}
+                Ok(reply) => return Err(format!("sentinel {sentinel}: AUTH answered {reply:?}")),
+                Err(e) => return Err(format!("sentinel {sentinel}: AUTH: {e}")),
+            }
         }
         admin.try_cmd(args).map_err(|e| format!("sentinel {sentinel}: {}: {e}", args.join(" ")))
     }

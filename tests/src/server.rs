@@ -127,9 +127,11 @@ pub struct Options {
     /// `--requirepass`: the password of the `default` user.
     pub requirepass: Option<String>,
     /// ACL users, one rule line each, passed as `--user` arguments, e.g.
-    /// `"alice on >secret ~* &* +@all"` (a leading `user ` is accepted and dropped). The
-    /// line is split on whitespace, so passwords cannot contain spaces here. The readiness
-    /// probe and [`Server::admin`] log in as `default`, so keep that user enabled.
+    /// `"alice on >secret ~* &* +@all"` (a leading `user ` is accepted and dropped); for a
+    /// sentinel, written as `user …` lines into its `sentinel.conf` (every flavor's sentinel
+    /// takes them: Redis 6.2, 7.0, Valkey 8.1, Redis 8.10). The line is split on whitespace,
+    /// so passwords cannot contain spaces here. The readiness probe and [`Server::admin`] log
+    /// in as `default`, so keep that user enabled.
     pub acl_users: Vec<String>,
     /// Also serve TLS on a second port (see [`Tls`]); only the [`Flavor::TLS`] flavors can.
     pub tls: Option<Tls>,
@@ -147,6 +149,10 @@ pub struct Options {
     /// `requirepass`, `--masterauth` the same password), syncing at once
     /// (`--repl-diskless-sync-delay 0`, `--repl-ping-replica-period 1`).
     pub replica_of: Option<SocketAddr>,
+    /// How this node logs in to its master, now or once a failover makes it a replica:
+    /// `--masteruser` (if a user is given) and `--masterauth`. Without it, `requirepass` is
+    /// the `masterauth`.
+    pub master_login: Option<(Option<String>, String)>,
     /// Run as a Redis Sentinel (`<binary> sentinel.conf --sentinel`) watching a master (see
     /// [`Watch`]); `requirepass` is then the sentinel's own password, and with
     /// [`Options::tls`] it serves TLS on its TLS port and speaks TLS to the nodes. Not
@@ -174,6 +180,13 @@ pub struct Watch {
     pub failover_timeout: Duration,
     /// The data nodes' password (`sentinel auth-pass`), if they want one.
     pub auth_pass: Option<String>,
+    /// The ACL user the sentinel logs in to the data nodes as (`sentinel auth-user`, with
+    /// `auth_pass` its password); `None`: `default`.
+    pub auth_user: Option<String>,
+    /// How the sentinel logs in to the other sentinels (`sentinel sentinel-user`, if a user
+    /// is given, and `sentinel sentinel-pass`). `None`: with its own `requirepass`, that
+    /// password.
+    pub peer_login: Option<(Option<String>, String)>,
     /// The master's TLS port, when the sentinel talks to the nodes over TLS.
     pub master_tls_port: Option<u16>,
 }
@@ -230,6 +243,12 @@ impl Options {
     /// Runs in cluster mode (see [`Options::cluster`]).
     pub fn with_cluster(mut self) -> Options {
         self.cluster = true;
+        self
+    }
+
+    /// Sets how the node logs in to its master (see [`Options::master_login`]).
+    pub fn with_master_login(mut self, user: Option<&str>, pass: &str) -> Options {
+        self.master_login = Some((user.map(str::to_string), pass.to_string()));
         self
     }
 
@@ -564,12 +583,26 @@ impl Server {
             watch.down_after.as_millis(),
             watch.failover_timeout.as_millis(),
         );
+        if let Some(user) = &watch.auth_user {
+            conf += &format!("sentinel auth-user {name} {user}\n");
+        }
         if let Some(pass) = &watch.auth_pass {
             conf += &format!("sentinel auth-pass {name} {pass}\n");
         }
         if let Some(pass) = &self.options.requirepass {
-            // The sentinel's own password; sentinels log in to each other with it too (6.2+).
-            conf += &format!("requirepass {pass}\nsentinel sentinel-pass {pass}\n");
+            conf += &format!("requirepass {pass}\n");
+        }
+        for rule in &self.options.acl_users {
+            let rule = rule.trim();
+            conf += &format!("user {}\n", rule.strip_prefix("user ").unwrap_or(rule));
+        }
+        // How it logs in to the other sentinels (it asks them to vote in a failover).
+        let peer = watch.peer_login.clone().or_else(|| self.options.requirepass.clone().map(|p| (None, p)));
+        if let Some((user, pass)) = peer {
+            if let Some(user) = user {
+                conf += &format!("sentinel sentinel-user {user}\n");
+            }
+            conf += &format!("sentinel sentinel-pass {pass}\n");
         }
         if let (Some(port), Some(pki)) = (self.tls_port, &self.pki) {
             let cert = self.options.tls.map(|t| t.cert).unwrap_or_default();
@@ -611,8 +644,15 @@ impl Server {
         args.extend(["--dir".into(), self.dir.display().to_string(), "--daemonize".into(), "no".into()]);
         if let Some(pass) = &self.options.requirepass {
             args.extend(["--requirepass".into(), pass.clone()]);
-            // A replica (or a master demoted by a failover) logs in to its master with it.
-            args.extend(["--masterauth".into(), pass.clone()]);
+        }
+        // A replica (or a master demoted by a failover) logs in to its master with it.
+        let master_login =
+            self.options.master_login.clone().or_else(|| self.options.requirepass.clone().map(|p| (None, p)));
+        if let Some((user, pass)) = master_login {
+            if let Some(user) = user {
+                args.extend(["--masteruser".into(), user]);
+            }
+            args.extend(["--masterauth".into(), pass]);
         }
         if let Some(master) = self.options.replica_of {
             args.extend(["--replicaof".into(), master.ip().to_string(), master.port().to_string()]);
@@ -926,6 +966,65 @@ mod tests {
              --repl-ping-replica-period 1 --user a on >x ~* +@all --user b on >y ~* &* +@all"
         );
         std::mem::forget(server); // nothing to clean up, and `/d` is not ours to remove
+    }
+
+    #[test]
+    fn sentinel_conf_logins() {
+        let watch = Watch {
+            service: "svc".into(),
+            master: "127.0.0.1:9".parse().unwrap(),
+            quorum: 2,
+            down_after: Duration::from_millis(1000),
+            failover_timeout: Duration::from_secs(5),
+            auth_pass: Some("dp".into()),
+            auth_user: Some("du".into()),
+            peer_login: Some((Some("su".into()), "sp".into())),
+            master_tls_port: None,
+        };
+        let server = Server {
+            flavor: Flavor::Redis62,
+            binary: PathBuf::from("/nowhere"),
+            options: Options::default()
+                .with_requirepass("own")
+                .with_full_user("su", "sp")
+                .with_sentinel(watch.clone()),
+            dir: PathBuf::from("/d"),
+            port: 7,
+            tls_port: None,
+            bus_port: None,
+            pki: None,
+            child: None,
+        };
+        assert_eq!(
+            server.sentinel_conf(&watch),
+            "port 7\nbind 127.0.0.1\ndir /d\ndaemonize no\nsentinel monitor svc 127.0.0.1 9 2\n\
+             sentinel down-after-milliseconds svc 1000\nsentinel failover-timeout svc 5000\n\
+             sentinel parallel-syncs svc 1\nsentinel auth-user svc du\nsentinel auth-pass svc dp\n\
+             requirepass own\nuser su on >sp ~* &* +@all\nsentinel sentinel-user su\n\
+             sentinel sentinel-pass sp\n"
+        );
+        // Without a peer login, the sentinel's own password.
+        let watch = Watch { peer_login: None, auth_user: None, ..watch };
+        let conf = server.sentinel_conf(&watch);
+        assert!(conf.ends_with("requirepass own\nuser su on >sp ~* &* +@all\nsentinel sentinel-pass own\n"));
+        std::mem::forget(server); // nothing to clean up, and `/d` is not ours to remove
+    }
+
+    #[test]
+    fn master_login_args() {
+        let server = Server {
+            flavor: Flavor::Redis70,
+            binary: PathBuf::from("/nowhere"),
+            options: Options::default().with_requirepass("p").with_master_login(Some("repl"), "r"),
+            dir: PathBuf::from("/d"),
+            port: 7,
+            tls_port: None,
+            bus_port: None,
+            pki: None,
+            child: None,
+        };
+        assert!(server.args().join(" ").contains("--requirepass p --masteruser repl --masterauth r "));
+        std::mem::forget(server);
     }
 
     #[test]

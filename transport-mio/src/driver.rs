@@ -869,6 +869,13 @@ impl Driver {
                     _ => {}
                 }
             }
+            if matches!(self.link, Link::Up { .. }) && self.consumer.wants_connection() {
+                // The consumer dropped this connection (a stop leaving the group from a parked
+                // read): a new one at once.
+                self.close(registry);
+                self.asap = Some(now);
+                return Ok(Status::Running);
+            }
             let Link::Up { conn } = &mut self.link else {
                 return Ok(Status::Running);
             };

@@ -226,9 +226,10 @@ fn retirement_keeps_parked_consumers_and_removes_the_departed() {
                 })
                 .collect()
         };
-        // The departed: it read (so the group knows it), then stopped.
-        let (stop, rx) =
-            spawn(Runner::new(server.addr(), Config::new("s", "g", "gone")).unwrap(), |_| Verdict::Ack);
+        // The departed: it read (so the group knows it), then stopped, staying in the group
+        // (as a crashed one stays).
+        let departed = Config::new("s", "g", "gone").leave_on_stop(false);
+        let (stop, rx) = spawn(Runner::new(server.addr(), departed).unwrap(), |_| Verdict::Ack);
         wait_for("gone to join", || consumers(&mut admin).contains(&"gone".to_string()));
         finish(&stop, &rx);
         wait_for("gone's connection to close", || {

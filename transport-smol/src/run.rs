@@ -635,6 +635,10 @@ impl Runner {
         let timer = async {
             deadline.map_or_else(Timer::never, Timer::at).await;
         };
+        if self.link.is_some() && self.consumer.wants_connection() {
+            // The consumer dropped it (a stop leaving the group from a parked read).
+            self.link = None;
+        }
         let Some(stream) = &mut self.link else {
             if self.consumer.connect_due(Instant::now()) {
                 self.link = self.connect().await?;

@@ -656,6 +656,11 @@ where
             let node = &mut self.nodes[i];
             let Some(consumer) = node.consumer.as_mut() else { return };
             if consumer.connect_due(at) {
+                // Still open if the consumer dropped it (a stop leaving the group from a
+                // parked read).
+                if let Some(old) = node.conn.take() {
+                    self.sim.disconnect(old);
+                }
                 if down {
                     consumer.on_disconnected_because(at, "connection refused (the server is restarting)");
                 } else {

@@ -111,8 +111,11 @@ pub fn stop_releases_buffered<T: Transport>(t: Target) {
     );
     if releases(t.flavor) {
         assert_eq!(s1.released as usize, ids.len() - handled, "{s1:?}");
+        assert_eq!(admin.consumer_names(STREAM, GROUP), ["c2"], "released all: c1 left the group");
     } else {
         assert_eq!(s1.released, 0, "{s1:?}");
+        // It held what it gave back when it stopped: it stays (for `pelican retire`).
+        assert_eq!(admin.consumer_names(STREAM, GROUP), ["c1", "c2"]);
         // Two beats (200 ms each) and the peer's handling, with room for a loaded machine;
         // far below the 30 s `min_idle` the entries would otherwise wait out.
         assert!(handover < Duration::from_secs(5), "handed over after {handover:?}");
