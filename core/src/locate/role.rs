@@ -107,7 +107,11 @@ mod tests {
         }
         let master = include_bytes!("../../tests/fixtures/redis-7.0/resp2/role_master.resp");
         assert_eq!(read_replica_of(master), None);
-        let refused = include_bytes!("../../tests/fixtures/valkey-8.1/resp2/time_noperm.resp");
+        // A replica whose master is down names it still.
+        let link_down = include_bytes!("../../tests/fixtures/redis-7.0/resp2/role_replica_link_down.resp");
+        assert_eq!(read_replica_of(link_down), Some(HostPort::new("127.0.0.1", 55305)));
+        // A user without @admin is refused ROLE: the master goes unnamed.
+        let refused = include_bytes!("../../tests/fixtures/valkey-8.1/resp2/role_noperm.resp");
         assert_eq!(read_replica_of(refused), None);
         assert_eq!(read_replica_of(b"HTTP/1.1 400\r\n"), None);
     }
