@@ -123,6 +123,18 @@ whose acknowledgements the server has not confirmed, stay pending. The same sign
 twice within a second by one process counts once (`timeout -s INT` sends it to pelican and
 then to its process group).
 
+Failover: with redis+sentinel://, each stream's consumer keeps a sentinel's connection
+open, subscribed to +switch-master: a failover moves it to the new master at once (told:
+connection lost: a failover moved the master from A to B). With any URL, a node that answers
+as a replica is never read from: told once, retried, and /healthz answers 503 meanwhile.
+--ack-replicas N makes each batch of acknowledgements wait until N replicas have it (WAIT N
+MS, MS from --ack-timeout-ms; --ack-aof: WAITAOF 1 N, until the master's and N replicas'
+append-only files have it, Redis 7.2+/Valkey), so that a failover is less likely to deliver
+acknowledged entries again; acks that ran out of time are counted (acks_unreplicated in
+--stats-json and /metrics) and told once, the next batches then waiting 1 ms each until the
+replicas are back (so a master with fewer than N replicas counts every ack: give N no more
+than it has).
+
 Metrics (--metrics ADDR): GET /metrics answers in the Prometheus text format, each series
 labelled stream, group and consumer: the consumer's counters of --stats-json (all but handled
 and failed) as pelican_<name>_total, drained, claimed and new as
