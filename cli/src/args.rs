@@ -28,6 +28,7 @@ const USAGE: &str = "\
 pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
        pelican pending --stream KEY [--stream KEY…] --group G [--url URL] [--json]
        pelican produce --stream KEY --count N [--size BYTES] [--url URL] [--idempotent]
+                       [--wait-replicas N]
        pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run]
        pelican demo [--url URL]
        pelican <command> --help";
@@ -37,11 +38,15 @@ The server is given as --url redis://[user[:password]@]host[:port][/db], or by
 $PELICAN_URL; the default is redis://127.0.0.1:6379. rediss://… is the same over TLS,
 with --tls-ca FILE (else the system's root certificates are trusted), and --tls-cert FILE
 --tls-key FILE for servers that require a client certificate. For a Redis/Valkey Cluster,
-any node's URL will do: every command follows the cluster's redirects. $PELICAN_GROUP and
-$PELICAN_CONSUMER stand for --group and --consumer when those are not given.
+any node's URL will do: every command follows the cluster's redirects. With Sentinel,
+redis+sentinel://[user[:password]@]host[:port][,host[:port]…]/SERVICE[/db] (port 26379 by
+default; rediss+sentinel:// for TLS): every command uses the master the sentinels name
+(their own password: ?sentinel_password=P in the URL, or --sentinel-password P, or
+$PELICAN_SENTINEL_PASSWORD). $PELICAN_GROUP and $PELICAN_CONSUMER stand for --group and
+--consumer when those are not given.
 
-Exit status: 0 done, 1 failed, 2 bad usage (a bad URL or a host that does not resolve
-included), 130 interrupted twice.";
+Exit status: 0 done, 1 failed (a host that does not resolve included: hosts are looked
+up at every connect), 2 bad usage (a bad URL included), 130 interrupted twice.";
 
 /// `pelican`: a command and its flags.
 #[derive(Parser, Debug)]

@@ -14,7 +14,9 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::locate::{read_node_role, Dial, Found, NodeRole, SentinelAnswer, ROLE_REQUEST};
+use pelican::locate::{
+    read_node_role, read_replica_of, Dial, Found, NodeRole, SentinelAnswer, MASTER_REQUEST, ROLE_REQUEST,
+};
 use pelican::{Endpoint, HostPort, Locator};
 
 use pelican_tls::rustls::{self, ClientConnection, StreamOwned};
@@ -102,6 +104,8 @@ pub struct Client {
     heard: bool,
     /// Whether a whole reply has come yet (bytes that are not one are no Redis server's).
     replied: bool,
+    /// How long a reply may take now (the socket's read timeout).
+    limit: Duration,
     buf: Vec<u8>,
     pos: usize,
     /// The connection's name in `CLIENT LIST` (`pelican:<command>`).
@@ -159,7 +163,10 @@ impl Client {
     /// Connects to the first address `node` resolves to now that answers, checking the
     /// certificate against `host` over TLS.
     fn connect_node_at(server: &Server, node: &HostPort, host: &str, name: &str) -> Result<Client, String> {
-        let addrs = resolve(node)?;
+        let addrs = resolve(node).map_err(|why| match server.endpoint() {
+            Endpoint::Node(_) => server.host_failed(why),
+            _ => why,
+        })?;
         let mut last = String::new();
         for addr in addrs {
             match Client::connect_to(server, addr, host, name) {
@@ -194,10 +201,9 @@ impl Client {
     }
 
     /// The master a replica names (`ROLE`, which needs `@admin`: `None` if refused).
-    fn master_of(&mut self) -> Option<String> {
-        let reply = self.exchange(&[b"ROLE"]).ok()?;
-        let [_, host, port, ..] = array(&reply)? else { return None };
-        Some(format!("{}:{}", String::from_utf8_lossy(bytes(host)?), int(port)?))
+    fn master_of(&mut self) -> Option<HostPort> {
+        self.write(&[MASTER_REQUEST]).ok()?;
+        read_replica_of(&self.read_raw().ok()?)
     }
 
     /// Connects to `addr`, over TLS checking that the certificate names `host`, and logs in.
@@ -212,7 +218,6 @@ impl Client {
             Some(tls) => Stream::Tls(Box::new(handshake(tls, host, socket).map_err(Connect::Failed)?)),
         };
         let tls = server.tls.clone().map(|tls| (tls, host.to_string()));
-        stream.set_read_timeout(FIRST_REPLY).map_err(|e| Connect::Failed(e.to_string()))?;
         let mut client = Client {
             server: server.clone(),
             peer: addr,
@@ -221,13 +226,15 @@ impl Client {
             tls,
             heard: false,
             replied: false,
+            limit: TIMEOUT,
             buf: Vec::new(),
             pos: 0,
             name: name.to_string(),
             master: None,
         };
+        client.set_limit(FIRST_REPLY).map_err(Connect::Failed)?;
         client.login().map_err(Connect::Failed)?;
-        client.stream.set_read_timeout(TIMEOUT).map_err(|e| Connect::Failed(e.to_string()))?;
+        client.set_limit(TIMEOUT).map_err(Connect::Failed)?;
         Ok(client)
     }
 
@@ -353,6 +360,38 @@ impl Client {
         Err(format!("the cluster redirected the command {} times: is it still settling?", MAX_REDIRECTS + 1))
     }
 
+    /// How long each reply may take from now on.
+    fn set_limit(&mut self, limit: Duration) -> Result<(), String> {
+        self.limit = limit;
+        self.stream.set_read_timeout(limit).map_err(|e| e.to_string())
+    }
+
+    /// `WAIT replicas timeout` on every node this connection wrote to (the one connected,
+    /// and the one an `ASK` named): the fewest replicas that acknowledged everything written
+    /// so far, when `timeout` ran out or all of them did. `Ok(Err(text))` is the server's
+    /// refusal; `Err` is the connection's failure.
+    pub fn wait_replicas(&mut self, replicas: u32, timeout: Duration) -> Result<Result<u64, String>, String> {
+        let here = self.wait_here(replicas, timeout)?;
+        match (here, self.asked.as_deref_mut()) {
+            (Ok(here), Some(asked)) => Ok(asked.wait_here(replicas, timeout)?.map(|there| here.min(there))),
+            (here, _) => Ok(here),
+        }
+    }
+
+    /// [`Client::wait_replicas`] on the node connected to.
+    fn wait_here(&mut self, replicas: u32, timeout: Duration) -> Result<Result<u64, String>, String> {
+        let (n, ms) = (replicas.to_string(), timeout.as_millis().to_string());
+        // The reply comes when the replicas did, or when `timeout` ran out.
+        self.set_limit(timeout + TIMEOUT)?;
+        let reply = self.exchange(&[b"WAIT", n.as_bytes(), ms.as_bytes()]);
+        self.set_limit(TIMEOUT)?;
+        Ok(match reply? {
+            Reply::Integer(got) => Ok(u64::try_from(got).unwrap_or(0)),
+            Reply::Error(text) => Err(text),
+            other => Err(format!("WAIT answered {other:?}, not a count of replicas")),
+        })
+    }
+
     /// One command and its reply, an error reply included; `Err` only for the connection.
     fn exchange(&mut self, args: &[&[u8]]) -> Result<Reply, String> {
         let mut out = Vec::new();
@@ -433,8 +472,7 @@ impl Client {
             return RESET_BY_TLS_PORT.into();
         }
         if timed_out(err) {
-            let limit = if self.replied { TIMEOUT } else { FIRST_REPLY };
-            return format!("{} did not answer within {} s", self.peer, limit.as_secs());
+            return format!("{} did not answer within {} s", self.peer, self.limit.as_secs());
         }
         format!("{what} failed: {err}")
     }

@@ -131,6 +131,18 @@ whose acknowledgements the server has not confirmed, stay pending. The same sign
 twice within a second by one process counts once (`timeout -s INT` sends it to pelican and
 then to its process group).
 
+Failover: with redis+sentinel://, each stream's consumer keeps a sentinel's connection
+open, subscribed to +switch-master: a failover moves it to the new master at once (told:
+connection lost: a failover moved the master from A to B). With any URL, a node that answers
+as a replica is never read from: told once, retried, and /healthz answers 503 meanwhile.
+--ack-replicas N makes each batch of acknowledgements wait until N replicas have it (WAIT N
+MS, MS from --ack-timeout-ms; --ack-aof: WAITAOF 1 N, until the master's and N replicas'
+append-only files have it, Redis 7.2+/Valkey), so that a failover is less likely to deliver
+acknowledged entries again; acks that ran out of time are counted (acks_unreplicated in
+--stats-json and /metrics) and told once, the next batches then waiting 1 ms each until the
+replicas are back (so a master with fewer than N replicas counts every ack: give N no more
+than it has).
+
 Metrics (--metrics ADDR): GET /metrics answers in the Prometheus text format, each series
 labelled stream, group and consumer: the consumer's counters of --stats-json (all but handled
 and failed) as pelican_<name>_total, drained, claimed and new as
@@ -148,8 +160,9 @@ closed, CMD cannot be run, an entry is over the frame limit, the dead-letter str
 another cluster slot; TLS failed: an untrusted, expired or misnamed certificate, a client
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
 a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
-a host that does not resolve, a --stats-json FILE that cannot be written, a --metrics ADDR
-that cannot be listened on), 130 a second signal. A stream that fails stops the others (each
+a --stats-json FILE that cannot be written, a --metrics ADDR that cannot be listened on),
+130 a second signal. A server that cannot be reached (refused, down, a host that does not
+resolve: hosts are looked up at every connect) is retried, and told every 30 s. A stream that fails stops the others (each
 finishes its entries in hand and confirms its acks); the message names it.";
 
 /// The largest millisecond count a server takes (a signed 64-bit integer).

@@ -34,10 +34,10 @@ In a Redis/Valkey Cluster, any node's URL will do (a replica too): each stream i
 of the node serving it (MOVED and ASK are followed).";
 
 const AFTER: &str = "\
-Exit status: 0 shown, 1 the server failed or refused (no such key or group: the other
-streams are still shown) or TLS failed (an untrusted, expired or misnamed certificate, a
-client certificate required, a TLS file that cannot be read, the wrong port for the scheme),
-2 bad usage (a bad URL, a host that does not resolve).";
+Exit status: 0 shown, 1 the server failed, refused or could not be reached (no such key or
+group: the other streams are still shown; a host that does not resolve) or TLS failed (an
+untrusted, expired or misnamed certificate, a client certificate required, a TLS file that
+cannot be read, the wrong port for the scheme), 2 bad usage (a bad URL).";
 
 /// `pelican pending`'s flags.
 #[derive(clap::Args, Debug)]

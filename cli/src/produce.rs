@@ -8,6 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::value_parser;
+use pelican::HostPort;
 
 use crate::args::{Failure, TEMPLATE};
 use crate::client::{self, array, bytes, field, int, Client, Redirect, Reply};
@@ -17,6 +18,7 @@ use crate::server::{Server, ServerArgs};
 const USAGE: &str = "\
 pelican produce --stream KEY --count N [--size BYTES] [--url URL]
                       [--idempotent [--producer-id ID]]
+                      [--wait-replicas N [--wait-timeout-ms MS]]
                       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]";
 
 const ABOUT: &str = "\
@@ -26,9 +28,21 @@ Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined up to 1000
 URL will do: the entries go to the node serving KEY (MOVED and ASK are followed).
 
 With redis+sentinel://, the entries go to the master the sentinels name, asked again every
-second: a failover during the run is told (a master the failover left keeps taking writes
-until it is made a replica, then drops them: the entries added around it may be lost), the
-run goes on with the new master, and pelican exits 1 at the end.
+second and after a lost connection: a failover during the run is told (a master the failover
+left keeps taking writes until it is made a replica, then drops them; a killed one takes
+along what it had not passed on: the entries added around it may be lost), the run goes on
+with the new master, and pelican exits 1 at the end.
+
+--wait-replicas N counts an entry as added only once N replicas have it too: a WAIT N MS
+follows each pipeline. Replicas short of N (WAIT runs out after --wait-timeout-ms) hold the
+run: with Sentinel, the sentinels are asked whether the master moved, and if it did, the
+entries not confirmed are sent again to the new master (those a replica had copied before
+it was promoted are then there twice; --idempotent prevents that); else WAIT is asked
+again, for 30 s at most, before the run fails. After a failover the run waits for the new
+master's first replica: the sentinels attach the old master about 10 s later (a killed one,
+once restarted). So a failover loses no entry counted as added, and pelican exits 0. Give N
+as the number of the master's replicas: with fewer, a replica still attached to a master
+the failover left could confirm writes that it then drops as well.
 
 A connection lost mid-run is made again (a few tries over some seconds) and the entries
 whose replies were not read are sent again. Without --idempotent, those the server had
@@ -47,12 +61,24 @@ pipeline deeper, raise it beforehand (XCFGSET KEY IDMP-MAXSIZE 1000); changing i
 stream forget what it remembered of every producer.";
 
 const AFTER: &str = "\
-Exit status: 0 all added, 1 the server failed or refused (--idempotent without IDMP
-included), the connection could not be made again, or TLS failed, 2 bad usage (a bad URL, a
-host that does not resolve).";
+Exit status: 0 all added, 1 the server failed, refused (--idempotent without IDMP
+included) or could not be reached (a host that does not resolve), the connection could not
+be made again, the replicas did not confirm (--wait-replicas), a failover may have lost
+entries (Sentinel, without --wait-replicas), or TLS failed, 2 bad usage (a bad URL).
+
+Example: pelican produce --url redis+sentinel://s1,s2,s3/mymaster --stream orders
+             --count 100000 --wait-replicas 1";
 
 /// The most entries one run adds.
 const MAX_COUNT: u64 = 1_000_000_000;
+
+/// The longest one `WAIT` may wait: a minute.
+const MAX_WAIT_MS: u64 = 60_000;
+
+/// How long replicas short of `--wait-replicas` may hold the run before it fails: after a
+/// `SENTINEL FAILOVER`, the new master's first replica (the old master) is attached by the
+/// sentinels about 10 s later.
+const HOLD: Duration = Duration::from_secs(30);
 
 /// The largest value: 512 MiB, the most a server takes in one string by default
 /// (`proto-max-bulk-len`).
@@ -81,6 +107,13 @@ pub struct Args {
     /// run's entries whose numbers it still remembers under that id
     #[arg(long, value_name = "ID", requires = "idempotent", verbatim_doc_comment)]
     producer_id: Option<OsString>,
+    /// count an entry as added once N replicas have it too (WAIT N MS after
+    /// each pipeline): a failover then loses none of them (see above)
+    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..), verbatim_doc_comment)]
+    wait_replicas: Option<u32>,
+    /// with --wait-replicas: how long one WAIT waits for the replicas
+    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "wait_replicas", value_parser = value_parser!(u64).range(1..=MAX_WAIT_MS))]
+    wait_timeout_ms: u64,
     #[command(flatten)]
     pub(crate) server: ServerArgs,
 }
@@ -131,33 +164,49 @@ pub fn main(args: Args) -> Result<(), Failure> {
         resent: 0,
         checked: (Instant::now(), 0),
         in_doubt: 0,
+        wait: args.wait_replicas.map(|n| (n, Duration::from_millis(args.wait_timeout_ms))),
+        failovers: 0,
     };
     let start = Instant::now();
     run.produce(count)?;
     let secs = start.elapsed().as_secs_f64();
-    let how = match &producer {
-        Some(id) => format!("{size}-byte values, idempotent as producer {}", show(id)),
-        None => format!("{size}-byte values"),
-    };
+    let mut how = format!("{size}-byte values");
+    if let Some(id) = &producer {
+        how += &format!(", idempotent as producer {}", show(id));
+    }
+    if let Some((replicas, _)) = run.wait {
+        how += &format!(", each confirmed by {}", plural(replicas, "replica"));
+    }
     let mut line = format!(
         "produced {} entries to {} ({how}) in {secs:.3} s: {:.0} entries/s",
         run.done,
         show(stream),
         run.done as f64 / secs.max(1e-9)
     );
-    if run.lost > 0 {
-        let s = if run.lost == 1 { "" } else { "s" };
-        line += &format!("; {} connection{s} lost, {} entries sent again", run.lost, run.resent);
+    if run.lost > 0 || run.failovers > 0 {
+        let (lost, failovers) = (plural(run.lost, "connection"), plural(run.failovers, "failover"));
+        let what = match (run.lost, run.failovers) {
+            (_, 0) => format!("{lost} lost"),
+            (0, _) => failovers,
+            _ => format!("{lost} lost, {failovers}"),
+        };
+        line += &format!("; {what}, {} entries sent again", run.resent);
     }
     println!("{line}");
     if run.in_doubt > 0 {
         return Err(Failure::Failed(format!(
             "a failover during the run: entries added to the old master around it may be lost ({} since the \
-             check before it, and any its replica had not copied yet); XLEN on the new master tells what is there",
+             check before it, and any its replica had not copied yet); XLEN on the new master tells what is \
+             there (--wait-replicas counts only the entries a replica has)",
             run.in_doubt
         )));
     }
     Ok(())
+}
+
+/// `n thing` or `n things`.
+fn plural(n: u32, thing: &str) -> String {
+    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
 }
 
 /// How often, with Sentinel, the sentinels are asked whether the master moved.
@@ -203,6 +252,12 @@ struct Run {
     /// With Sentinel: entries added to a master that a failover had already left (confirmed
     /// by it, but lost when it became a replica) — as far as the checks tell.
     in_doubt: u64,
+    /// `--wait-replicas`: how many replicas must confirm each pipeline, and how long one
+    /// `WAIT` waits.
+    wait: Option<(u32, Duration)>,
+    /// Failovers that moved the run, with `--wait-replicas`, its unconfirmed entries sent
+    /// again to the new master.
+    failovers: u32,
 }
 
 /// How a pipeline went.
@@ -230,6 +285,9 @@ impl Run {
             let sent_at = Instant::now();
             match self.send(n) {
                 Sent::Lost { added, why } => {
+                    // With --wait-replicas an entry counts once its replicas confirmed it:
+                    // none of these was.
+                    let added = if self.wait.is_some() { 0 } else { added };
                     self.done += added;
                     if added > 0 {
                         self.lost_in_a_row = 0;
@@ -237,14 +295,18 @@ impl Run {
                     self.recover(n - added, &why, sent_at)?;
                 }
                 Sent::Replied { added, moved, asked, error } => {
-                    self.done += added;
                     self.lost_in_a_row = 0;
                     if let Some(e) = error {
+                        self.done += added;
                         if self.xadd.idempotent() && self.done == 0 {
                             return Err(self.without_idmp(e));
                         }
                         return Err(self.refused(e));
                     }
+                    if added > 0 && !self.replicated(added, sent_at)? {
+                        continue; // sent again, on a new connection
+                    }
+                    self.done += added;
                     // A cluster node that does not serve the stream. After a MOVED, one
                     // XADD through `call` follows it, and the next pipelines go to the new
                     // node. Entries refused with ASK (the slot is being migrated) go one by
@@ -258,6 +320,9 @@ impl Run {
                                 false => self.refused(e),
                             });
                         }
+                        if !self.replicated(1, sent_at)? {
+                            break;
+                        }
                         self.done += 1;
                     }
                 }
@@ -266,37 +331,102 @@ impl Run {
                 self.window = Some(self.read_window()?.unwrap_or(DEFAULT_WINDOW));
             }
             if self.checked.0.elapsed() >= CHECK_MASTER_EVERY {
-                self.check_master()?;
+                self.check_master(0)?;
             }
         }
-        self.check_master()
+        self.check_master(0).map(drop)
     }
 
-    /// With Sentinel: asks the sentinels whether the master is still the one written to. A
-    /// master a failover left keeps taking writes until it is made a replica (seconds later),
-    /// then drops them: the entries added since the last check are in doubt. Told, and the
-    /// run goes on with the new master.
-    fn check_master(&mut self) -> Result<(), Failure> {
-        let Some(from) = self.client.master().cloned() else { return Ok(()) };
-        match self.client.master_moved() {
-            // The sentinels cannot say now: asked again at the next check.
-            Err(_) | Ok(None) => {}
-            Ok(Some(to)) => {
-                let since = self.done - self.checked.1;
-                self.in_doubt += since;
-                eprintln!(
-                    "pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
-                     around it may be lost ({since} since the check {:.1} s before, and any its replica had \
-                     not copied yet): it drops them when it becomes a replica; going on with {to}",
-                    self.checked.0.elapsed().as_secs_f64()
-                );
-                self.client = self
-                    .reconnect()
-                    .map_err(|e| Failure::Failed(format!("connecting to the new master {to}: {e}")))?;
+    /// With --wait-replicas: whether the replicas confirmed the `n` entries just added
+    /// (`WAIT`); `false` if they are to be sent again. Replicas short of the number asked
+    /// hold the run: with Sentinel, a master that a failover left is told and left for the
+    /// new one (its replicas' confirmations are what the new master has: the `n` are sent
+    /// again there); else `WAIT` is asked again, for [`HOLD`] at most, then the run fails.
+    /// A connection lost meanwhile is made again, the `n` sent again.
+    fn replicated(&mut self, n: u64, sent_at: Instant) -> Result<bool, Failure> {
+        let Some((replicas, timeout)) = self.wait else { return Ok(true) };
+        let hold = Instant::now() + HOLD;
+        let mut told = false;
+        loop {
+            let got = match self.client.wait_replicas(replicas, timeout) {
+                Ok(Ok(got)) if got >= u64::from(replicas) => return Ok(true),
+                Ok(Ok(got)) => got,
+                Ok(Err(refused)) => {
+                    return Err(Failure::Failed(format!(
+                        "--wait-replicas: WAIT refused after {} entries: {refused}",
+                        self.done
+                    )))
+                }
+                Err(why) => {
+                    self.recover(n, &why, sent_at)?;
+                    return Ok(false);
+                }
+            };
+            if self.check_master(n)? {
+                return Ok(false);
+            }
+            let short = format!(
+                "{got} of the {} asked for confirmed the last {n} entries within {} ms",
+                plural(replicas, "replica"),
+                timeout.as_millis()
+            );
+            if Instant::now() >= hold {
+                return Err(Failure::Failed(format!(
+                    "--wait-replicas: {short}, again and again for {} s: {} entries added and confirmed, \
+                     the {n} after them are on the master only (INFO replication on it tells its replicas)",
+                    HOLD.as_secs(),
+                    self.done
+                )));
+            }
+            if !told {
+                eprintln!("pelican: {short}: waiting for them ({} s at most)", HOLD.as_secs());
+                told = true;
             }
         }
+    }
+
+    /// With Sentinel: asks the sentinels whether the master is still the one written to, and
+    /// says whether it moved. A master a failover left keeps taking writes until it is made a
+    /// replica (seconds later), then drops them: without --wait-replicas, the entries added
+    /// since the last check are in doubt; with it, only the `unconfirmed` just written, sent
+    /// again. Told, and the run goes on with the new master.
+    fn check_master(&mut self, unconfirmed: u64) -> Result<bool, Failure> {
+        let Some(from) = self.client.master().cloned() else { return Ok(false) };
+        // Not answered: asked again at the next check.
+        let Ok(Some(to)) = self.client.master_moved() else {
+            self.checked = (Instant::now(), self.done);
+            return Ok(false);
+        };
+        self.failed_over(&from, &to, unconfirmed);
+        self.resent += unconfirmed;
+        self.client = self
+            .reconnect()
+            .map_err(|e| Failure::Failed(format!("connecting to the new master {to}: {e}")))?;
+        Ok(true)
+    }
+
+    /// Tells that a failover moved the run from `from` to `to`, `unconfirmed` entries just
+    /// written to be sent again there. Without --wait-replicas, the entries added since the
+    /// last check are in doubt: `from` may not have passed them on before it was left.
+    fn failed_over(&mut self, from: &HostPort, to: &HostPort, unconfirmed: u64) {
+        if self.wait.is_some() {
+            self.failovers += 1;
+            eprintln!(
+                "pelican: a failover moved the master from {from} to {to}: the entries counted so far were \
+                 confirmed by its replicas; going on with {to}, sending the {unconfirmed} not confirmed again"
+            );
+        } else {
+            let since = self.done - self.checked.1;
+            self.in_doubt += since;
+            eprintln!(
+                "pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
+                 around it may be lost ({since} since the check {:.1} s before, and any its replica had \
+                 not copied yet): a master left drops them when it becomes a replica, a dead one with \
+                 itself (--wait-replicas prevents that); going on with {to}",
+                self.checked.0.elapsed().as_secs_f64()
+            );
+        }
         self.checked = (Instant::now(), self.done);
-        Ok(())
     }
 
     /// Writes entries `done + 1 ..= done + n` in one pipeline and reads their replies.
@@ -341,6 +471,7 @@ impl Run {
                 in_doubt(self.done)
             )));
         }
+        let from = self.client.master().cloned();
         self.client = self.reconnect().map_err(|e| {
             Failure::Failed(format!(
                 "the connection was lost ({why}) and could not be made again ({e}): {}",
@@ -378,6 +509,12 @@ impl Run {
              the {unconfirmed} unconfirmed again{twice}",
             self.done
         );
+        // With Sentinel, the sentinels may name another master now (the one lost was killed).
+        if let (Some(from), Some(to)) = (from, self.client.master().cloned()) {
+            if from != to {
+                self.failed_over(&from, &to, unconfirmed);
+            }
+        }
         self.resent += unconfirmed;
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! The server a command talks to: `--url` and the `--tls-*` flags every command shares,
 //! checked together, and failures told in terms of those flags.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use pelican::Endpoint;
@@ -19,13 +19,15 @@ pub struct Server {
     pub target: Target,
     /// The TLS settings, for a `rediss://` URL; `None` for `redis://`.
     pub tls: Option<Tls>,
+    /// Whether the URL came from `$PELICAN_URL`, for messages.
+    pub url_from_env: bool,
 }
 
 impl Server {
     /// A plaintext server with nothing but an address (the demo's simulator).
     pub fn plain(addr: SocketAddr) -> Server {
         let target = Target { endpoint: addr.into(), tls: false, user: None, password: None, db: 0 };
-        Server { target, tls: None }
+        Server { target, tls: None, url_from_env: false }
     }
 
     /// Where the consumers connect.
@@ -37,6 +39,15 @@ impl Server {
     /// each node and sentinel is checked by its own host).
     pub fn tls_for(&self) -> Option<(Tls, String)> {
         self.tls.clone().map(|tls| (tls, self.target.tls_host()))
+    }
+
+    /// `why` the URL's host could not be used, saying where the URL came from when that was
+    /// `$PELICAN_URL` (a setting easily forgotten).
+    pub fn host_failed(&self, why: String) -> String {
+        match self.url_from_env {
+            true => format!("{why} (the host in $PELICAN_URL)"),
+            false => why,
+        }
     }
 }
 
@@ -92,9 +103,9 @@ impl ServerArgs {
             .find_map(|(value, flag)| value.as_ref().map(|_| flag))
     }
 
-    /// The server: the URL parsed and its host resolved, the TLS flags checked against it,
-    /// their files read. Misused flags, a bad URL and a host that does not resolve are bad
-    /// usage (exit 2); a TLS file that cannot be used fails the command (exit 1).
+    /// The server: the URL parsed (its hosts not looked up yet), the TLS flags checked
+    /// against it, their files read. Misused flags and a bad URL are bad usage (exit 2); a
+    /// TLS file that cannot be used fails the command (exit 1).
     pub fn to_server(&self) -> Result<Server, Failure> {
         if self.tls_cert.is_some() != self.tls_key.is_some() {
             return Err(Failure::Usage("--tls-cert and --tls-key go together: give both, or neither".into()));
@@ -126,21 +137,9 @@ impl ServerArgs {
         } else {
             Some(self.tls_config().build().map_err(|e| Failure::Failed(tls_message(&e)))?)
         };
-        if let Endpoint::Node(node) = &target.endpoint {
-            // Looked up again at every connect; a name that does not resolve now is most
-            // likely a typo.
-            let found = (node.host.as_str(), node.port).to_socket_addrs().map(|addrs| addrs.count());
-            let why = match found {
-                Ok(0) => Some(format!("{} resolves to no address", node.host)),
-                Ok(_) => None,
-                Err(e) => Some(format!("cannot resolve {}: {e}", node.host)),
-            };
-            if let Some(why) = why {
-                let env = if self.url_from_env { " (the host in $PELICAN_URL)" } else { "" };
-                return Err(Failure::Bad(format!("{why}{env}")));
-            }
-        }
-        Ok(Server { target, tls })
+        // A host is not looked up here but at every connect: one that does not resolve is a
+        // failed connect, which `consume` retries and the other commands report.
+        Ok(Server { target, tls, url_from_env: self.url_from_env })
     }
 
     /// What the flags ask for: the CA file, else the system roots; the client certificate.

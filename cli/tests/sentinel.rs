@@ -1,7 +1,8 @@
 //! Every command against a master that Sentinel watches (`redis+sentinel://`), on real
 //! topologies (a master, its replica, three sentinels): `produce`, `pending`, `retire` and
 //! `consume` find the master; `consume` follows a failover on both transports; `produce` tells
-//! one; a command pointed at a replica says so; the sentinels' own password; bad URLs.
+//! one; a command pointed at a replica says so; the sentinels' own password; bad URLs; and
+//! `consume --ack-replicas` where the replicas do not answer.
 
 mod support;
 
@@ -9,13 +10,20 @@ use std::thread;
 use std::time::Duration;
 
 use pelican_tests::sentinel::{Topology, TopologyOptions, SERVICE};
-use pelican_tests::server::{Flavor, Options};
+use pelican_tests::server::{Flavor, Options, Server};
 use support::*;
 
 /// `redis+sentinel://` URL of the topology's sentinels, with `extra` appended (a db, a query).
 fn url(topology: &Topology, userinfo: &str, extra: &str) -> String {
     let nodes: Vec<String> = topology.sentinel_addrs().iter().map(|a| a.to_string()).collect();
     format!("redis+sentinel://{userinfo}{}/{SERVICE}{extra}", nodes.join(","))
+}
+
+/// How many entries `produce`'s final line says were sent again.
+fn sent_again(out: &str) -> u64 {
+    out.split("; ")
+        .find_map(|part| part.strip_suffix(" entries sent again")?.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("how many sent again: {out}"))
 }
 
 /// Runs `check` on each flavor at once.
@@ -201,4 +209,122 @@ fn bad_sentinel_urls_are_usage_without_echoing_passwords() {
     ]);
     assert_eq!(status.code(), Some(2), "{err}");
     assert!(err.contains("--sentinel-password is for redis+sentinel://"), "{err}");
+}
+
+/// `--ack-replicas` on a server without a replica: every entry is handled, each batch's acks
+/// wait `--ack-timeout-ms` at most, the shortfall is told once and counted in `--stats-json`;
+/// `--ack-aof` on a server without `WAITAOF` (Redis 7.0) fails at connect, naming it.
+#[test]
+fn ack_replicas_without_a_replica_are_told_and_counted() {
+    let server = Server::start(Flavor::Redis70);
+    server.admin().xadd_n("s", 5, 8);
+    let url = format!("redis://{}", server.addr());
+    let scratch = Scratch::new("ack-replicas");
+    let stats = scratch.file("stats.json");
+    let extra = ["--ack-replicas", "1", "--ack-timeout-ms", "50", "--stats-json", &stats];
+    let mut consumer = Pelican::spawn(&consume(&url, "mio", &extra));
+    for _ in 0..5 {
+        consumer.line();
+    }
+    wait_until("the acks confirmed", || server.admin().xpending_count("s", "g") == 0);
+    consumer.stop();
+    let told = consumer.stderr();
+    assert_eq!(told.matches("of the 1 replicas asked for in time").count(), 1, "told once:\n{told}");
+    let json = Json::parse(&std::fs::read_to_string(&stats).expect("written at the stop"));
+    assert_eq!((json.get("acked").num(), json.get("acks_unreplicated").num()), (5.0, 5.0), "{json:?}");
+
+    let (status, _, err) = run(&consume(&url, "smol", &["--ack-replicas", "1", "--ack-aof"]));
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(err.contains("WAITAOF (Redis 7.2 or later, or Valkey)"), "{err}");
+}
+
+/// `produce --wait-replicas 1` across a `SENTINEL FAILOVER`: it goes on with the new master,
+/// sends again what the replica had not confirmed, holds until the new master has a replica
+/// confirming (the old one, which the sentinels turn into its replica ~10 s after the
+/// failover), and exits 0 with every entry it counted on the new master (with
+/// `--idempotent`, on Redis 8.10, exactly once each).
+#[test]
+fn produce_waiting_for_a_replica_loses_nothing_across_a_failover() {
+    on_each(&[Flavor::Redis70, Flavor::Valkey81, Flavor::Redis810], |flavor| {
+        let topology = Topology::start(flavor);
+        let url = url(&topology, "", "");
+        let idempotent = flavor == Flavor::Redis810;
+        // With --idempotent, pipelines are of 100 (the stream's IDMP window): slower.
+        let count: u64 = if idempotent { 100_000 } else { 500_000 };
+        let count_arg = count.to_string();
+        let mut args =
+            vec!["produce", "--url", &url, "--stream", "s", "--count", &count_arg, "--wait-replicas", "1"];
+        if idempotent {
+            args.push("--idempotent");
+        }
+        let started = std::time::Instant::now();
+        let mut producer = Pelican::spawn(&args);
+        let old = topology.master();
+        wait_until("the first entries", || topology.admin(old).xlen("s") > 0);
+        let new = topology.failover();
+        let failed_over = started.elapsed();
+        // The sentinels' ~10 s, the entries before and after, on two busy cores.
+        let status = producer.wait_within(Duration::from_secs(60));
+        let err = producer.stderr();
+        let out = producer.line();
+        eprintln!("{flavor}: failover done at {failed_over:?}, run {:?}: {out}", started.elapsed());
+        assert_eq!(status.code(), Some(0), "{flavor}: {err}");
+        assert!(out.starts_with(&format!("produced {count} entries")), "{flavor}: {out}");
+        assert!(err.contains(&format!("a failover moved the master from {old} to {new}")), "{flavor}: {err}");
+        let resent = sent_again(&out);
+        topology.wait_settled();
+        let there = topology.admin(new).xlen("s");
+        match idempotent {
+            true => assert_eq!(there, count as i64, "{flavor}: each once"),
+            false => assert!(
+                (count as i64..=(count + resent) as i64).contains(&there),
+                "{flavor}: {there} on the new master, {count} counted, {resent} sent again"
+            ),
+        }
+    });
+}
+
+/// The master killed (`kill -9`) under `produce`: the connection lost, the sentinels name the
+/// replica. Without `--wait-replicas`, the failover is told and the run exits 1 (the dead
+/// master took what it had not passed on). With `--wait-replicas 1`, the run goes on with the
+/// new master, holds until it has a replica again (the old master, restarted, which the
+/// sentinels attach to it), and exits 0 with every entry it counted there.
+#[test]
+fn produce_tells_a_master_killed_under_it_and_loses_nothing_waiting_for_a_replica() {
+    on_each(&[Flavor::Redis70, Flavor::Valkey81], |flavor| {
+        let waits = flavor == Flavor::Valkey81;
+        let mut topology = Topology::start(flavor);
+        let url = url(&topology, "", "");
+        let count: u64 = 500_000;
+        let count_arg = count.to_string();
+        let mut args = vec!["produce", "--url", &url, "--stream", "s", "--count", &count_arg];
+        if waits {
+            args.extend(["--wait-replicas", "1"]);
+        }
+        let mut producer = Pelican::spawn(&args);
+        let old = topology.master();
+        wait_until("the first entries", || topology.admin(old).xlen("s") > 0);
+        topology.kill_master();
+        let new = topology.master();
+        if waits {
+            topology.restart(old);
+        }
+        let status = producer.wait_within(Duration::from_secs(60));
+        let err = producer.stderr();
+        assert!(err.contains(&format!("a failover moved the master from {old} to {new}")), "{flavor}: {err}");
+        if !waits {
+            assert_eq!(status.code(), Some(1), "{flavor}: {err}");
+            assert!(err.contains("may be lost") && err.contains("--wait-replicas prevents that"), "{err}");
+            return;
+        }
+        assert_eq!(status.code(), Some(0), "{flavor}: {err}");
+        let out = producer.line();
+        assert!(out.starts_with(&format!("produced {count} entries")), "{flavor}: {out}");
+        let resent = sent_again(&out);
+        let there = topology.admin(new).xlen("s");
+        assert!(
+            (count as i64..=(count + resent) as i64).contains(&there),
+            "{flavor}: {there} on the new master, {count} counted, {resent} sent again"
+        );
+    });
 }

@@ -202,6 +202,11 @@ fn produce_bounds_its_sizes_and_writes_big_values_whole() {
     refused(&args("1", "536870913"), "536870913 is not in 0..=536870912");
     refused(&args("0", "16"), "0 is not in 1..=1000000000");
     refused(&args("99999999999999", "16"), "99999999999999 is not in 1..=1000000000");
+    let produce = ["produce", "--stream", "s", "--count", "1"];
+    let with = |extra: &[&'static str]| -> Vec<&str> { produce.iter().chain(extra).copied().collect() };
+    refused(&with(&["--wait-replicas", "0"]), "0 is not in 1..=4294967295");
+    refused(&with(&["--wait-timeout-ms", "100"]), "--wait-replicas <N>");
+    refused(&with(&["--wait-replicas", "1", "--wait-timeout-ms", "60001"]), "60001 is not in 1..=60000");
 
     let server = Server::start(Flavor::Valkey81);
     let mut admin = server.admin();
@@ -375,12 +380,15 @@ fn a_bad_pelican_url_is_named() {
     for (env, want) in [
         ("http://127.0.0.1", "pelican: bad URL in $PELICAN_URL: it must start with redis://"),
         ("redis://127.0.0.1:99999", "pelican: bad URL in $PELICAN_URL: the port is not 1-65535"),
-        ("redis://no-such-host.invalid", "(the host in $PELICAN_URL)"),
     ] {
         let (status, _, stderr) = run_env(&args, &[("PELICAN_URL", env)]);
         assert_eq!(status.code(), Some(2), "{env}: {stderr}");
         assert!(one_line(&stderr).contains(want), "{env}: {stderr}");
     }
+    // Looked up at connect (a failed connect, 1), where the message still says whence it came.
+    let (status, _, stderr) = run_env(&args, &[("PELICAN_URL", "redis://no-such-host.invalid")]);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(one_line(&stderr).ends_with("(the host in $PELICAN_URL)"), "{stderr}");
     let stderr = refused(
         &["pending", "--stream", "s", "--group", "g", "--url", "http://127.0.0.1"],
         "pelican: bad URL: it",
@@ -396,25 +404,35 @@ fn a_bad_pelican_url_is_named() {
 
 // ---- 4. exit statuses -------------------------------------------------------------------------
 
-/// A host that does not resolve is a bad setting (2) for every command.
+/// A host is looked up at connect, not when the URL is read: one that does not resolve is a
+/// failed connect. The one-shot commands fail (1) naming it; `consume`, on either transport,
+/// tells it and keeps trying (a name may appear once its server is up), and stops cleanly.
 #[test]
-fn an_unresolvable_host_is_bad_usage_for_every_command() {
+fn an_unresolvable_host_is_a_failed_connect() {
     let url = "redis://no-such-host.invalid:6379";
     for args in [
-        &["consume", "--url", url, "--stream", "s", "--group", "g", "--consumer", "c"][..],
-        &["pending", "--url", url, "--stream", "s", "--group", "g"],
+        &["pending", "--url", url, "--stream", "s", "--group", "g"][..],
         &["produce", "--url", url, "--stream", "s", "--count", "1"],
         &["retire", "--url", url, "--stream", "s", "--group", "g", "--idle-ms", "0"],
         &["demo", "--url", url],
     ] {
         let (status, _, stderr) = run(args);
-        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
         assert!(one_line(&stderr).starts_with("pelican: cannot resolve no-such-host.invalid"), "{stderr}");
+    }
+    for transport in ["mio", "smol"] {
+        let args = ["consume", "--url", url, "--stream", "s", "--group", "g", "--consumer", "c"];
+        let mut consumer = Pelican::spawn(&[&args[..], &["--transport", transport]].concat());
+        wait_until("the failed connect told", || {
+            consumer.stderr().contains("cannot connect: cannot resolve no-such-host.invalid")
+        });
+        consumer.stop();
     }
 }
 
 /// Settings the consumer (or the server) would refuse later are refused up front, exit 2,
-/// before anything reaches the server.
+/// before anything reaches the server; `--ack-timeout-ms` and `--ack-aof` only with
+/// `--ack-replicas`.
 #[test]
 fn consumer_settings_are_checked_before_connecting() {
     let server = Server::start(Flavor::Valkey81);
@@ -433,6 +451,11 @@ fn consumer_settings_are_checked_before_connecting() {
         (&["--create-group", "1-x"], "a group start id is"),
         (&["--dead-letter", "s"], "invalid settings: the dead-letter stream must not be the consumed stream"),
         (&["--consumer", ""], "invalid settings: the consumer must not be empty"),
+        (&["--ack-replicas", "0"], "0 is not in 1..=4294967295"),
+        (&["--ack-replicas", "two"], "invalid value 'two' for '--ack-replicas <N>'"),
+        (&["--ack-timeout-ms", "500"], "the following required arguments were not provided"),
+        (&["--ack-aof"], "--ack-replicas <N>"),
+        (&["--ack-replicas", "1", "--ack-timeout-ms", "0"], "0 is not in 1..="),
     ] {
         let mut args = vec!["consume", "--url", &url, "--stream", "s", "--group", "g", "--create-group", "0"];
         if extra[0] == "--create-group" {

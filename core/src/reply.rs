@@ -165,7 +165,7 @@ pub(crate) enum Role {
     /// A replica of `master` (`host:port`), its link to it in `state` (`connected`,
     /// `connecting`, `sync`…).
     Replica {
-        master: String,
+        master: crate::locate::HostPort,
         state: String,
     },
     /// A sentinel, or anything else: its first word.
@@ -201,7 +201,7 @@ pub(crate) fn role(value: Value) -> Result<Role> {
                 return Err(ShapeError("ROLE: a replica without its master"));
             };
             let master = crate::locate::HostPort { host, port: port.parse().unwrap_or(0) };
-            Role::Replica { master: master.to_string(), state }
+            Role::Replica { master, state }
         }
         _ => Role::Other(kind),
     })

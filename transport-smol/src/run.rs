@@ -189,6 +189,15 @@ impl Runner {
         Ok(Runner::with_endpoint(consumer, checked_async(addr).await?))
     }
 
+    /// Like [`new`](Self::new), but a host name is not looked up now: one that does not
+    /// resolve yet (a service whose name appears once it is up) is a failed connect,
+    /// retried after the consumer's backoff like every later lookup. A `"host:port"` text
+    /// that is not one, or sentinels without a single address, still fail here.
+    pub fn lazy(addr: impl IntoEndpoint, config: Config) -> Result<Runner, RunError> {
+        let consumer = Consumer::new(config).map_err(RunError::Config)?;
+        Ok(Runner::with_endpoint(consumer, crate::resolve::endpoint(addr)?))
+    }
+
     pub(crate) fn with_endpoint(consumer: Consumer, endpoint: Endpoint) -> Runner {
         Runner {
             consumer,

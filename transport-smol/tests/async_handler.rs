@@ -171,7 +171,8 @@ fn consumers_share_one_executor() {
 }
 
 /// `run` resolves a host name without blocking the executor and consumes from it; a name that
-/// does not resolve is a `Resolve` error, not a panic or a retry loop.
+/// does not resolve is a `Resolve` error, not a panic or a retry loop — but for a runner made
+/// with `Runner::lazy`, whose first connect looks it up: a failed connect, told and retried.
 #[test]
 fn run_resolves_host_names() {
     let server = server_with_group();
@@ -205,6 +206,20 @@ fn run_resolves_host_names() {
         Verdict::Ack
     }));
     assert!(matches!(failed, Err(pelican_smol::RunError::Resolve(_))), "{failed:?}");
+
+    // `lazy` looks the name up at the first connect instead: a failed connect, retried.
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let tell = told.clone();
+    let runner = Runner::lazy("no-such-host.invalid:6379", config("c1"))
+        .expect("not looked up yet")
+        .on_notice(move |notice| tell.lock().unwrap().push(notice.to_string()));
+    let stop = runner.stop_handle();
+    let thread = thread::spawn(move || smol::block_on(runner.run(|_| async { Verdict::Ack })));
+    assert!(wait_until(SETTLE, || told.lock().unwrap().len() >= 2), "{:?}", told.lock().unwrap());
+    stop.stop();
+    thread.join().unwrap().expect("a clean stop");
+    let told = told.lock().unwrap();
+    assert!(told.iter().all(|t| t.contains("cannot resolve no-such-host.invalid")), "{told:?}");
 }
 
 /// An abandon while the handler awaits drops the handler's future: `run` returns at once and

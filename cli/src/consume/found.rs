@@ -83,8 +83,12 @@ mod tests {
         assert_eq!(err, "the --exec command `pythn3 handler.py` cannot be run: `pythn3` is not found");
         let err = check("--exec", "/no/such/file x").unwrap_err();
         assert!(err.ends_with("`/no/such/file` is not found"), "{err}");
-        let err = check("--exec", "/etc/hostname").unwrap_err();
-        assert!(err.ends_with("`/etc/hostname` is not executable"), "{err}");
+        let plain = std::env::temp_dir().join(format!("pelican-found-{}", std::process::id()));
+        std::fs::write(&plain, "#!/bin/sh\n").unwrap();
+        let plain = plain.display().to_string();
+        let err = check("--exec", &plain).unwrap_err();
+        let _ = std::fs::remove_file(&plain);
+        assert!(err.ends_with(&format!("`{plain}` is not executable")), "{err}");
         assert_eq!(check("--exec", "/bin/sh -c true"), Ok(()));
         let err = check("--exec", "echo 'unclosed").unwrap_err();
         assert!(err.starts_with("the --exec command `echo 'unclosed` is not valid sh: "), "{err}");

@@ -108,7 +108,9 @@ async fn tell_wait(lanes: &[(Arc<Handler>, Rc<Cell<bool>>)]) {
 /// A lane's runner: its consumer, the URL's addresses, TLS, its notices told.
 fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
     let (endpoint, fallbacks) = net.place(&lane.config.stream);
-    let runner = Runner::new(endpoint, lane.config.clone())
+    // Its host is looked up at every connect, this first one included: a name that does not
+    // resolve yet is retried like a server that is not up yet.
+    let runner = Runner::lazy(endpoint, lane.config.clone())
         .map_err(|e| match e {
             RunError::Config(e) => Failure::Bad(format!("invalid settings: {e}")),
             e => Failure::Failed(e.to_string()),

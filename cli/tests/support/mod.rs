@@ -125,7 +125,12 @@ impl Pelican {
 
     /// Waits (bounded) for it to exit.
     pub fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + WAIT;
+        self.wait_within(WAIT)
+    }
+
+    /// Waits for it to exit, `limit` at most: for a run known to take longer than [`WAIT`].
+    pub fn wait_within(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
                 // Let the stderr reader catch up with the last words.
@@ -134,7 +139,7 @@ impl Pelican {
             }
             assert!(
                 Instant::now() < deadline,
-                "pelican did not exit within {WAIT:?}; stderr:\n{}",
+                "pelican did not exit within {limit:?}; stderr:\n{}",
                 self.stderr()
             );
             thread::sleep(Duration::from_millis(10));

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use crate::backoff::Backoff;
 use crate::config::Auth;
 
-pub use role::{read_node_role, NodeRole, ROLE_REQUEST};
+pub use role::{read_node_role, read_replica_of, NodeRole, MASTER_REQUEST, ROLE_REQUEST};
 pub use sentinel::{SentinelAnswer, SentinelError, SentinelSession};
 
 /// A host name or IP address and a port.

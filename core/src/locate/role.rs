@@ -1,10 +1,13 @@
 //! Whether a node is a master, for clients of their own (the command line's): ask
-//! [`ROLE_REQUEST`], read the answer with [`read_node_role`]. The consumer asks the same
-//! itself at every connect (its handshake's `HELLO`).
+//! [`ROLE_REQUEST`], read the answer with [`read_node_role`]; a replica's master, to name it:
+//! ask [`MASTER_REQUEST`], read the answer with [`read_replica_of`]. The consumer asks the
+//! same itself at every connect (its handshake's `HELLO`, then `ROLE` of a replica).
 
 use crate::config::{Limits, Protocol};
 use crate::decode::{Decoder, Frame, Value};
 use crate::dialect::hello_fields;
+use crate::locate::HostPort;
+use crate::reply::{role, Role};
 
 /// A bare `HELLO` (RESP2): it switches nothing and answers the server's name, version and
 /// role (Redis 6.0+, Valkey), whatever the user may run.
@@ -46,6 +49,23 @@ pub fn read_node_role(bytes: &[u8]) -> Result<Option<NodeRole>, String> {
     }
 }
 
+/// `ROLE` (RESP2), to ask a replica which master it follows. It needs `@admin`: a user
+/// without it is refused.
+pub const MASTER_REQUEST: &[u8] = b"*1\r\n$4\r\nROLE\r\n";
+
+/// The master a replica names in its RESP2 reply to [`MASTER_REQUEST`], sans-IO: `None`
+/// until `bytes` (everything read so far) hold the whole reply, and for any reply but a
+/// replica's (a master's, a sentinel's, a refusal, bytes that are not RESP).
+pub fn read_replica_of(bytes: &[u8]) -> Option<HostPort> {
+    let mut decoder = Decoder::new(Limits::default());
+    decoder.extend(bytes);
+    let Ok(Some(Frame::Reply(value))) = decoder.next(Protocol::Resp2) else { return None };
+    match role(value) {
+        Ok(Role::Replica { master, .. }) => Some(master),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -69,5 +89,30 @@ mod tests {
             Err("NOAUTH Authentication required.".into())
         );
         assert!(read_node_role(b"HTTP/1.1 400\r\n").is_err());
+    }
+
+    #[test]
+    fn a_replicas_master() {
+        // Captured from each server (core/tests/fixtures).
+        let replicas: [(&[u8], u16); 4] = [
+            (include_bytes!("../../tests/fixtures/redis-6.2/resp2/role_replica.resp"), 42011),
+            (include_bytes!("../../tests/fixtures/redis-7.0/resp2/role_replica.resp"), 33277),
+            (include_bytes!("../../tests/fixtures/valkey-8.1/resp2/role_replica.resp"), 39981),
+            (include_bytes!("../../tests/fixtures/redis-8.10/resp2/role_replica.resp"), 53615),
+        ];
+        for (replica, port) in replicas {
+            let master = read_replica_of(replica).expect("a replica names its master");
+            assert_eq!(master, HostPort::new("127.0.0.1", port));
+            assert_eq!(read_replica_of(&replica[..replica.len() - 3]), None, "not whole yet");
+        }
+        let master = include_bytes!("../../tests/fixtures/redis-7.0/resp2/role_master.resp");
+        assert_eq!(read_replica_of(master), None);
+        // A replica whose master is down names it still.
+        let link_down = include_bytes!("../../tests/fixtures/redis-7.0/resp2/role_replica_link_down.resp");
+        assert_eq!(read_replica_of(link_down), Some(HostPort::new("127.0.0.1", 55305)));
+        // A user without @admin is refused ROLE: the master goes unnamed.
+        let refused = include_bytes!("../../tests/fixtures/valkey-8.1/resp2/role_noperm.resp");
+        assert_eq!(read_replica_of(refused), None);
+        assert_eq!(read_replica_of(b"HTTP/1.1 400\r\n"), None);
     }
 }
