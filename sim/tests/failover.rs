@@ -153,11 +153,11 @@ fn failovers_under_faults_keep_every_promise() {
 }
 
 /// Entries handled twice after failovers that lose up to 200 ms of writes (and more when the
-/// replica's link was down), over many seeds, with plain acks and with acks that wait for
-/// the replica: waiting makes them rarer.
+/// replica's link was down), over many seeds (80, or `PELICAN_SIM_SEEDS`), with plain acks
+/// and with acks that wait for the replica: waiting makes them rarer.
 #[test]
 fn acks_that_wait_for_the_replica_duplicate_less() {
-    let seeds = 80;
+    let seeds = std::env::var("PELICAN_SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(80);
     let run = |wait: bool, link_down: bool| -> (u64, u64, u64) {
         let (mut duplicates, mut unreplicated, mut failovers) = (0, 0, 0);
         for seed in 0..seeds {
