@@ -9,6 +9,7 @@ use crate::model::{
     ClaimOptions as Options, Claimed, Db, Fields, Group, NewId, Refs, Stream, Trim, MAX_COUNT,
 };
 use crate::options::{ClaimShape, SimOptions};
+use crate::replication::{is_write, wait_answer, Replica, Waiting, READONLY};
 use crate::reply::{Protocol, Reply};
 
 /// What executing a command produced.
@@ -18,6 +19,8 @@ pub(crate) enum Outcome {
     Reply(Reply),
     /// Park the connection (`XREADGROUP … BLOCK … >` with nothing new).
     Block(Blocked),
+    /// Park the connection until the replica has its writes (`WAIT`, `WAITAOF`).
+    Wait(Waiting),
     /// Answer, then close the connection (`QUIT`).
     Close(Reply),
 }
@@ -45,15 +48,23 @@ pub(crate) struct Ctx<'a> {
     pub(crate) signals: &'a mut Vec<Signal>,
     /// Every connection (id, name, idle ms), for `CLIENT LIST`: gathered only for it.
     pub(crate) clients: Vec<(u64, Option<Vec<u8>>, u64)>,
-    /// The replica, if the server has one.
+    /// The replica, if the server has one and the command runs on the master.
     pub(crate) replica: Option<&'a mut Replica>,
+    /// Where the command runs, as replication sees it.
+    pub(crate) node: NodeView,
 }
 
-/// A replica's copy of the data, as of `synced_at` (virtual ms).
-#[derive(Debug)]
-pub(crate) struct Replica {
-    pub(crate) db: Db,
-    pub(crate) synced_at: u64,
+/// What a command knows of replication where it runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NodeView {
+    /// It runs on the replica, on its copy of the data.
+    pub(crate) on_replica: bool,
+    /// The replication offset: the master's on the master, the replica's on the replica.
+    pub(crate) offset: u64,
+    /// The other node's address: the replica's on the master, the master's on the replica.
+    pub(crate) peer: (&'static str, u16),
+    /// Whether the replica's link to the master is up.
+    pub(crate) link_up: bool,
 }
 
 const SYNTAX: &str = "ERR syntax error";
@@ -148,6 +159,9 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
     if !ctx.conn.authed && !matches!(name.as_str(), "auth" | "hello" | "quit") {
         return Outcome::Reply(Reply::err("NOAUTH Authentication required."));
     }
+    if ctx.node.on_replica && is_write(&name) {
+        return Outcome::Reply(Reply::err(READONLY));
+    }
     let result = match name.as_str() {
         "ping" => ping(args),
         "quit" => Ok(Outcome::Close(Reply::ok())),
@@ -192,40 +206,84 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xackdel" => xackdel(ctx, args),
         "xcfgset" => xcfgset(ctx, args),
         "wait" | "waitaof" => wait(ctx, args),
-        "role" => {
-            let replicas = match ctx.replica {
-                Some(_) => vec![Reply::Array(vec![Reply::text("sim"), Reply::text("0"), Reply::text("0")])],
-                None => Vec::new(),
-            };
-            reply(Reply::Array(vec![Reply::text("master"), Reply::Int(0), Reply::Array(replicas)]))
-        }
+        "role" => reply(role(ctx)),
         _ => Err(format!("ERR unknown command '{name}'")),
     };
     result.unwrap_or_else(|e| Outcome::Reply(Reply::err(e)))
 }
 
-/// `WAIT numreplicas timeout` and `WAITAOF numlocal numreplicas timeout`: the replica, if
-/// any, catches up at once (no virtual time passes) and counts; without one, 0 at once (the
-/// servers answer so after the timeout). The local append-only file counts as written: the
-/// model's restarts are those of `appendfsync always`.
+/// `WAIT numreplicas timeout` and `WAITAOF numlocal numreplicas timeout`: counts the
+/// replicas that have every write of this connection so far. A replica whose link is up has
+/// them at once (it catches up: a healthy replica acknowledges within a round trip, taken as
+/// no time); one cut off does not, and the command parks until the link is back or the
+/// timeout (0: for ever), as the servers wait. Without a replica: 0, after the timeout when
+/// one was asked for. The local append-only file counts as written: the model's restarts are
+/// those of `appendfsync always`. A replica refuses both, with the servers' words.
 fn wait(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let aof = args.len() == 4;
+    if ctx.node.on_replica {
+        return Err(match (aof, ctx.options.server_name == "valkey") {
+            (true, _) => {
+                "ERR WAITAOF cannot be used with replica instances. Please also note that writes to \
+                          replicas are just local and are not propagated."
+                    .into()
+            }
+            (false, valkey) => format!(
+                "ERR WAIT cannot be used with replica instances. Please also note that {}if a replica is \
+                 configured to be writable (which is not the default) writes to replicas are just local \
+                 and are not propagated.",
+                if valkey { "" } else { "since Redis 4.0 " }
+            ),
+        });
+    }
     let numbers: Option<Vec<i64>> = args[1..].iter().map(|a| parse_i64(a)).collect();
     let numbers = numbers.ok_or(NOT_INT)?;
-    if numbers.last().is_some_and(|t| *t < 0) {
+    let timeout = numbers[numbers.len() - 1];
+    if timeout < 0 {
         return Err("ERR timeout is negative".into());
     }
-    let replicas = match ctx.replica.as_deref_mut() {
+    let replicas = numbers[numbers.len() - 2].max(0) as u64;
+    let local = aof.then(|| numbers[0].max(0) as u64);
+    let wrote = ctx.conn.last_write;
+    let have = match ctx.replica.as_deref_mut() {
         Some(replica) => {
-            replica.db = ctx.db.clone();
-            replica.synced_at = ctx.now;
-            1
+            if replica.link_up && replica.offset < ctx.node.offset {
+                replica.copy(ctx.db, ctx.node.offset, ctx.now);
+            }
+            u64::from(replica.offset >= wrote)
         }
         None => 0,
     };
-    match args.len() {
-        3 => int(replicas),
-        _ => reply(Reply::Array(vec![Reply::Int(1), Reply::Int(replicas as i64)])),
+    if have >= replicas && local.map_or(true, |l| l <= 1) {
+        return reply(wait_answer(aof, have));
     }
+    let deadline = (timeout > 0).then(|| ctx.now.saturating_add(timeout as u64));
+    Ok(Outcome::Wait(Waiting { replicas, local, deadline, order: 0 }))
+}
+
+/// `ROLE`: on the master `[master, offset, [[host, port, offset]]]` (the replica's, if it
+/// has one; strings inside), on the replica `[slave, host, port, state, offset]`.
+fn role(ctx: &Ctx<'_>) -> Reply {
+    let (host, port) = ctx.node.peer;
+    if ctx.node.on_replica {
+        let state = if ctx.node.link_up { "connected" } else { "connect" };
+        return Reply::Array(vec![
+            Reply::text("slave"),
+            Reply::text(host),
+            Reply::Int(i64::from(port)),
+            Reply::text(state),
+            Reply::Int(ctx.node.offset as i64),
+        ]);
+    }
+    let replicas = match &ctx.replica {
+        Some(r) => vec![Reply::Array(vec![
+            Reply::text(host),
+            Reply::text(&port.to_string()),
+            Reply::text(&r.offset.to_string()),
+        ])],
+        None => Vec::new(),
+    };
+    Reply::Array(vec![Reply::text("master"), Reply::Int(ctx.node.offset as i64), Reply::Array(replicas)])
 }
 
 fn ping(args: &[Vec<u8>]) -> CmdResult {
@@ -319,7 +377,7 @@ fn hello(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         (Reply::text("proto"), Reply::Int(proto_num)),
         (Reply::text("id"), Reply::Int(ctx.conn_id.client_id() as i64)),
         (Reply::text("mode"), Reply::text("standalone")),
-        (Reply::text("role"), Reply::text("master")),
+        (Reply::text("role"), Reply::text(if ctx.node.on_replica { "replica" } else { "master" })),
         (Reply::text("modules"), Reply::Array(Vec::new())),
     ]))
 }

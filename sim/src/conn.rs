@@ -1,7 +1,8 @@
 //! Per-connection state: protocol, authentication, buffered input and output, the parked
-//! read; and the request parser (RESP arrays of bulk strings, or inline commands).
+//! read or `WAIT`, the node it is connected to; and the request parser (RESP arrays of bulk strings, or inline commands).
 
 use crate::id::parse_i64;
+use crate::replication::Waiting;
 use crate::reply::{Protocol, Reply};
 
 /// Longest inline request, or multibulk count line, before the server gives up.
@@ -60,6 +61,14 @@ pub(crate) struct Conn {
     scan: Scan,
     pub(crate) output: Vec<u8>,
     pub(crate) blocked: Option<Blocked>,
+    /// A parked `WAIT`/`WAITAOF`.
+    pub(crate) waiting: Option<Waiting>,
+    /// Which node it is connected to (0 or 1; see [`NODES`](crate::replication::NODES)): the
+    /// master, or with a replica, either.
+    pub(crate) node: u8,
+    /// The master's replication offset after this connection's last write (0 without a
+    /// replica): what `WAIT` waits for.
+    pub(crate) last_write: u64,
     /// Set after a protocol error: the reply is flushed, then the connection is dead.
     pub(crate) closed: bool,
     /// When it last sent a command (virtual ms): `CLIENT LIST`'s `idle`.
@@ -67,7 +76,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(authed: bool) -> Conn {
+    pub(crate) fn new(authed: bool, node: u8) -> Conn {
         Conn {
             proto: Protocol::Resp2,
             authed,
@@ -76,6 +85,9 @@ impl Conn {
             scan: Scan::default(),
             output: Vec::new(),
             blocked: None,
+            waiting: None,
+            node,
+            last_write: 0,
             closed: false,
             last_active: 0,
         }
@@ -93,6 +105,11 @@ impl Conn {
             }
             self.input.extend_from_slice(bytes);
         }
+    }
+
+    /// Whether it is parked (on a read or a `WAIT`): the commands behind wait.
+    pub(crate) fn parked(&self) -> bool {
+        self.blocked.is_some() || self.waiting.is_some()
     }
 
     /// Encodes a reply into the output.
@@ -347,7 +364,7 @@ mod tests {
     /// Feeds `input` to a connection in pieces of `piece` bytes; returns the commands and the
     /// bytes searched for line ends.
     fn feed(input: &[u8], piece: usize) -> (Vec<Vec<Vec<u8>>>, usize) {
-        let mut conn = Conn::new(true);
+        let mut conn = Conn::new(true, 0);
         let mut commands = Vec::new();
         for part in input.chunks(piece) {
             conn.push_input(part);
@@ -386,7 +403,7 @@ mod tests {
     #[test]
     fn errors_and_limits_in_pieces() {
         for piece in [1, 3, 64] {
-            let mut conn = Conn::new(true);
+            let mut conn = Conn::new(true, 0);
             for part in b"*1\r\n$4\r\nPING\r\n*1\r\n+x\r\n*1\r\n$4\r\nPING\r\n".chunks(piece) {
                 conn.push_input(part);
                 while conn.next_command().is_some() {}
@@ -394,7 +411,7 @@ mod tests {
             assert!(conn.closed);
             assert_eq!(conn.output, b"-ERR Protocol error: expected '$', got '+'\r\n");
         }
-        let mut conn = Conn::new(true);
+        let mut conn = Conn::new(true, 0);
         for _ in 0..(INLINE_MAX / 1024 + 1) {
             conn.push_input(&[b'a'; 1024]);
             assert!(conn.next_command().is_none());

@@ -55,9 +55,7 @@
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
 //! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`,
-//! `ROLE` (a master), `WAIT` and `WAITAOF` (Redis 7.2+, Valkey: with a replica
-//! ([`SimOptions::replica_lag_ms`]) it copies at once and counts 1; without, 0 at once, where
-//! the servers answer so after the timeout; the local file counts as written), and
+//! `ROLE`, `WAIT`, `WAITAOF` (Redis 7.2+, Valkey; see [Replication](#replication)), and
 //! with [`SimOptions::redis8`] (Redis 8.10, [`SimOptions::redis810`]) the Redis 8 stream verbs:
 //!
 //! - `XREADGROUP … CLAIM <min-idle-ms> … >`: pending entries of any owner idle at least that
@@ -98,6 +96,36 @@
 //! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`). Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
+//! ## Replication
+//!
+//! With [`SimOptions::with_replica`] the server is a master and its replica, which copies the
+//! master's data asynchronously (see [`Sim`]'s docs for the model): every
+//! [`replica_lag_ms`](SimOptions::replica_lag_ms) of virtual time, at once when a `WAIT`
+//! asks, never while cut off ([`Sim::set_replica_link`]). [`Sim::failover`] promotes it: the
+//! writes it had not copied are lost, and the old master's clients are cut off
+//! ([`OldMaster::Killed`]) or find it a replica ([`OldMaster::Demoted`]).
+//!
+//! - `WAIT numreplicas timeout` answers how many replicas (0 or 1) have every write of the
+//!   connection so far: at once when enough do (a replica whose link is up catches up
+//!   first), else it parks like a `BLOCK` read — commands behind it wait — until the
+//!   replica's link comes back or the timeout (exact on the virtual clock; 0: for ever),
+//!   then answers the count. Without a replica: 0, after the timeout when one was asked
+//!   for. `WAITAOF numlocal numreplicas timeout` (Redis 7.2+, Valkey; an unknown command
+//!   before) likewise, answering `[local, replicas]` with the local file always written (the
+//!   model's restarts are those of `appendfsync always`).
+//! - `ROLE` on the master: `[master, offset, [[host, port, offset]]]` (the replica's address
+//!   and offset as strings; `[master, 0, []]` without a replica, as a server that never had
+//!   one answers); on the replica `[slave, host, port, connected|connect, offset]`. The
+//!   nodes are `127.0.0.1:6379` (the first master) and `127.0.0.1:6380`.
+//! - `HELLO`'s `role` is `master` or `replica`, in RESP2 a flat array like every map.
+//! - On the replica ([`Sim::connect_replica`], or the old master demoted in place), writes
+//!   — `XADD`, `XACK`, `XREADGROUP`, `XCLAIM`, `XAUTOCLAIM`, `XGROUP`, `XDEL`, `XTRIM`, `DEL`,
+//!   `FLUSHALL`, `EVAL`, the Redis 8 verbs — answer `-READONLY You can't write against a
+//!   read only replica.`, `WAIT`/`WAITAOF` the servers' refusal, and reads see its copy.
+//! - A failover with [`OldMaster::Demoted`] answers a parked read or `WAIT` on the old master
+//!   `-UNBLOCKED force unblock from blocking operation, instance state changed (master ->
+//!   replica?)` and closes its connection, as every server does.
+//!
 //! Where the servers differ, [`SimOptions`] picks a behaviour ([`SimOptions::redis62`],
 //! [`SimOptions::redis70`], [`SimOptions::valkey81`], [`SimOptions::redis810`]).
 //!
@@ -128,9 +156,18 @@
 //! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
 //! - `EVAL` runs only pelican's dead-letter and leave scripts; `XCLAIM` knows `JUSTID`, `IDLE` and
 //!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
+//! - Replication is a model, not the protocol: at most one replica, which copies the whole
+//!   data at once (a real one applies each write as it streams in); a `WAIT` it can answer is
+//!   answered in no time (a real replica needs a round trip); the offset of a parked read
+//!   served later moves by a nominal 64; the master lists its replica in `ROLE` even while
+//!   cut off (the servers drop it after `repl-timeout`); `EVAL` on a replica answers the
+//!   plain `READONLY` text (the servers add where in the script); without a replica the
+//!   offset stays 0, where Redis 7.2+ and Valkey move it by 1 for each `WAIT` that asks
+//!   replicas they lack for an ack (and, with `appendonly yes`, for each write);
+//!   `WAITAOF`'s local count is 1 whatever `appendonly` would be.
 //! - Not modelled: `XREVRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`, `CLIENT UNBLOCK`,
-//!   `MULTI`, other scripts, replication, ACL users other than `default`; persistence only as
-//!   [`Sim::restart`] (an append-only file written on every command).
+//!   `MULTI`, other scripts, `REPLICAOF`, `FAILOVER`, `INFO`, ACL users other than `default`;
+//!   persistence only as [`Sim::restart`] (an append-only file written on every command).
 
 mod command;
 mod conn;
@@ -139,6 +176,7 @@ pub mod kit;
 mod model;
 mod net;
 mod options;
+mod replication;
 mod reply;
 mod sim;
 
@@ -147,4 +185,4 @@ pub use id::EntryId;
 pub use model::{Origin, PendingEntry};
 pub use net::{serve, ServerHandle};
 pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, Redis8Verbs, SimOptions};
-pub use sim::{Sim, StreamEntry};
+pub use sim::{OldMaster, Sim, StreamEntry};

@@ -96,8 +96,9 @@ pub struct SimOptions {
     pub server_name: String,
     /// The `version` field of the `HELLO` reply.
     pub server_version: String,
-    /// A replica that copies the data asynchronously, this many ms of virtual time behind
-    /// (see [`Sim::failover`](crate::Sim::failover)); `None` (the default): no replica.
+    /// A replica that copies the data asynchronously every this many ms of virtual time
+    /// (see [`Sim`](crate::Sim)'s docs, and [`Sim::failover`](crate::Sim::failover)); `None`
+    /// (the default): no replica.
     pub replica_lag_ms: Option<u64>,
 }
 

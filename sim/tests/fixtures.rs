@@ -139,6 +139,54 @@ fn replay(flavor: &str, proto: &str) {
     run(&mut sim, Some("setname"), "CLIENT SETNAME pelican-test");
     run(&mut sim, Some("ping"), "PING");
     run(&mut sim, Some("wrongpass"), "AUTH nobody wrongpass");
+
+    // A bare HELLO: the server map, in the connection's protocol, with `role master`.
+    let got = cmd(&mut sim, c, "HELLO");
+    assert_eq!(without_client_id(&got), without_client_id(&fixture(flavor, proto, "hello_info")));
+    // WAIT 1 10 without a replica: 0, after the timeout.
+    let got = cmd(&mut sim, c, "WAIT 1 10");
+    assert!(got.is_empty() && sim.is_blocked(c));
+    sim.advance_to(sim.now() + 10);
+    check(flavor, proto, "wait_0", &sim.output(c));
+    if flavor == "redis-6.2" || flavor == "redis-7.0" {
+        run(&mut sim, Some("waitaof"), "WAITAOF 0 1 10");
+    } // (Valkey and 8.10, without `appendonly`, answer [0, 0]: the sim's file is always written.)
+}
+
+/// A `ROLE` reply with its numbers (ports, offsets: not stable across captures) blanked.
+fn role_shape(reply: &[u8]) -> String {
+    let text = String::from_utf8_lossy(reply).into_owned();
+    let mut parts: Vec<String> = text.split("\r\n").map(str::to_string).collect();
+    for i in 0..parts.len() {
+        let number = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+        if parts[i].starts_with(':') && number(&parts[i][1..]) {
+            parts[i] = ":<n>".into();
+        } else if number(&parts[i]) {
+            parts[i] = "<n>".into();
+            parts[i - 1] = "$<len>".into();
+        }
+    }
+    parts.join("\r\n")
+}
+
+/// The replies of a master and its replica (`NAMES_FAILOVER` in the capture script).
+fn replay_replication(flavor: &str, proto: &str) {
+    let mut sim = Sim::new(options(flavor).with_replica(100));
+    let m = sim.connect();
+    let r = sim.connect_replica().expect("a replica");
+    if proto == "resp3" {
+        let _ = cmd(&mut sim, m, "HELLO 3");
+    }
+    assert_eq!(cmd(&mut sim, m, "XGROUP CREATE s g 0 MKSTREAM"), b"+OK\r\n");
+    assert_eq!(cmd(&mut sim, m, "XADD s 1-0 f v"), b"$3\r\n1-0\r\n");
+    check(flavor, proto, "wait_1", &cmd(&mut sim, m, "WAIT 1 1000"));
+    let hello = cmd(&mut sim, r, if proto == "resp3" { "HELLO 3" } else { "HELLO" });
+    assert_eq!(without_client_id(&hello), without_client_id(&fixture(flavor, proto, "hello_replica")));
+    let role = cmd(&mut sim, r, "ROLE");
+    assert_eq!(role_shape(&role), role_shape(&fixture(flavor, proto, "role_replica")), "{flavor} {proto}");
+    let role = cmd(&mut sim, m, "ROLE");
+    assert_eq!(role_shape(&role), role_shape(&fixture(flavor, proto, "role_master")), "{flavor} {proto}");
+    check(flavor, proto, "readonly", &cmd(&mut sim, r, "XACK s g 1-0"));
 }
 
 #[test]
@@ -146,6 +194,7 @@ fn every_fixture_matches() {
     for flavor in ["redis-6.2", "redis-7.0", "valkey-8.1", "redis-8.10"] {
         for proto in ["resp2", "resp3"] {
             replay(flavor, proto);
+            replay_replication(flavor, proto);
         }
     }
 }

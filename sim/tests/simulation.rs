@@ -4,14 +4,20 @@
 //! trimmed pending entries, failing handlers, slow handlers (under and over `min_idle`),
 //! dead-letter verdicts, stops, abandons (stops that drop the entry in hand and give up owed
 //! acks), a destroyed group, server restarts that forget the delivery counts raised by
-//! drains — and an entry stream with poison entries (whose handler always fails) and big
-//! entries (reads past `read_bytes`). The kit's drivers keep driving while a handler runs
-//! (like `pelican-smol`), so leases are renewed meanwhile. Each seed draws how many entries a
-//! consumer holds in hand at once (1, 2 or 8, each settled as its handling finishes), and
-//! about two worlds in five order entries by a key field of one to four values.
+//! drains, failovers to a replica that lags (the old master's clients cut off, or left on it
+//! as a replica for a while), the replica's link going down — and an entry stream with
+//! poison entries (whose handler always fails) and big entries (reads past `read_bytes`). The
+//! kit's drivers keep driving while a handler runs (like `pelican-smol`), so leases are
+//! renewed meanwhile. Each seed draws how many entries a consumer holds in hand at once (1, 2
+//! or 8, each settled as its handling finishes), about two worlds in five order entries by a
+//! key field of one to four values, about one in four has its consumers wait for their acks
+//! to reach the replica (`ack_wait`), and one in four has the producer confirm its adds with
+//! `WAIT 1`.
 //!
 //! After every run the kit's check holds: every added entry was handled with `Ack` at least
-//! once, or moved to the dead-letter stream, or was deleted; the dead-letter stream holds
+//! once, or moved to the dead-letter stream, or was deleted, or was gone with a failover
+//! before the replica had it (never one the replica had, never one the producer confirmed);
+//! the dead-letter stream holds
 //! exactly the moves reported (each once, unless the group was destroyed), with the entry's
 //! fields and origin; no `XACK` went out without an `Ack` verdict; no entry was handed out
 //! past `max_deliveries`; the pending list is empty at quiescence; no consumer ever held two
@@ -27,8 +33,9 @@
 //! one seed, printed on failure; with `PELICAN_SIM_TRACE=1` too, the run's story is printed.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
-use pelican::{Entry, Verdict};
+use pelican::{AckWait, Entry, Verdict};
 use pelican_sim::kit::{Fate, FaultKind, HandlerCtx, NewEntry, Report, World};
 
 /// Faults and new entries happen before this (virtual ms); then the system must settle.
@@ -68,6 +75,13 @@ fn shape(seed: u64) -> Shape {
     let concurrency = [1, 2, 8][rng.below(3) as usize];
     let keys = rng.chance(40).then(|| 1 + rng.below(4));
     Shape { concurrency, keys }
+}
+
+/// Whether a seed's consumers wait for their acks to reach the replica, and whether its
+/// producer confirms its adds.
+fn durability(seed: u64) -> (bool, bool) {
+    let mut rng = Rng(seed ^ 0xd0d0);
+    (rng.chance(25), rng.chance(25))
 }
 
 /// The entry stream: batches of 1–8 small entries every 50–450 ms; now and then a poison
@@ -137,6 +151,13 @@ fn run(seed: u64, kinds: &[FaultKind]) -> Report<App> {
     if keys.is_some() {
         world = world.order_by("k");
     }
+    let (ack_wait, confirm_adds) = durability(seed);
+    if ack_wait {
+        world = world.ack_wait(AckWait::Replicas { replicas: 1, timeout: Duration::from_millis(100) });
+    }
+    if confirm_adds {
+        world = world.confirm_adds(100);
+    }
     let report = world.run(App { rng: Rng(seed ^ 0x4a4d), most_in_hand: 0 }, handle);
     if tracing() {
         for line in &report.trace {
@@ -146,7 +167,7 @@ fn run(seed: u64, kinds: &[FaultKind]) -> Report<App> {
     let poison = |e: &&pelican_sim::kit::EntryReport| e.field(b"poison").is_some();
     let outcome = report.check_with(|_| {
         for e in report.entries.iter().filter(poison) {
-            if e.succeeded() || !matches!(e.fate, Fate::DeadLettered | Fate::Deleted) {
+            if e.succeeded() || !matches!(e.fate, Fate::DeadLettered | Fate::Deleted | Fate::Unreplicated) {
                 return Err(format!("poison {} ended {:?}, handled {:?}", e.id, e.fate, e.handlings));
             }
         }
@@ -176,6 +197,8 @@ fn nothing_is_lost_under_every_fault() {
     let mut faults: BTreeMap<FaultKind, u64> = BTreeMap::new();
     let mut notices: BTreeMap<&'static str, u64> = BTreeMap::new();
     let (mut duplicates, mut slow, mut very_slow, mut poisoned) = (0, 0, 0, 0);
+    // Entries gone with a failover, entries the producer confirmed, acks counted unreplicated.
+    let (mut unreplicated, mut confirmed, mut acks_unreplicated) = (0, 0, 0);
     // Per shape: worlds, and the most entries in hand at once.
     let mut shapes: BTreeMap<Shape, (u64, usize)> = BTreeMap::new();
     // Worlds per server imitated (the seed draws it; a quarter run on Redis 8.10).
@@ -203,10 +226,14 @@ fn nothing_is_lost_under_every_fault() {
             }
         }
         poisoned += report.server.dead_letters.iter().filter(|d| d.reason == "max-deliveries").count();
+        unreplicated += report.entries.iter().filter(|e| e.fate == Fate::Unreplicated).count();
+        confirmed += report.entries.iter().filter(|e| e.confirmed).count();
+        acks_unreplicated += report.acks_unreplicated;
     }
     eprintln!(
-        "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings; notices {notices:?}; \
-         servers {servers:?}; (concurrency, keys): (worlds, most in hand) {:?}",
+        "simulated {} seeds with all faults: {faults:?}, {duplicates} duplicate handlings; {unreplicated} entries \
+         gone with a failover, {confirmed} confirmed (none lost), {acks_unreplicated} acks unreplicated; notices \
+         {notices:?}; servers {servers:?}; (concurrency, keys): (worlds, most in hand) {:?}",
         seeds.len(),
         shapes.iter().map(|(s, seen)| ((s.concurrency, s.keys), *seen)).collect::<Vec<_>>()
     );
@@ -232,8 +259,17 @@ fn nothing_is_lost_under_every_fault() {
         }
         assert!(slow > 0 && very_slow > 0, "slow handlers under and over min_idle: {slow}, {very_slow}");
         assert!(poisoned > 0, "poison entries went to the dead-letter stream after max_deliveries");
-        for path in ["read-shrunk-big-entries", "lease-lost", "reclaimed", "connect-failed", "dead-lettered"]
-        {
+        assert!(unreplicated > 0 && confirmed > 0, "failovers lost adds ({unreplicated}), none confirmed");
+        assert!(acks_unreplicated > 0, "a WAIT ran out while the replica's link was down");
+        for path in [
+            "read-shrunk-big-entries",
+            "lease-lost",
+            "reclaimed",
+            "connect-failed",
+            "dead-lettered",
+            "not-master",
+            "acks-unreplicated",
+        ] {
             assert!(notices.contains_key(path), "{path} was exercised: {notices:?}");
         }
     }
@@ -241,8 +277,8 @@ fn nothing_is_lost_under_every_fault() {
 
 /// Without faults nothing is handled twice; with one kind of fault at a time, the duplicate
 /// handlings each fault costs is the figure reported. Only faults that lose a process's
-/// state (crash, death, abandon), the group, or the server's counts (a restart) may cost
-/// any.
+/// state (crash, death, abandon), the group, or the server's counts or last writes (a
+/// restart, a failover) may cost any: not a replica's link going down.
 #[test]
 fn duplicates_per_fault() {
     let seeds: Vec<u64> = seeds().into_iter().take(200).collect();

@@ -95,13 +95,36 @@ pub enum Fault {
         /// How long the server refuses connections.
         down_ms: u64,
     },
-    /// A failover ([`Sim::failover`](crate::Sim::failover)): the replica is promoted with
-    /// the data as it last copied it, so what was written since is lost — entries the
-    /// producer added (they never were, for the surviving history: reported as deleted), acks
-    /// (their entries come again: duplicates) and dead-letter moves (made again) — and every
-    /// connection drops. The world's server has a replica for it
-    /// ([`World::replica_lag`](super::World::replica_lag)).
-    Failover,
+    /// A failover ([`Sim::failover_with`](crate::Sim::failover_with)): the replica is
+    /// promoted with the data as it last copied it, so what the master took since is lost —
+    /// entries the producer added (for the surviving history they never were:
+    /// [`Fate::Unreplicated`](super::Fate::Unreplicated)), acks (their entries come again:
+    /// duplicates), deliveries (made anew) and dead-letter moves (made again). The world's
+    /// server has a replica for it ([`World::replica_lag`](super::World::replica_lag)).
+    ///
+    /// With `stale_ms` 0 the old master's clients are cut off (it died, or Sentinel demoted
+    /// it and killed them) and the consumers' next connections reach the new master. Else it
+    /// is demoted in place ([`OldMaster::Demoted`](crate::OldMaster::Demoted)) and for
+    /// `stale_ms` the consumers' address still leads to it (a DNS name or a load balancer
+    /// not yet moved): their open connections stay on it — a parked read answers
+    /// `-UNBLOCKED` and closes, a write `-READONLY` — and their new ones reach it too, where
+    /// `HELLO` says `role replica` (pelican's [`Notice::NotMaster`](pelican::Notice::NotMaster):
+    /// it waits and tries again). The kit's producer finds the new master at once.
+    Failover {
+        /// How long the consumers' connections still reach the old master, a replica now
+        /// (0: they are cut off and reach the new one).
+        stale_ms: u64,
+    },
+    /// The replica loses its link to the master for `ms`: it copies nothing, a `WAIT` for
+    /// writes it lacks waits for its link or its timeout (consumers with
+    /// [`Config::ack_wait`](pelican::Config::ack_wait) count those acks unreplicated), and
+    /// a [`Fault::Failover`] meanwhile loses everything the master took since the link went
+    /// down (the failover ends it: the new master's replica is linked). Skipped while the
+    /// link is down already. It loses nothing by itself.
+    ReplicaLinkDown {
+        /// How long the link is down.
+        ms: u64,
+    },
 }
 
 /// A [`Fault`] without its parameters: to pick which faults a world draws at random
@@ -134,11 +157,13 @@ pub enum FaultKind {
     ServerRestart,
     /// [`Fault::Failover`].
     Failover,
+    /// [`Fault::ReplicaLinkDown`].
+    ReplicaLinkDown,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 13] = [
+    pub const ALL: [FaultKind; 14] = [
         FaultKind::Crash,
         FaultKind::Death,
         FaultKind::Disconnect,
@@ -152,6 +177,7 @@ impl FaultKind {
         FaultKind::Abandon,
         FaultKind::ServerRestart,
         FaultKind::Failover,
+        FaultKind::ReplicaLinkDown,
     ];
 
     /// Whether a fault of this kind may, by design, have an entry handled again after its
@@ -188,7 +214,8 @@ impl Fault {
             Fault::Stop { .. } => FaultKind::Stop,
             Fault::Abandon { .. } => FaultKind::Abandon,
             Fault::ServerRestart { .. } => FaultKind::ServerRestart,
-            Fault::Failover => FaultKind::Failover,
+            Fault::Failover { .. } => FaultKind::Failover,
+            Fault::ReplicaLinkDown { .. } => FaultKind::ReplicaLinkDown,
         }
     }
 
@@ -208,7 +235,8 @@ impl Fault {
             | Fault::Trim { .. }
             | Fault::DestroyGroup
             | Fault::ServerRestart { .. }
-            | Fault::Failover => None,
+            | Fault::Failover { .. }
+            | Fault::ReplicaLinkDown { .. } => None,
         }
     }
 
@@ -227,7 +255,8 @@ impl Fault {
             | Fault::Trim { .. }
             | Fault::DestroyGroup
             | Fault::ServerRestart { .. }
-            | Fault::Failover => {}
+            | Fault::Failover { .. }
+            | Fault::ReplicaLinkDown { .. } => {}
         }
         self
     }
@@ -260,7 +289,12 @@ impl Fault {
                 let down_ms = if rng.chance(25) { 0 } else { rng.below(2_000) };
                 Fault::ServerRestart { down_ms }
             }
-            FaultKind::Failover => Fault::Failover,
+            FaultKind::Failover => {
+                // Half the time cut off at once, else demoted in place and still reached a while.
+                let stale_ms = if rng.chance(50) { 0 } else { 100 + rng.below(1_500) };
+                Fault::Failover { stale_ms }
+            }
+            FaultKind::ReplicaLinkDown => Fault::ReplicaLinkDown { ms: 200 + rng.below(2_000) },
         }
     }
 }

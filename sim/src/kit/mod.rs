@@ -87,13 +87,22 @@
 //!   `max_deliveries` says and be reclaimed from a consumer still handling them. Writes lost
 //!   to a less frequent `fsync` are not modelled.
 //! - A [`Fault::Failover`] promotes a replica that copies the master every
-//!   [`World::replica_lag`] ms ([`Sim::failover`](crate::Sim::failover)): the writes of the
-//!   master's last moments are lost — entries the producer added (for the surviving history
-//!   they never were: reported [`Fate::Deleted`]), acks (their entries come again), deliveries
-//!   (entries delivered anew) and dead-letter moves (made again) — and every connection
-//!   drops. Nothing that reached the replica is lost. Consumers that wait for the replica
-//!   (`Config::ack_replicas`, set through [`World::configure`]) lose fewer acks: `WAIT` makes
-//!   it copy at once.
+//!   [`World::replica_lag`] ms ([`Sim::failover_with`](crate::Sim::failover_with)), or
+//!   not at all while its link is down ([`Fault::ReplicaLinkDown`]): what the master took
+//!   since the last copy is lost — acks (their entries come again), deliveries (entries
+//!   delivered anew), dead-letter moves (made again), deletions (the entries come back), and
+//!   entries the producer added. For the history that survives those never were: they end
+//!   [`Fate::Unreplicated`], neither lost nor settled, with their handlings on the old
+//!   master still told. Which entries the replica had is known from the replication offset
+//!   of each `XADD`, apart from what the promoted data holds, and the check holds every one
+//!   of them to be there ([`Violation::ReplicatedLost`]). A producer that confirms its adds
+//!   with `WAIT 1` ([`World::confirm_adds`]) has them on the replica: a failover never loses
+//!   one ([`Violation::ConfirmedLost`]). The old master's clients are cut off, or, with a
+//!   failover's `stale_ms`, left on it as a replica for that long, the consumers' new
+//!   connections reaching it too (`-UNBLOCKED`, `-READONLY`, `HELLO` saying `replica`:
+//!   pelican waits and tries again). Consumers that wait for their acks to reach the
+//!   replica ([`World::ack_wait`]) lose fewer of them; those a `WAIT` could not confirm (the
+//!   link down) are counted in [`Report::acks_unreplicated`].
 //! - Duplicates are handlings after one that answered `Ack`. Crashes, deaths and abandons
 //!   (the process's memory), a destroyed group (its pending list), server restarts (the
 //!   counts and idle times) and failovers (the last writes) may cost some

@@ -73,8 +73,14 @@ pub enum Fate {
     /// Moved to the dead-letter stream (a `DeadLetter` verdict, or past `max_deliveries`).
     DeadLettered,
     /// Deleted from the stream by a fault ([`Fault::DeletePending`], [`Fault::Trim`])
-    /// before it was settled.
+    /// before it was settled, the deletion surviving any failover.
     Deleted,
+    /// Added to a master that failed over ([`Fault::Failover`]) before its replica had it:
+    /// the history that survives never had it. Not lost — nothing confirmed it: a producer
+    /// that waits for the replica ([`World::confirm_adds`]) has no entry end so — but gone,
+    /// with whatever happened to it on the old master (its handlings are still told: the
+    /// handler's side effects happened).
+    Unreplicated,
     /// None of those when the run ended: lost, or the run did not settle.
     Unsettled,
 }
@@ -95,8 +101,10 @@ pub struct EntryReport {
     /// How many times consumers reported moving it to the dead-letter stream.
     pub dead_letter_moves: u32,
     /// Whether a fault deleted it from the stream ([`Fault::DeletePending`],
-    /// [`Fault::Trim`]), settled or not.
+    /// [`Fault::Trim`]), settled or not, and no failover brought it back.
     pub deleted: bool,
+    /// Whether the producer's `WAIT` said the replica had it ([`World::confirm_adds`]).
+    pub confirmed: bool,
 }
 
 impl EntryReport {
@@ -138,9 +146,14 @@ impl fmt::Display for EntryReport {
             Fate::Acked => "acked",
             Fate::DeadLettered => "dead-lettered",
             Fate::Deleted => "deleted",
+            Fate::Unreplicated => "never replicated (gone with a failover)",
             Fate::Unsettled => "unsettled",
         };
-        write!(f, "{} ({}{more}), added at {} ms, {fate}", self.id, fields.join(" "), self.added_at_ms)?;
+        write!(f, "{} ({}{more}), added at {} ms", self.id, fields.join(" "), self.added_at_ms)?;
+        if self.confirmed {
+            f.write_str(" (confirmed on the replica)")?;
+        }
+        write!(f, ", {fate}")?;
         if self.deleted && self.fate != Fate::Deleted {
             f.write_str(", deleted")?;
         }
@@ -169,7 +182,9 @@ const SHOWN_STORIES: usize = 5;
 
 impl From<Record> for EntryReport {
     fn from(r: Record) -> EntryReport {
-        let fate = if r.acked {
+        let fate = if r.unreplicated {
+            Fate::Unreplicated
+        } else if r.acked {
             Fate::Acked
         } else if r.dead_letter_moves > 0 {
             Fate::DeadLettered
@@ -186,6 +201,7 @@ impl From<Record> for EntryReport {
             fate,
             dead_letter_moves: r.dead_letter_moves,
             deleted: r.deleted,
+            confirmed: r.confirmed,
         }
     }
 }
@@ -253,7 +269,8 @@ pub struct Duplicates {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Violation {
-    /// The entry was never acked, moved to the dead-letter stream or deleted.
+    /// The entry was never acked, moved to the dead-letter stream or deleted (and no failover
+    /// took it with the writes its replica never had: [`Fate::Unreplicated`]).
     Lost {
         /// Its id.
         id: String,
@@ -380,6 +397,19 @@ pub enum Violation {
         /// When (virtual ms).
         at_ms: u64,
     },
+    /// An entry the replica had (by the replication offset of its `XADD`) was missing after
+    /// a failover, though no fault deleted it and it was not settled: a promotion may lose
+    /// only what the replica had not copied.
+    ReplicatedLost {
+        /// The entry.
+        id: String,
+    },
+    /// An entry the producer's `WAIT 1` confirmed ([`World::confirm_adds`]) was lost in a
+    /// failover.
+    ConfirmedLost {
+        /// The entry.
+        id: String,
+    },
     /// Your invariant ([`Report::check_with`]) does not hold.
     Invariant(String),
     /// Your invariant on one entry ([`Report::check_entries`]) does not hold.
@@ -400,6 +430,8 @@ impl Violation {
             | Violation::OverDelivered { id, .. }
             | Violation::DeadLetteredTwice { id }
             | Violation::UnexplainedDuplicate { id, .. }
+            | Violation::ReplicatedLost { id }
+            | Violation::ConfirmedLost { id }
             | Violation::EntryInvariant { id, .. } => vec![id],
             Violation::KeyInHandTwice { id, in_hand, .. } => vec![id, in_hand],
             Violation::OutOfOrder { id, after, .. } => vec![id, after],
@@ -441,6 +473,12 @@ impl fmt::Display for Violation {
             Violation::Contract { consumer, at_ms, what } => write!(f, "{consumer} {what} at {at_ms} ms"),
             Violation::Livelock { consumer, at_ms } => write!(f, "{consumer} livelocked at {at_ms} ms"),
             Violation::Kit { detail } => write!(f, "the world could not be played: {detail}"),
+            Violation::ReplicatedLost { id } => {
+                write!(f, "{id} was on the replica, yet a failover lost it")
+            }
+            Violation::ConfirmedLost { id } => {
+                write!(f, "{id} was confirmed on the replica (WAIT 1), yet a failover lost it")
+            }
             Violation::KeyInHandTwice { consumer, key, id, in_hand, at_ms } => {
                 write!(
                     f,
@@ -535,13 +573,18 @@ pub struct Report<S> {
     /// What the server holds at the end.
     pub server: ServerState,
     /// How many notices of each kind the consumers gave (`connected`, `reconnected`,
-    /// `connect-failed`, `connection-lost`, `reclaimed`, `lease-lost`, `lease-lost-in-hand`,
-    /// `dead-lettered`, `read-shrunk-slow-handler`, `read-shrunk-big-entries`, `health`).
+    /// `connect-failed`, `connection-lost`, `not-master`, `acks-unreplicated`, `reclaimed`,
+    /// `lease-lost`, `lease-lost-in-hand`, `dead-lettered`, `read-shrunk-slow-handler`,
+    /// `read-shrunk-big-entries`, `health`).
     pub notices: BTreeMap<&'static str, u64>,
+    /// How many acks (and dead-letter moves) the consumers' `WAIT`s said had not reached the
+    /// replica in time ([`Stats::acks_unreplicated`](pelican::Stats::acks_unreplicated),
+    /// over every consumer and life; 0 without [`World::ack_wait`]).
+    pub acks_unreplicated: u64,
     /// When the run ended (virtual ms).
     pub ended_at_ms: u64,
-    /// Whether it settled: every entry acked, moved or deleted, nothing pending, every
-    /// consumer idle.
+    /// Whether it settled: every entry acked, moved, deleted or gone with a failover,
+    /// nothing pending, every consumer idle.
     pub quiescent: bool,
     /// The story of the run, if [`World::trace`] asked for it.
     pub trace: Vec<String>,
@@ -551,7 +594,8 @@ pub struct Report<S> {
 
 impl<S> Report<S> {
     /// The checks pelican promises: nothing lost (every entry acked, moved to the
-    /// dead-letter stream, or deleted), nothing left pending, no `XACK` without an `Ack`
+    /// dead-letter stream, deleted, or never replicated before a failover), nothing that the
+    /// replica had or the producer confirmed lost in a failover, nothing left pending, no `XACK` without an `Ack`
     /// verdict, no entry handed out past `max_deliveries` or moved twice, the dead-letter
     /// stream as reported, no duplicate handling that a fault does not explain, no consumer
     /// failed, the driving contract kept (no more entries in hand than the concurrency), and,
@@ -635,8 +679,8 @@ impl<S> fmt::Display for Report<S> {
         let applied = self.faults.iter().filter(|r| r.applied).count();
         write!(
             f,
-            "seed {}, {}, {} consumers{}: {} entries ({} acked, {} dead-lettered, {} deleted, {} unsettled), \
-             {} faults ({applied} applied), {} duplicates, {} at {} ms, {} violations",
+            "seed {}, {}, {} consumers{}: {} entries ({} acked, {} dead-lettered, {} deleted, {} unreplicated, \
+             {} unsettled), {} faults ({applied} applied), {} duplicates, {} at {} ms, {} violations",
             self.world.seed,
             flavor(&self.world.server),
             self.world.consumers,
@@ -649,6 +693,7 @@ impl<S> fmt::Display for Report<S> {
             count(Fate::Acked),
             count(Fate::DeadLettered),
             count(Fate::Deleted),
+            count(Fate::Unreplicated),
             count(Fate::Unsettled),
             self.faults.len(),
             self.duplicates().total,

@@ -11,7 +11,7 @@ use super::fault::{Fault, FaultKind};
 use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
 use super::rng::{self, Rng};
 use super::world::{NewEntry, World};
-use crate::{ConnId, Sim};
+use crate::{ConnId, OldMaster, Sim};
 
 /// What a handler is told besides its entry.
 #[derive(Debug)]
@@ -62,8 +62,8 @@ impl HandlerCtx<'_> {
 
 /// How many driving rounds a consumer may take at one instant before it counts as a livelock.
 const MAX_ROUNDS: usize = 10_000;
-/// How far behind its master a world's replica is when failovers ask for one and the world
-/// does not say ([`World::replica_lag`]).
+/// How far behind its master a world's replica is when failovers (or replica link faults)
+/// ask for one and the world does not say ([`World::replica_lag`]).
 const DEFAULT_REPLICA_LAG_MS: u64 = 100;
 /// How many violations found while running are kept (the rest would say the same).
 const MAX_VIOLATIONS: usize = 100;
@@ -120,6 +120,13 @@ pub(crate) struct Record {
     pub(crate) acked: bool,
     pub(crate) deleted: bool,
     pub(crate) dead_letter_moves: u32,
+    /// The master's replication offset right after its `XADD`: the replica has it once its
+    /// own offset reaches this.
+    pub(crate) offset: u64,
+    /// A failover lost it before the replica had it.
+    pub(crate) unreplicated: bool,
+    /// The producer's `WAIT` said the replica had it.
+    pub(crate) confirmed: bool,
 }
 
 struct Runner<'w, S, H> {
@@ -130,6 +137,19 @@ struct Runner<'w, S, H> {
     faults_rng: Rng,
     sim: Sim,
     admin: ConnId,
+    /// The producer's connection (apart from `admin`: its `WAIT` may park).
+    producer: ConnId,
+    /// Records added since the producer's last `WAIT` was sent, and whether one is out for
+    /// them ([`World::confirm_adds`]).
+    unconfirmed: Vec<usize>,
+    confirm_out: bool,
+    /// Until when the consumers' connections reach the old master, demoted
+    /// ([`Fault::Failover`] with `stale_ms`).
+    stale_until: Option<u64>,
+    /// When the replica's link comes back ([`Fault::ReplicaLinkDown`]).
+    link_up_at: Option<u64>,
+    /// Acks the consumers counted unreplicated, over the lives that ended.
+    acks_unreplicated: u64,
     base: Instant,
     nodes: Vec<Node>,
     stream: Vec<u8>,
@@ -184,6 +204,9 @@ where
             .read_bytes(4096)
             .seed(setup.next())
             .concurrency(world.concurrency);
+        if let Some(wait) = world.ack_wait {
+            config = config.ack_wait(wait);
+        }
         if let Some(field) = &world.order_by {
             config = config.order_by(field);
         }
@@ -219,14 +242,16 @@ where
     }
     let first = &nodes[0].config;
     let entries = world.entries.clone().unwrap_or_else(|| drawn_entries(world));
-    let failovers = world.random_faults.contains(&FaultKind::Failover)
-        || world.faults.iter().any(|(_, f)| matches!(f, Fault::Failover));
+    let replicated = |k: FaultKind| matches!(k, FaultKind::Failover | FaultKind::ReplicaLinkDown);
+    let needs_replica = world.random_faults.iter().copied().any(replicated)
+        || world.faults.iter().any(|(_, f)| replicated(f.kind()));
     let mut server = world.server.clone();
-    if failovers && server.replica_lag_ms.is_none() {
+    if needs_replica && server.replica_lag_ms.is_none() {
         server.replica_lag_ms = Some(DEFAULT_REPLICA_LAG_MS);
     }
     let mut sim = Sim::new(server);
     let admin = sim.connect();
+    let producer = sim.connect();
     let mut scheduled: Vec<(u64, Fault)> = world.faults.clone();
     scheduled.sort_by_key(|(at, _)| *at); // stable: same-time faults keep their order
     let mut faults_rng = Rng::new(world.seed, rng::FAULTS);
@@ -239,6 +264,12 @@ where
         faults_rng,
         sim,
         admin,
+        producer,
+        unconfirmed: Vec::new(),
+        confirm_out: false,
+        stale_until: None,
+        link_up_at: None,
+        acks_unreplicated: 0,
         base: Instant::now(),
         stream: first.stream.to_vec(),
         group: first.group.to_vec(),
@@ -339,6 +370,8 @@ fn notice_name(notice: &Notice) -> &'static str {
         Notice::Connected { reconnect: true, .. } => "reconnected",
         Notice::ConnectFailed { .. } => "connect-failed",
         Notice::ConnectionLost { .. } => "connection-lost",
+        Notice::NotMaster { .. } => "not-master",
+        Notice::AcksUnreplicated { .. } => "acks-unreplicated",
         Notice::Reclaimed { .. } => "reclaimed",
         Notice::Health(_) => "health",
         Notice::LeaseLost { in_hand: false, .. } => "lease-lost",
@@ -394,6 +427,11 @@ where
             }
             self.inject_due();
             self.restart_due();
+            if self.link_up_at.is_some_and(|t| t <= now) {
+                self.link_up_at = None;
+                self.sim.set_replica_link(true);
+                self.note(|| "the replica's link is back".into());
+            }
             for i in 0..self.nodes.len() {
                 self.drive(i);
                 if self.livelocked {
@@ -412,8 +450,51 @@ where
         }
     }
 
-    /// Adds the entries that are due.
+    /// The producer's connection: a new one (to the master) if it was closed.
+    fn producer(&mut self) -> ConnId {
+        if self.sim.is_closed(self.producer) {
+            self.sim.disconnect(self.producer);
+            self.producer = self.sim.connect();
+        }
+        self.producer
+    }
+
+    /// One command on the producer's connection; its reply (empty if it parked).
+    fn producer_call(&mut self, args: &[&[u8]]) -> Vec<u8> {
+        let producer = self.producer();
+        self.sim.input(producer, &encode(args));
+        self.sim.output(producer)
+    }
+
+    /// The answer to the producer's `WAIT`, if it came: the entries it counts as on the
+    /// replica are confirmed. Returns whether the producer may add more.
+    fn confirmation(&mut self, answer: &[u8]) -> bool {
+        if answer.is_empty() && !self.sim.is_closed(self.producer) {
+            return false; // still waiting
+        }
+        // An answer of 0 (or none: the connection went with a failover or a restart)
+        // confirms nothing.
+        if answer.starts_with(b":") && answer != b":0\r\n" {
+            for &r in &self.unconfirmed {
+                self.records[r].confirmed = true;
+            }
+        }
+        let n = self.unconfirmed.len();
+        self.note(|| format!("the producer's WAIT answered {} for {n} entries", report::text(answer, 40)));
+        self.unconfirmed.clear();
+        self.confirm_out = false;
+        true
+    }
+
+    /// Adds the entries that are due (unless the producer waits for a `WAIT`'s answer), and
+    /// confirms them with `WAIT 1` if the world says so.
     fn produce(&mut self) {
+        if self.confirm_out {
+            let answer = self.sim.output(self.producer);
+            if !self.confirmation(&answer) {
+                return;
+            }
+        }
         let now = self.now();
         while self.due.front().is_some_and(|e| e.at_ms <= now) {
             let Some(entry) = self.due.pop_front() else { break };
@@ -428,13 +509,14 @@ where
                 args.push(n);
                 args.push(v);
             }
-            let reply = self.admin(&args);
+            let reply = self.producer_call(&args);
             if !reply.starts_with(b"$") {
                 let detail = format!("XADD {id} answered {:?}", String::from_utf8_lossy(&reply));
                 self.violation(Violation::Kit { detail });
                 continue;
             }
             self.by_id.insert(id.clone().into_bytes(), self.records.len());
+            self.unconfirmed.push(self.records.len());
             self.records.push(Record {
                 id,
                 fields: entry.fields,
@@ -443,7 +525,19 @@ where
                 acked: false,
                 deleted: false,
                 dead_letter_moves: 0,
+                offset: self.sim.repl_offset(),
+                unreplicated: false,
+                confirmed: false,
             });
+        }
+        match self.world.confirm_adds_ms {
+            Some(timeout) if !self.unconfirmed.is_empty() => {
+                let timeout = timeout.to_string();
+                let answer = self.producer_call(&[b"WAIT", b"1", timeout.as_bytes()]);
+                self.confirm_out = true;
+                self.confirmation(&answer);
+            }
+            _ => self.unconfirmed.clear(),
         }
     }
 
@@ -565,26 +659,13 @@ where
                 self.down_until = Some(now.saturating_add(down_ms));
                 true
             }
-            Fault::Failover if !down && self.sim.replica_synced_at().is_some() => {
-                // What the old master delivered and the replica had not copied is delivered
-                // again by the new one, as after a destroyed group.
-                self.delivered_anew(now);
-                self.sim.failover();
-                self.admin = self.sim.connect();
-                self.failed_over = true;
-                // Entries added since the replica last copied the stream never were, for the
-                // history that survives: as if deleted.
-                let kept: BTreeSet<String> =
-                    self.sim.stream_ids(&self.stream).iter().map(|id| id.to_string()).collect();
-                let gone: Vec<String> = self
-                    .records
-                    .iter()
-                    .filter(|r| !r.deleted && !kept.contains(&r.id))
-                    .map(|r| r.id.clone())
-                    .collect();
-                for id in gone {
-                    self.mark_deleted(id.as_bytes());
-                }
+            Fault::Failover { stale_ms } if !down && self.sim.replica_synced_at().is_some() => {
+                self.failover(stale_ms);
+                true
+            }
+            Fault::ReplicaLinkDown { ms } if self.sim.replica_link_up() == Some(true) => {
+                self.sim.set_replica_link(false);
+                self.link_up_at = Some(now.saturating_add(ms));
                 true
             }
             _ => false,
@@ -593,8 +674,64 @@ where
         self.faults.push(FaultRecord { at_ms: now, fault, consumer: target, applied });
     }
 
+    /// A failover ([`Fault::Failover`]): the replica is promoted, the entries it did not have
+    /// never were for the surviving history, and those it had must all be there.
+    fn failover(&mut self, stale_ms: u64) {
+        let now = self.now();
+        // What the old master delivered and the replica had not copied is delivered again
+        // by the new one, as after a destroyed group.
+        self.delivered_anew(now);
+        if self.confirm_out {
+            // An answer the producer's WAIT got before the failover counts.
+            let answer = self.sim.output(self.producer);
+            self.confirmation(&answer);
+        }
+        let had = self.sim.replica_offset().unwrap_or(0);
+        let old = if stale_ms == 0 { OldMaster::Killed } else { OldMaster::Demoted };
+        self.sim.failover_with(old);
+        self.failed_over = true;
+        self.link_up_at = None;
+        self.stale_until = (stale_ms > 0).then(|| now.saturating_add(stale_ms));
+        // The kit's own connections find the new master (an answer the producer waited for
+        // died with the old one).
+        for conn in [self.admin, self.producer] {
+            self.sim.disconnect(conn);
+        }
+        self.admin = self.sim.connect();
+        if self.confirm_out {
+            self.confirmation(b""); // it died with the old master
+        }
+        let kept: BTreeSet<String> =
+            self.sim.stream_ids(&self.stream).iter().map(|id| id.to_string()).collect();
+        let mut violations = Vec::new();
+        for r in self.records.iter_mut().filter(|r| !r.unreplicated) {
+            if kept.contains(&r.id) {
+                // A deletion the replica had not copied is undone.
+                r.deleted = false;
+            } else if r.offset > had {
+                r.unreplicated = true;
+                if r.confirmed {
+                    violations.push(Violation::ConfirmedLost { id: r.id.clone() });
+                }
+            } else if !r.deleted && !r.acked && r.dead_letter_moves == 0 {
+                violations.push(Violation::ReplicatedLost { id: r.id.clone() });
+            }
+        }
+        for v in violations {
+            self.violation(v);
+        }
+    }
+
+    /// Adds the acks a consumer's life counted unreplicated, before it ends.
+    fn count_unreplicated(&mut self, i: usize) {
+        if let Some(c) = self.nodes[i].consumer.as_ref() {
+            self.acks_unreplicated += c.stats().acks_unreplicated;
+        }
+    }
+
     /// The process of node `i` dies: its core, its connection, the entries in hand.
     fn kill(&mut self, i: usize) {
+        self.count_unreplicated(i);
         let node = &mut self.nodes[i];
         if let Some(conn) = node.conn.take() {
             self.sim.disconnect(conn);
@@ -664,7 +801,11 @@ where
                 if down {
                     consumer.on_disconnected_because(at, "connection refused (the server is restarting)");
                 } else {
-                    node.conn = Some(self.sim.connect());
+                    // Within a failover's stale window the address still leads to the old
+                    // master, a replica now.
+                    let stale = self.stale_until.is_some_and(|t| now < t);
+                    let conn = if stale { self.sim.connect_replica() } else { None };
+                    node.conn = Some(conn.unwrap_or_else(|| self.sim.connect()));
                     consumer.on_connected(at);
                 }
                 progress = true;
@@ -766,6 +907,7 @@ where
                         let what = format!("stopped with {} entries in hand", node.work.len());
                         self.violation(Violation::Contract { consumer: name, at_ms: now, what });
                     }
+                    self.count_unreplicated(i);
                     let node = &mut self.nodes[i];
                     if let Some(conn) = node.conn.take() {
                         self.sim.disconnect(conn);
@@ -996,8 +1138,9 @@ where
     /// Every entry added is settled (acked, moved or deleted), nothing pending, nothing
     /// left to add or inject, every consumer idle.
     fn quiescent(&self) -> bool {
-        let settled = |r: &Record| r.acked || r.dead_letter_moves > 0 || r.deleted;
+        let settled = |r: &Record| r.acked || r.dead_letter_moves > 0 || r.deleted || r.unreplicated;
         self.due.is_empty()
+            && !self.confirm_out
             && self.scheduled.is_empty()
             && !self.is_down()
             && self.sim.pending(&self.stream, &self.group).map_or(true, |p| p.is_empty())
@@ -1046,6 +1189,9 @@ where
         if let Some((at, _)) = self.scheduled.front() {
             t = t.min(*at);
         }
+        if let Some(at) = self.link_up_at {
+            t = t.min(at);
+        }
         if let Some(w) = self.sim.next_wakeup() {
             t = t.min(w);
         }
@@ -1077,6 +1223,9 @@ where
             replay.random_faults.clear();
         }
         replay.entries = Some(std::mem::take(&mut self.entries));
+        for i in 0..self.nodes.len() {
+            self.count_unreplicated(i);
+        }
         for r in self.moved_unreported() {
             self.records[r].dead_letter_moves = 1;
         }
@@ -1099,6 +1248,7 @@ where
             faults: self.faults,
             server,
             notices: self.notices,
+            acks_unreplicated: self.acks_unreplicated,
             ended_at_ms: self.sim.now(),
             quiescent,
             trace: self.trace.unwrap_or_default(),

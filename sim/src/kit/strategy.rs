@@ -97,7 +97,9 @@ pub fn fault(kinds: &[FaultKind], consumers: usize) -> impl Strategy<Value = Fau
             FaultKind::Stop => Fault::Stop { consumer, restart_ms: 50 + ms / 4 },
             FaultKind::Abandon => Fault::Abandon { consumer, restart_ms: 50 + ms / 4 },
             FaultKind::ServerRestart => Fault::ServerRestart { down_ms: ms },
-            FaultKind::Failover => Fault::Failover,
+            // Shrinks towards a failover that cuts the old master's clients off.
+            FaultKind::Failover => Fault::Failover { stale_ms: ms * u64::from(pick % 2) },
+            FaultKind::ReplicaLinkDown => Fault::ReplicaLinkDown { ms: 100 + ms },
         }
     })
 }

@@ -4,7 +4,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use pelican::{Config, Entry, Verdict};
+use pelican::{AckWait, Config, Entry, Verdict};
 
 use super::fault::{Fault, FaultKind};
 use super::report::Report;
@@ -59,7 +59,10 @@ type Configure = Arc<dyn Fn(Config) -> Config + Send + Sync>;
 /// reconnects after 20–500 ms, entries moved to the dead-letter stream `dl` after 5
 /// deliveries, 4 KiB reads, one entry in hand at a time unless
 /// [`concurrency`](World::concurrency) says more, ordered by key if
-/// [`order_by`](World::order_by) says so; [`configure`](World::configure) changes any of it.
+/// [`order_by`](World::order_by) says so, acks waiting for the replica if
+/// [`ack_wait`](World::ack_wait) says so; [`configure`](World::configure) changes any of it.
+/// The producer adds each entry with `XADD` on a connection of its own, confirming them with
+/// `WAIT 1` if [`confirm_adds`](World::confirm_adds) says so.
 ///
 /// With many entries in hand, each handling has its own time and verdict, and verdicts reach
 /// the consumer as handlings finish (in that order, by id). With an order by key, the checks
@@ -83,6 +86,8 @@ pub struct World {
     pub(crate) concurrency: u32,
     pub(crate) order_by: Option<Vec<u8>>,
     pub(crate) keys: u32,
+    pub(crate) ack_wait: Option<AckWait>,
+    pub(crate) confirm_adds_ms: Option<u64>,
 }
 
 /// The most consumers a world runs.
@@ -121,6 +126,8 @@ impl World {
             concurrency: 1,
             order_by: None,
             keys: DEFAULT_KEYS,
+            ack_wait: None,
+            confirm_adds_ms: None,
         }
     }
 
@@ -173,13 +180,37 @@ impl World {
         self
     }
 
-    /// Gives the server a replica `lag_ms` behind ([`SimOptions::with_replica`]), which a
-    /// [`Fault::Failover`](super::Fault::Failover) promotes: what the master took in its last
-    /// `lag_ms` is then lost. A world with failovers (scheduled or drawn) and no replica gets
-    /// one 100 ms behind.
+    /// Gives the server a replica that copies it every `lag_ms` ([`SimOptions::with_replica`]),
+    /// which a [`Fault::Failover`](super::Fault::Failover) promotes: what the master took
+    /// since its replica's last copy is then lost (up to `lag_ms` of writes, more after a
+    /// [`Fault::ReplicaLinkDown`](super::Fault::ReplicaLinkDown)). A world with failovers or
+    /// replica link faults (scheduled or drawn) and no replica gets one 100 ms behind.
     #[must_use]
     pub fn replica_lag(mut self, lag_ms: u64) -> World {
         self.server.replica_lag_ms = Some(lag_ms);
+        self
+    }
+
+    /// Has each consumer wait for its acks to reach the replica
+    /// ([`Config::ack_wait`](pelican::Config::ack_wait)): `WAIT` (or `WAITAOF`) after each
+    /// batch of acks and dead-letter moves, so that a failover loses fewer of them (fewer
+    /// entries handled twice), at the cost of the wait. Set before
+    /// [`configure`](World::configure), which may change it; written in the replay.
+    #[must_use]
+    pub fn ack_wait(mut self, wait: AckWait) -> World {
+        self.ack_wait = Some(wait);
+        self
+    }
+
+    /// Has the producer confirm its adds: after the entries it adds at one moment it sends
+    /// `WAIT 1 timeout_ms` and adds nothing more until the answer (entries due meanwhile
+    /// wait). Entries the answer counts as on the replica are
+    /// [`confirmed`](super::EntryReport::confirmed), and the check holds that a failover
+    /// never loses one ([`Violation::ConfirmedLost`](super::Violation::ConfirmedLost)).
+    /// Without a replica nothing is confirmed (and the producer waits out every timeout).
+    #[must_use]
+    pub fn confirm_adds(mut self, timeout_ms: u64) -> World {
+        self.confirm_adds_ms = Some(timeout_ms.max(1));
         self
     }
 
@@ -308,6 +339,16 @@ impl World {
         self.concurrency
     }
 
+    /// What each consumer's acks wait for, if [`ack_wait`](World::ack_wait) set it.
+    pub fn acks_wait_for(&self) -> Option<AckWait> {
+        self.ack_wait
+    }
+
+    /// The producer's `WAIT` timeout, if it [confirms its adds](World::confirm_adds).
+    pub fn adds_confirmed_within_ms(&self) -> Option<u64> {
+        self.confirm_adds_ms
+    }
+
     /// The field consumers order entries by, if [`order_by`](World::order_by) set one.
     pub fn ordered_by(&self) -> Option<&[u8]> {
         self.order_by.as_deref()
@@ -392,7 +433,9 @@ impl World {
                 9 => Fault::Stop { consumer, restart_ms: 50 + param * 4 },
                 10 => Fault::Abandon { consumer, restart_ms: 50 + param * 4 },
                 11 => Fault::ServerRestart { down_ms: param * 8 },
-                _ => Fault::Failover,
+                // Even: the old master's clients cut off; odd: it stays reachable a while.
+                12 => Fault::Failover { stale_ms: (param % 2) * param * 8 },
+                _ => Fault::ReplicaLinkDown { ms: param * 16 },
             };
             world = world.fault(at, fault);
         }
@@ -442,11 +485,16 @@ impl fmt::Display for World {
         if self.consumers != defaults.consumers {
             write!(f, "\n    .consumers({})", self.consumers)?;
         }
-        if self.server != defaults.server {
-            match preset(&self.server) {
-                Some(name) => write!(f, "\n    .server({name})")?,
-                None => write!(f, "\n    .server({:?})", self.server)?,
-            }
+        // A preset with a replica is written as the preset and `.replica_lag(…)`.
+        let lag = self.server.replica_lag_ms;
+        let server = SimOptions { replica_lag_ms: None, ..self.server.clone() };
+        match preset(&server) {
+            Some(_) if server == defaults.server => {}
+            Some(name) => write!(f, "\n    .server({name})")?,
+            None => write!(f, "\n    .server({:?})", server)?,
+        }
+        if let Some(lag) = lag {
+            write!(f, "\n    .replica_lag({lag})")?;
         }
         if self.phase_ms != defaults.phase_ms {
             write!(f, "\n    .phase_ms({})", self.phase_ms)?;
@@ -468,6 +516,24 @@ impl fmt::Display for World {
         }
         if self.keys != defaults.keys {
             write!(f, "\n    .keys({})", self.keys)?;
+        }
+        match self.ack_wait {
+            None => {}
+            Some(AckWait::Replicas { replicas, timeout }) => write!(
+                f,
+                "\n    .ack_wait(pelican::AckWait::Replicas {{ replicas: {replicas}, timeout: \
+                 std::time::Duration::from_millis({}) }})",
+                timeout.as_millis()
+            )?,
+            Some(AckWait::Aof { local, replicas, timeout }) => write!(
+                f,
+                "\n    .ack_wait(pelican::AckWait::Aof {{ local: {local}, replicas: {replicas}, timeout: \
+                 std::time::Duration::from_millis({}) }})",
+                timeout.as_millis()
+            )?,
+        }
+        if let Some(ms) = self.confirm_adds_ms {
+            write!(f, "\n    .confirm_adds({ms})")?;
         }
         if let Some(entries) = &self.entries {
             f.write_str("\n    .entries([")?;
