@@ -26,11 +26,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::builder::{OsStringValueParser, TypedValueParser as _};
-use clap::value_parser;
 use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 
 use crate::args::{Failure, TEMPLATE};
 use crate::name::show;
+use crate::number::whole;
 use crate::server::{login_refused, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
@@ -172,7 +172,7 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 /// The shortest `min_idle` the consumer takes.
 const MIN_IDLE_MS: u64 = pelican::MIN_MIN_IDLE.as_millis() as u64;
 /// The most entries a lane may have in hand at once.
-const MAX_CONCURRENCY: i64 = pelican::MAX_CONCURRENCY as i64;
+const MAX_CONCURRENCY: u64 = pelican::MAX_CONCURRENCY as u64;
 
 /// `pelican consume`'s flags.
 #[derive(clap::Args, Debug)]
@@ -190,14 +190,14 @@ pub struct Args {
     #[command(flatten)]
     pub(crate) server: ServerArgs,
     /// entries per read and per reclaim
-    #[arg(long, value_name = "N", default_value_t = 100, value_parser = value_parser!(u32).range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = whole::<u32, 1, { u32::MAX as u64 }>, allow_negative_numbers = true)]
     count: u32,
     /// how long a read blocks, and how often peers' entries are reclaimed
-    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = value_parser!(u64).range(1..=DAY_MS))]
+    #[arg(long, value_name = "MS", default_value_t = 2000, value_parser = whole::<u64, 1, DAY_MS>, allow_negative_numbers = true)]
     beat_ms: u64,
     /// reclaim entries idle longer than this (this consumer's own failed
     /// entries included: that is how they are retried)
-    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = value_parser!(u64).range(MIN_IDLE_MS..=MAX_MS), verbatim_doc_comment)]
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = whole::<u64, MIN_IDLE_MS, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
     min_idle_ms: u64,
     /// create the group at ID if it is missing (XGROUP CREATE … MKSTREAM):
     /// $ (new entries only; the default), 0 (the whole stream), <ms>[-<seq>]
@@ -217,7 +217,7 @@ pub struct Args {
     dead_letter: Option<OsString>,
     /// move an entry delivered more than N times to the --dead-letter
     /// stream instead of handing it out again (needs --dead-letter)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=u64::MAX), verbatim_doc_comment)]
+    #[arg(long, value_name = "N", value_parser = whole::<u64, 1, { u64::MAX }>, allow_negative_numbers = true, verbatim_doc_comment)]
     max_deliveries: Option<u64>,
     /// speak RESP3 (HELLO 3) instead of RESP2
     #[arg(long)]
@@ -235,13 +235,13 @@ pub struct Args {
     /// with --exec or --pipe: an entry not settled within MS milliseconds is
     /// a failure (its command's process group is killed; a --pipe answer
     /// that comes later is ignored)
-    #[arg(long, value_name = "MS", value_parser = value_parser!(u64).range(1..=MAX_MS), verbatim_doc_comment)]
+    #[arg(long, value_name = "MS", value_parser = whole::<u64, 1, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
     handler_timeout: Option<u64>,
     /// with --exec or --pipe: up to N entries at once per stream, each entry
     /// acknowledged as its own command succeeds, in any order (default 1:
     /// one at a time). Printed entries are written one at a time, in order,
     /// whatever N
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = value_parser!(u32).range(1..=MAX_CONCURRENCY), verbatim_doc_comment)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
     concurrency: u32,
     /// entries with the same value of the field FIELD are handled one at a
     /// time, in stream order; other values (and entries without FIELD, each
@@ -291,10 +291,10 @@ pub struct Args {
     /// --ack-timeout-ms per batch (a batch that runs out is counted as
     /// acks_unreplicated and told; the next batches then wait 1 ms each until
     /// the replicas are back)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..), verbatim_doc_comment)]
+    #[arg(long, value_name = "N", value_parser = whole::<u32, 1, { u32::MAX as u64 }>, allow_negative_numbers = true, verbatim_doc_comment)]
     ack_replicas: Option<u32>,
     /// with --ack-replicas: how long a batch of acks waits for the replicas
-    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "ack_replicas", value_parser = value_parser!(u64).range(1..=MAX_MS))]
+    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "ack_replicas", value_parser = whole::<u64, 1, MAX_MS>, allow_negative_numbers = true)]
     ack_timeout_ms: u64,
     /// with --ack-replicas: wait for the acks to be written to the append-only
     /// files of the master and of N replicas (WAITAOF 1 N; Redis 7.2+, Valkey)
@@ -362,6 +362,11 @@ fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
     }
     if a.recreate_group && a.create_group.is_none() {
         return Err(Failure::Usage("--recreate-group needs --create-group (the ID to create it at)".into()));
+    }
+    if a.handler_timeout.is_some() && a.exec.is_none() && a.pipe.is_none() {
+        return Err(Failure::Usage(
+            "--handler-timeout goes with --exec or --pipe (a printed entry has no handler to time)".into(),
+        ));
     }
     if a.force_delete && !matches!(a.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) {
         return Err(Failure::Usage("--force-delete goes with --delete-acked keepref or delref".into()));
@@ -576,7 +581,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
         // Every entry is settled: the handler may go.
         pipe.finish();
     }
-    failed(&args, &handlers, &outcomes)?;
+    failed(&args, &server, &handlers, &outcomes)?;
     if let Some(path) = &args.stats_json {
         let json = report::stats_json(&counts, &shared.total, start.elapsed());
         std::fs::write(path, json + "\n")
@@ -597,11 +602,11 @@ fn lane_counts<'a>(handlers: &'a [Arc<Handler>], outcomes: &'a [Outcome]) -> Vec
 
 /// The lanes that failed, one line each naming its stream (lanes failing alike share a
 /// line), with what fixes it where the flags can.
-fn failed(a: &Args, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
+fn failed(a: &Args, server: &Server, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
     let mut lines: Vec<(Vec<&str>, String)> = Vec::new();
     for (handler, outcome) in handlers.iter().zip(outcomes) {
         let Err(failure) = outcome else { continue };
-        let text = explain(a, handler, failure);
+        let text = explain(a, server, handler, failure);
         match lines.iter_mut().find(|(_, t)| *t == text) {
             Some((streams, _)) => streams.push(&handler.stream),
             None => lines.push((vec![&handler.stream], text)),
@@ -631,7 +636,7 @@ pub(crate) fn no_group(group: &str, message: &str, create: &str) -> String {
 }
 
 /// A lane's failure in words, with what fixes it where the flags can.
-fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
+fn explain(a: &Args, server: &Server, handler: &Handler, failure: &LaneFailure) -> String {
     let group = show(a.group.as_bytes());
     match &failure.error {
         Some(pelican::Error::GroupGone { command, message }) => {
@@ -648,6 +653,10 @@ fn explain(a: &Args, handler: &Handler, failure: &LaneFailure) -> String {
         Some(pelican::Error::Server { message, .. }) => {
             login_refused("the server", message).unwrap_or_else(|| failure.message.clone())
         }
+        Some(e @ pelican::Error::NotRedis { .. }) => server.host_failed(format!(
+            "{} {e}: is that the address of a Redis or Valkey server?",
+            server.endpoint()
+        )),
         Some(pelican::Error::Twin { .. }) => format!("{} (--allow-twins)", failure.message),
         Some(pelican::Error::CrossSlot { .. }) => format!(
             "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",

@@ -7,6 +7,7 @@ mod consume;
 mod demo;
 mod json;
 mod name;
+mod number;
 mod pending;
 mod produce;
 mod retire;

@@ -7,12 +7,12 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use clap::value_parser;
 use pelican::HostPort;
 
 use crate::args::{Failure, TEMPLATE};
 use crate::client::{self, array, bytes, field, int, Client, Redirect, Reply};
 use crate::name::show;
+use crate::number::whole;
 use crate::server::{Server, ServerArgs};
 
 const USAGE: &str = "\
@@ -92,11 +92,11 @@ pub struct Args {
     #[arg(long, value_name = "KEY")]
     stream: OsString,
     /// how many entries (required)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..=MAX_COUNT))]
+    #[arg(long, value_name = "N", value_parser = whole::<u64, 1, MAX_COUNT>, allow_negative_numbers = true)]
     count: u64,
     /// size of each value, at most 536870912 (512 MiB, a server's default
     /// proto-max-bulk-len)
-    #[arg(long, value_name = "BYTES", default_value_t = 16, value_parser = value_parser!(u64).range(0..=MAX_SIZE), verbatim_doc_comment)]
+    #[arg(long, value_name = "BYTES", default_value_t = 16, value_parser = whole::<u64, 0, MAX_SIZE>, allow_negative_numbers = true, verbatim_doc_comment)]
     size: u64,
     /// add each entry once, even when its reply is lost and it is sent
     /// again: XADD KEY IDMP <producer-id> <n> * … (Redis 8.6+; see above)
@@ -109,10 +109,10 @@ pub struct Args {
     producer_id: Option<OsString>,
     /// count an entry as added once N replicas have it too (WAIT N MS after
     /// each pipeline): a failover then loses none of them (see above)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..), verbatim_doc_comment)]
+    #[arg(long, value_name = "N", value_parser = whole::<u32, 1, { u32::MAX as u64 }>, allow_negative_numbers = true, verbatim_doc_comment)]
     wait_replicas: Option<u32>,
     /// with --wait-replicas: how long one WAIT waits for the replicas
-    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "wait_replicas", value_parser = value_parser!(u64).range(1..=MAX_WAIT_MS))]
+    #[arg(long, value_name = "MS", default_value_t = 1000, requires = "wait_replicas", value_parser = whole::<u64, 1, MAX_WAIT_MS>, allow_negative_numbers = true)]
     wait_timeout_ms: u64,
     #[command(flatten)]
     pub(crate) server: ServerArgs,

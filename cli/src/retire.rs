@@ -6,7 +6,6 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use clap::value_parser;
 use pelican::retire::{ConsumerState, Decision, Retirement, Step};
 use pelican::MAX_DURATION;
 use redis_protocol::resp2::encode::encode;
@@ -16,7 +15,11 @@ use unicode_width::UnicodeWidthStr as _;
 use crate::args::{Failure, TEMPLATE};
 use crate::client::{Client, Reply};
 use crate::name::show;
+use crate::number::whole;
 use crate::server::ServerArgs;
+
+/// The longest idle bound: the longest duration the core takes.
+const MAX_IDLE_MS: u64 = MAX_DURATION.as_millis() as u64;
 
 const USAGE: &str = "\
 pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run] [--url URL]
@@ -25,8 +28,8 @@ pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run] 
 const ABOUT: &str = "\
 Removes the consumers of group G on each stream KEY that have been idle (the server's
 XINFO CONSUMERS `idle`: since it last read, claimed or acked) for at least N ms AND hold
-no pending entry AND have no live connection under their name (pelican:G:<consumer>, as
-pelican names a consumer's connection; CLIENT LIST): on Redis 7.0 a consumer parked on
+no pending entry AND have no live connection under their name (pelican:<stream>:<group>:<consumer>,
+as pelican names a consumer's connection; CLIENT LIST): on Redis 7.0 a consumer parked on
 reads that find nothing looks idle however long it waits. XGROUP DELCONSUMER drops a
 consumer's pending entries with it, where no reclaim can reach them: so a consumer that
 holds any is kept, however long idle, and the check and the removal run as one server-side
@@ -51,7 +54,7 @@ pub struct Args {
     #[arg(long, value_name = "G", env = "PELICAN_GROUP", hide_env_values = true)]
     group: OsString,
     /// remove consumers idle at least this long (and holding nothing)
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(0..=MAX_DURATION.as_millis() as u64))]
+    #[arg(long, value_name = "N", value_parser = whole::<u64, 0, MAX_IDLE_MS>, allow_negative_numbers = true)]
     idle_ms: u64,
     /// only tell which would be removed
     #[arg(long)]

@@ -196,8 +196,9 @@ fn concurrency_and_order_by_are_checked() {
     let base =
         ["consume", "--url", "redis://127.0.0.1:1", "--stream", "s", "--group", "g", "--consumer", "c"];
     for (extra, want) in [
-        (["--concurrency", "0"], "invalid value '0' for '--concurrency <N>': 0 is not in 1..=4096"),
-        (["--concurrency", "4097"], "invalid value '4097' for '--concurrency <N>': 4097 is not in 1..=4096"),
+        (["--concurrency", "0"], "invalid value '0' for '--concurrency <N>': must be at least 1"),
+        (["--concurrency", "-5"], "invalid value '-5' for '--concurrency <N>': must be at least 1"),
+        (["--concurrency", "4097"], "invalid value '4097' for '--concurrency <N>': must be at most 4096"),
         (["--concurrency", "many"], "invalid value 'many' for '--concurrency <N>'"),
         (["--order-by", ""], "invalid value '' for '--order-by <FIELD>': the field name is empty"),
     ] {

@@ -83,10 +83,15 @@ fn a_silent_port_and_an_http_port_are_never_called_connected() {
     p.stop();
     assert_eq!(lines_with(&p, "connected"), 0, "{}", p.stderr());
 
-    let http = format!("redis://127.0.0.1:{}", fake_port(b"HTTP/1.1 400 Bad Request\r\n\r\n"));
-    let mut p = Pelican::spawn(&consume(&http, &[]));
-    wait_until("the HTTP port told", || lines_with(&p, "not a Redis server? it answered \"HTTP/1.1 400") > 0);
-    p.stop();
+    // A port that answers, but not in RESP, is a wrong address, not an outage: told, exit 1.
+    let port = fake_port(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    let mut p = Pelican::spawn(&consume(&format!("redis://127.0.0.1:{port}"), &[]));
+    assert_eq!(p.wait().code(), Some(1), "{}", p.stderr());
+    let want = format!(
+        "pelican: stream s: 127.0.0.1:{port} did not answer as a Redis server (it said \"HTTP/1.1 400 Bad \
+         Request\"): is that the address of a Redis or Valkey server?"
+    );
+    assert!(p.stderr().lines().any(|l| l == want), "{}", p.stderr());
     assert_eq!(lines_with(&p, "connected"), 0, "{}", p.stderr());
 }
 

@@ -593,12 +593,14 @@ impl Consumer {
                     return Err(self.fail(
                         now,
                         match e {
-                            // The first words on a connection: likely not a Redis server at all.
+                            // The first words on a connection, and no server ever spoke
+                            // RESP to this consumer: not a Redis server at all.
+                            DecodeError::Invalid(_) if !self.heard && !self.announced_before => {
+                                Error::NotRedis { said: first_line(bytes) }
+                            }
+                            // One did: a proxy's hiccup, a node being replaced; reconnect.
                             DecodeError::Invalid(_) if !self.heard => Error::Protocol {
-                                detail: format!(
-                                    "not a Redis server? it answered \"{}\"",
-                                    bytes[..bytes.len().min(40)].escape_ascii()
-                                ),
+                                detail: format!("not a Redis server? it answered \"{}\"", first_line(bytes)),
                             },
                             e => e.into_error(limits),
                         },
@@ -2165,4 +2167,10 @@ impl Consumer {
         };
         self.in_flight.push(InFlight { sent, sent_at: now, deadline: now + wait });
     }
+}
+
+/// The first line of what a server said (at most 60 bytes), escaped, for a message.
+fn first_line(bytes: &[u8]) -> String {
+    let end = bytes.iter().position(|b| *b == b'\r' || *b == b'\n').unwrap_or(bytes.len()).min(60);
+    bytes[..end].escape_ascii().to_string()
 }

@@ -135,6 +135,12 @@ pub enum Error {
         /// What was wrong.
         detail: String,
     },
+    /// The first words on a connection were not RESP, and no server has ever answered this
+    /// consumer in RESP: the address is not a Redis server's (an HTTP port, a typo). Fatal.
+    NotRedis {
+        /// The start of what it said (its first line, escaped).
+        said: String,
+    },
     /// A reply had a shape this consumer does not know (a server it was not built for). Fatal.
     Shape {
         /// The command whose reply it was.
@@ -254,6 +260,7 @@ impl fmt::Display for Error {
                 write!(f, "the consumer group is gone ({command}: {message})")
             }
             Error::Protocol { detail } => write!(f, "protocol error: {detail}"),
+            Error::NotRedis { said } => write!(f, "did not answer as a Redis server (it said \"{said}\")"),
             Error::Shape { command, detail } => write!(f, "unexpected reply to {command}: {detail}"),
             Error::FrameTooLarge { limit } => write!(f, "a reply exceeded the frame limit of {limit} bytes"),
             Error::EntryTooLarge { id, limit } => write!(

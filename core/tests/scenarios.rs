@@ -648,15 +648,34 @@ fn loading_is_transient() {
 }
 
 #[test]
+fn garbage_from_a_server_never_heard_is_not_redis() {
+    let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-7.0");
+    rig.connect();
+    rig.sent();
+    let err = rig.raw(b"HTTP/1.1 400 Bad Request\r\n\r\n").unwrap_err();
+    assert_eq!(err, Error::NotRedis { said: "HTTP/1.1 400 Bad Request".into() });
+    assert!(err.is_fatal());
+    assert_eq!(err.to_string(), r#"did not answer as a Redis server (it said "HTTP/1.1 400 Bad Request")"#);
+    assert!(!rig.consumer.wants_connection());
+}
+
+#[test]
 fn garbage_and_unasked_replies_cost_the_connection_only() {
     let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-7.0");
+    rig.start();
+    rig.drain_reply("read_pending_empty").unwrap();
+    rig.sent();
+    // A server spoke RESP before: garbage on a new connection (a proxy's hiccup) costs it.
+    rig.consumer.on_disconnected(rig.now);
+    rig.skip_link_notices();
+    rig.advance(Duration::from_secs(1));
     rig.connect();
     rig.sent();
     let err = rig.raw(b"?what\r\n").unwrap_err();
     assert!(matches!(err, Error::Protocol { .. }) && !err.is_fatal());
-    // Never answered in RESP: not called connected, and the words it sent are shown.
+    // Not answered in RESP: not called connected, and the words it sent are shown.
     let Notice::ConnectFailed { reason, .. } = rig.notice() else { panic!("not ConnectFailed") };
-    assert_eq!(reason, r#"protocol error: not a Redis server? it answered "?what\r\n""#);
+    assert_eq!(reason, r#"protocol error: not a Redis server? it answered "?what""#);
     rig.advance(Duration::from_secs(1));
     rig.start();
     rig.drain_reply("read_pending_empty").unwrap();

@@ -375,6 +375,7 @@ impl Pipe {
             let entries = if n == 1 { "entry is" } else { "entries are" };
             // Stopping: no new handler starts (see `started`), so none is promised.
             let next = match shared.stop.is_requested() {
+                true if n == 0 => String::new(),
                 true => format!("; its {n} outstanding {entries} left pending"),
                 false if n == 0 => {
                     format!("; starting it again in {} ms", state.backoff.unwrap_or(BACKOFF_MIN).as_millis())
