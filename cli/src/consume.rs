@@ -551,7 +551,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
-    signals::on_signals(stop.clone(), handlers.clone(), screen.clone(), concurrency(&args) > 1)?;
+    signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
     if let Some(command) = &args.exec {
         // A typo fails here, not at the first entry.
         found::check("--exec", command).map_err(Failure::Failed)?;

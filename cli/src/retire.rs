@@ -82,6 +82,10 @@ pub fn main(args: Args) -> Result<(), Failure> {
             Err(e) if e.contains("NOGROUP") => {
                 failed.push(format!("{stream}: there is no group {group} on stream {stream}"));
             }
+            // XINFO CONSUMERS, or the script's, on a stream that does not exist.
+            Err(e) if e.to_ascii_lowercase().contains("no such key") => {
+                failed.push(format!("{stream}: there is no stream {stream}"));
+            }
             Err(e) if e.contains("NOPERM") => failed.push(format!(
                 "{stream}: {e} (retire lists the connections, CLIENT LIST, so as not to remove a \
                  consumer still connected)"

@@ -63,9 +63,18 @@ fn a_server_down_at_start_is_told_once_and_quiet_silences_it() {
             && first.contains("; retrying in "),
         "{first}"
     );
-    // Retries go on (backoff up to 5 s) but the same failure is not told again at once.
+    // Retries go on (backoff up to 5 s) but the same failure is not told again at once:
+    // once after a few seconds, saying what it waits for, then every 30 s.
     thread::sleep(Duration::from_secs(2));
     assert_eq!(lines_with(&p, "cannot connect"), 1, "{}", p.stderr());
+    wait_until("the wait told", || lines_with(&p, "still waiting for a first connection (") == 1);
+    let waiting = p.stderr().lines().find(|l| l.contains("still waiting")).unwrap().to_string();
+    assert!(
+        waiting.contains(&format!("): cannot connect: 127.0.0.1:{port}: Connection refused")),
+        "{waiting}"
+    );
+    thread::sleep(Duration::from_secs(3));
+    assert_eq!(lines_with(&p, "cannot connect"), 2, "{}", p.stderr());
     p.stop();
 
     let mut quiet = Pelican::spawn(&consume(&url, &["--quiet"]));
@@ -175,6 +184,11 @@ fn retire_removes_only_the_idle_and_empty() {
         run(&["retire", "--url", &url, "--stream", "s", "--group", "nope", "--idle-ms", "0"]);
     assert_eq!(status.code(), Some(1));
     assert!(err.contains("there is no group nope on stream s"), "{err}");
+    // A stream that does not exist: said so in words, not the script's error.
+    let (status, _, err) =
+        run(&["retire", "--url", &url, "--stream", "nosuch", "--group", "g", "--idle-ms", "0"]);
+    assert_eq!(status.code(), Some(1));
+    assert_eq!(err, "pelican: nosuch: there is no stream nosuch\n");
 }
 
 #[test]

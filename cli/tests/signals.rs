@@ -189,7 +189,10 @@ fn timeout_sigint_is_one_stop_request() {
         let status = child.wait("timeout pelican");
         let stderr = stderr.all();
         assert_eq!(status.code(), Some(0), "round {round} ({transport}): stderr:\n{stderr}");
-        assert!(stderr.contains("pelican: stopping after the entry in hand"), "round {round}: {stderr}");
+        assert!(
+            stderr.contains("pelican: stopping") && stderr.contains("(signal again"),
+            "round {round}: {stderr}"
+        );
         assert!(!stderr.contains("exiting"), "round {round}: {stderr}");
     }
 }
@@ -459,4 +462,35 @@ fn on_a_terminal_output_never_runs_into_the_progress_line() {
     assert_eq!(starts_lines(&screen, "pelican: "), 4, "{screen:?}");
     assert!(screen.contains("pelican: left the group (holding nothing)"), "{screen:?}");
     assert!(screen.contains(" 3 handled in "), "{screen:?}");
+}
+
+/// The stop's first line counts what is in hand: nothing (parked, or never connected), or
+/// each entry a handler runs.
+#[test]
+fn the_stop_says_how_many_entries_are_in_hand() {
+    let server = Server::start(Flavor::Redis70);
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &[]));
+    wait_until("connected", || p.stderr().contains("pelican: connected"));
+    p.term();
+    assert_eq!(p.wait().code(), Some(0), "{}", p.stderr());
+    assert!(
+        p.stderr().contains("pelican: stopping: no entry in hand (signal again to exit at once)\n"),
+        "{}",
+        p.stderr()
+    );
+
+    server.admin().xadd_n("s", 3, 4);
+    let dir = Scratch::new("counted");
+    let log = dir.file("log");
+    let command = format!("echo started >> {log}; sleep 1");
+    let mut p = Pelican::spawn(&consume_as(&url, "g2", &["--exec", &command, "--concurrency", "3"]));
+    wait_until("three commands running", || lines_of(&log).len() == 3);
+    p.term();
+    assert_eq!(p.wait().code(), Some(0), "{}", p.stderr());
+    assert!(
+        p.stderr().contains("pelican: stopping after the 3 entries in hand (signal again"),
+        "{}",
+        p.stderr()
+    );
 }

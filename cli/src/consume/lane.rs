@@ -118,21 +118,36 @@ pub fn teller(handler: &Handler, several: bool) -> impl FnMut(&Notice) + Send + 
 struct Failing {
     /// The reason last told, when it was told, and attempts failed since for it.
     last: Option<(String, Instant, u64)>,
+    /// Whether a connection was ever made, or the first connect's wait was told.
+    settled: bool,
 }
 
 /// How often a connect failing for the same reason is told again.
 const RETELL: Duration = Duration::from_secs(30);
+/// When a first connect that keeps failing is told again: a wrong address should not look
+/// like a consumer waiting quietly for entries.
+const FIRST_RETELL: Duration = Duration::from_secs(3);
 
 impl Failing {
     /// The line to tell for `notice`, if any.
     fn line(&mut self, notice: &Notice) -> Option<String> {
         let Notice::ConnectFailed { reason, .. } = notice else {
             if matches!(notice, Notice::Connected { .. }) {
-                self.last = None;
+                (self.last, self.settled) = (None, true);
             }
             return Some(notice.to_string());
         };
         match &mut self.last {
+            Some((last, at, quiet)) if last == reason && !self.settled && at.elapsed() >= FIRST_RETELL => {
+                self.settled = true;
+                let line = format!(
+                    "still waiting for a first connection ({} attempts failed in {} s): {notice}",
+                    *quiet + 2,
+                    at.elapsed().as_secs()
+                );
+                (*at, *quiet) = (Instant::now(), 0);
+                Some(line)
+            }
             Some((last, at, quiet)) if last == reason && at.elapsed() < RETELL => {
                 *quiet += 1;
                 None
@@ -163,6 +178,16 @@ mod tests {
         assert_eq!(f.line(&failed("refused")), None, "the same reason again, at once");
         assert_eq!(f.line(&failed("refused")), None);
         assert!(f.line(&failed("timed out")).is_some(), "a new reason is told");
+        // Never connected: told again after a few seconds, once, saying what it waits for.
+        f.last.as_mut().unwrap().1 -= FIRST_RETELL;
+        f.last.as_mut().unwrap().2 = 3;
+        assert_eq!(
+            f.line(&failed("timed out")).unwrap(),
+            "still waiting for a first connection (5 attempts failed in 3 s): cannot connect: timed out; \
+             retrying in 5.0 s"
+        );
+        f.last.as_mut().unwrap().1 -= FIRST_RETELL;
+        assert_eq!(f.line(&failed("timed out")), None, "then every 30 s");
         // Past the interval, told again with the count of those not told.
         f.last.as_mut().unwrap().1 -= RETELL;
         f.last.as_mut().unwrap().2 = 5;

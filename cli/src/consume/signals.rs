@@ -61,16 +61,12 @@ impl Request {
 
 /// The first SIGINT/SIGTERM stops every lane gracefully; a second ends the running commands
 /// (see [`end_commands`]) and exits with 130. A repeat of the first is ignored
-/// ([`Request::repeats`]). `several`: lanes may hold several entries at once
-/// (`--concurrency`), which the messages then say.
+/// ([`Request::repeats`]). The messages count the entries in hand.
 pub fn on_signals(
     stop: Arc<StopAll>,
     handlers: Vec<Arc<Handler>>,
     screen: Arc<Screen>,
-    several: bool,
 ) -> Result<(), Failure> {
-    let (in_hand, stays) =
-        if several { ("the entries in hand", "stay") } else { ("the entry in hand", "stays") };
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
         .map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
     thread::Builder::new()
@@ -82,9 +78,12 @@ pub fn on_signals(
                 match &first {
                     None => {
                         first = Some(request);
-                        screen.tell(format_args!(
-                            "pelican: stopping after {in_hand} (signal again to exit at once)"
-                        ));
+                        let what = match in_hand(&handlers) {
+                            0 => "stopping: no entry in hand".to_string(),
+                            1 => "stopping after the entry in hand".to_string(),
+                            n => format!("stopping after the {n} entries in hand"),
+                        };
+                        screen.tell(format_args!("pelican: {what} (signal again to exit at once)"));
                         stop.stop();
                     }
                     Some(first) if request.repeats(first) => {}
@@ -94,7 +93,12 @@ pub fn on_signals(
             EXITING.store(true, SeqCst);
             let groups = running_groups(&handlers);
             if groups.is_empty() {
-                screen.tell_now(format_args!("pelican: exiting at once; {in_hand} {stays} pending"));
+                let left = match in_hand(&handlers) {
+                    0 => String::new(),
+                    1 => "; the entry in hand stays pending".into(),
+                    n => format!("; the {n} entries in hand stay pending"),
+                };
+                screen.tell_now(format_args!("pelican: exiting at once{left}"));
             } else {
                 screen.tell_now(format_args!(
                     "pelican: exiting: the running commands get SIGTERM, and SIGKILL if still running \
@@ -107,6 +111,11 @@ pub fn on_signals(
         })
         .map_err(|e| Failure::Failed(format!("cannot start the signal thread: {e}")))?;
     Ok(())
+}
+
+/// The entries in hand over all lanes.
+fn in_hand(handlers: &[Arc<Handler>]) -> usize {
+    handlers.iter().map(|h| h.in_hand()).sum()
 }
 
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).
