@@ -383,3 +383,28 @@ fn handled_all(admin: &mut pelican_tests::admin::Admin, total: usize) -> bool {
     let read = fields.chunks(2).find(|kv| kv[0].as_text().as_deref() == Some("entries-read"));
     read.and_then(|kv| kv[1].as_int()) == Some(total as i64)
 }
+
+/// The server loses its data (here: `FLUSHALL`, then the connections cut, as a restart
+/// without persistence does): the group made again at the next connect is a warning that
+/// says where the consumer was.
+#[test]
+fn a_group_the_server_lost_is_told_when_made_again() {
+    let server = Server::start(Flavor::Redis70);
+    let url = url(&server);
+    let mut admin = server.admin();
+    let mut p = Pelican::spawn(&consume(&url, &["--create-group", "0"]));
+    wait_until("connected", || lines_with(&p, "pelican: connected") == 1);
+    let ids = admin.xadd_n("s", 3, 4);
+    for _ in 0..3 {
+        p.line();
+    }
+    admin.call(&["FLUSHALL"]);
+    admin.call(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let want = format!(
+        "pelican: the group was gone (lost by the server, or deleted) and is created again at 0; this \
+         consumer had read up to {}: entries after 0 are delivered again",
+        ids[2]
+    );
+    wait_until("the re-creation told", || lines_with(&p, &want) == 1);
+    p.stop();
+}

@@ -25,6 +25,7 @@ use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::release::{self, Releases};
 use crate::reply::{self, Role};
+use crate::retried::Retried;
 use crate::stats::{Snapshot, Stats};
 use crate::stream_reply::{self, Item, Span};
 use crate::twins::{Outcome, Twins};
@@ -160,6 +161,9 @@ pub struct Consumer {
     redirect: Option<(String, u16)>,
     /// Whether the group was found or created once (a later creation is a re-creation).
     group_made: bool,
+    /// The last new entry read, with [`Config::create_group`] set: what a re-created group
+    /// lost is told from it.
+    last_read: Option<Bytes>,
     /// The redirect was an `ASK`: the stream's slot is migrating to that node, which serves
     /// a command for it only right after `ASKING`.
     asking: bool,
@@ -205,6 +209,8 @@ pub struct Consumer {
     replicas_behind: bool,
     /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
     releases: Releases,
+    /// Entries lately given `Retry`: back through a reclaim, they are not a peer's.
+    retried: Retried,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
     /// lag (an entry gone since may have set it), so that the next renewal's time costs no
     /// walk of the buffer at every turn of the driver.
@@ -334,6 +340,7 @@ impl Consumer {
             announced_before: false,
             redirect: None,
             group_made: false,
+            last_read: None,
             asking: false,
             tracked_upto: 0,
             last_now: None,
@@ -349,6 +356,7 @@ impl Consumer {
             told_not_master: None,
             replicas_behind: false,
             releases: Releases::default(),
+            retried: Retried::default(),
             lease_floor: None,
             stats: Stats::default(),
         })
@@ -686,6 +694,7 @@ impl Consumer {
             }
             Verdict::Retry => {
                 self.stats.retried += 1;
+                self.retried.note(self.held.to_bytes(hand.id));
                 if self.dialect.release {
                     let (held, id) = (&self.held, hand.id);
                     let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
@@ -1580,6 +1589,9 @@ impl Consumer {
                 // parked read's `UNBLOCKED … no longer exists` leads here on Redis 7.0).
                 if self.group_made {
                     self.stats.group_recreated += 1;
+                    let start = self.config.create_group.clone().unwrap_or_default();
+                    let last_read = self.last_read.clone();
+                    self.notices.push_back(Notice::GroupRecreated { start, last_read });
                 }
                 self.group_made = true;
             }
@@ -1704,9 +1716,7 @@ impl Consumer {
                 })
                 .map_err(shape)?;
                 let claimed = live.len() + claim.bare_nils as usize;
-                if !live.is_empty() {
-                    self.notices.push_back(Notice::Reclaimed { count: live.len() as u64 });
-                }
+                self.tell_reclaimed(&live);
                 self.pace.record_read(len, claimed);
                 self.backlog = claimed >= count as usize;
                 self.stats.deleted_seen += claim.deleted.len() as u64;
@@ -1732,7 +1742,7 @@ impl Consumer {
                 // to it, their delivery counts given back as for any entry dropped unhandled.
                 let behind_skipped = self.drains_from_top();
                 // The hot path: each entry goes straight to the buffer, moved as little as can be.
-                let mut claimed = 0;
+                let (mut claimed, mut released) = (0, 0);
                 let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
                     Item::Entry(mut entry) if behind_skipped => {
                         entry.deliveries = entry.deliveries.max(1);
@@ -1741,7 +1751,9 @@ impl Consumer {
                     // Taken from its owner by the read's `CLAIM` (Redis 8.4+): as a reclaim.
                     Item::Entry(entry) if entry.source == Source::Claimed => {
                         let Some(entry) = self.live(Item::Entry(entry), now) else { return };
-                        claimed += 1;
+                        if !self.retried.take(entry.id()) {
+                            *if entry.released { &mut released } else { &mut claimed } += 1;
+                        }
                         if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                             let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
                             let reason = DeadLetterReason::MaxDeliveries;
@@ -1759,8 +1771,17 @@ impl Consumer {
                     }
                 })
                 .map_err(shape)?;
-                if claimed > 0 {
-                    self.notices.push_back(Notice::Reclaimed { count: claimed });
+                if claimed + released > 0 {
+                    self.notices.push_back(Notice::Reclaimed { count: claimed, released });
+                }
+                if self.config.create_group.is_some() {
+                    // Copied: a slice would keep the whole reply alive.
+                    let last = self.buffer.back().filter(|b| b.entry.source == Source::New);
+                    if let Some(last) =
+                        last.map(|b| b.entry.id()).filter(|id| self.last_read.as_deref() != Some(*id))
+                    {
+                        self.last_read = Some(Bytes::copy_from_slice(last));
+                    }
                 }
                 self.pace.record_read(len, n);
                 // A read the server cut at `MAXSIZE` leaves more behind.
@@ -1959,6 +1980,14 @@ impl Consumer {
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
                 None
             }
+        }
+    }
+
+    /// Tells what `XAUTOCLAIM` took from other owners: not this consumer's own retries.
+    fn tell_reclaimed(&mut self, live: &[Entry]) {
+        let count = live.iter().filter(|e| !self.retried.take(e.id())).count() as u64;
+        if count > 0 {
+            self.notices.push_back(Notice::Reclaimed { count, released: 0 });
         }
     }
 

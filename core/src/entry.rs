@@ -44,6 +44,9 @@ pub struct Entry {
     /// their counts given back; one in hand when the process died keeps that delivery. A
     /// restart from AOF forgets counts raised by drains.
     pub deliveries: u64,
+    /// Released by its owner (`XNACK`, Redis 8.8+) rather than found idle: a `CLAIM` read
+    /// gives such an entry the server's clock as its idle time. Only for what is told.
+    pub(crate) released: bool,
 }
 
 impl Entry {
@@ -59,7 +62,7 @@ impl Entry {
         u32::try_from(raw.len()).ok()?;
         // All within `raw`, so all fit.
         let (id, fields_at, pairs) = ((id.start as u32, id.end as u32), fields_at as u32, pairs as u32);
-        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0 })
+        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0, released: false })
     }
 
     /// A new entry delivered once, for tests of handlers: `fields` are its name/value pairs.

@@ -114,6 +114,7 @@ mod pace;
 mod release;
 mod reply;
 pub mod retire;
+mod retried;
 mod stats;
 mod stream_reply;
 mod twins;

@@ -61,12 +61,15 @@ pub enum Notice {
         /// Replicas asked for.
         wanted: u32,
     },
-    /// `XAUTOCLAIM` (or a read with `CLAIM`, Redis 8.4+) took entries idle past `min_idle`
-    /// from their owners (dead peers, or this consumer's own failed entries coming back for
-    /// another try), or released ones (`XNACK`, Redis 8.8+).
+    /// `XAUTOCLAIM` (or a read with `CLAIM`, Redis 8.4+) took entries from other owners:
+    /// idle past `min_idle` (a dead peer's, or one that stopped on a server without
+    /// `XNACK`), or released by their owners (`XNACK`, Redis 8.8+: a peer that stopped).
+    /// This consumer's own `Retry` entries coming back for another try are not told.
     Reclaimed {
-        /// How many (deleted ones not included).
+        /// How many were found idle (deleted ones not included).
         count: u64,
+        /// How many had been released.
+        released: u64,
     },
     /// The group's health, every [`Config::health_every`](crate::Config::health_every).
     Health(GroupHealth),
@@ -117,6 +120,17 @@ pub enum Notice {
     Left {
         /// The entries it holds: 0 if it left.
         holding: u64,
+    },
+    /// The group was gone and was created again (at [`Config::create_group`](crate::Config::create_group)'s
+    /// id): the server lost it (a restart without persistence, a failover to a replica that
+    /// never had it) or someone deleted it. Its position and its pending entries are lost:
+    /// from `0` every entry comes again; from `$` what was added meanwhile is skipped.
+    GroupRecreated {
+        /// The id it was created at.
+        start: Bytes,
+        /// The last new entry this consumer had read before: the group's position, or
+        /// near it (peers may have read further). `None` if it read none.
+        last_read: Option<Bytes>,
     },
     /// Reads now ask for fewer entries.
     ReadShrunk {
@@ -185,7 +199,9 @@ pub enum ShrinkCause {
     /// Handlers are slow: each read brings the handlers about 10 ms of work, which is now a
     /// single entry each (reads paced to quicker handlers are not told).
     SlowHandler,
-    /// Entries are big: a full read would pass [`Config::read_bytes`](crate::Config::read_bytes).
+    /// Entries are big: a full read would pass [`Config::read_bytes`](crate::Config::read_bytes),
+    /// or handlers take 10 ms or more an entry only as their entries are big (they get
+    /// through 10 MiB/s or more).
     BigEntries,
 }
 
@@ -203,6 +219,7 @@ impl Notice {
                 | Notice::DeadLettered { .. }
                 | Notice::Twin { .. }
                 | Notice::Refused { .. }
+                | Notice::GroupRecreated { .. }
         )
     }
 }
@@ -247,9 +264,17 @@ impl fmt::Display for Notice {
             Notice::ConnectionLost { reason, retry_in } => {
                 write!(f, "connection lost: {reason}; reconnecting in {}", Secs(*retry_in))
             }
-            Notice::Reclaimed { count } => {
-                let entries = if *count == 1 { "entry" } else { "entries" };
-                write!(f, "reclaimed {count} idle {entries} from their owners")
+            Notice::Reclaimed { count, released } => {
+                let entries = |n: u64| if n == 1 { "entry" } else { "entries" };
+                match (*count, *released) {
+                    (n, 0) => write!(f, "reclaimed {n} idle {} from their owners", entries(n)),
+                    (0, r) => write!(f, "took over {r} {} their owners released", entries(r)),
+                    (n, r) => write!(
+                        f,
+                        "reclaimed {n} idle {} from their owners and took over {r} they released",
+                        entries(n)
+                    ),
+                }
             }
             Notice::Health(health) => health.fmt(f),
             Notice::LeaseLost { id, in_hand: false } => {
@@ -283,6 +308,23 @@ impl fmt::Display for Notice {
                     "stays in the group: it holds {holding} pending {entries}, for the peers' \
                      reclaims (`pelican retire` removes it once it holds none)"
                 )
+            }
+            Notice::GroupRecreated { start, last_read } => {
+                write!(
+                    f,
+                    "the group was gone (lost by the server, or deleted) and is created again at {}",
+                    Id(start)
+                )?;
+                if let Some(last) = last_read {
+                    write!(f, "; this consumer had read up to {}", Id(last))?;
+                }
+                match &start[..] {
+                    b"$" => write!(
+                        f,
+                        ": entries added while it was gone are skipped, and its pending ones forgotten"
+                    ),
+                    _ => write!(f, ": entries after {} are delivered again", Id(start)),
+                }
             }
             Notice::ReadShrunk { count, cause } => {
                 let why = match cause {
@@ -394,7 +436,18 @@ mod tests {
             Notice::Connected { reconnect: false, dialect }.to_string(),
             "connected (speaking XREADGROUP CLAIM, XNACK, XACKDEL, MAXSIZE)"
         );
-        assert_eq!(Notice::Reclaimed { count: 1 }.to_string(), "reclaimed 1 idle entry from their owners");
+        assert_eq!(
+            Notice::Reclaimed { count: 1, released: 0 }.to_string(),
+            "reclaimed 1 idle entry from their owners"
+        );
+        assert_eq!(
+            Notice::Reclaimed { count: 0, released: 100 }.to_string(),
+            "took over 100 entries their owners released"
+        );
+        assert_eq!(
+            Notice::Reclaimed { count: 2, released: 1 }.to_string(),
+            "reclaimed 2 idle entries from their owners and took over 1 they released"
+        );
         let oldest = OldestPending {
             id: Bytes::from_static(b"1-0"),
             age: Duration::from_secs(185),

@@ -17,6 +17,10 @@ use crate::notice::{Notice, ShrinkCause};
 /// hide the round trip). Fast handlers still get the configured count.
 const HORIZON: Duration = Duration::from_millis(10);
 
+/// A handler that gets through its entries at this rate or faster is not slow: its time is
+/// their size's (5 MB entries written out in 30 ms each shrink reads as big entries do).
+const BRISK_BYTES_PER_SEC: u128 = 10 << 20;
+
 /// About how many entries reads ahead should ask for in all.
 const AHEAD_ENTRIES: u32 = 512;
 /// The most reads ahead in flight.
@@ -173,7 +177,7 @@ impl Pace {
         // The start count is no shrinking: nothing has been measured to shrink for.
         let cause = if count == self.max || (!self.timed && by_size >= by_time) {
             None
-        } else if by_size <= by_time {
+        } else if by_size <= by_time || self.brisk(handler) {
             Some(ShrinkCause::BigEntries)
         } else {
             Some(ShrinkCause::SlowHandler)
@@ -192,6 +196,12 @@ impl Pace {
             (2..=most).rev().find(|n| fits(*n)).unwrap_or(1)
         };
         Plan { count, cause, ahead }
+    }
+
+    /// Whether handlers taking `handler` nanoseconds an entry get through the entries' bytes
+    /// at [`BRISK_BYTES_PER_SEC`] or faster.
+    fn brisk(&self, handler: u64) -> bool {
+        handler > 0 && self.entry_bytes as u128 * 1_000_000_000 >= u128::from(handler) * BRISK_BYTES_PER_SEC
     }
 
     /// The count for the next read, with a notice when it fell below the last one reported.
@@ -296,6 +306,26 @@ mod tests {
         assert!(pace.count().0 <= 3);
         pace.record_oversized(0);
         assert_eq!(pace.count(), (1, Some(ShrinkCause::BigEntries)));
+    }
+
+    #[test]
+    fn handlers_slow_only_for_their_entries_size_are_told_as_big_entries() {
+        // 5 MB entries (3 fit in the read budget) handled in 30 ms each: 166 MB/s.
+        let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
+        pace.record_read(15_000_000, 3);
+        pace.record_handler(Duration::from_millis(30));
+        assert_eq!(
+            pace.next_count(),
+            (1, Some(Notice::ReadShrunk { count: 1, cause: ShrinkCause::BigEntries }))
+        );
+        // The same 5 MB taking 2 s each (2.5 MB/s): the handler is slow.
+        pace.record_handler(Duration::from_secs(2));
+        assert_eq!(pace.count(), (1, Some(ShrinkCause::SlowHandler)));
+        // 1 KB entries in 30 ms: slow.
+        let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
+        pace.record_read(100_000, 100);
+        pace.record_handler(Duration::from_millis(30));
+        assert_eq!(pace.count(), (1, Some(ShrinkCause::SlowHandler)));
     }
 
     #[test]

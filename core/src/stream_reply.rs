@@ -177,14 +177,19 @@ pub(crate) fn plain_span(b: &[u8], at: usize) -> Option<Span> {
     Some(Span { start: at, id_at, id_len, fields_at, pairs: n / 2, fields_end, end, claim })
 }
 
+/// Past this "idle time" (about 31 years, in ms) a `CLAIM` read's entry was released, not
+/// idle: `XNACK` leaves no delivery time, and the read reports the server's clock.
+const RELEASED_IDLE_MS: u64 = 1_000_000_000_000;
+
 /// What a `CLAIM` read says of an entry: its delivery count, and whether it was claimed
-/// (idle, or delivered before) rather than new (`0, 0`).
+/// (idle, or delivered before) rather than new (`0, 0`), or released by its owner.
 fn claimed(mut entry: Entry, claim: Option<(u64, u64)>) -> Entry {
     if let Some((idle, before)) = claim {
         entry.deliveries = before.saturating_add(1);
         if (idle, before) != (0, 0) {
             entry.source = Source::Claimed;
         }
+        entry.released = idle >= RELEASED_IDLE_MS;
     }
     entry
 }
@@ -485,6 +490,18 @@ mod tests {
             let said = said_by_stream_parser(&read("read_claim_released"), &[], p, false).unwrap();
             assert_eq!(said.entries.len(), 1);
             assert_eq!(said.entries[0].2, Some((true, 3)), "{dir}");
+            let released = |name: &str| {
+                let mut flags = Vec::new();
+                super::read(&read(name), &[], p, Source::New, |item| {
+                    if let Item::Entry(e) = item {
+                        flags.push(e.released);
+                    }
+                })
+                .unwrap();
+                flags
+            };
+            assert_eq!(released("read_claim_released"), [true], "{dir}: released, not idle");
+            assert_eq!(released("read_claim"), [false; 3], "{dir}");
             // The fast scan finds the same entries.
             let frame = read("read_claim");
             let spans: Vec<Span> = (0..frame.len()).filter_map(|at| plain_span(&frame, at)).collect();

@@ -74,7 +74,7 @@ fn reads_claim_idle_entries_with_their_delivery_counts() {
     for protocol in PROTOCOLS {
         let mut rig = parked(config(protocol));
         rig.reply("read_claim").unwrap();
-        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
         let seen = rig.handle_all(Verdict::Ack);
         let got: Vec<_> = seen.iter().map(|e| (e.id().to_vec(), e.source, e.deliveries)).collect();
         assert_eq!(
@@ -97,7 +97,7 @@ fn claimed_entries_past_the_cap_are_dead_lettered_not_handed_out() {
     for protocol in PROTOCOLS {
         let mut rig = parked(config(protocol).dead_letter_after(1, "dl"));
         rig.reply("read_claim").unwrap();
-        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
         let seen = rig.handle_all(Verdict::Ack);
         assert_eq!(ids(&seen), ["3-0"], "{protocol:?}");
         let sent = rig.sent();
@@ -244,7 +244,7 @@ fn an_entry_that_keeps_failing_is_released_after_a_growing_wait() {
     // (this consumer's own next read would take it back in a hot loop).
     let mut rig = parked(config(Protocol::Resp2));
     rig.reply("read_claim").unwrap();
-    assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+    assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
     let first = rig.entry();
     assert_eq!((first.id(), first.deliveries), (&b"1-0"[..], 2));
     let settled_at = rig.now;
@@ -263,10 +263,21 @@ fn past_the_lease_the_backoff_leaves_the_entry_pending() {
     let claimed =
         b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n9-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:5000\r\n:5\r\n";
     rig.consumer.handle_input(claimed, rig.now).unwrap();
-    assert_eq!(rig.notice(), Notice::Reclaimed { count: 1 });
+    assert_eq!(rig.notice(), Notice::Reclaimed { count: 1, released: 0 });
     assert_eq!(rig.entry().deliveries, 6);
     rig.settle(Verdict::Retry);
     rig.advance(Duration::from_secs(3));
     rig.consumer.handle_timeout(rig.now).unwrap();
     assert!(!rig.sent().iter().any(|c| c[0] == "XNACK"));
+}
+
+#[test]
+fn entries_a_peer_released_are_told_as_taken_over_not_as_idle() {
+    // XNACK leaves no delivery time: the CLAIM read gives the server's clock as idle.
+    let mut rig = parked(config(Protocol::Resp2));
+    let released = b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n7-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:1796332104057\r\n:2\r\n";
+    rig.consumer.handle_input(released, rig.now).unwrap();
+    let told = rig.notice();
+    assert_eq!(told, Notice::Reclaimed { count: 0, released: 1 });
+    assert_eq!(told.to_string(), "took over 1 entry their owners released");
 }

@@ -214,7 +214,7 @@ fn claimed_deleted_entries_per_server_shape() {
         rig.reply("autoclaim").unwrap();
         // The claimed entries' delivery counts are asked for before they are handed out.
         assert_eq!(rig.sent(), [cmd("XPENDING s g 1-0 3-0 2 B")]);
-        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 }, "deleted ones not counted");
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 }, "deleted ones not counted");
         assert_eq!(rig.consumer.poll_event(), None);
         rig.reply("pending_counts_claimed").unwrap();
         if flavor == "redis-6.2" {
@@ -253,7 +253,7 @@ fn a_drain_from_the_top_waits_for_the_batch_to_be_handed_out() {
         rig.sent();
         rig.reply("autoclaim").unwrap();
         assert_eq!(rig.sent(), [cmd("XPENDING s g 1-0 3-0 2 B")]);
-        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2 });
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
         rig.reply("pending_counts_claimed").unwrap();
         assert_eq!(rig.sent(), [cmd("XPENDING s g (2-0 3-0 1 B")]);
         rig.reply("pending_counts_claimed_next").unwrap();
@@ -309,6 +309,10 @@ fn group_gone_while_parked_reopens_the_door_and_drains() {
             assert_eq!(sent, then(&[cmd("XGROUP CREATE s g 0 MKSTREAM")], &drain_from("A", "0")));
             rig.reply("group_create").unwrap();
             assert_eq!(rig.consumer.stats().group_recreated, 1, "{flavor} {fixture}");
+            let told = std::iter::from_fn(|| rig.consumer.poll_event()).any(|e| {
+                matches!(e, Event::Notice(Notice::GroupRecreated { start, last_read: None }) if start == "0")
+            });
+            assert!(told, "{flavor} {fixture}: the re-creation told");
             rig.drain_reply("read_pending_empty").unwrap();
             assert_eq!(rig.sent(), [claim("A", "0-0")]);
         }
@@ -815,4 +819,29 @@ fn a_stop_while_a_silent_server_holds_the_handshake_ends_at_its_timeout() {
         events.push(e);
     }
     assert!(events.contains(&Event::Stopped), "{events:?}");
+}
+
+/// This consumer's own `Retry` entries, reclaimed again for another try, are not told as
+/// entries taken from their owners: a failing entry would tell it at every beat.
+#[test]
+fn own_retries_coming_back_are_not_told_as_reclaimed() {
+    for protocol in PROTOCOLS {
+        let mut rig = Rig::new(config("B", protocol), "redis-7.0");
+        rig.start();
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.sent();
+        rig.reply("autoclaim").unwrap();
+        assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
+        rig.reply("pending_counts_claimed").unwrap();
+        assert_eq!(ids(&rig.handle_all(Verdict::Retry)), ["1-0", "3-0"]);
+        assert_eq!(rig.sent()[1][0], "XREADGROUP", "parked");
+        // The block runs out; the next beat's sweep finds the same two again.
+        rig.advance(Duration::from_secs(2));
+        rig.reply("read_new_nil").unwrap();
+        assert_eq!(rig.sent()[0][0], "XAUTOCLAIM", "{protocol:?}");
+        rig.reply("autoclaim").unwrap();
+        rig.reply("pending_counts_claimed").unwrap();
+        let again = rig.consumer.poll_event();
+        assert!(matches!(&again, Some(Event::Entry(e)) if e.id() == b"1-0"), "{protocol:?}: {again:?}");
+    }
 }
