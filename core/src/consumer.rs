@@ -180,6 +180,9 @@ pub struct Consumer {
     health_at: Option<Instant>,
     /// The health being gathered from its three replies.
     health: Option<GroupHealth>,
+    /// A read was answered: the server knows this consumer (it is made by its first read),
+    /// so the group's health, asked from then on, counts it.
+    read_answered: bool,
     /// The server refused the health commands: not asked again.
     health_refused: bool,
     /// The last health gathered, for snapshots.
@@ -346,6 +349,7 @@ impl Consumer {
             last_now: None,
             undated: None,
             health_at: None,
+            read_answered: false,
             health: None,
             health_refused: false,
             last_health: None,
@@ -1091,7 +1095,11 @@ impl Consumer {
     /// would hold the answers for up to a beat.
     fn ask_health(&mut self, now: Instant) {
         let Some(every) = self.config.health_every.filter(|_| !self.health_refused) else { return };
-        if self.health_at.is_some_and(|at| now < at) || self.health.is_some() || self.in_flight.parked() {
+        if self.health_at.is_some_and(|at| now < at)
+            || self.health.is_some()
+            || self.in_flight.parked()
+            || !self.read_answered
+        {
             return;
         }
         self.health_at = Some(now + every);
@@ -1681,6 +1689,7 @@ impl Consumer {
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
         let protocol = self.config.protocol;
         self.backoff.reset();
+        self.read_answered = true;
         match sent {
             Sent::ReadPending { count } => {
                 let (mut live, mut last) = (Vec::new(), None);

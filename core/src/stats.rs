@@ -59,6 +59,18 @@ pub struct Stats {
     pub handler_time: HandlerTimes,
 }
 
+impl Stats {
+    /// Entries handed out, by any path: drained, claimed and new.
+    pub fn handed_out(&self) -> u64 {
+        self.drained + self.claimed + self.new
+    }
+
+    /// Entries settled (a verdict given, whichever): the handlers timed.
+    pub fn handled(&self) -> u64 {
+        self.handler_time.count()
+    }
+}
+
 /// A histogram of handler times, in the buckets Prometheus uses for durations by default
 /// (5 ms to 10 s, and more): what a `…_duration_seconds` histogram exports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -123,6 +135,8 @@ mod tests {
         }
         assert_eq!(times.counts, [2, 1, 0, 0, 0, 2, 1, 0, 0, 0, 1, 2]);
         assert_eq!(times.count(), 9);
+        let stats = Stats { drained: 1, claimed: 2, new: 7, handler_time: times.clone(), ..Stats::default() };
+        assert_eq!((stats.handed_out(), stats.handled()), (10, 9));
         assert_eq!(times.sum, Duration::from_millis(1 + 5 + 6 + 240 + 250 + 251 + 10_000 + 10_001 + 60_000));
     }
 }

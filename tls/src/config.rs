@@ -60,7 +60,7 @@ impl TlsConfig {
     /// Reads the files and builds the client configuration. Fails on a file that cannot be
     /// read or holds nothing usable, and when no root certificate is found to trust.
     pub fn build(&self) -> Result<Tls, TlsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = provider();
         let builder = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Setup(e.to_string()))?;
@@ -173,12 +173,36 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>, TlsError> {
     ServerName::try_from(bare.to_string()).map_err(|_| TlsError::ServerName(host.to_string()))
 }
 
+/// The cryptography: the process default if the application installed one
+/// ([`CryptoProvider::install_default`], e.g. aws-lc-rs for post-quantum key exchange),
+/// else *ring*, which builds anywhere with a C compiler alone.
+fn provider() -> Provider {
+    if let Some(installed) = CryptoProvider::get_default() {
+        return installed.clone();
+    }
+    // Deprecated in rustls 0.23.48 for having no post-quantum key exchange: an application
+    // that wants it installs aws-lc-rs as the process default, which is then used above.
+    #[allow(deprecated)]
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
 /// The provider a [`NoVerification`] checks handshake signatures with.
 pub(crate) type Provider = Arc<CryptoProvider>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_installed_provider_is_used() {
+        // ring unless the application installed another; then that one, shared.
+        let before = provider();
+        assert!(!before.cipher_suites.is_empty());
+        #[allow(deprecated)]
+        let _ = CryptoProvider::install_default(rustls::crypto::ring::default_provider());
+        let installed = CryptoProvider::get_default().expect("installed");
+        assert!(Arc::ptr_eq(&provider(), installed));
+    }
 
     #[test]
     fn names_and_addresses() {

@@ -2,7 +2,9 @@
 //! users of `redis-cli` and the `redis` crate know — trust a CA file or the system roots,
 //! optionally present a client certificate, check the server's name — turned into a
 //! [`rustls`] client configuration (with the `ring` provider, so nothing but a C compiler is
-//! needed to build), and TLS failures turned into errors that name their cause.
+//! needed to build; a provider the application installed as the process default, e.g.
+//! aws-lc-rs for post-quantum key exchange, is used instead), and TLS failures turned into
+//! errors that name their cause.
 //!
 //! The core (`pelican`) never sees any of it: TLS is the transport's business.
 //!
