@@ -48,7 +48,10 @@ fn config(ca: &Path, client: Option<(&Path, &Path)>) -> Arc<ClientConfig> {
     for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+    // ring, as pelican-tls uses (deprecated in rustls 0.23.48 for lacking post-quantum kx).
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_root_certificates(roots);
