@@ -15,8 +15,14 @@ use crate::name::show;
 use crate::number::whole;
 use crate::server::{Server, ServerArgs};
 
+mod xadd;
+
+use xadd::{Shape, Xadd};
+
 const USAGE: &str = "\
-pelican produce --stream KEY --count N [--size BYTES] [--url URL]
+pelican produce --stream KEY --count N [--size BYTES] [--field NAME=VALUE…] [--keys N]
+       pelican produce --stream KEY --from FILE
+                      [--url URL]
                       [--idempotent [--producer-id ID]]
                       [--wait-replicas N [--wait-timeout-ms MS]]
                       [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]";
@@ -26,6 +32,13 @@ Appends N entries to the stream KEY (XADD KEY * p <value>), pipelined up to 1000
 (fewer when values are big), each with one field `p` whose value is BYTES bytes (a run of
 `x`), then prints how many were added and the rate. In a Redis/Valkey Cluster, any node's
 URL will do: the entries go to the node serving KEY (MOVED and ASK are followed).
+
+--field NAME=VALUE (repeated) puts more fields before `p`, {n} in a value standing for the
+entry's number in the run; --keys N adds a field `key`, k0 … k<N-1> in turn, for trying
+consume --order-by key. --from FILE takes the entries from JSON lines instead, one object
+per line, its members the fields in order: realistic and poison entries alike, e.g.
+  {\"order\": \"o-17\", \"amount\": 12.5}
+  {\"order\": \"o-18\", \"amount\": \"not a number\"}
 
 With redis+sentinel://, the entries go to the master the sentinels name, asked again every
 second and after a lost connection: a failover during the run is told (a master the failover
@@ -91,13 +104,26 @@ pub struct Args {
     /// the stream key (required)
     #[arg(long, value_name = "KEY")]
     stream: OsString,
-    /// how many entries (required)
-    #[arg(long, value_name = "N", value_parser = whole::<u64, 1, MAX_COUNT>, allow_negative_numbers = true)]
-    count: u64,
+    /// how many entries (required, but with --from)
+    #[arg(long, value_name = "N", required_unless_present = "from", conflicts_with = "from", value_parser = whole::<u64, 1, MAX_COUNT>, allow_negative_numbers = true)]
+    count: Option<u64>,
     /// size of each value, at most 536870912 (512 MiB, a server's default
     /// proto-max-bulk-len)
     #[arg(long, value_name = "BYTES", default_value_t = 16, value_parser = whole::<u64, 0, MAX_SIZE>, allow_negative_numbers = true, verbatim_doc_comment)]
     size: u64,
+    /// a field NAME with VALUE in every entry (before p); {n} in VALUE is
+    /// the entry's number in the run; repeat it for more fields
+    #[arg(long = "field", value_name = "NAME=VALUE", value_parser = xadd::field, conflicts_with = "from", verbatim_doc_comment)]
+    fields: Vec<(Vec<u8>, Vec<u8>)>,
+    /// a field `key` in every entry, k0 … k<N-1> in turn (for consume
+    /// --order-by key)
+    #[arg(long, value_name = "N", conflicts_with = "from", value_parser = whole::<u64, 1, MAX_COUNT>, allow_negative_numbers = true, verbatim_doc_comment)]
+    keys: Option<u64>,
+    /// the entries from FILE (- for stdin): one JSON object per line, its
+    /// members the entry's fields in order (strings as they are; numbers,
+    /// booleans, arrays and objects as JSON text)
+    #[arg(long, value_name = "FILE", conflicts_with = "size", verbatim_doc_comment)]
+    from: Option<std::path::PathBuf>,
     /// add each entry once, even when its reply is lost and it is sent
     /// again: XADD KEY IDMP <producer-id> <n> * … (Redis 8.6+; see above)
     #[arg(long, verbatim_doc_comment)]
@@ -138,9 +164,13 @@ const RESEND_WITHIN: f64 = 0.8;
 
 /// Runs `produce`: the `XADD`s, then the count and rate.
 pub fn main(args: Args) -> Result<(), Failure> {
-    let (stream, count) = (args.stream.as_bytes(), args.count);
+    let stream = args.stream.as_bytes();
     let size =
         usize::try_from(args.size).map_err(|_| Failure::Bad("--size is too big for this machine".into()))?;
+    let shape = match &args.from {
+        Some(path) => Shape::Lines(read_from(path)?),
+        None => Shape::Made { fields: args.fields.clone(), keys: args.keys, size },
+    };
     let producer = match (args.idempotent, args.producer_id) {
         (false, _) => None,
         (true, Some(id)) if id.is_empty() => {
@@ -151,12 +181,12 @@ pub fn main(args: Args) -> Result<(), Failure> {
     };
     let server = args.server.to_server()?;
     let client = Client::connect(&server, NAME).map_err(Failure::Failed)?;
-    let xadd = Xadd::new(stream, producer.as_deref(), size);
+    let xadd = Xadd::new(stream, producer.as_deref(), shape);
+    let count = xadd.lines().or(args.count).unwrap_or(1);
     let mut run = Run {
         server,
         client,
         xadd,
-        value: vec![b'x'; size],
         done: 0,
         window: None,
         lost: 0,
@@ -170,7 +200,19 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let start = Instant::now();
     run.produce(count)?;
     let secs = start.elapsed().as_secs_f64();
-    let mut how = format!("{size}-byte values");
+    let mut how = match (&args.from, args.fields.len(), args.keys) {
+        (Some(path), ..) if path.as_os_str() == "-" => "from stdin".into(),
+        (Some(path), ..) => format!("from {}", path.display()),
+        (None, 0, None) => format!("{size}-byte values"),
+        (None, _, keys) => {
+            let mut names: Vec<String> =
+                args.fields.iter().map(|(name, _)| show(name).into_owned()).collect();
+            if let Some(keys) = keys {
+                names.push(format!("key (k0…k{})", keys - 1));
+            }
+            format!("{size}-byte values, with {}", names.join(", "))
+        }
+    };
     if let Some(id) = &producer {
         how += &format!(", idempotent as producer {}", show(id));
     }
@@ -178,8 +220,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
         how += &format!(", each confirmed by {}", plural(replicas, "replica"));
     }
     let mut line = format!(
-        "produced {} entries to {} ({how}) in {secs:.3} s: {:.0} entries/s",
-        run.done,
+        "produced {} to {} ({how}) in {secs:.3} s: {:.0} entries/s",
+        if run.done == 1 { "1 entry".to_string() } else { format!("{} entries", run.done) },
         show(stream),
         run.done as f64 / secs.max(1e-9)
     );
@@ -202,6 +244,19 @@ pub fn main(args: Args) -> Result<(), Failure> {
         )));
     }
     Ok(())
+}
+
+/// `--from`'s entries: the file's lines, or stdin's for `-`.
+fn read_from(path: &std::path::Path) -> Result<Vec<xadd::Pairs>, Failure> {
+    let lines = match path.as_os_str().as_bytes() {
+        b"-" => xadd::read_lines(std::io::stdin().lock(), "stdin"),
+        _ => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| Failure::Failed(format!("--from {}: {e}", path.display())))?;
+            xadd::read_lines(std::io::BufReader::new(file), &path.display().to_string())
+        }
+    };
+    lines.map_err(|e| Failure::Bad(format!("--from {e}")))
 }
 
 /// `n thing` or `n things`.
@@ -237,7 +292,6 @@ struct Run {
     server: Server,
     client: Client,
     xadd: Xadd,
-    value: Vec<u8>,
     /// Entries added, as the server confirmed; the next entry's number is `done + 1`.
     done: u64,
     /// The stream's IDMP window, once known (`--idempotent` only).
@@ -272,7 +326,7 @@ enum Sent {
 
 impl Run {
     fn produce(&mut self, count: u64) -> Result<(), Failure> {
-        let fits = (CHUNK_BYTES / (self.xadd.len() + self.value.len() + 2)).clamp(1, CHUNK as usize) as u64;
+        let fits = (CHUNK_BYTES / self.xadd.len()).clamp(1, CHUNK as usize) as u64;
         while self.done < count {
             // With --idempotent, the first XADD goes alone: it tells whether the server has
             // IDMP before any more is sent, and the stream's window is read after it.
@@ -312,7 +366,7 @@ impl Run {
                     // node. Entries refused with ASK (the slot is being migrated) go one by
                     // one through `call`, to the node asked.
                     for _ in 0..asked + moved.min(1) {
-                        let args = self.xadd.args(self.done + 1, &self.value);
+                        let args = self.xadd.args(self.done + 1);
                         let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
                         if let Err(e) = self.client.call(&args) {
                             return Err(match self.xadd.idempotent() && self.done == 0 {
@@ -431,9 +485,12 @@ impl Run {
 
     /// Writes entries `done + 1 ..= done + n` in one pipeline and reads their replies.
     fn send(&mut self, n: u64) -> Sent {
-        let tails: Vec<Vec<u8>> = (self.done + 1..=self.done + n).map(|i| self.xadd.tail(i)).collect();
-        let parts: Vec<&[u8]> =
-            tails.iter().flat_map(|tail| [&self.xadd.head[..], tail, &self.value, b"\r\n"]).collect();
+        let starts: Vec<Vec<u8>> = (self.done + 1..=self.done + n).map(|i| self.xadd.start(i)).collect();
+        let parts: Vec<&[u8]> = match self.xadd.value() {
+            // `p`'s value, written from the one copy.
+            Some(value) => starts.iter().flat_map(|start| [&start[..], value, b"\r\n"]).collect(),
+            None => starts.iter().map(|start| &start[..]).collect(),
+        };
         if let Err(why) = self.client.write(&parts) {
             return Sent::Lost { added: 0, why };
         }
@@ -599,94 +656,9 @@ fn parse_version(text: &str) -> Option<(u32, u32)> {
     Some((parts.next()??, parts.next()??))
 }
 
-/// One XADD's bytes, but for its value: a head shared by every entry (`XADD stream`, and
-/// `IDMP producer` with --idempotent), then each entry's own tail (its number with
-/// --idempotent, `* p` and the value's length); the value and a CRLF follow.
-struct Xadd {
-    head: Vec<u8>,
-    stream: Vec<u8>,
-    producer: Option<Vec<u8>>,
-    size: usize,
-}
-
-impl Xadd {
-    fn new(stream: &[u8], producer: Option<&[u8]>, size: usize) -> Xadd {
-        let mut head = Vec::new();
-        let args = if producer.is_some() { 8 } else { 5 };
-        head.extend_from_slice(format!("*{args}\r\n").as_bytes());
-        bulks(&mut head, &[b"XADD", stream]);
-        if let Some(producer) = producer {
-            bulks(&mut head, &[b"IDMP", producer]);
-        }
-        Xadd { head, stream: stream.to_vec(), producer: producer.map(<[u8]>::to_vec), size }
-    }
-
-    fn stream(&self) -> &[u8] {
-        &self.stream
-    }
-
-    fn idempotent(&self) -> bool {
-        self.producer.is_some()
-    }
-
-    /// Entry `n`'s tail: `[n] * p $<size>`.
-    fn tail(&self, n: u64) -> Vec<u8> {
-        let mut tail = Vec::with_capacity(32);
-        if self.idempotent() {
-            bulks(&mut tail, &[n.to_string().as_bytes()]);
-        }
-        bulks(&mut tail, &[b"*", b"p"]);
-        tail.extend_from_slice(format!("${}\r\n", self.size).as_bytes());
-        tail
-    }
-
-    /// The bytes of a head and a tail, about.
-    fn len(&self) -> usize {
-        self.head.len() + self.tail(CHUNK).len()
-    }
-
-    /// Entry `n`'s XADD as arguments, for [`Client::call`].
-    fn args(&self, n: u64, value: &[u8]) -> Vec<Vec<u8>> {
-        let mut args = vec![b"XADD".to_vec(), self.stream.clone()];
-        if let Some(producer) = &self.producer {
-            args.extend([b"IDMP".to_vec(), producer.clone(), n.to_string().into_bytes()]);
-        }
-        args.extend([b"*".to_vec(), b"p".to_vec(), value.to_vec()]);
-        args
-    }
-}
-
-/// Appends `args` as RESP bulk strings (no array header).
-fn bulks(out: &mut Vec<u8>, args: &[&[u8]]) {
-    let at = out.len();
-    client::encode(out, args);
-    // `encode` leads with the array's `*N\r\n`: the head has its own.
-    let header = format!("*{}\r\n", args.len()).len();
-    out.drain(at..at + header);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A whole XADD: the head, the tail, the value and the CRLF.
-    fn whole(xadd: &Xadd, n: u64, value: &[u8]) -> Vec<u8> {
-        [&xadd.head[..], &xadd.tail(n), value, b"\r\n"].concat()
-    }
-
-    #[test]
-    fn encodes_xadds_with_and_without_idmp() {
-        let mut plain = Vec::new();
-        client::encode(&mut plain, &[b"XADD", b"s", b"*", b"p", b"xx"]);
-        assert_eq!(whole(&Xadd::new(b"s", None, 2), 7, b"xx"), plain);
-        let mut idmp = Vec::new();
-        client::encode(&mut idmp, &[b"XADD", b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]);
-        let xadd = Xadd::new(b"s", Some(b"pid"), 0);
-        assert_eq!(whole(&xadd, 12, b""), idmp);
-        let args = xadd.args(12, b"");
-        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        assert_eq!(args, [&b"XADD"[..], b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]);
-    }
 
     #[test]
     fn reads_versions_and_windows() {
