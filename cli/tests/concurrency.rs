@@ -168,7 +168,9 @@ fn a_stop_lets_every_running_command_finish(transport: &str) {
     wait_until("4 commands to start", || events(&log).len() == 4);
     wait_until("the progress line to show them", || p.stderr().contains(", 4 in hand"));
     p.term();
-    wait_until("the stop to be seen", || p.stderr().contains("pelican: stopping after the 4 entries in hand"));
+    wait_until("the stop to be seen", || {
+        p.stderr().contains("pelican: stopping after the 4 entries in hand")
+    });
     std::fs::write(&gate, "").expect("open the gate");
     let status = p.wait();
     assert_eq!(status.code(), Some(0), "{transport}: {}", p.stderr());
