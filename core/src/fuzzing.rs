@@ -542,7 +542,12 @@ impl Harness {
                 assert!(contains(&self.input, id), "XCLAIM of {id:?}, never received");
             }
         }
-        if name == b"EVAL" && args[1] == crate::DEAD_LETTER_CHECK_SCRIPT.as_bytes() {
+        if name == b"EVAL" && args[1] == crate::LEAVE_SCRIPT.as_bytes() {
+            // Leaving the group: only at a clean stop, and only this consumer.
+            assert!(args[2..] == [&b"1"[..], b"s", b"g", b"c"], "{args:?}");
+            let after_stop = self.stop_mark.is_some_and(|mark| self.wire_at >= mark);
+            assert!(after_stop, "left the group before stop(): {args:?}");
+        } else if name == b"EVAL" && args[1] == crate::DEAD_LETTER_CHECK_SCRIPT.as_bytes() {
             assert!(args.len() == 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
         } else if name == b"EVAL" {
             assert!(args.len() > 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
