@@ -79,9 +79,8 @@ pub fn on_signals(
                     None => {
                         first = Some(request);
                         let what = match in_hand(&handlers) {
-                            0 => "stopping: no entry in hand".to_string(),
-                            1 => "stopping after the entry in hand".to_string(),
-                            n => format!("stopping after the {n} entries in hand"),
+                            (_, None) => "stopping: no entry in hand".to_string(),
+                            (_, Some(held)) => format!("stopping after {held}"),
                         };
                         screen.tell(format_args!("pelican: {what} (signal again to exit at once)"));
                         stop.stop();
@@ -94,9 +93,9 @@ pub fn on_signals(
             let groups = running_groups(&handlers);
             if groups.is_empty() {
                 let left = match in_hand(&handlers) {
-                    0 => String::new(),
-                    1 => "; the entry in hand stays pending".into(),
-                    n => format!("; the {n} entries in hand stay pending"),
+                    (_, None) => String::new(),
+                    (1, Some(held)) => format!("; {held} stays pending"),
+                    (_, Some(held)) => format!("; {held} stay pending"),
                 };
                 screen.tell_now(format_args!("pelican: exiting at once{left}"));
             } else {
@@ -113,9 +112,16 @@ pub fn on_signals(
     Ok(())
 }
 
-/// The entries in hand over all lanes.
-fn in_hand(handlers: &[Arc<Handler>]) -> usize {
-    handlers.iter().map(|h| h.in_hand()).sum()
+/// The entries in hand over all lanes, and in words ("the entry in hand", "the 3 entries in
+/// hand"; `None` for none).
+fn in_hand(handlers: &[Arc<Handler>]) -> (usize, Option<String>) {
+    let n = handlers.iter().map(|h| h.in_hand()).sum();
+    let words = match n {
+        0 => None,
+        1 => Some("the entry in hand".to_string()),
+        n => Some(format!("the {n} entries in hand")),
+    };
+    (n, words)
 }
 
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).

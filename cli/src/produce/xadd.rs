@@ -2,7 +2,7 @@
 //! fields made from the flags (`--field` pairs, a `key` spread over `--keys N` values, then
 //! `p` of `--size` bytes) or read from `--from` (a JSON object per line).
 
-use std::io::BufRead;
+use std::io::{BufRead, Write as _};
 
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 
@@ -27,6 +27,8 @@ pub struct Xadd {
     shape: Shape,
     /// `p`'s value (`Made`): written after each entry's start without a copy.
     value: Vec<u8>,
+    /// What every entry's command shares, encoded once: `XADD stream [IDMP producer]`.
+    head: Vec<u8>,
 }
 
 impl Xadd {
@@ -35,7 +37,12 @@ impl Xadd {
             Shape::Made { size, .. } => vec![b'x'; *size],
             Shape::Lines(_) => Vec::new(),
         };
-        Xadd { stream: stream.to_vec(), producer: producer.map(<[u8]>::to_vec), shape, value }
+        let mut head = Vec::new();
+        bulks(&mut head, &[b"XADD", stream]);
+        if let Some(producer) = producer {
+            bulks(&mut head, &[b"IDMP", producer]);
+        }
+        Xadd { stream: stream.to_vec(), producer: producer.map(<[u8]>::to_vec), shape, value, head }
     }
 
     pub fn stream(&self) -> &[u8] {
@@ -82,21 +89,18 @@ impl Xadd {
         let pairs = self.pairs(n);
         let p = usize::from(self.value().is_some());
         let args = 3 + 3 * usize::from(self.idempotent()) + 2 * (pairs.len() + p);
-        let mut out = Vec::with_capacity(64);
-        out.extend_from_slice(format!("*{args}\r\n").as_bytes());
-        let number = n.to_string();
-        let mut head: Vec<&[u8]> = vec![b"XADD", &self.stream];
-        if let Some(producer) = &self.producer {
-            head.extend([&b"IDMP"[..], producer, number.as_bytes()]);
+        let mut out = Vec::with_capacity(self.head.len() + 64);
+        let _ = write!(out, "*{args}\r\n");
+        out.extend_from_slice(&self.head);
+        if self.idempotent() {
+            bulks(&mut out, &[n.to_string().as_bytes()]);
         }
-        head.push(b"*");
+        out.extend_from_slice(b"$1\r\n*\r\n");
         for (field, value) in &pairs {
-            head.extend([&field[..], value]);
+            bulks(&mut out, &[field, value]);
         }
-        bulks(&mut out, &head);
         if let Some(value) = self.value() {
-            bulks(&mut out, &[b"p"]);
-            out.extend_from_slice(format!("${}\r\n", value.len()).as_bytes());
+            let _ = write!(out, "$1\r\np\r\n${}\r\n", value.len());
         }
         out
     }
@@ -110,6 +114,7 @@ impl Xadd {
     fn pairs(&self, n: u64) -> Pairs {
         match &self.shape {
             Shape::Lines(lines) => lines.get((n - 1) as usize).cloned().unwrap_or_default(),
+            Shape::Made { fields, keys: None, .. } if fields.is_empty() => Vec::new(),
             Shape::Made { fields, keys, .. } => {
                 let number = n.to_string();
                 let mut pairs: Pairs =
