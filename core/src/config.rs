@@ -126,6 +126,13 @@ pub struct Config {
     /// and those given [`Verdict::DeadLetter`](crate::Verdict::DeadLetter), are moved. In a
     /// cluster it must share the stream's hash slot (e.g. `{orders}` and `{orders}:dead`).
     pub dead_letter: Option<Bytes>,
+    /// The keys [`Verdict::Commit`](crate::Verdict::Commit)s will write, where known in
+    /// advance (`Some`, maybe empty: commits will be made). Checked at every connect, before
+    /// anything is read, as the dead-letter stream is: that the user may run scripts and,
+    /// on 7.0+, the commands a commit runs on these keys; in a cluster, that they share the
+    /// stream's hash slot. The commit script is loaded then too. `None` (the default):
+    /// commits are still allowed, and a refusal comes at the first one.
+    pub commit_to: Option<Vec<Bytes>>,
     /// Roughly how many bytes one read may bring (default 16 MiB; [`Limits::max_frame`] if
     /// that is lower): reads ask for fewer entries when entries are big, and a reply
     /// that outgrows this with more than one entry is skipped and asked again, smaller.
@@ -387,6 +394,7 @@ impl Config {
             lease: None,
             max_deliveries: None,
             dead_letter: None,
+            commit_to: None,
             read_bytes: 16 << 20,
             health_every: None,
             concurrency: 1,
@@ -581,6 +589,12 @@ impl Config {
         self.dead_letter = Some(bytes(key));
         self
     }
+    /// Sets [`Config::commit_to`]: commits will be made, writing these keys (and maybe
+    /// others not known in advance).
+    pub fn commit_to<K: AsRef<[u8]>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
+        self.commit_to = Some(keys.into_iter().map(bytes).collect());
+        self
+    }
     /// Sets [`Config::read_bytes`].
     pub fn read_bytes(mut self, bytes: usize) -> Self {
         self.read_bytes = bytes;
@@ -655,6 +669,9 @@ impl Config {
             (_, Some(key)) if key.is_empty() => return Err(EmptyName("dead-letter stream")),
             (_, Some(key)) if *key == self.stream => return Err(DeadLetterIsTheStream),
             _ => {}
+        }
+        if self.commit_to.iter().flatten().any(|k| k.is_empty()) {
+            return Err(EmptyName("commit key"));
         }
         if self.read_bytes < 1024 {
             return Err(BadReadBytes);

@@ -11,6 +11,7 @@ use crate::acks::Acks;
 use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
+use crate::commit;
 use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol};
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
@@ -132,6 +133,13 @@ pub struct Consumer {
     ack_due: Option<Instant>,
     /// Dead-letter moves owed and not yet written.
     dead_letters: Vec<Job>,
+    /// Commits owed and not yet written (they go out with the acks).
+    commits: Vec<commit::Job>,
+    /// The commit script's sha, once loaded on this connection.
+    script: Option<Bytes>,
+    /// The stream's hash slot when the server is a cluster node: every key a commit
+    /// writes must share it.
+    cluster_slot: Option<u16>,
     /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
     /// are to be given back.
     returns: Vec<Buffered>,
@@ -330,6 +338,9 @@ impl Consumer {
             ack_pool: Vec::new(),
             ack_due: None,
             dead_letters: Vec::new(),
+            commits: Vec::new(),
+            script: None,
+            cluster_slot: None,
             returns: Vec::new(),
             backlog: false,
             cursor: Bytes::from_static(CURSOR_START),
@@ -530,6 +541,13 @@ impl Consumer {
             dead_letter::encode_check(&mut self.out, &self.config, key);
             self.track(Sent::DeadLetterCheck, now);
         }
+        if let Some(keys) = self.config.commit_to.as_ref().filter(|_| self.stop == Stop::Running) {
+            commit::encode_check(&mut self.out, &self.config, keys);
+            self.track(Sent::CommitCheck, now);
+        }
+        if self.config.commit_to.is_some() || !self.commits.is_empty() {
+            self.load_script(now);
+        }
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             self.send(Sent::CreateGroup, now);
         }
@@ -716,6 +734,17 @@ impl Consumer {
                 let id = self.held.to_bytes(hand.id);
                 self.dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
             }
+            Verdict::Commit(writes) => {
+                let id = self.held.to_bytes(hand.id);
+                match writes.check(self.cluster_slot) {
+                    Ok(()) => {
+                        self.commits.push(commit::Job { id, deliveries: hand.deliveries, writes });
+                        self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
+                    }
+                    // Refused before it is sent; left pending, as a retry is.
+                    Err(reason) => self.refuse_commit(id, reason),
+                }
+            }
         }
         self.held.tidy(self.in_hand.iter_mut().map(|h| &mut h.id));
         // One at a time, after a slow handler the next one is likely slow too, and its ack
@@ -795,10 +824,11 @@ impl Consumer {
             self.in_flight.drain().for_each(drop); // no answer will be read
             self.tracked_upto = 0;
         }
-        self.stats.abandoned_acks += (self.acks.len() + self.dead_letters.len()) as u64;
+        self.stats.abandoned_acks += (self.acks.len() + self.dead_letters.len() + self.commits.len()) as u64;
         self.acks.clear();
         self.ack_due = None;
         self.dead_letters.clear();
+        self.commits.clear();
         self.buffer.clear();
         self.returns.clear();
         self.in_hand.clear();
@@ -1044,6 +1074,8 @@ impl Consumer {
             None => (Dialect::CLASSIC, "a server that does not answer HELLO".to_string()),
         };
         self.dialect = if self.config.classic_verbs { Dialect::CLASSIC } else { dialect };
+        let cluster = hello.mode.as_deref() == Some(b"cluster");
+        self.cluster_slot = cluster.then(|| cluster::key_slot(&self.config.stream));
         self.server = server;
         if self.config.delete_acked.is_some() && !dialect.ack_delete {
             let (feature, needs) = ("deleting acked entries", "XACKDEL (Redis 8.2 or later)");
@@ -1325,6 +1357,7 @@ impl Consumer {
     fn owes(&self) -> bool {
         !self.acks.is_empty()
             || !self.dead_letters.is_empty()
+            || !self.commits.is_empty()
             || (self.link == Link::Up
                 && (!self.returns.is_empty() || self.staged.is_some() || !self.releases.is_empty()))
             || self.in_flight.iter().any(|c| c.sent.is_owed())
@@ -1352,7 +1385,11 @@ impl Consumer {
     /// Writes the earned acks in one `XACK` — never behind a parked read, which would hold
     /// it for up to a beat.
     fn flush_acks(&mut self, now: Instant) {
-        if self.acks.is_empty() || !self.ready() || self.parked_read_in_flight() {
+        if !self.ready() || self.parked_read_in_flight() {
+            return;
+        }
+        self.flush_commits(now);
+        if self.acks.is_empty() {
             return;
         }
         let acks = self.acks.take(self.ack_pool.pop().unwrap_or_default());
@@ -1360,6 +1397,71 @@ impl Consumer {
         let n = acks.len() as u64;
         self.send(Sent::Ack(acks), now);
         self.wait_for_replicas(n, now);
+    }
+
+    /// Writes the commits owed, [`commit::BATCH`] entries to an `EVALSHA`, once the script
+    /// is loaded on this connection (loading it first if need be).
+    fn flush_commits(&mut self, now: Instant) {
+        if self.commits.is_empty() {
+            return;
+        }
+        let Some(sha) = self.script.clone() else {
+            self.load_script(now);
+            return;
+        };
+        let n = self.commits.len() as u64;
+        let mut jobs = std::mem::take(&mut self.commits);
+        while !jobs.is_empty() {
+            let rest = jobs.split_off(jobs.len().min(commit::BATCH));
+            commit::encode(&mut self.out, &self.config, &sha, &jobs);
+            self.track(Sent::Commit(jobs), now);
+            jobs = rest;
+        }
+        self.ack_due = None;
+        self.wait_for_replicas(n, now);
+    }
+
+    /// `SCRIPT LOAD` of the commit script, unless loaded or loading on this connection.
+    /// Nothing is read before its answer: a drain would deliver the entries of the commits
+    /// waiting for it again, and fence them off.
+    fn load_script(&mut self, now: Instant) {
+        if self.script.is_none() && !self.in_flight.iter().any(|c| matches!(c.sent, Sent::ScriptLoad)) {
+            commit::encode_load(&mut self.out);
+            self.track(Sent::ScriptLoad, now);
+        }
+    }
+
+    /// A commit that cannot be made as it stands: nothing written, the entry left pending
+    /// (it comes back as a retry does).
+    fn refuse_commit(&mut self, id: Bytes, reason: String) {
+        self.stats.commits_refused += 1;
+        self.retried.note(id.clone());
+        self.notices.push_back(Notice::CommitRefused { id, reason });
+    }
+
+    /// What the commit script answered for `jobs`.
+    fn on_commits(&mut self, jobs: Vec<commit::Job>, value: Value) -> Result<(), reply::ShapeError> {
+        let outcomes = commit::outcomes(value, jobs.len())?;
+        for (job, outcome) in jobs.into_iter().zip(outcomes) {
+            let commit::Job { id, deliveries, .. } = job;
+            match outcome {
+                commit::Outcome::Committed => {
+                    self.stats.committed += 1;
+                    self.stats.acked += 1;
+                }
+                commit::Outcome::Settled => {
+                    self.stats.commits_fenced += 1;
+                    self.notices.push_back(Notice::CommitFenced { id, deliveries, holder: None });
+                }
+                commit::Outcome::Held { owner, deliveries: now } => {
+                    self.stats.commits_fenced += 1;
+                    let holder = Some((owner, now));
+                    self.notices.push_back(Notice::CommitFenced { id, deliveries, holder });
+                }
+                commit::Outcome::Refused(reason) => self.refuse_commit(id, reason),
+            }
+        }
+        Ok(())
     }
 
     /// `WAIT` (or `WAITAOF`) behind `acks` acks or dead-letter moves just written, where
@@ -1485,9 +1587,11 @@ impl Consumer {
             match c.sent {
                 Sent::Ack(mut acks) => self.acks.append(&mut acks),
                 Sent::DeadLetter(job) => self.dead_letters.push(job),
+                Sent::Commit(mut jobs) => self.commits.append(&mut jobs),
                 _ => {}
             }
         }
+        self.script = None;
         self.staged = None;
         self.health = None;
         self.twins.lost();
@@ -1638,9 +1742,14 @@ impl Consumer {
             Sent::Health(part) => self.on_health(part, value),
             Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
-            Sent::DeadLetterCheck => {
+            Sent::DeadLetterCheck | Sent::CommitCheck => {
                 reply::int(value).map_err(shape)?;
             }
+            Sent::ScriptLoad => {
+                self.script = Some(reply::string(value).map_err(shape)?);
+                self.flush_commits(now);
+            }
+            Sent::Commit(jobs) => self.on_commits(jobs, value).map_err(shape)?,
             Sent::Leave => {
                 let holding = u64::try_from(reply::int(value).map_err(shape)?).unwrap_or(0);
                 self.notices.push_back(Notice::Left { holding });
@@ -1885,6 +1994,20 @@ impl Consumer {
             self.notices.push_back(Notice::Refused { feature: Notice::LEAVE, reason: text() });
             return Ok(());
         }
+        if let Sent::Commit(_) = sent {
+            if message.starts_with(b"NOSCRIPT") {
+                // The server forgot the script (`SCRIPT FLUSH`, a restart): load it again
+                // and send these once it is.
+                self.keep_owed(sent);
+                self.script = None;
+                self.load_script(now);
+                return Ok(());
+            }
+            if message.windows(7).any(|w| w == b"NOGROUP") {
+                // The group is gone, and its pending entries with it: nothing to commit.
+                return Ok(());
+            }
+        }
         if let Sent::DeadLetter(_) = sent {
             // The script's own errors name the failing call after the code (6.2: `ERR Error
             // running script … NOGROUP …`): a missing group leaves nothing to move.
@@ -1924,6 +2047,7 @@ impl Consumer {
         match sent {
             Sent::Ack(mut acks) => self.acks.append(&mut acks),
             Sent::DeadLetter(job) => self.dead_letters.push(job),
+            Sent::Commit(mut jobs) => self.commits.append(&mut jobs),
             _ => {}
         }
     }
@@ -1974,8 +2098,9 @@ impl Consumer {
         if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == id) {
             // Delivered to us again (a drain, a reclaim): the server reset its idle time, so
             // its lease runs from this reply, or the next renewal would find it too young
-            // and take it for a peer's.
+            // and take it for a peer's. It counted a delivery too: a commit's fencing token.
             h.read_at = Some(now);
+            h.deliveries += 1;
             return None;
         }
         if self.settling(id) {
@@ -2006,13 +2131,15 @@ impl Consumer {
         !self.in_hand.is_empty() && self.in_hand.iter().any(|h| self.held.id(h.id) == id)
     }
 
-    /// True if `id` was settled and its ack (or dead-letter move) is owed or in flight.
+    /// True if `id` was settled and its ack (dead-letter move, commit) is owed or in flight.
     fn settling(&self, id: &[u8]) -> bool {
         self.acks.contains(id)
             || self.dead_letters.iter().any(|job| job.id == id)
+            || self.commits.iter().any(|job| job.id == id)
             || self.in_flight.iter().any(|c| match &c.sent {
                 Sent::Ack(acks) => acks.contains(id),
                 Sent::DeadLetter(job) => job.id == id,
+                Sent::Commit(jobs) => jobs.iter().any(|job| job.id == id),
                 _ => false,
             })
     }
@@ -2131,6 +2258,9 @@ impl Consumer {
             | Sent::Health(_)
             | Sent::Twins { .. }
             | Sent::DeadLetterCheck
+            | Sent::CommitCheck
+            | Sent::ScriptLoad
+            | Sent::Commit(_)
             | Sent::Role
             | Sent::Wait { .. }
             | Sent::Leave

@@ -235,7 +235,7 @@ impl fmt::Debug for Entry {
 }
 
 /// The application's verdict on the entry in hand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Verdict {
     /// Done: `XACK` it (promptly, see [`Config::ack_delay`](crate::Config::ack_delay)).
@@ -250,6 +250,14 @@ pub enum Verdict {
     /// it the consumer fails with [`Error::NoDeadLetter`](crate::Error::NoDeadLetter) and the
     /// entry stays pending).
     DeadLetter,
+    /// Done, with these writes (the handler's output): made together with the ack in one
+    /// server-side step, and only if the entry is still this consumer's with the delivery it
+    /// was handed out with — a peer that reclaimed it meanwhile fences this commit off, and
+    /// nothing is written ([`Notice::CommitFenced`](crate::Notice::CommitFenced)). A write
+    /// that would fail (a key of another type) leaves the entry pending, nothing written
+    /// ([`Notice::CommitRefused`](crate::Notice::CommitRefused)). Batched like acks. See
+    /// [`Writes`](crate::Writes) and the guarantee in [`commit`](crate::commit).
+    Commit(crate::Writes),
 }
 
 #[cfg(test)]

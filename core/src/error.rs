@@ -62,6 +62,14 @@ pub enum Command {
     /// `EVAL …` at a clean stop: leaving the group if holding nothing
     /// ([`Config::leave_on_stop`](crate::Config::leave_on_stop)).
     Leave,
+    /// `EVALSHA …`: committing entries' writes with their acks
+    /// ([`Verdict::Commit`](crate::Verdict::Commit)).
+    Commit,
+    /// `SCRIPT LOAD …`: loading the commit script on a connection.
+    ScriptLoad,
+    /// `EVAL …` at each connect: the check that commits can be made
+    /// ([`Config::commit_to`](crate::Config::commit_to)).
+    CommitCheck,
 }
 
 impl fmt::Display for Command {
@@ -91,6 +99,9 @@ impl fmt::Display for Command {
             Command::Role => "ROLE",
             Command::Wait => "WAIT",
             Command::Leave => "EVAL (leaving the group)",
+            Command::Commit => "EVALSHA (commit)",
+            Command::ScriptLoad => "SCRIPT LOAD (the commit script)",
+            Command::CommitCheck => "EVAL (the check that commits can be made)",
         })
     }
 }

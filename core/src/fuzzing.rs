@@ -506,7 +506,9 @@ impl Harness {
 
     fn check_command(&self, args: &[&[u8]]) {
         let name = args[0];
-        let known: [&[u8]; 15] = [
+        let known: [&[u8]; 17] = [
+            b"EVALSHA",
+            b"SCRIPT",
             b"HELLO",
             b"ROLE",
             b"WAIT",
@@ -551,6 +553,20 @@ impl Harness {
         } else if name == b"EVAL" {
             assert!(args.len() > 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
             assert!(contains(&self.input, args[7]), "dead-lettered {:?}, never received", args[7]);
+        }
+        if name == b"SCRIPT" {
+            assert!(args.len() == 3 && args[1] == b"LOAD" && args[2] == crate::COMMIT_SCRIPT.as_bytes());
+        }
+        if name == b"EVALSHA" {
+            // `EVALSHA sha 2 s o g c` then, per entry, `id deliveries 1` and one `XADD o` write.
+            assert!(args.len() > 7 && args[3..7] == [&b"s"[..], b"o", b"g", b"c"], "{args:?}");
+            let mut at = 7;
+            while at < args.len() {
+                assert!(contains(&self.input, args[at]), "committed {:?}, never received", args[at]);
+                assert_eq!(args[at + 2], b"1", "{args:?}");
+                at += 3 + 3 + 4 + 2;
+            }
+            assert_eq!(at, args.len(), "{args:?}");
         }
         if name == b"XACK" {
             assert!(args.len() >= 4 && args[1] == b"s" && args[2] == b"g", "{args:?}");
@@ -616,7 +632,7 @@ impl Harness {
             if !self.poll_event() {
                 break;
             }
-            self.settle(verdict, false);
+            self.settle(verdict.clone(), false);
         }
         self.transmit(usize::MAX);
     }
@@ -626,7 +642,7 @@ impl Harness {
 /// count, bit 3 `create_group`, bit 4 recreate on group gone, bit 5 auth, bit 6 client name,
 /// bit 7 db); the consumer connects, then each op byte (low 4 bits) does one thing: feed the
 /// next N bytes (N from the next byte), settle the oldest in hand Ack/Retry/DeadLetter or
-/// the newest Ack, stop, disconnect,
+/// the newest Ack, commit the oldest (one `XADD`), stop, disconnect,
 /// connect, advance the clock and handle the timeout, write all or part of the output, poll
 /// one event, drive like a well-behaved driver, or abandon. Entries past 3 deliveries go to
 /// the dead-letter stream `dl`; reads are held to 2 KiB. Asserts: at most `concurrency` entries in hand
@@ -726,6 +742,7 @@ pub fn consumer(data: &[u8], origin: Instant) {
             11 => h.drive(Verdict::Retry),
             13 => h.settle(Verdict::DeadLetter, false),
             14 => h.settle(Verdict::Ack, true),
+            15 => h.settle(Verdict::Commit(crate::Writes::new().add("o", [("k", "v")])), false),
             12 => {
                 h.stop_asked = true;
                 h.c.abandon();

@@ -51,6 +51,13 @@ pub(crate) enum Sent {
         silent: bool,
     },
     DeadLetter(Job),
+    /// One `EVALSHA` of the commit script: these entries' writes and acks.
+    Commit(Vec<crate::commit::Job>),
+    /// `SCRIPT LOAD` of the commit script: commits wait for its sha.
+    ScriptLoad,
+    /// The check that commits can be made ([`Config::commit_to`](crate::Config::commit_to)):
+    /// nothing is read before its answer.
+    CommitCheck,
     /// The id of the next pending entry, which alone outgrew the frame limit.
     FindTooLarge,
     /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
@@ -100,6 +107,9 @@ impl Sent {
             Sent::Lease(_) | Sent::GiveBack => Command::Lease,
             Sent::Release { .. } => Command::Release,
             Sent::DeadLetter(_) => Command::DeadLetter,
+            Sent::Commit(_) => Command::Commit,
+            Sent::ScriptLoad => Command::ScriptLoad,
+            Sent::CommitCheck => Command::CommitCheck,
             Sent::Health(_) => Command::Health,
             Sent::Twins { .. } => Command::Twins,
             Sent::DeadLetterCheck => Command::DeadLetterCheck,
@@ -122,12 +132,18 @@ impl Sent {
                 | Sent::FindTooLarge
                 | Sent::Twins { first: true, .. }
                 | Sent::DeadLetterCheck
+                | Sent::CommitCheck
+                | Sent::ScriptLoad
         )
     }
 
     /// Commands about the group's entries: a missing group is "gone" for them.
     pub(crate) fn reads_group(&self) -> bool {
-        self.holds_handout() && !matches!(self, Sent::Twins { .. } | Sent::DeadLetterCheck)
+        self.holds_handout()
+            && !matches!(
+                self,
+                Sent::Twins { .. } | Sent::DeadLetterCheck | Sent::CommitCheck | Sent::ScriptLoad
+            )
     }
 
     /// Commands that must be answered before a stop ends.
@@ -136,6 +152,8 @@ impl Sent {
             self,
             Sent::Ack(_)
                 | Sent::DeadLetter(_)
+                | Sent::Commit(_)
+                | Sent::ScriptLoad
                 | Sent::Wait { .. }
                 | Sent::GiveBack
                 | Sent::Release { .. }

@@ -91,6 +91,7 @@ mod acks;
 mod backoff;
 pub mod cluster;
 mod commands;
+pub mod commit;
 mod config;
 mod consumer;
 mod dead_letter;
@@ -119,6 +120,7 @@ mod stats;
 mod stream_reply;
 mod twins;
 
+pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
     AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
     MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,

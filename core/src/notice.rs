@@ -93,6 +93,31 @@ pub enum Notice {
         /// Why.
         reason: DeadLetterReason,
     },
+    /// A [`Verdict::Commit`](crate::Verdict::Commit) was fenced off: the entry was no
+    /// longer this consumer's with the delivery it was handed out with, so none of its
+    /// writes were made and it was not acked here ([`Stats::commits_fenced`](crate::Stats::commits_fenced)).
+    /// Another delivery owns the entry's outcome: a peer that reclaimed it (this consumer
+    /// paused past `min_idle`), or a later delivery to this consumer.
+    CommitFenced {
+        /// The entry.
+        id: Bytes,
+        /// The delivery count it was handed out with.
+        deliveries: u64,
+        /// Who holds it now and its delivery count, or `None` if it is no longer pending:
+        /// settled already — by a peer, or by this very commit sent before on a connection
+        /// lost before its answer came (its writes were made then, once).
+        holder: Option<(Bytes, u64)>,
+    },
+    /// A [`Verdict::Commit`](crate::Verdict::Commit) could not be made as it stood (a write
+    /// that would fail: a key of another type, an `INCRBY` of a non-integer, a key in another
+    /// cluster slot, a write without fields): nothing was written and the entry stays
+    /// pending, to come again ([`Stats::commits_refused`](crate::Stats::commits_refused)).
+    CommitRefused {
+        /// The entry.
+        id: Bytes,
+        /// Why, e.g. `WRONGTYPE out holds a hash, not a stream`.
+        reason: String,
+    },
     /// Another live connection consumes under this consumer's name (a *twin*), seen by the
     /// check every `min_idle` (at the first connect a twin is an error instead, unless
     /// [`Config::allow_twins`](crate::Config::allow_twins)). Each twin is told once.
@@ -217,6 +242,8 @@ impl Notice {
                 | Notice::ConnectionLost { .. }
                 | Notice::LeaseLost { .. }
                 | Notice::DeadLettered { .. }
+                | Notice::CommitFenced { .. }
+                | Notice::CommitRefused { .. }
                 | Notice::Twin { .. }
                 | Notice::Refused { .. }
                 | Notice::GroupRecreated { .. }
@@ -290,6 +317,22 @@ impl fmt::Display for Notice {
                 };
                 let times = if *deliveries == 1 { "delivery" } else { "deliveries" };
                 write!(f, "dead-lettered {} after {deliveries} {times}, {why}", Id(id))
+            }
+            Notice::CommitFenced { id, deliveries, holder: Some((owner, now)) } => write!(
+                f,
+                "commit of {} fenced off: handed out as delivery {deliveries}, it is now {}'s, \
+                 delivery {now}; nothing written",
+                Id(id),
+                owner.escape_ascii()
+            ),
+            Notice::CommitFenced { id, holder: None, .. } => write!(
+                f,
+                "commit of {} fenced off: no longer pending (settled by a peer, or by this \
+                 commit sent before its connection was lost); nothing written again",
+                Id(id)
+            ),
+            Notice::CommitRefused { id, reason } => {
+                write!(f, "commit of {} refused, nothing written, the entry stays pending: {reason}", Id(id))
             }
             Notice::Twin { addr, idle } => write!(
                 f,

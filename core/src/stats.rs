@@ -53,6 +53,16 @@ pub struct Stats {
     pub leases_lost: u64,
     /// Entries moved to the dead-letter stream ([`Notice::DeadLettered`](crate::Notice::DeadLettered)).
     pub dead_lettered: u64,
+    /// Entries settled by [`Verdict::Commit`](crate::Verdict::Commit) whose writes and ack
+    /// were made (also counted in [`acked`](Self::acked)).
+    pub committed: u64,
+    /// Commits fenced off: the entry was no longer this consumer's with the same delivery
+    /// ([`Notice::CommitFenced`](crate::Notice::CommitFenced)). Nothing written.
+    pub commits_fenced: u64,
+    /// Commits refused as they stood: a write would have failed
+    /// ([`Notice::CommitRefused`](crate::Notice::CommitRefused)). Nothing written; the
+    /// entry stays pending.
+    pub commits_refused: u64,
     /// Times the read size was cut ([`Notice::ReadShrunk`](crate::Notice::ReadShrunk)).
     pub reads_shrunk: u64,
     /// How long handlers took: from each entry's hand-out to its settle.

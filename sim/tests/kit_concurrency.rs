@@ -354,7 +354,7 @@ fn an_entry_settled_while_a_drain_is_under_way_is_not_handed_out_again() {
             .trace(true);
         let report = world.run((), |_, ctx, _| {
             ctx.takes(61);
-            verdict
+            verdict.clone()
         });
         let window = ["61 ms c0: reconnected".to_string(), format!("61 ms c0 settles 1-0: {verdict:?}")];
         assert!(window.iter().all(|line| report.trace.contains(line)), "the window: {:#?}", report.trace);

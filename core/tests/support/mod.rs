@@ -208,7 +208,7 @@ impl Rig {
         while let Some(event) = self.consumer.poll_event() {
             let Event::Entry(e) = event else { panic!("unexpected {event:?}") };
             assert_eq!(self.consumer.poll_event(), None, "a second entry while one is in hand");
-            self.consumer.settle(e.id(), verdict, self.now);
+            self.consumer.settle(e.id(), verdict.clone(), self.now);
             seen.push(e);
         }
         seen

@@ -954,7 +954,7 @@ where
                 record.acked = true;
             }
             record.handlings[work.handling].settled_at_ms = Some(now);
-            if !consumer.settle(record.id.as_bytes(), work.verdict, at) {
+            if !consumer.settle(record.id.as_bytes(), work.verdict.clone(), at) {
                 let what = format!("refused the settle of {}, handed out and not yet settled", record.id);
                 if self.violations.len() < MAX_VIOLATIONS {
                     self.violations.push(Violation::Contract {
@@ -1037,7 +1037,7 @@ where
             at_ms: now,
             deliveries: entry.deliveries,
             source: entry.source,
-            verdict,
+            verdict: verdict.clone(),
             by_handler,
             settled_at_ms: None,
             key: key.clone(),

@@ -1,0 +1,652 @@
+//! A verdict that writes: the handler's output and the entry's ack in one fenced step.
+//!
+//! [`Verdict::Commit`](crate::Verdict::Commit) carries [`Writes`]. The consumer settles it
+//! with one script that runs on the server as a unit: only if the entry is still pending to
+//! this consumer **with the delivery count it was handed out with** does it make every write
+//! and the `XACK`; otherwise it writes nothing. The delivery count is the fencing token: a
+//! peer that reclaimed the entry meanwhile (from a consumer paused past `min_idle`) raised
+//! it, so the paused one's late commit is refused even if the entry came back to it since.
+//!
+//! Why a script and not `MULTI`: a transaction cannot check the owner, and does not roll
+//! back — a write that fails inside it (`WRONGTYPE`) would still let the ack run. Nor does a
+//! script roll back, so it first checks that every write will succeed (each key's type, an
+//! `INCRBY`'s integer and its overflow, and on 7.0+ the user's permissions) and only then
+//! writes: an entry's writes are made whole or not at all.
+//!
+//! Why `SCRIPT LOAD` + `EVALSHA` and not a function library (7.0+): scripts work on every
+//! server pelican supports (6.2 has no functions), need no `FUNCTION LOAD` (an admin's
+//! step, node by node in a cluster), and are loaded by the consumer itself once per
+//! connection; a `NOSCRIPT` (a flushed cache, a failover) loads it again.
+//!
+//! **The guarantee.** Every write made through a commit is applied once per entry, in the
+//! history that survives: a commit is one step, replicated as one; a commit not yet
+//! replicated when its master fails is lost whole, and its entry is delivered again. A commit
+//! whose answer was lost (a cut connection) is sent again and finds its entry settled: it
+//! writes nothing twice. Effects outside Redis (an HTTP call) stay at least once.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+use crate::config::Config;
+use crate::decode::Value;
+use crate::encode::{bulk, header, Decimal};
+use crate::reply::ShapeError;
+
+/// The most field/value pairs one write may carry: the script passes them on with Lua's
+/// `unpack`, which fails past about 8,000 values — after the entry's other writes.
+pub const MAX_FIELDS_PER_WRITE: usize = 1000;
+
+/// The writes a [`Verdict::Commit`](crate::Verdict::Commit) makes with its entry's ack, in
+/// order. Built with the methods below; an empty one is a fenced ack (acked only if the
+/// entry is still this consumer's, with the same delivery).
+///
+/// In a Redis Cluster every key must hash to the consumed stream's slot (share its hash tag:
+/// `{orders}` and `{orders}:totals`): a commit with a key elsewhere is refused, never
+/// written separately.
+///
+/// ```
+/// use pelican::{Trim, Verdict, Writes};
+/// let verdict = Verdict::Commit(
+///     Writes::new()
+///         .add_trimmed("{orders}:priced", [("order", "17"), ("total", "9.90")], Trim::MaxLen(100_000))
+///         .incr_by("{orders}:count", 1),
+/// );
+/// # let _ = verdict;
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Writes {
+    writes: Vec<Write>,
+}
+
+/// One write of a [`Writes`]. A small set, chosen for what a stage writes: entries for the
+/// next stage (`XADD`), a view of the latest state (`HSET`, `SET`), counts (`INCRBY`), and
+/// clearing (`DEL`). Each can be checked to succeed before anything is written.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Write {
+    /// `XADD key [MAXLEN|MINID ~ n] * field value …`: an entry (its id chosen by the
+    /// server) in a stream.
+    Add {
+        /// The stream.
+        key: Bytes,
+        /// The entry's fields, at least one.
+        fields: Vec<(Bytes, Bytes)>,
+        /// Trimming as it is added.
+        trim: Option<Trim>,
+    },
+    /// `HSET key field value …`.
+    HashSet {
+        /// The hash.
+        key: Bytes,
+        /// Fields to set, at least one.
+        fields: Vec<(Bytes, Bytes)>,
+    },
+    /// `INCRBY key by`: the key must hold an integer (or nothing: 0).
+    IncrBy {
+        /// The counter.
+        key: Bytes,
+        /// How much to add (may be negative).
+        by: i64,
+    },
+    /// `SET key value [PX ms]`.
+    Set {
+        /// The key.
+        key: Bytes,
+        /// Its value.
+        value: Bytes,
+        /// Expiring after this long (at least 1 ms), or never.
+        ttl: Option<Duration>,
+    },
+    /// `DEL key`.
+    Delete {
+        /// The key.
+        key: Bytes,
+    },
+}
+
+/// How an [`Write::Add`] trims its stream: approximately (`~`), as `XADD` does cheaply.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Trim {
+    /// `MAXLEN ~ n`: keep about the newest `n` entries.
+    MaxLen(u64),
+    /// `MINID ~ id`: drop entries older than `id` (`ms` or `ms-seq`).
+    MinId(Bytes),
+}
+
+fn pairs<K: AsRef<[u8]>, V: AsRef<[u8]>>(fields: impl IntoIterator<Item = (K, V)>) -> Vec<(Bytes, Bytes)> {
+    fields
+        .into_iter()
+        .map(|(k, v)| (Bytes::copy_from_slice(k.as_ref()), Bytes::copy_from_slice(v.as_ref())))
+        .collect()
+}
+
+fn key(key: impl AsRef<[u8]>) -> Bytes {
+    Bytes::copy_from_slice(key.as_ref())
+}
+
+impl Writes {
+    /// No writes (a fenced ack, until some are added).
+    pub fn new() -> Writes {
+        Writes::default()
+    }
+
+    /// Adds an entry to the stream `stream`.
+    pub fn add<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        self,
+        stream: impl AsRef<[u8]>,
+        fields: impl IntoIterator<Item = (K, V)>,
+    ) -> Writes {
+        self.with(Write::Add { key: key(stream), fields: pairs(fields), trim: None })
+    }
+
+    /// Adds an entry to the stream `stream`, trimming it.
+    pub fn add_trimmed<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        self,
+        stream: impl AsRef<[u8]>,
+        fields: impl IntoIterator<Item = (K, V)>,
+        trim: Trim,
+    ) -> Writes {
+        self.with(Write::Add { key: key(stream), fields: pairs(fields), trim: Some(trim) })
+    }
+
+    /// Sets fields of the hash `hash`.
+    pub fn hset<K: AsRef<[u8]>, V: AsRef<[u8]>>(
+        self,
+        hash: impl AsRef<[u8]>,
+        fields: impl IntoIterator<Item = (K, V)>,
+    ) -> Writes {
+        self.with(Write::HashSet { key: key(hash), fields: pairs(fields) })
+    }
+
+    /// Adds `by` to the integer at `counter`.
+    pub fn incr_by(self, counter: impl AsRef<[u8]>, by: i64) -> Writes {
+        self.with(Write::IncrBy { key: key(counter), by })
+    }
+
+    /// Sets `name` to `value`.
+    pub fn set(self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Writes {
+        self.with(Write::Set { key: key(name), value: key(value), ttl: None })
+    }
+
+    /// Sets `name` to `value`, expiring after `ttl`.
+    pub fn set_expiring(self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>, ttl: Duration) -> Writes {
+        self.with(Write::Set { key: key(name), value: key(value), ttl: Some(ttl) })
+    }
+
+    /// Deletes `name`.
+    pub fn delete(self, name: impl AsRef<[u8]>) -> Writes {
+        self.with(Write::Delete { key: key(name) })
+    }
+
+    /// Adds a write.
+    pub fn with(mut self, write: Write) -> Writes {
+        self.writes.push(write);
+        self
+    }
+
+    /// Adds a write, in place.
+    pub fn push(&mut self, write: Write) {
+        self.writes.push(write);
+    }
+
+    /// The writes, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, Write> {
+        self.writes.iter()
+    }
+
+    /// How many writes.
+    pub fn len(&self) -> usize {
+        self.writes.len()
+    }
+
+    /// True if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+
+    /// Why these writes cannot be committed as they are, if they cannot: a write without
+    /// fields (or with more than [`MAX_FIELDS_PER_WRITE`]), a `MINID` that is not an id, a
+    /// zero `ttl`, an empty key, or (`slot`: the consumed stream's, in a cluster) a key in
+    /// another hash slot.
+    pub fn check(&self, slot: Option<u16>) -> Result<(), String> {
+        for write in &self.writes {
+            let key = write.key();
+            if key.is_empty() {
+                return Err(format!("{} with an empty key", write.command()));
+            }
+            if let Some(slot) = slot.filter(|s| crate::cluster::key_slot(key) != *s) {
+                return Err(format!(
+                    "{} {}: the key hashes to slot {}, not the consumed stream's slot {slot} \
+                     (give it the stream's hash tag, e.g. {{tag}}:out)",
+                    write.command(),
+                    key.escape_ascii(),
+                    crate::cluster::key_slot(key),
+                ));
+            }
+            match write {
+                Write::Add { fields, .. } | Write::HashSet { fields, .. } if fields.is_empty() => {
+                    return Err(format!("{} {}: no fields", write.command(), key.escape_ascii()));
+                }
+                Write::Add { fields, .. } | Write::HashSet { fields, .. }
+                    if fields.len() > MAX_FIELDS_PER_WRITE =>
+                {
+                    return Err(format!(
+                        "{} {}: {} fields, more than {MAX_FIELDS_PER_WRITE}",
+                        write.command(),
+                        key.escape_ascii(),
+                        fields.len()
+                    ));
+                }
+                Write::Add { trim: Some(Trim::MinId(id)), .. } if !is_id(id) => {
+                    return Err(format!(
+                        "XADD {} MINID {}: not a stream id",
+                        key.escape_ascii(),
+                        id.escape_ascii()
+                    ));
+                }
+                Write::Set { ttl: Some(ttl), .. } if ttl.as_millis() == 0 => {
+                    return Err(format!("SET {}: an expiry under 1 ms", key.escape_ascii()));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<'a> IntoIterator for &'a Writes {
+    type Item = &'a Write;
+    type IntoIter = std::slice::Iter<'a, Write>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.writes.iter()
+    }
+}
+
+impl Write {
+    /// The key written.
+    pub fn key(&self) -> &Bytes {
+        match self {
+            Write::Add { key, .. }
+            | Write::HashSet { key, .. }
+            | Write::IncrBy { key, .. }
+            | Write::Set { key, .. }
+            | Write::Delete { key } => key,
+        }
+    }
+
+    /// The command it becomes: `XADD`, `HSET`, `INCRBY`, `SET` or `DEL`.
+    pub fn command(&self) -> &'static str {
+        match self {
+            Write::Add { .. } => "XADD",
+            Write::HashSet { .. } => "HSET",
+            Write::IncrBy { .. } => "INCRBY",
+            Write::Set { .. } => "SET",
+            Write::Delete { .. } => "DEL",
+        }
+    }
+}
+
+/// `ms` or `ms-seq`, both decimal.
+fn is_id(id: &[u8]) -> bool {
+    let digits = |s: &[u8]| !s.is_empty() && s.len() <= 20 && s.iter().all(u8::is_ascii_digit);
+    match id.iter().position(|b| *b == b'-') {
+        Some(dash) => digits(&id[..dash]) && digits(&id[dash + 1..]),
+        None => digits(id),
+    }
+}
+
+/// The commit script (`EVALSHA` after `SCRIPT LOAD`). `KEYS` = the consumed stream, then
+/// every key written; `ARGV` = group, consumer, then for each entry: id, delivery count,
+/// number of writes, and each write as `op, key index, n, n arguments` — `a` (`XADD`: trim
+/// kind or empty, trim value, field/value pairs), `h` (`HSET`: pairs), `i` (`INCRBY`: by),
+/// `s` (`SET`: value, `PX` milliseconds or empty), `d` (`DEL`). Answers, for each entry: 1
+/// (committed), 0 (no longer pending: settled already), `[owner, deliveries]` (pending to
+/// another consumer, or delivered again since), or an error text (a write would fail:
+/// nothing written). Published so that simulators can recognise it.
+pub const COMMIT_SCRIPT: &str = "\
+local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
+local acl = redis.acl_check_cmd
+-- Each write's command, as redis.acl_check_cmd wants it: with arguments of the right number.
+local probes = {a = {'XADD', '*', 'f', 'v'}, h = {'HSET', 'f', 'v'}, i = {'INCRBY', '1'}, s = {'SET', 'v'}, d = {'DEL'}}
+local function integer(s)
+  if s and #s <= 20 and (s == '0' or string.match(s, '^%-?[1-9]%d*$')) then return tonumber(s) end
+  return false
+end
+local function check(at, n)
+  local kinds, ints = {}, {}
+  for _ = 1, n do
+    local op, key, argc = ARGV[at], KEYS[tonumber(ARGV[at + 1])], tonumber(ARGV[at + 2])
+    local probe = probes[op]
+    if acl and not acl(probe[1], key, unpack(probe, 2)) then
+      return 'NOPERM this user may not run ' .. probe[1] .. ' on ' .. key
+    end
+    local kind = kinds[key] or redis.call('TYPE', key)['ok']
+    if op == 'a' or op == 'h' then
+      local want = op == 'a' and 'stream' or 'hash'
+      if kind ~= want and kind ~= 'none' then
+        return 'WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a ' .. want
+      end
+      kinds[key] = want
+    elseif op == 'i' then
+      if kind ~= 'string' and kind ~= 'none' then
+        return 'WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not an integer'
+      end
+      local v = ints[key]
+      if v == nil then
+        if kind == 'none' then v = 0 else v = integer(redis.call('GET', key)) end
+      end
+      if v == false then return 'ERR ' .. key .. ' does not hold an integer' end
+      local sum = v + tonumber(ARGV[at + 3])
+      if sum >= 9.2e18 or sum <= -9.2e18 then return 'ERR INCRBY ' .. key .. ' would overflow' end
+      kinds[key], ints[key] = 'string', sum
+    elseif op == 's' then
+      kinds[key], ints[key] = 'string', integer(ARGV[at + 3])
+    else
+      kinds[key], ints[key] = 'none', 0
+    end
+    at = at + 3 + argc
+  end
+  return nil
+end
+local function apply(at, n)
+  for _ = 1, n do
+    local op, key, argc = ARGV[at], KEYS[tonumber(ARGV[at + 1])], tonumber(ARGV[at + 2])
+    local args = {}
+    for j = 1, argc do args[j] = ARGV[at + 2 + j] end
+    if op == 'a' then
+      if args[1] == '' then
+        redis.call('XADD', key, '*', unpack(args, 3))
+      else
+        redis.call('XADD', key, args[1], '~', args[2], '*', unpack(args, 3))
+      end
+    elseif op == 'h' then
+      redis.call('HSET', key, unpack(args))
+    elseif op == 'i' then
+      redis.call('INCRBY', key, args[1])
+    elseif op == 's' then
+      if args[2] == '' then redis.call('SET', key, args[1]) else redis.call('SET', key, args[1], 'PX', args[2]) end
+    else
+      redis.call('DEL', key)
+    end
+    at = at + 3 + argc
+  end
+end
+local results, i = {}, 3
+while i <= #ARGV do
+  local id, deliveries, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  local first, last = i + 3, i + 3
+  for _ = 1, n do last = last + 3 + tonumber(ARGV[last + 2]) end
+  i = last
+  local held = redis.call('XPENDING', stream, group, id, id, 1)
+  local result
+  if #held == 0 then
+    result = 0
+  elseif held[1][2] ~= me or held[1][4] ~= deliveries then
+    result = {held[1][2], held[1][4]}
+  else
+    result = check(first, n)
+    if result == nil then
+      apply(first, n)
+      redis.call('XACK', stream, group, id)
+      result = 1
+    end
+  end
+  results[#results + 1] = result
+end
+return results
+";
+
+/// The check at each connect that commits can be made (`EVAL`), where
+/// [`Config::commit_to`] names the keys: `KEYS` = stream, then those keys; `ARGV` = group,
+/// consumer. It touches nothing and answers 1. Declaring the keys makes a cluster refuse
+/// (`CROSSSLOT`) one in another slot, and an ACL refuse scripting or keys the user lacks, at
+/// the start; on 7.0+ the commands a commit runs are checked too. Published so that
+/// simulators can recognise it.
+pub const COMMIT_CHECK_SCRIPT: &str = "\
+if redis.acl_check_cmd then
+  local needs = {{'XPENDING', KEYS[1], ARGV[1], '-', '+', '1'}, {'XACK', KEYS[1], ARGV[1], '0-1'}}
+  for k = 2, #KEYS do
+    local key = KEYS[k]
+    for _, c in ipairs({{'XADD', key, '*', 'f', 'v'}, {'HSET', key, 'f', 'v'}, {'INCRBY', key, '1'},
+                        {'SET', key, 'v'}, {'DEL', key}}) do
+      needs[#needs + 1] = c
+    end
+  end
+  for _, c in ipairs(needs) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply('NOPERM this user may not run ' .. c[1] .. ' on ' .. c[2] ..
+        ', which committing writes with acks needs')
+    end
+  end
+end
+return 1
+";
+
+/// Appends the `EVAL` of [`COMMIT_CHECK_SCRIPT`] for the keys [`Config::commit_to`] names.
+pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, keys: &[Bytes]) {
+    let n = Decimal::new(1 + keys.len() as u64);
+    header(out, b'*', 5 + keys.len());
+    for arg in [&b"EVAL"[..], COMMIT_CHECK_SCRIPT.as_bytes(), n.as_bytes(), &config.stream] {
+        bulk(out, arg);
+    }
+    for key in keys {
+        bulk(out, key);
+    }
+    bulk(out, &config.group);
+    bulk(out, &config.consumer);
+}
+
+/// Appends `SCRIPT LOAD` of [`COMMIT_SCRIPT`].
+pub(crate) fn encode_load(out: &mut BytesMut) {
+    crate::encode::command(out, &[b"SCRIPT", b"LOAD", COMMIT_SCRIPT.as_bytes()]);
+}
+
+/// A commit owed to the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Job {
+    pub id: Bytes,
+    /// The delivery count it was handed out with: the fencing token.
+    pub deliveries: u64,
+    pub writes: Writes,
+}
+
+/// The most entries one `EVALSHA` commits: a bigger batch holds the server longer.
+pub(crate) const BATCH: usize = 256;
+
+/// Appends one `EVALSHA` committing `jobs` (the keys each written once in `KEYS`).
+pub(crate) fn encode(out: &mut BytesMut, config: &Config, sha: &[u8], jobs: &[Job]) {
+    let mut keys: Vec<&[u8]> = vec![&config.stream];
+    fn index<'k>(keys: &mut Vec<&'k [u8]>, key: &'k [u8]) -> usize {
+        match keys.iter().position(|k| *k == key) {
+            Some(i) => i + 1,
+            None => {
+                keys.push(key);
+                keys.len()
+            }
+        }
+    }
+    // ARGV first, into its own buffer: KEYS are known once it is done.
+    let mut argv = BytesMut::new();
+    let mut argc = 2;
+    let mut arg = |argv: &mut BytesMut, a: &[u8]| {
+        bulk(argv, a);
+        argc += 1;
+    };
+    for job in jobs {
+        arg(&mut argv, &job.id);
+        arg(&mut argv, Decimal::new(job.deliveries).as_bytes());
+        arg(&mut argv, Decimal::new(job.writes.len() as u64).as_bytes());
+        for write in &job.writes {
+            let i = Decimal::new(index(&mut keys, write.key()) as u64);
+            let (op, n): (&[u8], usize) = match write {
+                Write::Add { fields, .. } => (b"a", 2 + 2 * fields.len()),
+                Write::HashSet { fields, .. } => (b"h", 2 * fields.len()),
+                Write::IncrBy { .. } => (b"i", 1),
+                Write::Set { .. } => (b"s", 2),
+                Write::Delete { .. } => (b"d", 0),
+            };
+            arg(&mut argv, op);
+            arg(&mut argv, i.as_bytes());
+            arg(&mut argv, Decimal::new(n as u64).as_bytes());
+            match write {
+                Write::Add { fields, trim, .. } => {
+                    match trim {
+                        None => {
+                            arg(&mut argv, b"");
+                            arg(&mut argv, b"");
+                        }
+                        Some(Trim::MaxLen(len)) => {
+                            arg(&mut argv, b"MAXLEN");
+                            arg(&mut argv, Decimal::new(*len).as_bytes());
+                        }
+                        Some(Trim::MinId(id)) => {
+                            arg(&mut argv, b"MINID");
+                            arg(&mut argv, id);
+                        }
+                    }
+                    for (f, v) in fields {
+                        arg(&mut argv, f);
+                        arg(&mut argv, v);
+                    }
+                }
+                Write::HashSet { fields, .. } => {
+                    for (f, v) in fields {
+                        arg(&mut argv, f);
+                        arg(&mut argv, v);
+                    }
+                }
+                Write::IncrBy { by, .. } => arg(&mut argv, by.to_string().as_bytes()),
+                Write::Set { value, ttl, .. } => {
+                    arg(&mut argv, value);
+                    match ttl {
+                        Some(ttl) => {
+                            let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                            arg(&mut argv, Decimal::new(ms).as_bytes())
+                        }
+                        None => arg(&mut argv, b""),
+                    }
+                }
+                Write::Delete { .. } => {}
+            }
+        }
+    }
+    let numkeys = Decimal::new(keys.len() as u64);
+    out.reserve(64 + sha.len() + keys.iter().map(|k| k.len() + 16).sum::<usize>() + argv.len());
+    header(out, b'*', 3 + keys.len() + argc);
+    bulk(out, b"EVALSHA");
+    bulk(out, sha);
+    bulk(out, numkeys.as_bytes());
+    for key in &keys {
+        bulk(out, key);
+    }
+    bulk(out, &config.group);
+    bulk(out, &config.consumer);
+    out.extend_from_slice(&argv);
+}
+
+/// What the script answered for one entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Written and acked.
+    Committed,
+    /// No longer pending: settled already (by this commit sent before, its answer lost, or
+    /// by a peer).
+    Settled,
+    /// Pending to `owner` with `deliveries`: taken by a peer, or delivered again since.
+    Held { owner: Bytes, deliveries: u64 },
+    /// A write would have failed (why): nothing written, the entry left pending.
+    Refused(String),
+}
+
+/// The script's answer, one outcome per entry sent.
+pub(crate) fn outcomes(value: Value, sent: usize) -> Result<Vec<Outcome>, ShapeError> {
+    let Value::Array(items) = value else { return Err(ShapeError("a commit answered with no array")) };
+    if items.len() != sent {
+        return Err(ShapeError("a commit answered for another number of entries"));
+    }
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Int(1) => Ok(Outcome::Committed),
+            Value::Int(0) => Ok(Outcome::Settled),
+            Value::Str(why) | Value::Text(why) | Value::Error(why) => {
+                Ok(Outcome::Refused(String::from_utf8_lossy(&why).into_owned()))
+            }
+            Value::Array(held) => match <[Value; 2]>::try_from(held) {
+                Ok([Value::Str(owner) | Value::Text(owner), Value::Int(n)]) => {
+                    Ok(Outcome::Held { owner, deliveries: u64::try_from(n).unwrap_or(0) })
+                }
+                _ => Err(ShapeError("a commit's owner answer is not [owner, deliveries]")),
+            },
+            _ => Err(ShapeError("a commit answered with an unknown outcome")),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_are_checked_before_they_are_sent() {
+        let ok = Writes::new().add("{s}:out", [("k", "v")]).incr_by("{s}:n", -3).delete("{s}:x");
+        assert_eq!(ok.len(), 3);
+        assert_eq!(ok.check(None), Ok(()));
+        let slot = crate::cluster::key_slot(b"{s}");
+        assert_eq!(ok.check(Some(slot)), Ok(()));
+        let far = Writes::new().set("elsewhere", "1");
+        assert!(far.check(None).is_ok());
+        assert!(far.check(Some(slot)).unwrap_err().contains("not the consumed stream's slot"));
+        let none: [(&str, &str); 0] = [];
+        assert!(Writes::new().add("o", none).check(None).unwrap_err().contains("no fields"));
+        let bad = Writes::new().add_trimmed("o", [("k", "v")], Trim::MinId(Bytes::from_static(b"12-x")));
+        assert!(bad.check(None).unwrap_err().contains("not a stream id"));
+        let fine = Writes::new().add_trimmed("o", [("k", "v")], Trim::MinId(Bytes::from_static(b"12-3")));
+        assert!(fine.check(None).is_ok());
+        assert!(Writes::new().set_expiring("k", "v", Duration::from_micros(10)).check(None).is_err());
+        assert!(Writes::new().delete("").check(None).is_err());
+    }
+
+    #[test]
+    fn a_batch_names_each_key_once() {
+        let config = Config::new("s", "g", "c");
+        let w = Writes::new().add("o", [("k", "v")]).set_expiring("t", "1", Duration::from_secs(2));
+        let jobs = [
+            Job { id: Bytes::from_static(b"1-0"), deliveries: 1, writes: w.clone() },
+            Job { id: Bytes::from_static(b"2-0"), deliveries: 3, writes: Writes::new().incr_by("o2", 5) },
+        ];
+        let mut out = BytesMut::new();
+        encode(&mut out, &config, b"sha", &jobs);
+        // `*n` then `$len` / bytes lines: every argument is a bulk string.
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        let n: usize = lines[0][1..].parse().unwrap();
+        let args: Vec<String> = (0..n).map(|i| lines[2 + 2 * i].to_string()).collect();
+        let expected = [
+            "EVALSHA", "sha", "4", "s", "o", "t", "o2", "g", "c", //
+            "1-0", "1", "2", "a", "2", "4", "", "", "k", "v", "s", "3", "2", "1", "2000", //
+            "2-0", "3", "1", "i", "4", "1", "5",
+        ];
+        assert_eq!(args, expected);
+    }
+
+    #[test]
+    fn answers_are_read_per_entry() {
+        let value = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(0),
+            Value::Array(vec![Value::Str(Bytes::from_static(b"peer")), Value::Int(2)]),
+            Value::Str(Bytes::from_static(b"WRONGTYPE o holds a hash, not a stream")),
+        ]);
+        let got = outcomes(value, 4).unwrap();
+        assert_eq!(got[0], Outcome::Committed);
+        assert_eq!(got[1], Outcome::Settled);
+        assert_eq!(got[2], Outcome::Held { owner: Bytes::from_static(b"peer"), deliveries: 2 });
+        assert!(matches!(&got[3], Outcome::Refused(why) if why.starts_with("WRONGTYPE")));
+        assert!(outcomes(Value::Array(vec![Value::Int(1)]), 2).is_err());
+        assert!(outcomes(Value::Int(1), 1).is_err());
+        assert!(outcomes(Value::Array(vec![Value::Int(7)]), 1).is_err());
+    }
+}
