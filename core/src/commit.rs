@@ -427,7 +427,7 @@ return 1
 /// Appends the `EVAL` of [`COMMIT_CHECK_SCRIPT`] for the keys [`Config::commit_to`] names.
 pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, keys: &[Bytes]) {
     let n = Decimal::new(1 + keys.len() as u64);
-    header(out, b'*', 5 + keys.len());
+    header(out, b'*', 6 + keys.len());
     for arg in [&b"EVAL"[..], COMMIT_CHECK_SCRIPT.as_bytes(), n.as_bytes(), &config.stream] {
         bulk(out, arg);
     }
@@ -619,17 +619,35 @@ mod tests {
         ];
         let mut out = BytesMut::new();
         encode(&mut out, &config, b"sha", &jobs);
-        // `*n` then `$len` / bytes lines: every argument is a bulk string.
-        let text = String::from_utf8(out.to_vec()).unwrap();
-        let lines: Vec<&str> = text.split("\r\n").collect();
-        let n: usize = lines[0][1..].parse().unwrap();
-        let args: Vec<String> = (0..n).map(|i| lines[2 + 2 * i].to_string()).collect();
+        let args = args(&out);
         let expected = [
             "EVALSHA", "sha", "4", "s", "o", "t", "o2", "g", "c", //
             "1-0", "1", "2", "a", "2", "4", "", "", "k", "v", "s", "3", "2", "1", "2000", //
             "2-0", "3", "1", "i", "4", "1", "5",
         ];
         assert_eq!(args, expected);
+    }
+
+    /// The arguments of the one command in `out`: `*n` then `$len` / bytes lines.
+    fn args(out: &BytesMut) -> Vec<String> {
+        let text = String::from_utf8(out.to_vec()).unwrap();
+        let lines: Vec<&str> = text.split("\r\n").collect();
+        let n: usize = lines[0][1..].parse().unwrap();
+        assert_eq!(lines.len(), 2 + 2 * n, "exactly {n} arguments: {text:?}");
+        (0..n).map(|i| lines[2 + 2 * i].to_string()).collect()
+    }
+
+    #[test]
+    fn the_check_declares_every_key() {
+        let mut out = BytesMut::new();
+        encode_check(
+            &mut out,
+            &Config::new("s", "g", "c"),
+            &[Bytes::from_static(b"o"), Bytes::from_static(b"n")],
+        );
+        let args = args(&out);
+        assert_eq!(args[0], "EVAL");
+        assert_eq!(args[2..], ["3", "s", "o", "n", "g", "c"]);
     }
 
     #[test]

@@ -1024,6 +1024,9 @@ impl Consumer {
         if ahead == 0 && free && self.starved() && (self.buffer.is_empty() || !self.drains_from_top()) {
             // Caught up with what was read: the next read, parked on `>` if it comes to that.
             self.flush_acks(now);
+            if self.in_flight.holding() {
+                return; // the commit script is loading: the commits owed go before any read
+            }
             let read = self.next_read(now, true, 0);
             self.send(read, now);
         } else if self.backlog && !self.drains_from_top() {
@@ -1041,6 +1044,9 @@ impl Consumer {
                 && (ahead == 0 || self.next_reads_new(now))
             {
                 self.flush_acks(now);
+                if self.in_flight.holding() {
+                    break; // the commit script is loading
+                }
                 let read = self.next_read(now, false, 0);
                 let new = matches!(read, Sent::ReadNew { .. });
                 self.send(read, now);
@@ -1747,7 +1753,7 @@ impl Consumer {
             }
             Sent::ScriptLoad => {
                 self.script = Some(reply::string(value).map_err(shape)?);
-                self.flush_commits(now);
+                self.flush_acks(now);
             }
             Sent::Commit(jobs) => self.on_commits(jobs, value).map_err(shape)?,
             Sent::Leave => {

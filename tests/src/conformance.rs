@@ -20,12 +20,14 @@ use crate::admin::Admin;
 use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
 pub mod cluster;
+pub mod commit;
 pub mod failover;
 pub mod handlers;
 pub mod in_hand;
 pub mod redis8;
 pub mod tls;
 pub use cluster::*;
+pub use commit::*;
 pub use failover::*;
 pub use handlers::*;
 pub use in_hand::*;
@@ -779,19 +781,29 @@ macro_rules! conformance_suite {
             acks_before_the_next_handler, poison_entry_is_dead_lettered, dead_letter_verdict,
             big_entries, entry_too_large_is_named, twins, acl_stream_worker, stop_leaves_the_group, kill_with_entries_in_hand,
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
-            retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request);
+            retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request,
+            commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting);
+        $crate::conformance_suite!(@plain $t; commit_cut_after_write);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_atomic_migration, cluster_failover,
             cluster_master_killed, sentinel_master_killed, sentinel_failover_twice,
             sentinel_start_while_master_down, pointed_at_a_replica, moving_primary_endpoint,
-            sentinel_over_tls);
+            sentinel_over_tls, cluster_commit_hash_tags);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(
             #[test]
             fn $name() {
                 $crate::conformance::$name::<$t>();
+            }
+        )*
+    };
+    (@plain $t:ty; $($name:ident),*) => {
+        $(
+            #[test]
+            fn $name() {
+                $crate::conformance::on_every_plain_target(stringify!($name), $crate::conformance::$name::<$t>);
             }
         )*
     };

@@ -31,5 +31,6 @@ pub mod admin;
 pub mod certs;
 pub mod cluster;
 pub mod conformance;
+pub mod proxy;
 pub mod sentinel;
 pub mod server;
