@@ -10,6 +10,7 @@
 //! cargo run --release -p pelican-bench -- --latency 10000 --seconds 30 --concurrency 1,64 --servers redis-7.0
 //! cargo run --release -p pelican-bench -- --reclaim 10000 --servers redis-7.0,redis-8.10
 //! cargo run --release -p pelican-bench -- --durable 5 --entries 100000 --batch 100,1000 --servers redis-7.0
+//! cargo run --release -p pelican-bench -- --stage 3 --entries 100000 --batch 100,1000 --servers redis-7.0
 //! ```
 
 mod contenders;
@@ -20,6 +21,7 @@ mod measure;
 mod raw;
 mod reclaim;
 mod slow;
+mod stage;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -89,6 +91,11 @@ struct Args {
     /// after a failover that lost the last writes, this many runs each way.
     #[arg(long)]
     durable: Option<usize>,
+    /// Instead: exactly-once stages (`Verdict::Commit`) beside today's way (the handler writes,
+    /// then acks) — outputs lost and duplicated under 15 kill -9s and under frozen zombies,
+    /// this many runs each — and commits' throughput beside plain acks at each `--batch`.
+    #[arg(long)]
+    stage: Option<usize>,
 }
 
 const STREAM: &str = "bench";
@@ -103,6 +110,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         };
         let outcome = match (args.lanes, args.slow_ms, args.latency) {
+            _ if args.stage.is_some() => {
+                stage::run(flavor, args.stage.unwrap_or(1), args.entries, args.rounds, &args.batch)
+            }
             _ if args.durable.is_some() => durable::cost(flavor, args.entries, args.rounds, &args.batch)
                 .and_then(|()| durable::savings(flavor, args.durable.unwrap_or(1))),
             _ if args.reclaim.is_some() => {

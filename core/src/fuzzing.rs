@@ -558,9 +558,10 @@ impl Harness {
             assert!(args.len() == 3 && args[1] == b"LOAD" && args[2] == crate::COMMIT_SCRIPT.as_bytes());
         }
         if name == b"EVALSHA" {
-            // `EVALSHA sha 2 s o g c` then, per entry, `id deliveries 1` and one `XADD o` write.
-            assert!(args.len() > 7 && args[3..7] == [&b"s"[..], b"o", b"g", b"c"], "{args:?}");
-            let mut at = 7;
+            // `EVALSHA sha 2 s o g c low high n` then, per entry, `id deliveries 1` and one
+            // `XADD o` write.
+            assert!(args.len() > 10 && args[3..7] == [&b"s"[..], b"o", b"g", b"c"], "{args:?}");
+            let mut at = 10;
             while at < args.len() {
                 assert!(contains(&self.input, args[at]), "committed {:?}, never received", args[at]);
                 assert_eq!(args[at + 2], b"1", "{args:?}");

@@ -57,7 +57,8 @@ fn sent(rig: &mut Rig) -> Vec<Vec<String>> {
 
 /// The `EVALSHA` committing `entries` (id, deliveries), each writing `o`.
 fn evalsha(entries: &[(&str, u64)]) -> Vec<String> {
-    let mut c = cmd(&format!("EVALSHA {SHA} 2 s o g A"));
+    let (low, high) = (entries[0].0, entries[entries.len() - 1].0);
+    let mut c = cmd(&format!("EVALSHA {SHA} 2 s o g A {low} {high} {}", entries.len()));
     for (id, deliveries) in entries {
         c.extend([id.to_string(), deliveries.to_string(), "1".into()]);
         c.extend(["a", "2", "4", "", "", "input", id].map(String::from));
