@@ -18,8 +18,9 @@
 //! Each entry is handed out (one at a time, or up to [`Config::concurrency`] at once, in order
 //! per key with [`Config::order_by`]) and settled by its id with the application's [`Verdict`]: `Ack` earns
 //! an `XACK` (written within [`Config::ack_delay`], so fast handlers share one), `Retry` leaves
-//! it pending, `DeadLetter` moves it to [`Config::dead_letter`]. [`Consumer::stop`] is honored
-//! between entries, after earned acks are confirmed.
+//! it pending, `DeadLetter` moves it to [`Config::dead_letter`], `Commit` makes the handler's
+//! output writes and the ack in one fenced server-side step (see [`commit`]: exactly-once
+//! stages). [`Consumer::stop`] is honored between entries, after earned acks are confirmed.
 //!
 //! Real handlers are slow, fail for good, or get big entries; the consumer keeps each entry
 //! handled once in the normal case (details in [`Consumer`], *Leases…*):
