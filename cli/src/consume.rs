@@ -5,6 +5,7 @@
 //! the command and the signals. `mio_lanes` runs them on one `mio::Poll`, `smol_lanes` as
 //! tasks on one executor. A lane that fails for good stops the others.
 
+mod emit;
 mod found;
 mod handler;
 mod lane;
@@ -66,7 +67,14 @@ language that loads its model or opens its pool once). Each entry goes to its st
 It answers each on its stdout with one JSON line, in any order:
   {\"id\":\"1700000000000-0\",\"verdict\":\"ack\"}     (or \"retry\", or \"dead-letter\")
 adding \"stream\" (as the entry's line gives it) when several streams are consumed (it may
-always be given). Up to --concurrency N entries per stream are outstanding at once. An
+always be given). An \"ack\" may carry writes, made with the acknowledgement in one step
+(below, exactly-once stages):
+  {\"id\":\"…\",\"verdict\":\"ack\",\"emit\":[{\"stream\":\"out\",\"fields\":{\"k\":\"v\"},\"maxlen\":1000}],
+   \"writes\":[{\"hset\":\"h\",\"fields\":{\"f\":\"v\"}},{\"incrby\":\"n\",\"by\":1},
+              {\"set\":\"k\",\"value\":\"v\",\"ttl_ms\":60000},{\"del\":\"k\"}]}
+(\"minid\" trims by id instead of \"maxlen\"; both approximately). Keys and field values are
+strings; an answer whose writes are malformed (a number for a string, no fields, an unknown
+write) is told on stderr and fails its entry, nothing of it written. Up to --concurrency N entries per stream are outstanding at once. An
 answer for no outstanding entry, or a line that is not such an answer (one longer than
 64 KiB among them), is ignored and told on stderr, at most 5 such lines per 10 s (then how
 many more were); its stderr is pelican's. If it exits within 0.5 s of its start, pelican
@@ -79,6 +87,20 @@ is down, or failing (its last one died without an answer and this one has not an
 yet), /healthz answers 503 saying so; pelican_handler_restarts_total counts its restarts. A
 stop writes no more entries, waits for the outstanding answers, closes its stdin, gives it
 3 s to exit, then SIGTERM, then after 3 s SIGKILL, and confirms the acks.
+
+Exactly-once stages (--pipe's \"emit\"/\"writes\", --exec with --emit-to KEY): the writes and
+the acknowledgement are made in one server-side step (a script), and only if the entry is
+still this consumer's with the delivery count it was handed out with; a peer that took it
+meanwhile (this process paused past --min-idle-ms) fences the late commit off, and nothing
+is written (told on stderr). Every write is checked before any is made: one that would fail
+(a key holding another type) writes nothing and leaves the entry pending (told). So every
+write made this way is applied once per entry, in the history that survives: a commit not
+yet replicated when its master fails over is lost whole and its entry delivered again.
+Effects outside Redis (what CMD itself does) stay at least once. With --emit-to, CMD's stdout
+is read, not shown: each line a JSON object of strings becomes one entry of KEY (blank
+lines are skipped; any other line fails the entry, nothing written). In a cluster every
+key written must share the stream's hash slot ({orders} and {orders}:out); --emit-to's key
+is checked at each connect, with the user's permissions.
 
 Without --exec or --pipe, each entry is printed on stdout as one JSON line, then acknowledged:
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{\"name\":\"value\",…}}
@@ -232,6 +254,12 @@ pub struct Args {
     /// JSON line, and it answers each on its stdout, in any order (below)
     #[arg(long, value_name = "CMD", value_parser = command)]
     pipe: Option<String>,
+    /// with --exec: each line CMD prints that is a JSON object of strings
+    /// becomes an entry of the stream KEY, added with the entry's
+    /// acknowledgement in one step when CMD exits 0 (below: exactly-once
+    /// stages). %s in KEY stands for the stream's name, as for --dead-letter
+    #[arg(long, value_name = "KEY", requires = "exec", verbatim_doc_comment)]
+    emit_to: Option<OsString>,
     /// with --exec or --pipe: an entry not settled within MS milliseconds is
     /// a failure (its command's process group is killed; a --pipe answer
     /// that comes later is ignored)
@@ -484,6 +512,10 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         config = config.dead_letter(dead_letter_key(template.as_bytes(), stream));
         config.max_deliveries = a.max_deliveries;
     }
+    if let Some(template) = &a.emit_to {
+        // Checked at every connect: scripting allowed, the key writable, in the stream's slot.
+        config = config.commit_to([dead_letter_key(template.as_bytes(), stream)]);
+    }
     if health {
         config = config.health_every(HEALTH_EVERY);
     }
@@ -530,7 +562,8 @@ fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, F
             let config = config(a, target, stream, health);
             config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
             let published = a.metrics.is_some().then(metrics::Published::default);
-            Ok(Lane { config, handler: Arc::new(Handler::new(stream, shared.clone())), published })
+            let emit_to = a.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), stream));
+            Ok(Lane { config, handler: Arc::new(Handler::new(stream, emit_to, shared.clone())), published })
         })
         .collect()
 }

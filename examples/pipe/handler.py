@@ -19,6 +19,10 @@ What the example does is set by the environment (for trying it out, and for the 
                      gets "dead-letter"
   HANDLER_SILENT     a field name: entries with it are never answered
   HANDLER_PID_FILE   write the process id here at start
+  HANDLER_EMIT       a stream: each "ack" carries its output, committed with the ack in one
+                     step — an entry {"input": <id>} added to it, and 1 added to <stream>:count
+                     (an exactly-once stage); HANDLER_BAD_EMIT, a field name: entries with it
+                     get a malformed output (a number for a field value), which fails them
 Real handlers do their work where `verdict()` is, and answer when it is done.
 """
 
@@ -33,6 +37,8 @@ SHUFFLE = int(os.environ.get("HANDLER_SHUFFLE", "0"))
 FAIL = os.environ.get("HANDLER_FAIL")
 POISON = os.environ.get("HANDLER_POISON")
 SILENT = os.environ.get("HANDLER_SILENT")
+EMIT = os.environ.get("HANDLER_EMIT")
+BAD_EMIT = os.environ.get("HANDLER_BAD_EMIT")
 
 # How often the answers held back by HANDLER_SHUFFLE are given, whatever comes.
 HOLD = 0.05
@@ -57,8 +63,14 @@ def write_held_often():
 
 
 def answer(entry, verdict):
+    reply = {"stream": entry["stream"], "id": entry["id"], "verdict": verdict}
+    if EMIT and verdict == "ack":
+        fields = entry.get("fields") or {}
+        value = 7 if BAD_EMIT and isinstance(fields, dict) and BAD_EMIT in fields else entry["id"]
+        reply["emit"] = [{"stream": EMIT, "fields": {"input": value}}]
+        reply["writes"] = [{"incrby": EMIT + ":count", "by": 1}]
     with out:
-        held.append({"stream": entry["stream"], "id": entry["id"], "verdict": verdict})
+        held.append(reply)
         if len(held) > SHUFFLE:
             write_held()
 

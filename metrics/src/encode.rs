@@ -26,7 +26,7 @@ pub(crate) const SOURCES: [(&str, Get); 3] =
     [("pending", |s| s.drained), ("claimed", |s| s.claimed), ("new", |s| s.new)];
 
 /// Every other [`Stats`] counter, named as in `pelican consume --stats-json`.
-pub(crate) const COUNTERS: [CounterDef; 16] = [
+pub(crate) const COUNTERS: [CounterDef; 19] = [
     ("pelican_acked", "Entries the server confirmed acknowledged (XACK counted them).", |s| s.acked),
     ("pelican_retried", "Retry verdicts: entries left pending (or released) for another try.", |s| s.retried),
     (
@@ -73,6 +73,15 @@ pub(crate) const COUNTERS: [CounterDef; 16] = [
         s.abandoned_acks
     }),
     ("pelican_reads_shrunk", "Times the read size was cut (slow handlers, big entries).", |s| s.reads_shrunk),
+    ("pelican_committed", "Entries whose commit (writes and ack in one step) was made.", |s| s.committed),
+    (
+        "pelican_commits_fenced",
+        "Commits fenced off: the entry was no longer this consumer's delivery; nothing written.",
+        |s| s.commits_fenced,
+    ),
+    ("pelican_commits_refused", "Commits refused as they stood (a write would fail); nothing written.", |s| {
+        s.commits_refused
+    }),
 ];
 
 /// A gauge: its name, its help, and how to read it from a snapshot (`None`: not known, so

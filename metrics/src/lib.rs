@@ -49,6 +49,9 @@
 //! | `pelican_group_recreated_total` | times the group was created again |
 //! | `pelican_abandoned_acks_total` | acks given up unconfirmed |
 //! | `pelican_reads_shrunk_total` | times the read size was cut |
+//! | `pelican_committed_total` | entries whose commit (output writes and ack in one step) was made |
+//! | `pelican_commits_fenced_total` | commits fenced off (no longer this consumer's delivery): nothing written |
+//! | `pelican_commits_refused_total` | commits refused as they stood (a write would fail): nothing written |
 //!
 //! Gauges: `pelican_in_hand`, `pelican_buffered`, `pelican_connected` (1 or 0), and, once
 //! the group's health is known ([`pelican::Config::health_every`]), `pelican_group_pending`,

@@ -161,6 +161,8 @@ pub struct Handler {
     pub stream: String,
     /// The lane's stream, its bytes (for the JSON lines, which keep every byte).
     stream_bytes: Vec<u8>,
+    /// `--emit-to`'s stream for this lane: what `--exec`'s command prints is committed there.
+    emit_to: Option<Vec<u8>>,
     /// Its counts.
     pub counters: Arc<Counters>,
     /// Its connection's state and its group's health.
@@ -175,10 +177,11 @@ pub struct Handler {
 
 impl Handler {
     /// A handler for `stream`'s lane.
-    pub fn new(stream: &[u8], shared: Arc<Shared>) -> Handler {
+    pub fn new(stream: &[u8], emit_to: Option<Vec<u8>>, shared: Arc<Shared>) -> Handler {
         Handler {
             stream: crate::name::show(stream).into_owned(),
             stream_bytes: stream.to_vec(),
+            emit_to,
             counters: Arc::default(),
             watch: Arc::default(),
             children: Mutex::new(Vec::new()),
@@ -244,7 +247,7 @@ impl Handler {
             Source::Claimed => c.claimed.fetch_add(1, Relaxed),
             Source::New => c.new.fetch_add(1, Relaxed),
         };
-        if verdict == Verdict::Ack {
+        if matches!(verdict, Verdict::Ack | Verdict::Commit(_)) {
             c.earned.fetch_add(1, Relaxed);
         } else {
             c.failed.fetch_add(1, Relaxed);
@@ -300,6 +303,7 @@ impl Handler {
             .arg("-c")
             .arg(command)
             .stdin(Stdio::piped())
+            .stdout(if self.emit_to.is_some() { Stdio::piped() } else { Stdio::inherit() })
             .env("PELICAN_ID", String::from_utf8_lossy(entry.id()).as_ref())
             .env("PELICAN_STREAM", &self.stream)
             .env("PELICAN_GROUP", &shared.group)
@@ -326,6 +330,14 @@ impl Handler {
             // A command that does not read its input closes the pipe: not a failure.
             let _ = stdin.write_all(input.as_bytes());
         }
+        // With --emit-to its output is read as it comes (a full pipe would stall it).
+        let printed = child.stdout.take().map(|mut stdout| {
+            thread::spawn(move || {
+                let mut all = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut stdout, &mut all);
+                all
+            })
+        });
         // Reaped here, on every path: a second signal waits for the lists to empty before
         // the process exits, so no command outlives pelican.
         let (status, timed_out) = match shared.handler_timeout {
@@ -339,8 +351,23 @@ impl Handler {
         if let (Ok(status), false) = (&status, timed_out) {
             self.tell_killed(entry, *status);
         }
+        let printed = printed.and_then(|reader| reader.join().ok()).unwrap_or_default();
         match status.map(|s| s.code()) {
-            Ok(Some(0)) => Verdict::Ack,
+            Ok(Some(0)) => match &self.emit_to {
+                None => Verdict::Ack,
+                Some(stream) => match super::emit::from_lines(stream, &printed) {
+                    Ok(writes) => Verdict::Commit(writes),
+                    Err(why) => {
+                        // Nothing of it is written: the entry fails, as a failed command's.
+                        shared.screen.tell(format_args!(
+                            "pelican: {}entry {}: --emit-to: {why}; the entry failed, nothing written",
+                            self.lane_prefix(),
+                            String::from_utf8_lossy(entry.id())
+                        ));
+                        Verdict::Retry
+                    }
+                },
+            },
             Ok(Some(EX_DATAERR)) if shared.dead_letter => Verdict::DeadLetter,
             Ok(Some(code @ (126 | 127))) => {
                 // A typo or a missing file would fail every entry in turn: stop instead.

@@ -219,12 +219,14 @@ impl Running {
     }
 
     /// Acks earned by the handler that the server has not counted yet (acked, or found
-    /// acked by a peer). Deleted entries' acks count as acked without being earned, so this
-    /// may fall short, never over.
+    /// acked by a peer; a commit answered, whatever its outcome). Deleted entries' acks
+    /// count as acked without being earned, so this may fall short, never over.
     fn acks_unconfirmed(&self) -> u64 {
-        let stats = self.driver.consumer().stats();
+        let s = self.driver.consumer().stats();
         let earned = self.handler.counters.earned.load(Relaxed);
-        earned.saturating_sub(stats.acked + stats.lost_to_peer + stats.acks_unmatched)
+        earned.saturating_sub(
+            s.acked + s.lost_to_peer + s.acks_unmatched + s.commits_fenced + s.commits_refused,
+        )
     }
 
     /// One turn of the driver: the entries handed out are printed here if they can be

@@ -108,6 +108,12 @@ struct Answer {
     verdict: String,
     #[serde(default)]
     stream: Option<serde_json::Value>,
+    /// Entries to add with the ack, in one step (see [`super::emit`]).
+    #[serde(default)]
+    emit: Option<serde_json::Value>,
+    /// Other writes to make with the ack.
+    #[serde(default)]
+    writes: Option<serde_json::Value>,
 }
 
 /// Lines told in the current window, and those left untold.
@@ -441,6 +447,29 @@ impl Pipe {
                 self.tell_bad(shared, format_args!("pelican: --pipe: unknown verdict, ignored: {shown}"));
                 return false;
             }
+        };
+        // Writes ride only with an ack, and are read whole before anything is sent: a bad
+        // one fails the entry (it stays pending), nothing of it written.
+        let verdict = match (&answer.emit, &answer.writes) {
+            (None, None) => verdict,
+            _ if verdict != Verdict::Ack => {
+                let why = "\"emit\"/\"writes\" go with \"verdict\": \"ack\"";
+                shared.screen.tell(format_args!(
+                    "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
+                    answer.id
+                ));
+                Verdict::Retry
+            }
+            (emit, writes) => match super::emit::from_answer(emit.as_ref(), writes.as_ref()) {
+                Ok(writes) => Verdict::Commit(writes),
+                Err(why) => {
+                    shared.screen.tell(format_args!(
+                        "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
+                        answer.id
+                    ));
+                    Verdict::Retry
+                }
+            },
         };
         let mut waiting = lock(&self.waiting);
         let key = match &answer.stream {

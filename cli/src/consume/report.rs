@@ -17,7 +17,7 @@ use crate::json::Object;
 type Named<T> = (&'static str, fn(&T) -> u64);
 
 /// Every [`Stats`] counter, by its name in the JSON.
-const STATS: [Named<Stats>; 19] = [
+const STATS: [Named<Stats>; 22] = [
     ("drained", |s| s.drained),
     ("claimed", |s| s.claimed),
     ("new", |s| s.new),
@@ -37,6 +37,9 @@ const STATS: [Named<Stats>; 19] = [
     ("leases_lost", |s| s.leases_lost),
     ("dead_lettered", |s| s.dead_lettered),
     ("reads_shrunk", |s| s.reads_shrunk),
+    ("committed", |s| s.committed),
+    ("commits_fenced", |s| s.commits_fenced),
+    ("commits_refused", |s| s.commits_refused),
 ];
 
 /// The handler's counts, by their name in the JSON.
@@ -256,7 +259,10 @@ fn outcome_text(stat: impl Fn(fn(&Stats) -> u64) -> Option<u64>) -> String {
     let Some(acked) = stat(|s| s.acked) else { return String::new() };
     let mut text = format!(", {acked} acked");
     for (get, what) in [
-        ((|s| s.dead_lettered) as fn(&Stats) -> u64, "dead-lettered"),
+        ((|s| s.committed) as fn(&Stats) -> u64, "committed with their writes"),
+        (|s| s.commits_fenced, "commits fenced off"),
+        (|s| s.commits_refused, "commits refused"),
+        (|s| s.dead_lettered, "dead-lettered"),
         (|s| s.leases_lost, "taken by peers"),
         (|s| s.moved, "cluster redirects followed"),
     ] {
