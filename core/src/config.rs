@@ -175,6 +175,8 @@ pub struct Config {
     /// for streams used as work queues: the condition says what happens to an entry other
     /// groups have not acked yet. `None` (the default): acks leave the stream as it is. On a
     /// server without `XACKDEL` the first connect fails with [`Error::Unsupported`](crate::Error::Unsupported).
+    /// Entries settled by a [`Verdict::Commit`](crate::Verdict::Commit) are deleted by the
+    /// same condition right after their commit (`XDELEX`), best effort.
     pub delete_acked: Option<DeleteAcked>,
     /// Speak only the classic stream verbs (Redis 6.2's) whatever the server offers (see
     /// [`Dialect`](crate::Dialect)). Default `false`: the newer verbs where the server has them.

@@ -1446,14 +1446,21 @@ impl Consumer {
     }
 
     /// What the commit script answered for `jobs`.
-    fn on_commits(&mut self, jobs: Vec<commit::Job>, value: Value) -> Result<(), reply::ShapeError> {
+    fn on_commits(
+        &mut self,
+        jobs: Vec<commit::Job>,
+        value: Value,
+        now: Instant,
+    ) -> Result<(), reply::ShapeError> {
         let outcomes = commit::outcomes(value, jobs.len())?;
+        let mut delete = Acks::default();
         for (job, outcome) in jobs.into_iter().zip(outcomes) {
             let commit::Job { id, deliveries, .. } = job;
             match outcome {
                 commit::Outcome::Committed => {
                     self.stats.committed += 1;
                     self.stats.acked += 1;
+                    delete.push(&id);
                 }
                 commit::Outcome::Settled => {
                     self.stats.commits_fenced += 1;
@@ -1466,6 +1473,15 @@ impl Consumer {
                 }
                 commit::Outcome::Refused(reason) => self.refuse_commit(id, reason),
             }
+        }
+        if let Some(condition) =
+            self.config.delete_acked.filter(|_| self.deletes_acked() && !delete.is_empty())
+        {
+            // The script acks; the entries go as acks delete them, by the same rule (`XDELEX`,
+            // Redis 8.2 as `XACKDEL`). Best effort: one left is trimmed later.
+            let c = &self.config;
+            delete.encode_ids(&mut self.out, &[b"XDELEX", &c.stream, condition.token()]);
+            self.track(Sent::Discard(Command::AckDelete), now);
         }
         Ok(())
     }
@@ -1755,7 +1771,7 @@ impl Consumer {
                 self.script = Some(reply::string(value).map_err(shape)?);
                 self.flush_acks(now);
             }
-            Sent::Commit(jobs) => self.on_commits(jobs, value).map_err(shape)?,
+            Sent::Commit(jobs) => self.on_commits(jobs, value, now).map_err(shape)?,
             Sent::Leave => {
                 let holding = u64::try_from(reply::int(value).map_err(shape)?).unwrap_or(0);
                 self.notices.push_back(Notice::Left { holding });

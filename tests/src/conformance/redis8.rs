@@ -185,7 +185,16 @@ pub fn acks_delete<T: Transport>(t: Target) {
     admin.xadd_n(STREAM, 30, 8);
     let seen = Seen::default();
     let config = t.config("c1").delete_acked(DeleteAcked::KeepRef);
-    let run = T::spawn(server.endpoint(), config, seen.acking());
+    // Every other entry committed with an output: deleted once committed too.
+    let mut n = 0;
+    let handler = seen.handler(move |id, _| {
+        n += 1;
+        match n % 2 {
+            0 => Verdict::Commit(pelican::Writes::new().add("out", [("input", id)])),
+            _ => Verdict::Ack,
+        }
+    });
+    let run = T::spawn(server.endpoint(), config, handler);
     if !releases(t.flavor) {
         let err = run.join(SETTLE).expect_err("refused");
         assert!(err.contains("XACKDEL"), "{err}");
@@ -194,8 +203,8 @@ pub fn acks_delete<T: Transport>(t: Target) {
     }
     assert!(wait_until(SETTLE, || admin.xlen(STREAM) == 0), "{} left", admin.xlen(STREAM));
     let stats = run.finish();
-    assert_eq!((seen.len(), stats.acked), (30, 30));
-    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+    assert_eq!((seen.len(), stats.acked, stats.committed), (30, 30, 15));
+    assert_eq!((admin.xpending_count(STREAM, GROUP), admin.xlen("out")), (0, 15));
 }
 
 /// Retries kept pending ([`OnRetry::StayPending`]) on a server that could release them: the
