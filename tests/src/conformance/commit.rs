@@ -15,7 +15,7 @@ use std::time::Duration;
 use pelican::{Config, Entry, Protocol, Verdict, Writes};
 
 use super::cluster::on_every_cluster;
-use super::{create_group, wait_until, Handler, Target, Transport, GROUP, SETTLE, STREAM};
+use super::{create_group, wait_until, Handler, SharedHandler, Target, Transport, GROUP, SETTLE, STREAM};
 use crate::admin::Admin;
 use crate::proxy::CutProxy;
 use crate::server::{Endpoint, Options};
@@ -63,18 +63,32 @@ fn each_once(admin: &mut Admin, ids: &[String]) {
 
 /// A crash (the connection cut, the run abandoned with an entry in hand and commits owed)
 /// in the middle of 300 entries, then two consumers (the crashed one's second life drains
-/// what it held): every input written once.
+/// what it held, four entries in hand at once): every input written once.
 pub fn commit_crash_restart<T: Transport>(t: Target) {
     let server = t.start();
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 300, 8);
     let calls = Arc::new(AtomicUsize::new(0));
-    let first = T::spawn(server.endpoint(), t.config("c1").count(10), committing(&calls));
+    let counted = calls.clone();
+    let slow = Box::new(move |e: &Entry| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(2)); // so that the crash comes mid-stream
+        stage(e, OUT, COUNT)
+    });
+    let first = T::spawn(server.endpoint(), t.config("c1").count(10), slow);
     assert!(wait_until(SETTLE, || calls.load(Ordering::SeqCst) >= 100), "handled {calls:?}");
     first.crash(&mut admin, "c1");
     let _ = first.join(SETTLE);
-    let again = T::spawn(server.endpoint(), t.config("c1").count(10), committing(&calls));
+    let before = admin.xlen(OUT);
+    assert!(before < 300, "the crash came after the end: {before}");
+    // The second life keeps four in hand at once (mio's pool, smol's futures).
+    let counted = calls.clone();
+    let shared: SharedHandler = Arc::new(move |e: &Entry| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        stage(e, OUT, COUNT)
+    });
+    let again = T::spawn_concurrent(server.endpoint(), t.config("c1").count(10).concurrency(4), shared);
     let peer = T::spawn(server.endpoint(), t.config("c2").count(10), committing(&calls));
     assert!(
         wait_until(SETTLE * 2, || admin.xlen(OUT) >= 300 && admin.xpending_count(STREAM, GROUP) == 0),
