@@ -421,8 +421,9 @@ while i <= argc do
   local first = i + 3
   i = first
   for _ = 1, n do i = i + 3 + tonumber(ARGV[i + 2]) end
+  -- An entry committed earlier in this batch is settled (its ack goes at the end).
   local count, owner = mine[id], me
-  if count == nil then
+  if count == false then count = nil elseif count == nil then
     local held = redis.call('XPENDING', stream, group, id, id, 1)
     if #held > 0 then owner, count = held[1][2], held[1][4] end
   end
@@ -437,6 +438,7 @@ while i <= argc do
       apply(n)
       acks = acks + 1
       acked[acks] = id
+      mine[id] = false
       result = 1
     end
   end
