@@ -1262,9 +1262,7 @@ fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 pub(crate) fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     // The servers keep every script they run in their cache (`EVALSHA` finds it after).
     let sha = crate::script::sha1_hex(&args[1]);
-    if !ctx.scripts.contains_key(&sha) {
-        ctx.scripts.insert(sha, args[1].clone());
-    }
+    ctx.scripts.entry(sha).or_insert_with(|| args[1].clone());
     if args[1] == pelican::COMMIT_SCRIPT.as_bytes() {
         return crate::script::commit(ctx, args);
     }
