@@ -377,12 +377,13 @@ impl World {
     /// world, and similar inputs make similar worlds. The first 8 bytes are the seed
     /// (little-endian, missing bytes 0); the 9th says how the consumers run: bits 0–1 how
     /// many (1–4), bits 2–3 their [`concurrency`](World::concurrency) (1, 2, 8 or 3), bits 4–5
-    /// their order (none, or by a field `k` with 1, 3 or 8 [`keys`](World::keys)), bit 6 is
-    /// the fuzz target's (its handler commits, [`World::commits_from_bytes`]), bit 7 is
-    /// ignored; the 10th is the server's flavor; then each 4 bytes are a fault: its kind (below
-    /// 224: the first 14 kinds of [`FaultKind::ALL`], modulo 14, as before the others came;
-    /// from 224: [`Fault::Pause`] when even, [`Fault::CutAfterCommit`] when odd), its
-    /// consumer, a parameter, and the time since the previous fault in units of 8 ms.
+    /// their order (none, or by a field `k` with 1, 3 or 8 [`keys`](World::keys)), bits 6–7
+    /// are the fuzz target's (`01`: its handler commits, [`World::commits_from_bytes`]); the
+    /// 10th is the server's flavor; then each 4 bytes are a fault: its kind (224 to 253:
+    /// [`Fault::Pause`] when even, [`Fault::CutAfterCommit`] when odd; any other value one
+    /// of the first 14 kinds of [`FaultKind::ALL`], modulo 14, as before those two came: the
+    /// inputs kept from then mean what they meant), its consumer, a parameter, and the time
+    /// since the previous fault in units of 8 ms.
     /// Entries are drawn from the seed for 2 s ([`phase_ms`](World::phase_ms) 2,000).
     ///
     /// ```
@@ -423,7 +424,7 @@ impl World {
             at += u64::from(gap) * 8;
             let consumer = usize::from(consumer);
             let param = u64::from(param);
-            let fault = match if kind >= 224 { 14 + kind % 2 } else { kind % 14 } {
+            let fault = match if (224..=253).contains(&kind) { 14 + kind % 2 } else { kind % 14 } {
                 0 => Fault::Crash { consumer, restart_ms: 50 + param * 10 },
                 1 => Fault::Death { consumer },
                 2 => Fault::Disconnect { consumer },
@@ -448,12 +449,12 @@ impl World {
         world
     }
 
-    /// Whether the kit fuzz target's handler commits for these bytes (bit 6 of the 9th
-    /// byte, see [`from_bytes`](World::from_bytes)): each entry then an
+    /// Whether the kit fuzz target's handler commits for these bytes (bits 6–7 of the 9th
+    /// byte `01`, see [`from_bytes`](World::from_bytes)): each entry then an
     /// [`Verdict::Commit`] of `XADD out * input <id>` and `INCRBY n 1`, else
     /// [`Verdict::Ack`].
     pub fn commits_from_bytes(data: &[u8]) -> bool {
-        data.get(8).is_some_and(|b| b & 0x40 != 0)
+        data.get(8).is_some_and(|b| b & 0xc0 == 0x40)
     }
 }
 
