@@ -1249,7 +1249,8 @@ where
 
     /// Each commit the server made (in the history that survives) counted on its record and
     /// put down to its handling: the latest by that consumer with a `Commit` verdict that
-    /// reached it by then.
+    /// reached it by then, and no commit put down to it yet (one batch may commit two
+    /// handlings of an entry: two copies a destroyed group delivered).
     fn count_commits(&mut self) {
         let commits: Vec<_> = self
             .sim
@@ -1263,7 +1264,8 @@ where
             let record = &mut self.records[r];
             record.commits += 1;
             let handling = record.handlings.iter_mut().rev().find(|h| {
-                h.consumer.as_bytes() == &c.consumer[..]
+                !h.committed
+                    && h.consumer.as_bytes() == &c.consumer[..]
                     && matches!(h.verdict, Verdict::Commit(_))
                     && h.settled_at_ms.is_some_and(|t| t <= c.at)
             });
