@@ -41,6 +41,8 @@ pub(crate) enum Signal {
 /// Everything a command may look at or change.
 pub(crate) struct Ctx<'a> {
     pub(crate) db: &'a mut Db,
+    /// The script cache of the node it runs on.
+    pub(crate) scripts: &'a mut crate::script::Scripts,
     pub(crate) options: &'a SimOptions,
     pub(crate) now: u64,
     pub(crate) conn: &'a mut Conn,
@@ -67,13 +69,13 @@ pub(crate) struct NodeView {
     pub(crate) link_up: bool,
 }
 
-const SYNTAX: &str = "ERR syntax error";
-const NOT_INT: &str = "ERR value is not an integer or out of range";
+pub(crate) const SYNTAX: &str = "ERR syntax error";
+pub(crate) const NOT_INT: &str = "ERR value is not an integer or out of range";
 const BAD_ID: &str = "ERR Invalid stream ID specified as stream command argument";
 
-type CmdResult = Result<Outcome, String>;
+pub(crate) type CmdResult = Result<Outcome, String>;
 
-fn reply(r: Reply) -> CmdResult {
+pub(crate) fn reply(r: Reply) -> CmdResult {
     Ok(Outcome::Reply(r))
 }
 
@@ -81,11 +83,11 @@ fn int(n: usize) -> CmdResult {
     reply(Reply::Int(n as i64))
 }
 
-fn lossy(b: &[u8]) -> String {
+pub(crate) fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-fn eq(arg: &[u8], word: &str) -> bool {
+pub(crate) fn eq(arg: &[u8], word: &str) -> bool {
     arg.eq_ignore_ascii_case(word.as_bytes())
 }
 
@@ -127,8 +129,27 @@ fn arity(name: &str) -> Option<i64> {
         "wait" => 3,
         "waitaof" => 4,
         "role" => 1,
+        "set" => -3,
+        "get" | "hgetall" | "type" => 2,
+        "incrby" => 3,
+        "hset" => -4,
+        "exists" | "script" => -2,
+        "evalsha" => -3,
         _ => return None,
     })
+}
+
+/// The stream key a stream command names, if it names one: the command answers
+/// `WRONGTYPE` when the key holds a string or a hash (checked before its other arguments).
+fn stream_key<'a>(name: &str, args: &'a [Vec<u8>]) -> Option<&'a [u8]> {
+    let at = match name {
+        "xadd" | "xlen" | "xrange" | "xack" | "xpending" | "xdel" | "xtrim" | "xautoclaim" | "xclaim"
+        | "xnack" | "xackdel" | "xcfgset" => 1,
+        "xgroup" | "xinfo" => 2,
+        "xreadgroup" => 1 + args.iter().position(|a| eq(a, "STREAMS"))?,
+        _ => return None,
+    };
+    args.get(at).map(Vec::as_slice)
 }
 
 /// Runs one command.
@@ -159,8 +180,15 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
     if !ctx.conn.authed && !matches!(name.as_str(), "auth" | "hello" | "quit") {
         return Outcome::Reply(Reply::err("NOAUTH Authentication required."));
     }
-    if ctx.node.on_replica && is_write(&name) {
+    // A replica looks an `EVALSHA`'s script up first (an unknown one is `NOSCRIPT`).
+    if ctx.node.on_replica && is_write(&name) && name != "evalsha" {
         return Outcome::Reply(Reply::err(READONLY));
+    }
+    if let Some(key) = stream_key(&name, args) {
+        ctx.db.expire(key, ctx.now);
+        if ctx.db.holds_other(key, ctx.now) {
+            return Outcome::Reply(Reply::err(crate::kv::WRONGTYPE));
+        }
     }
     let result = match name.as_str() {
         "ping" => ping(args),
@@ -176,6 +204,7 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "flushall" | "flushdb" => {
             let keys: Vec<Vec<u8>> = ctx.db.streams.keys().cloned().collect();
             ctx.db.streams.clear();
+            ctx.db.values.clear();
             ctx.signals.extend(keys.into_iter().map(Signal::Deleted));
             reply(Reply::ok())
         }
@@ -185,6 +214,11 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
                 if ctx.db.streams.remove(key).is_some() {
                     ctx.signals.push(Signal::Deleted(key.clone()));
                     n += 1;
+                } else if ctx.db.value(key, ctx.now).is_some() {
+                    ctx.db.values.remove(key);
+                    n += 1;
+                } else {
+                    ctx.db.values.remove(key); // expired: gone already
                 }
             }
             int(n)
@@ -207,6 +241,15 @@ pub(crate) fn execute(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> Outcome {
         "xcfgset" => xcfgset(ctx, args),
         "wait" | "waitaof" => wait(ctx, args),
         "role" => reply(role(ctx)),
+        "set" => crate::kv::set(ctx, args),
+        "get" => crate::kv::get(ctx, args),
+        "incrby" => crate::kv::incrby(ctx, args),
+        "hset" => crate::kv::hset(ctx, args),
+        "hgetall" => crate::kv::hgetall(ctx, args),
+        "type" => crate::kv::kind(ctx, args),
+        "exists" => crate::kv::exists(ctx, args),
+        "script" => crate::script::script(ctx, args),
+        "evalsha" => crate::script::evalsha(ctx, args),
         _ => Err(format!("ERR unknown command '{name}'")),
     };
     result.unwrap_or_else(|e| Outcome::Reply(Reply::err(e)))
@@ -420,6 +463,9 @@ struct AddOptions {
     refs: Refs,
     /// `IDMP pid iid` (`Some(iid)`) or `IDMPAUTO pid` (`None`) (Redis 8.6).
     idmp: Option<(Vec<u8>, Option<Vec<u8>>)>,
+    /// `~`: whole nodes only, removing at most `limit` entries (0: no limit).
+    approx: bool,
+    limit: u64,
     /// The index of the first argument after them (`XADD`'s id).
     next: usize,
 }
@@ -435,7 +481,7 @@ fn trim_options(
     let mut trim = None;
     let mut nomkstream = false;
     let mut approx = false;
-    let mut limit = false;
+    let mut limit = None;
     let mut refs = None;
     let mut idmp: Option<(Vec<u8>, Option<Vec<u8>>)> = None;
     while i < args.len() {
@@ -467,10 +513,11 @@ fn trim_options(
             });
             i += 2;
         } else if eq(opt, "LIMIT") && more > 0 {
-            if int_arg(&args[i + 1])? < 0 {
+            let n = int_arg(&args[i + 1])?;
+            if n < 0 {
                 return Err("ERR The LIMIT argument must be >= 0.".into());
             }
-            limit = true;
+            limit = Some(n as u64);
             i += 2;
         } else if verbs.ackdel && refs.is_none() && refs_word.is_some() {
             refs = Some(match refs_word {
@@ -502,16 +549,18 @@ fn trim_options(
             return Err(SYNTAX.into());
         }
     }
-    if limit && trim.is_none() {
+    if limit.is_some() && trim.is_none() {
         return Err("ERR syntax error, LIMIT cannot be used without specifying a trimming strategy".into());
     }
     if !xadd && trim.is_none() {
         return Err("ERR syntax error, XTRIM must be called with a trimming strategy".into());
     }
-    if limit && !approx {
+    if limit.is_some() && !approx {
         return Err("ERR syntax error, LIMIT cannot be used without the special ~ option".into());
     }
-    Ok(AddOptions { trim, nomkstream, refs: refs.unwrap_or(Refs::Keep), idmp, next: i })
+    // `~` without LIMIT removes at most 100 nodes' worth.
+    let limit = limit.unwrap_or(100 * crate::model::NODE_ENTRIES);
+    Ok(AddOptions { trim, nomkstream, refs: refs.unwrap_or(Refs::Keep), idmp, approx, limit, next: i })
 }
 
 /// The idempotent id `IDMPAUTO` derives from the fields: the servers hash the field/value
@@ -579,8 +628,14 @@ fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     if let Some((pid, iid)) = idmp {
         stream.idmp_insert(pid, iid, id);
     }
-    if let Some(trim) = opts.trim {
-        stream.trim(trim, opts.refs);
+    match opts.trim {
+        Some(trim) if opts.approx => {
+            stream.trim_approx(trim, opts.refs, opts.limit);
+        }
+        Some(trim) => {
+            stream.trim(trim, opts.refs);
+        }
+        None => {}
     }
     ctx.signals.push(Signal::Added(key.clone()));
     reply(Reply::id(id))
@@ -589,7 +644,10 @@ fn xadd(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 fn xtrim(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     let opts = trim_options(args, 2, false, ctx.options)?;
     let (Some(trim), Some(stream)) = (opts.trim, ctx.db.streams.get_mut(&args[1])) else { return int(0) };
-    int(stream.trim(trim, opts.refs) as usize)
+    match opts.approx {
+        true => int(stream.trim_approx(trim, opts.refs, opts.limit) as usize),
+        false => int(stream.trim(trim, opts.refs) as usize),
+    }
 }
 
 /// `XCFGSET key [IDMP-DURATION s] [IDMP-MAXSIZE n]` (Redis 8.6): a changed setting forgets
@@ -1201,7 +1259,16 @@ fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 /// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away); and its
 /// check at the start ([`pelican::DEAD_LETTER_CHECK_SCRIPT`]), which answers 1 (the
 /// simulator has no ACL and no slots).
-fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+pub(crate) fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    // The servers keep every script they run in their cache (`EVALSHA` finds it after).
+    let sha = crate::script::sha1_hex(&args[1]);
+    ctx.scripts.entry(sha).or_insert_with(|| args[1].clone());
+    if args[1] == pelican::COMMIT_SCRIPT.as_bytes() {
+        return crate::script::commit(ctx, args);
+    }
+    if args[1] == pelican::COMMIT_CHECK_SCRIPT.as_bytes() {
+        return crate::script::commit_check(args);
+    }
     if args[1] == pelican::DEAD_LETTER_CHECK_SCRIPT.as_bytes() {
         return match args.get(2).map(|n| &n[..]) {
             Some(b"2") if args.len() == 7 => reply(Reply::Int(1)),
@@ -1212,7 +1279,9 @@ fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         return leave(ctx, args);
     }
     if args[1] != pelican::DEAD_LETTER_SCRIPT.as_bytes() {
-        return Err("ERR the simulator runs no script but pelican's dead-letter and leave scripts".into());
+        return Err(
+            "ERR the simulator runs no script but pelican's dead-letter, leave and commit scripts".into()
+        );
     }
     let [_, _, numkeys, key, dead, group, consumer, id, extra @ ..] = args else {
         return Err("ERR wrong number of arguments for the dead-letter script".into());
@@ -1233,6 +1302,9 @@ fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     };
     let mut fields = fields;
     fields.extend(extra.chunks(2).map(|p| (Bytes::copy_from_slice(&p[0]), Bytes::copy_from_slice(&p[1]))));
+    if ctx.db.holds_other(dead, ctx.now) {
+        return Err(format!("ERR Error running script: {}", crate::kv::WRONGTYPE));
+    }
     let target = ctx.db.streams.entry(dead.clone()).or_default();
     target
         .add(NewId::Auto, fields, ctx.now)

@@ -51,7 +51,9 @@
 //! ## Commands
 //!
 //! `PING`, `QUIT`, `HELLO [2|3] [AUTH user pass] [SETNAME name]`, `AUTH [user] pass`,
-//! `CLIENT ID|SETNAME|GETNAME|LIST [TYPE t]`, `SELECT 0`, `FLUSHALL`, `FLUSHDB`, `DEL`, `XLEN`, `XADD`
+//! `CLIENT ID|SETNAME|GETNAME|LIST [TYPE t]`, `SELECT 0`, `FLUSHALL`, `FLUSHDB`, `DEL`, `EXISTS`,
+//! `TYPE`, `SET key value [PX ms|EX s]`, `GET`, `INCRBY`, `HSET`, `HGETALL` (what pelican's
+//! commits write, and a stream command on such a key is `WRONGTYPE`), `XLEN`, `XADD`
 //! (`NOMKSTREAM`, `MAXLEN`/`MINID`), `XTRIM`, `XDEL`, `XGROUP
 //! CREATE|DESTROY|DELCONSUMER|CREATECONSUMER`, `XREADGROUP` (one stream), `XAUTOCLAIM`,
 //! `XCLAIM` (`JUSTID`, `IDLE`, `RETRYCOUNT`), `XRANGE`, `XACK`, `XPENDING` (both forms), `XINFO GROUPS`,
@@ -93,7 +95,16 @@
 //! Invalid stream ID …` for the new options. And
 //! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively), of its leave
 //! script (`pelican::LEAVE_SCRIPT`, likewise) and of its
-//! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`). Requests are RESP arrays of bulk strings
+//! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`); `SCRIPT LOAD|EXISTS|FLUSH` and `EVALSHA` (a
+//! script not in the node's cache is `NOSCRIPT`), and pelican's commit script
+//! (`pelican::COMMIT_SCRIPT`, run natively call for call as its Lua runs: fenced by owner and
+//! delivery count, every write checked before any is made; each entry it commits recorded,
+//! [`Sim::commits`]) with its check at connect (`pelican::COMMIT_CHECK_SCRIPT`, 1). The
+//! script cache is the node's: it survives connections, a [restart](Sim::restart) empties
+//! it, and a promoted replica has what was loaded on it (not its master's: Redis 7.0+ do not
+//! propagate `SCRIPT LOAD`); an old master killed in a failover comes back empty, one
+//! demoted in place keeps its own. `EVAL` caches the script it runs, as the servers do.
+//! Requests are RESP arrays of bulk strings
 //! or inline commands. Replies follow RESP2, or RESP3 after `HELLO 3`.
 //!
 //! ## Replication
@@ -120,8 +131,9 @@
 //! - `HELLO`'s `role` is `master` or `replica`, in RESP2 a flat array like every map.
 //! - On the replica ([`Sim::connect_replica`], or the old master demoted in place), writes
 //!   — `XADD`, `XACK`, `XREADGROUP`, `XCLAIM`, `XAUTOCLAIM`, `XGROUP`, `XDEL`, `XTRIM`, `DEL`,
-//!   `FLUSHALL`, `EVAL`, the Redis 8 verbs — answer `-READONLY You can't write against a
-//!   read only replica.`, `WAIT`/`WAITAOF` the servers' refusal, and reads see its copy.
+//!   `FLUSHALL`, `SET`, `INCRBY`, `HSET`, `EVAL`, `EVALSHA` (of a script it has), the Redis
+//!   8 verbs — answer `-READONLY You can't write against a read only replica.`,
+//!   `WAIT`/`WAITAOF` the servers' refusal, and reads see its copy.
 //! - A failover with [`OldMaster::Demoted`] answers a parked read or `WAIT` on the old master
 //!   `-UNBLOCKED force unblock from blocking operation, instance state changed (master ->
 //!   replica?)` and closes its connection, as every server does.
@@ -131,9 +143,16 @@
 //!
 //! ## Known differences from the real servers
 //!
-//! - Only streams exist: no other data types, no `WRONGTYPE`; one database (`SELECT n` with
-//!   n ≠ 0 answers `-ERR DB index is out of range`).
-//! - Trimming (`MAXLEN ~`, `MINID ~`) is always exact; real servers trim whole nodes only.
+//! - Streams, strings and hashes exist (no lists, sets or sorted sets); one database
+//!   (`SELECT n` with n ≠ 0 answers `-ERR DB index is out of range`). A stream command on a
+//!   string or a hash answers `WRONGTYPE` before its other arguments are looked at. Hashes
+//!   keep their fields in the order first set (the servers' small hashes do; one past 128
+//!   fields or with a value past 64 bytes is a hash table, in no order). Strings expire
+//!   exactly on the virtual clock.
+//! - Approximate trimming (`MAXLEN ~`, `MINID ~`, with `LIMIT`) removes whole nodes as the
+//!   servers do, nodes of 100 entries (`stream-node-max-entries`); the servers' other limit,
+//!   4096 bytes a node, is not modelled (big entries make their nodes smaller, so they trim
+//!   more). With Redis 8's `ACKED`, it trims exactly.
 //! - `XREADGROUP` reads one stream per call; several answer an error.
 //! - `XADD 0-0` answers the 7.0 text (`must be greater than 0-0`) on every flavor.
 //! - `XINFO GROUPS` `entries-read`/`lag` follow Redis 7's algorithm (a logical read counter
@@ -154,7 +173,10 @@
 //! - The parser waits for a declared bulk length up to 512 MiB (it remembers where a partial
 //!   request's scan stopped, so a request fed in tiny pieces costs time linear in its size).
 //! - [`serve`] polls its sockets (about every millisecond when idle) on one thread.
-//! - `EVAL` runs only pelican's dead-letter and leave scripts; `XCLAIM` knows `JUSTID`, `IDLE` and
+//! - `EVAL` runs only pelican's dead-letter, leave and commit scripts (any text loads with
+//!   `SCRIPT LOAD`; running another answers an error); a script's failing call answers `ERR
+//!   Error running script: <the call's error>`, without the servers' line numbers; the
+//!   commit script's ACL checks (7.0+) always allow; `XCLAIM` knows `JUSTID`, `IDLE` and
 //!   `RETRYCOUNT` of its options (`TIME`, `FORCE`, `LASTID` answer an error).
 //! - Replication is a model, not the protocol: at most one replica, which copies the whole
 //!   data at once (a real one applies each write as it streams in); a `WAIT` it can answer is
@@ -173,16 +195,18 @@ mod command;
 mod conn;
 mod id;
 pub mod kit;
+mod kv;
 mod model;
 mod net;
 mod options;
 mod replication;
 mod reply;
+mod script;
 mod sim;
 
 pub use conn::ConnId;
 pub use id::EntryId;
-pub use model::{Origin, PendingEntry};
+pub use model::{Commit, Origin, PendingEntry};
 pub use net::{serve, ServerHandle};
 pub use options::{ClaimShape, GroupGoneWhileParked, KeyDeletedWhileParked, Redis8Verbs, SimOptions};
-pub use sim::{OldMaster, Sim, StreamEntry};
+pub use sim::{OldMaster, Sim, Stored, StreamEntry};

@@ -133,7 +133,16 @@ pub(crate) struct Stream {
     pub(crate) groups: BTreeMap<Vec<u8>, Group>,
     /// Idempotent appends (`XADD … IDMP`, Redis 8.6).
     idmp: Idmp,
+    /// How the servers lay the entries out in nodes (listpacks), oldest first: each node's
+    /// last id appended and how many were appended to it (deleted ones still count, as in
+    /// the node's header). Approximate trimming (`~`) removes whole nodes only.
+    nodes: std::collections::VecDeque<(EntryId, u64)>,
 }
+
+/// How many entries the servers append to one node before opening another
+/// (`stream-node-max-entries`, default 100). Their other limit, 4096 bytes a node
+/// (`stream-node-max-bytes`), is not modelled: big entries make smaller nodes there.
+pub(crate) const NODE_ENTRIES: u64 = 100;
 
 /// A stream's record of idempotent appends: per producer id, the idempotent ids of its
 /// latest appends (oldest first) with the entry each made.
@@ -170,7 +179,8 @@ pub(crate) enum NewId {
     Exact(EntryId),
 }
 
-/// A trim rule (`MAXLEN n` or `MINID id`); always applied exactly.
+/// A trim rule (`MAXLEN n` or `MINID id`); exact (`=`, the default) or approximate (`~`:
+/// whole nodes only, see [`NODE_ENTRIES`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Trim {
     /// Keep at most this many entries.
@@ -381,10 +391,55 @@ impl Stream {
         if id <= top {
             return Err(AddError::TooSmall);
         }
+        // The tail node takes it while it has room and an entry left (a node whose entries
+        // were all deleted is gone).
+        let start = self.nodes.len().checked_sub(2).and_then(|i| self.nodes[i].0.next()).unwrap_or_default();
+        let entries = &self.entries;
+        match self.nodes.back_mut() {
+            Some((last, n)) if *n < NODE_ENTRIES && entries.range(start..=*last).next().is_some() => {
+                *last = id;
+                *n += 1;
+            }
+            _ => self.nodes.push_back((id, 1)),
+        }
         self.entries.insert(id, fields);
         self.last_id = id;
         self.entries_added += 1;
         Ok(id)
+    }
+
+    /// Applies an approximate trim rule (`~`): whole nodes from the oldest, while what is
+    /// left keeps `MAXLEN` entries (or the node's last id is below `MINID`), removing at
+    /// most `limit` entries (0: no limit), as the servers do. With `ACKED` (Redis 8), the
+    /// exact rule is applied instead. Returns how many entries it removed.
+    pub(crate) fn trim_approx(&mut self, trim: Trim, refs: Refs, limit: u64) -> u64 {
+        if refs == Refs::Acked {
+            return self.trim(trim, refs);
+        }
+        let mut removed = 0;
+        while let Some(&(last, _)) = self.nodes.front() {
+            let ids: Vec<EntryId> = self.entries.range(..=last).map(|(&id, _)| id).collect();
+            let live = ids.len() as u64;
+            if limit != 0 && removed + live > limit {
+                break;
+            }
+            let whole = match trim {
+                Trim::MaxLen(n) => self.entries.len() as u64 - live >= n,
+                Trim::MinId(min) => last < min,
+            };
+            if !whole {
+                break;
+            }
+            for id in ids {
+                if refs == Refs::Delete {
+                    self.drop_refs(id);
+                }
+                self.entries.remove(&id);
+            }
+            self.nodes.pop_front();
+            removed += live;
+        }
+        removed
     }
 
     /// Applies a trim rule with a reference policy (`KEEPREF`, `DELREF`, `ACKED`); returns
@@ -828,13 +883,76 @@ impl Stream {
     }
 }
 
-/// The keyspace: only streams exist.
+/// A key that is not a stream: a string (with its expiry, virtual ms) or a hash (its fields
+/// in the order first set, as a small hash's listpack keeps them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Value {
+    /// A string, expiring at `expires_at` (virtual ms) if set.
+    Str { data: Vec<u8>, expires_at: Option<u64> },
+    /// A hash.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+/// An entry acked by pelican's commit script, its writes made with it: the simulator's
+/// record (the servers keep none), for test checks ([`Sim::commits`](crate::Sim::commits)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commit {
+    /// The consumed stream.
+    pub stream: Vec<u8>,
+    /// The group.
+    pub group: Vec<u8>,
+    /// The entry committed.
+    pub id: EntryId,
+    /// The consumer whose commit it was.
+    pub consumer: Vec<u8>,
+    /// When (virtual ms).
+    pub at: u64,
+}
+
+/// The keyspace: streams, and strings and hashes (what pelican's commits write); a key is
+/// in one map at most.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Db {
     pub(crate) streams: BTreeMap<Vec<u8>, Stream>,
+    /// Strings and hashes. An expired string may linger here: read through
+    /// [`Db::value`], which does not see it.
+    pub(crate) values: BTreeMap<Vec<u8>, Value>,
+    /// Every commit made, in order: the history the data holds (a failover loses those its
+    /// replica had not copied, with their writes).
+    pub(crate) commits: Vec<Commit>,
 }
 
 impl Db {
+    /// The string or hash at `key`, unless it has expired by `now`.
+    pub(crate) fn value(&self, key: &[u8], now: u64) -> Option<&Value> {
+        self.values.get(key).filter(|v| !expired(v, now))
+    }
+
+    /// Forgets `key`'s value if it has expired by `now` (before a write looks at it).
+    pub(crate) fn expire(&mut self, key: &[u8], now: u64) {
+        if self.values.get(key).is_some_and(|v| expired(v, now)) {
+            self.values.remove(key);
+        }
+    }
+
+    /// What `TYPE` answers for `key`: `stream`, `string`, `hash` or `none`.
+    pub(crate) fn kind(&self, key: &[u8], now: u64) -> &'static str {
+        if self.streams.contains_key(key) {
+            return "stream";
+        }
+        match self.value(key, now) {
+            Some(Value::Str { .. }) => "string",
+            Some(Value::Hash(_)) => "hash",
+            None => "none",
+        }
+    }
+
+    /// Whether `key` holds a string or a hash (live at `now`): a stream command on it is
+    /// `WRONGTYPE`.
+    pub(crate) fn holds_other(&self, key: &[u8], now: u64) -> bool {
+        self.value(key, now).is_some()
+    }
+
     /// What a restart from the append-only file brings back: everything, but pending
     /// entries' delivery times and counts as last recorded (see [`Nack`]).
     pub(crate) fn restart(&mut self) {
@@ -855,4 +973,9 @@ impl Db {
             }
         }
     }
+}
+
+/// Whether a string's expiry has come by `now`.
+fn expired(value: &Value, now: u64) -> bool {
+    matches!(value, Value::Str { expires_at: Some(at), .. } if *at <= now)
 }

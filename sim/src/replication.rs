@@ -83,7 +83,8 @@ pub(crate) fn wait_answer(aof: bool, have: u64) -> Reply {
 /// Whether a command (lowercase name) is a write: what a replica refuses with
 /// [`READONLY`], and what the master sends its replica (advancing its offset) when it
 /// succeeds. `XREADGROUP`, `XAUTOCLAIM` and `XCLAIM` are writes (they change the pending
-/// list), as the servers flag them; `EVAL` counts as one (pelican's scripts write).
+/// list), as the servers flag them; `EVAL` and `EVALSHA` count as
+/// ones (pelican's scripts write).
 pub(crate) fn is_write(name: &str) -> bool {
     matches!(
         name,
@@ -102,6 +103,10 @@ pub(crate) fn is_write(name: &str) -> bool {
             | "flushall"
             | "flushdb"
             | "eval"
+            | "evalsha"
+            | "set"
+            | "incrby"
+            | "hset"
     )
 }
 

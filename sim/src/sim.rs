@@ -5,13 +5,25 @@ use std::collections::{BTreeMap, VecDeque};
 use crate::command::{execute, nogroup_read, serve_read, Ctx, NodeView, Outcome, Signal};
 use crate::conn::{Blocked, Conn, ConnId};
 use crate::id::EntryId;
-use crate::model::{Db, Fields, Origin, PendingEntry};
+use crate::model::{Commit, Db, Fields, Origin, PendingEntry, Value};
 use crate::options::{GroupGoneWhileParked, KeyDeletedWhileParked, SimOptions};
 use crate::replication::{command_len, is_write, Replica, NODES, SERVED_READ_LEN, UNBLOCKED_DEMOTED};
 use crate::reply::Reply;
+use crate::script::Scripts;
 
 /// An entry of a stream as [`Sim::entries`] tells it: its id and its field/value pairs.
 pub type StreamEntry = (EntryId, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// What a key holds ([`Sim::value`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// A stream: its entries in id order.
+    Stream(Vec<StreamEntry>),
+    /// A hash: its fields and values, in the order first set.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A string.
+    String(Vec<u8>),
+}
 
 /// What becomes of the old master's clients in a failover ([`Sim::failover_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -55,8 +67,8 @@ pub enum OldMaster {
 /// which copies the master's data asynchronously. The master counts a replication offset,
 /// moved by every write it takes (a command that changes data or may: `XADD`, `XACK`,
 /// `XREADGROUP`'s deliveries, `XCLAIM`, `XAUTOCLAIM`, `XGROUP …`, `XDEL`, `XTRIM`, `DEL`,
-/// `FLUSHALL`, `EVAL`, the Redis 8 verbs) by its length as the master would send it. The
-/// replica copies everything the master holds whenever `replica_lag_ms` of virtual time has
+/// `FLUSHALL`, `SET`, `INCRBY`, `HSET`, `EVAL`, `EVALSHA`, the Redis 8 verbs) by its length
+/// as the master would send it. The replica copies everything the master holds whenever `replica_lag_ms` of virtual time has
 /// passed since it last did ([`advance_to`](Sim::advance_to) checks), and at once when a
 /// `WAIT` or `WAITAOF` asks (a healthy replica acknowledges within a round trip); what it
 /// copies is what the master sends, so a read of a consumer's own pending list, which raises
@@ -82,6 +94,8 @@ pub struct Sim {
     offset: u64,
     /// Which node is the master (0 until a failover; see [`NODES`]).
     master_node: u8,
+    /// Each node's script cache (`SCRIPT LOAD`), by node.
+    scripts: [Scripts; 2],
 }
 
 impl Sim {
@@ -91,6 +105,7 @@ impl Sim {
             replica: options.replica_lag_ms.map(|_| Replica::of(&Db::default(), 0, 0)),
             offset: 0,
             master_node: 0,
+            scripts: Default::default(),
             options,
             now: 0,
             db: Db::default(),
@@ -226,7 +241,11 @@ impl Sim {
         replica.copy(&self.db, self.offset, self.now);
         replica.link_up = true;
         match old {
-            OldMaster::Killed => self.conns.retain(|_, conn| conn.node != old_node),
+            OldMaster::Killed => {
+                self.conns.retain(|_, conn| conn.node != old_node);
+                // It died: the process that comes back has loaded no script.
+                self.scripts[usize::from(old_node)].clear();
+            }
             OldMaster::Demoted => {
                 for conn in self.conns.values_mut().filter(|conn| conn.node == old_node && conn.parked()) {
                     conn.blocked = None;
@@ -397,6 +416,32 @@ impl Sim {
         let conns = &self.conns;
         self.ready.retain(|c| conns.contains_key(c));
         self.db.restart();
+        self.scripts[usize::from(master)].clear();
+    }
+
+    /// Every entry pelican's commit script ([`pelican::COMMIT_SCRIPT`]) committed — its
+    /// writes made and its ack in one step — in the order committed, as the master's data
+    /// holds them: a failover loses those its replica had not copied, with their writes (the
+    /// servers keep no such record).
+    pub fn commits(&self) -> &[Commit] {
+        &self.db.commits
+    }
+
+    /// What key `key` holds on the master, if anything: a stream's entries, a hash's fields
+    /// (in the order first set), a string (one that has expired by now is nothing).
+    pub fn value(&self, key: &[u8]) -> Option<Stored> {
+        if self.db.streams.contains_key(key) {
+            return Some(Stored::Stream(self.entries(key)));
+        }
+        Some(match self.db.value(key, self.now)? {
+            Value::Str { data, .. } => Stored::String(data.clone()),
+            Value::Hash(fields) => Stored::Hash(fields.clone()),
+        })
+    }
+
+    /// The shas of the scripts the master's cache holds (`SCRIPT LOAD`, or run by `EVAL`).
+    pub fn scripts(&self) -> Vec<String> {
+        self.scripts[usize::from(self.master_node)].keys().cloned().collect()
     }
 
     /// Whether `group` exists on stream `key`.
@@ -443,6 +488,7 @@ impl Sim {
             let mut signals = Vec::new();
             let mut ctx = Ctx {
                 db,
+                scripts: &mut self.scripts[usize::from(node)],
                 options: &self.options,
                 now: self.now,
                 conn,

@@ -368,6 +368,20 @@ fn worlds_from_any_bytes() {
     let world = World::from_bytes(&[7, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 1, 200, 40]);
     assert_eq!((world.seed(), world.consumer_count()), (7, 2));
     assert_eq!(world.scheduled_faults(), [(320, Fault::Crash { consumer: 1, restart_ms: 2_050 })]);
+    // The two kinds that came later take 224–253: every input kept from before means what
+    // it meant (255 is a slow handler still, 0xff a consumers byte of handlers that ack).
+    let data = [7, 0, 0, 0, 0, 0, 0, 0, 0xff, 1, 224, 1, 10, 1, 225, 0, 0, 1, 255, 0, 2, 1];
+    let world = World::from_bytes(&data);
+    assert_eq!(
+        world.scheduled_faults(),
+        [
+            (8, Fault::Pause { consumer: 1, ms: 1_160 }),
+            (16, Fault::CutAfterCommit { consumer: 0 }),
+            (24, Fault::SlowHandler { consumer: 0, ms: 24 })
+        ]
+    );
+    assert!(!World::commits_from_bytes(&data));
+    assert!(World::commits_from_bytes(&[0, 0, 0, 0, 0, 0, 0, 0, 0x43]));
 }
 
 /// The inputs of the `kit` fuzz target (`fuzz/fuzz_targets/kit.rs`) — its seeds and any
@@ -375,20 +389,29 @@ fn worlds_from_any_bytes() {
 #[test]
 fn the_fuzz_targets_inputs_pass() {
     let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut inputs = 0;
+    let (mut inputs, mut committing) = (0, 0);
     for dir in ["seeds/kit", "regressions/kit"] {
         let Ok(files) = std::fs::read_dir(fuzz.join(dir)) else { continue };
         for file in files {
             let path = file.expect("a readable directory").path();
             let data = std::fs::read(&path).expect("a readable input");
-            let report = World::from_bytes(&data).run((), |_, _, _| Verdict::Ack);
+            // As the target: with bits 6–7 of the 9th byte 01, the handler commits.
+            let commits = World::commits_from_bytes(&data);
+            let report = World::from_bytes(&data).run((), |_, _, entry| match commits {
+                true => Verdict::Commit(
+                    pelican::Writes::new().add("out", [(&b"input"[..], entry.id())]).incr_by("n", 1),
+                ),
+                false => Verdict::Ack,
+            });
             if let Err(failure) = report.check() {
                 panic!("{}: {failure}", path.display());
             }
             inputs += 1;
+            committing += usize::from(commits);
         }
     }
     assert!(inputs >= 20, "the seeds are there: {inputs}");
+    assert!(committing >= 3, "seeds with handlers that commit: {committing}");
 }
 
 /// Absurd times are not a panic: the world just does not settle by its deadline.

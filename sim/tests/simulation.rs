@@ -5,7 +5,8 @@
 //! dead-letter verdicts, stops, abandons (stops that drop the entry in hand and give up owed
 //! acks), a destroyed group, server restarts that forget the delivery counts raised by
 //! drains, failovers to a replica that lags (the old master's clients cut off, or left on it
-//! as a replica for a while), the replica's link going down — and an entry stream with
+//! as a replica for a while), the replica's link going down, consumers paused past
+//! `min_idle` (zombies), connections cut after an ack went out — and an entry stream with
 //! poison entries (whose handler always fails) and big entries (reads past `read_bytes`). The
 //! kit's drivers keep driving while a handler runs (like `pelican-smol`), so leases are
 //! renewed meanwhile. Each seed draws how many entries a consumer holds in hand at once (1, 2

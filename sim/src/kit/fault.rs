@@ -125,6 +125,28 @@ pub enum Fault {
         /// How long the link is down.
         ms: u64,
     },
+    /// The consumer's process is paused for `ms` (a stop-the-world pause, a frozen VM,
+    /// `SIGSTOP`): its driver does nothing — no reads, no writes, no lease renewals, no
+    /// timeouts — and its handlers stand still, while its connection stays open. Paused past
+    /// `min_idle`, it is a zombie: peers reclaim its entries and handle them, and when it
+    /// resumes it settles what it had in hand as if nothing happened (a commit of one is
+    /// then fenced off). Faults aimed at it meanwhile are skipped, but for a crash or a death.
+    Pause {
+        /// Which consumer.
+        consumer: usize,
+        /// How long it stands still.
+        ms: u64,
+    },
+    /// The consumer's connection drops right after its next commit
+    /// ([`Verdict::Commit`](pelican::Verdict::Commit)'s `EVALSHA`; or its next `XACK`, for
+    /// a consumer that only acks) reaches the server, before the answer: the commit is made,
+    /// and the consumer cannot tell. It sends the commit again on its next connection, which
+    /// must find the entry settled and write nothing twice. Armed until then (or until its
+    /// process ends).
+    CutAfterCommit {
+        /// Which consumer.
+        consumer: usize,
+    },
 }
 
 /// A [`Fault`] without its parameters: to pick which faults a world draws at random
@@ -159,11 +181,15 @@ pub enum FaultKind {
     Failover,
     /// [`Fault::ReplicaLinkDown`].
     ReplicaLinkDown,
+    /// [`Fault::Pause`].
+    Pause,
+    /// [`Fault::CutAfterCommit`].
+    CutAfterCommit,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 16] = [
         FaultKind::Crash,
         FaultKind::Death,
         FaultKind::Disconnect,
@@ -178,13 +204,16 @@ impl FaultKind {
         FaultKind::ServerRestart,
         FaultKind::Failover,
         FaultKind::ReplicaLinkDown,
+        FaultKind::Pause,
+        FaultKind::CutAfterCommit,
     ];
 
     /// Whether a fault of this kind may, by design, have an entry handled again after its
     /// handler succeeded: it loses a process's memory (its unsent acks, its verdicts on the
     /// entries in hand), the group's pending list, or the delivery counts and idle times that
-    /// keep a peer from reclaiming an entry still being handled. Other faults never do (a
-    /// duplicate after them alone is a bug).
+    /// keep a peer from reclaiming an entry still being handled, or freezes a process past
+    /// `min_idle` (a zombie's entries are handled by peers while it holds them). Other faults
+    /// never do (a duplicate after them alone is a bug): a cut after a commit must not.
     pub fn may_duplicate(self) -> bool {
         matches!(
             self,
@@ -194,6 +223,7 @@ impl FaultKind {
                 | FaultKind::DestroyGroup
                 | FaultKind::ServerRestart
                 | FaultKind::Failover
+                | FaultKind::Pause
         )
     }
 }
@@ -216,6 +246,8 @@ impl Fault {
             Fault::ServerRestart { .. } => FaultKind::ServerRestart,
             Fault::Failover { .. } => FaultKind::Failover,
             Fault::ReplicaLinkDown { .. } => FaultKind::ReplicaLinkDown,
+            Fault::Pause { .. } => FaultKind::Pause,
+            Fault::CutAfterCommit { .. } => FaultKind::CutAfterCommit,
         }
     }
 
@@ -230,7 +262,9 @@ impl Fault {
             | Fault::FailingHandler { consumer }
             | Fault::DeadLetterVerdict { consumer }
             | Fault::Stop { consumer, .. }
-            | Fault::Abandon { consumer, .. } => Some(consumer),
+            | Fault::Abandon { consumer, .. }
+            | Fault::Pause { consumer, .. }
+            | Fault::CutAfterCommit { consumer } => Some(consumer),
             Fault::DeletePending { .. }
             | Fault::Trim { .. }
             | Fault::DestroyGroup
@@ -250,7 +284,9 @@ impl Fault {
             | Fault::FailingHandler { consumer }
             | Fault::DeadLetterVerdict { consumer }
             | Fault::Stop { consumer, .. }
-            | Fault::Abandon { consumer, .. } => *consumer = to,
+            | Fault::Abandon { consumer, .. }
+            | Fault::Pause { consumer, .. }
+            | Fault::CutAfterCommit { consumer } => *consumer = to,
             Fault::DeletePending { .. }
             | Fault::Trim { .. }
             | Fault::DestroyGroup
@@ -295,6 +331,9 @@ impl Fault {
                 Fault::Failover { stale_ms }
             }
             FaultKind::ReplicaLinkDown => Fault::ReplicaLinkDown { ms: 200 + rng.below(2_000) },
+            // Past min_idle: a zombie whose entries peers reclaim.
+            FaultKind::Pause => Fault::Pause { consumer, ms: min_idle_ms + 200 + rng.below(2_000) },
+            FaultKind::CutAfterCommit => Fault::CutAfterCommit { consumer },
         }
     }
 }

@@ -103,9 +103,21 @@
 //!   pelican waits and tries again). Consumers that wait for their acks to reach the
 //!   replica ([`World::ack_wait`]) lose fewer of them; those a `WAIT` could not confirm (the
 //!   link down) are counted in [`Report::acks_unreplicated`].
-//! - Duplicates are handlings after one that answered `Ack`. Crashes, deaths and abandons
+//! - A handler may answer [`Verdict::Commit`](pelican::Verdict::Commit): its writes and the
+//!   entry's ack in one fenced step on the server (the simulator runs pelican's commit
+//!   script). The entry ends [`Fate::Committed`] when a commit of it was made in the history
+//!   that survives ([`EntryReport::commits`], [`Handling::committed`]), and the checks hold
+//!   the commits to exactly once: no entry committed twice but after a destroyed group
+//!   ([`Violation::CommittedTwice`]), and each key written by commits alone — a stream by
+//!   their untrimmed `XADD`s, a counter by their `INCRBY`s — holding exactly what they made
+//!   ([`Violation::CommitWrites`]; [`ServerState::written`] has what those keys hold). A
+//!   [`Fault::Pause`] makes a zombie (paused past `min_idle`, its entries taken by peers, its
+//!   late commits fenced off), a [`Fault::CutAfterCommit`] loses a commit's answer after the
+//!   commit was made (sent again, it must write nothing twice).
+//! - Duplicates are handlings after one that answered `Ack` (or whose commit was made). Crashes, deaths and abandons
 //!   (the process's memory), a destroyed group (its pending list), server restarts (the
-//!   counts and idle times) and failovers (the last writes) may cost some
+//!   counts and idle times), failovers (the last writes) and pauses (a zombie's entries
+//!   handled by peers) may cost some
 //!   ([`FaultKind::may_duplicate`]); a duplicate no such fault explains is a
 //!   [`Violation::UnexplainedDuplicate`].
 

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use pelican::{Source, Verdict};
+use pelican::{Source, Verdict, Write};
 
 use super::fault::{Fault, FaultKind};
 use super::run::Record;
 use super::world::{flavor, World};
-use crate::{PendingEntry, Sim};
+use crate::{PendingEntry, Sim, Stored};
 
 /// One time an entry was handed to a handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,6 +37,17 @@ pub struct Handling {
     /// The entry's key by the consumer's [`order_by`](pelican::Config::order_by); `None` if
     /// it does not order by key or the entry has no key (a key of its own).
     pub key: Option<Vec<u8>>,
+    /// Its verdict was a [`Verdict::Commit`] the server made — its writes and the ack in
+    /// one step — in the history that survives (a failover loses those its replica had not
+    /// copied).
+    pub committed: bool,
+}
+
+impl Handling {
+    /// Whether its verdict settled the entry: an `Ack`, or a commit made.
+    pub fn settled_it(&self) -> bool {
+        self.verdict == Verdict::Ack || self.committed
+    }
 }
 
 impl fmt::Display for Handling {
@@ -53,7 +64,13 @@ impl fmt::Display for Handling {
             Source::Pending => "drained",
             Source::Claimed => "reclaimed",
         };
-        write!(f, ": {:?}", self.verdict)?;
+        match &self.verdict {
+            Verdict::Commit(writes) => {
+                let made = if self.committed { "committed" } else { "not committed" };
+                write!(f, ": Commit of {} writes, {made}", writes.len())?
+            }
+            verdict => write!(f, ": {verdict:?}")?,
+        }
         if !self.by_handler {
             f.write_str(" (a fault's, the handler not called)")?;
         }
@@ -70,6 +87,9 @@ impl fmt::Display for Handling {
 pub enum Fate {
     /// A handler's `Ack` reached a consumer (and nothing is left pending at quiescence).
     Acked,
+    /// A handler's [`Verdict::Commit`] was made: its writes and its ack in one step, in the
+    /// history that survives.
+    Committed,
     /// Moved to the dead-letter stream (a `DeadLetter` verdict, or past `max_deliveries`).
     DeadLettered,
     /// Deleted from the stream by a fault ([`Fault::DeletePending`], [`Fault::Trim`])
@@ -105,6 +125,9 @@ pub struct EntryReport {
     pub deleted: bool,
     /// Whether the producer's `WAIT` said the replica had it ([`World::confirm_adds`]).
     pub confirmed: bool,
+    /// How many times a commit of it was made, in the history that survives: once, unless a
+    /// destroyed group delivered it anew.
+    pub commits: u32,
 }
 
 impl EntryReport {
@@ -113,18 +136,16 @@ impl EntryReport {
         self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| &v[..])
     }
 
-    /// Whether some handling answered `Ack` (its side effects are meant to be applied once).
+    /// Whether some handling answered `Ack`, or committed (its side effects are meant to be
+    /// applied once).
     pub fn succeeded(&self) -> bool {
-        self.handlings.iter().any(|h| h.verdict == Verdict::Ack)
+        self.handlings.iter().any(Handling::settled_it)
     }
 
-    /// How many handlings came after the first `Ack`: each may apply the handler's side
-    /// effects again.
+    /// How many handlings came after the first `Ack` (or commit made): each may apply the
+    /// handler's side effects again.
     pub fn duplicates(&self) -> usize {
-        self.handlings
-            .iter()
-            .position(|h| h.verdict == Verdict::Ack)
-            .map_or(0, |i| self.handlings.len() - i - 1)
+        self.handlings.iter().position(Handling::settled_it).map_or(0, |i| self.handlings.len() - i - 1)
     }
 }
 
@@ -144,6 +165,7 @@ impl fmt::Display for EntryReport {
         let more = if self.fields.len() > 4 { " …" } else { "" };
         let fate = match self.fate {
             Fate::Acked => "acked",
+            Fate::Committed => "committed",
             Fate::DeadLettered => "dead-lettered",
             Fate::Deleted => "deleted",
             Fate::Unreplicated => "never replicated (gone with a failover)",
@@ -184,6 +206,8 @@ impl From<Record> for EntryReport {
     fn from(r: Record) -> EntryReport {
         let fate = if r.unreplicated {
             Fate::Unreplicated
+        } else if r.commits > 0 {
+            Fate::Committed
         } else if r.acked {
             Fate::Acked
         } else if r.dead_letter_moves > 0 {
@@ -202,6 +226,7 @@ impl From<Record> for EntryReport {
             dead_letter_moves: r.dead_letter_moves,
             deleted: r.deleted,
             confirmed: r.confirmed,
+            commits: r.commits,
         }
     }
 }
@@ -248,6 +273,9 @@ pub struct ServerState {
     pub consumers: Vec<String>,
     /// The dead-letter stream's entries (none without a dead-letter stream).
     pub dead_letters: Vec<DeadLetter>,
+    /// What the keys the handlers' commits name ([`Verdict::Commit`]) hold, by key (those
+    /// that hold nothing left out): the output of a stage.
+    pub written: BTreeMap<Vec<u8>, Stored>,
 }
 
 /// Duplicate handlings (handlings of an entry after one that answered `Ack`), and the
@@ -410,6 +438,23 @@ pub enum Violation {
         /// The entry.
         id: String,
     },
+    /// An entry was committed ([`Verdict::Commit`]) more than once, its writes made each
+    /// time, though no destroyed group delivered it anew after its first commit.
+    CommittedTwice {
+        /// The entry.
+        id: String,
+        /// How many commits of it were made.
+        commits: u32,
+    },
+    /// A key the commits wrote does not hold what the commits made, once each: a stream
+    /// written by commits' `XADD`s alone (untrimmed) holds exactly their entries, a counter
+    /// written by their `INCRBY`s alone their sum.
+    CommitWrites {
+        /// The key (lossy UTF-8).
+        key: String,
+        /// What differs.
+        detail: String,
+    },
     /// Your invariant ([`Report::check_with`]) does not hold.
     Invariant(String),
     /// Your invariant on one entry ([`Report::check_entries`]) does not hold.
@@ -432,6 +477,7 @@ impl Violation {
             | Violation::UnexplainedDuplicate { id, .. }
             | Violation::ReplicatedLost { id }
             | Violation::ConfirmedLost { id }
+            | Violation::CommittedTwice { id, .. }
             | Violation::EntryInvariant { id, .. } => vec![id],
             Violation::KeyInHandTwice { id, in_hand, .. } => vec![id, in_hand],
             Violation::OutOfOrder { id, after, .. } => vec![id, after],
@@ -442,6 +488,7 @@ impl Violation {
             | Violation::Contract { .. }
             | Violation::Livelock { .. }
             | Violation::Kit { .. }
+            | Violation::CommitWrites { .. }
             | Violation::Invariant(_) => Vec::new(),
         }
     }
@@ -490,6 +537,10 @@ impl fmt::Display for Violation {
                 "{consumer} (life {life}) first handed out {id} at {at_ms} ms after {after} of the same key \
                  {key}, though it read {id} first (both as new entries)"
             ),
+            Violation::CommittedTwice { id, commits } => {
+                write!(f, "{id} was committed {commits} times (its writes made each time)")
+            }
+            Violation::CommitWrites { key, detail } => write!(f, "{key}, written by commits: {detail}"),
             Violation::Invariant(text) => write!(f, "invariant: {text}"),
             Violation::EntryInvariant { id, text } => write!(f, "invariant on {id}: {text}"),
         }
@@ -679,7 +730,7 @@ impl<S> fmt::Display for Report<S> {
         let applied = self.faults.iter().filter(|r| r.applied).count();
         write!(
             f,
-            "seed {}, {}, {} consumers{}: {} entries ({} acked, {} dead-lettered, {} deleted, {} unreplicated, \
+            "seed {}, {}, {} consumers{}: {} entries ({} acked, {}{} dead-lettered, {} deleted, {} unreplicated, \
              {} unsettled), {} faults ({applied} applied), {} duplicates, {} at {} ms, {} violations",
             self.world.seed,
             flavor(&self.world.server),
@@ -691,6 +742,10 @@ impl<S> fmt::Display for Report<S> {
             },
             self.entries.len(),
             count(Fate::Acked),
+            match count(Fate::Committed) {
+                0 => String::new(),
+                n => format!("{n} committed, "),
+            },
             count(Fate::DeadLettered),
             count(Fate::Deleted),
             count(Fate::Unreplicated),
@@ -706,7 +761,8 @@ impl<S> fmt::Display for Report<S> {
 
 /// Each duplicate handling of `entry` (its index) and the fault kind it is put down to: the
 /// latest fault before it that may cost duplicates, aimed at the consumer of an `Ack`
-/// handling before it (after that handling ran), or at the whole group after the entry was
+/// handling before it (after that handling ran), a pause of its own consumer (a zombie), or
+/// at the whole group after the entry was
 /// added (after a destroyed group, consumers may hand out the entry as read from any of the
 /// group's incarnations: when they read it cannot be told from the handlings).
 fn duplicates_of(entry: &EntryReport, faults: &[FaultRecord]) -> Vec<(usize, Option<FaultKind>)> {
@@ -719,6 +775,9 @@ fn duplicates_of(entry: &EntryReport, faults: &[FaultRecord]) -> Vec<(usize, Opt
                     && f.fault.kind().may_duplicate()
                     && f.at_ms <= h.at_ms
                     && match f.consumer {
+                        // A zombie hands out, when it resumes, what the server delivered to
+                        // it before or while it stood still: a peer may have taken it since.
+                        Some(c) if f.fault.kind() == FaultKind::Pause && c == h.index => true,
                         Some(c) => acks.iter().any(|p| p.index == c && f.at_ms >= p.at_ms),
                         None => f.at_ms >= entry.added_at_ms,
                     }
@@ -726,7 +785,7 @@ fn duplicates_of(entry: &EntryReport, faults: &[FaultRecord]) -> Vec<(usize, Opt
             let cause = faults.iter().rev().find(explains).map(|f| f.fault.kind());
             out.push((i, cause));
         }
-        if h.verdict == Verdict::Ack {
+        if h.settled_it() {
             acks.push(h);
         }
     }
@@ -740,13 +799,26 @@ pub(crate) fn text(bytes: &[u8], max: usize) -> String {
     format!("{:?}{more}", String::from_utf8_lossy(shown))
 }
 
-/// What the server holds.
+/// What the server holds (`entries`: for the keys their commits name).
 pub(crate) fn server_state(
     sim: &Sim,
     stream: &[u8],
     group: &[u8],
     dead_letter: Option<&[u8]>,
+    entries: &[EntryReport],
 ) -> ServerState {
+    let written = entries
+        .iter()
+        .flat_map(|e| &e.handlings)
+        .filter_map(|h| match &h.verdict {
+            Verdict::Commit(writes) => Some(writes),
+            _ => None,
+        })
+        .flat_map(|writes| writes.iter().map(|w| w.key().to_vec()))
+        .collect::<std::collections::BTreeSet<Vec<u8>>>()
+        .into_iter()
+        .filter_map(|key| Some((key.clone(), sim.value(&key)?)))
+        .collect();
     let lossy = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
     let field = |fields: &[(Vec<u8>, Vec<u8>)], name: &[u8]| {
         fields.iter().rev().find(|(n, _)| n == name).map(|(_, v)| lossy(v)).unwrap_or_default()
@@ -769,10 +841,110 @@ pub(crate) fn server_state(
         group_exists: sim.group_exists(stream, group),
         consumers: sim.consumers(stream, group).iter().map(|c| lossy(c)).collect(),
         dead_letters,
+        written,
+    }
+}
+
+/// What the commits made to one key, to hold it to.
+struct Made {
+    /// The field lists of their `XADD`s.
+    adds: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
+    /// The sum of their `INCRBY`s.
+    sum: i128,
+    /// Only untrimmed `XADD`s, or only `INCRBY`s, wrote it (else it is not checked).
+    only_adds: bool,
+    only_incr: bool,
+}
+
+/// The commits' checks: no entry committed twice but for a destroyed group after its first
+/// commit; each key written by commits alone — a stream by their untrimmed `XADD`s, a
+/// counter by their `INCRBY`s — holds what the commits made, each once.
+fn commit_checks(
+    entries: &[EntryReport],
+    server: &ServerState,
+    faults: &[FaultRecord],
+    stream: &[u8],
+    dead_letter: Option<&[u8]>,
+    violations: &mut Vec<Violation>,
+) {
+    for e in entries.iter().filter(|e| e.commits > 1) {
+        let first = e.handlings.iter().filter(|h| h.committed).filter_map(|h| h.settled_at_ms).min();
+        let anew = faults.iter().any(|f| {
+            f.applied && f.fault.kind() == FaultKind::DestroyGroup && first.map_or(true, |t| f.at_ms >= t)
+        });
+        if !anew {
+            violations.push(Violation::CommittedTwice { id: e.id.clone(), commits: e.commits });
+        }
+    }
+    let mut keys: BTreeMap<Vec<u8>, Made> = BTreeMap::new();
+    for h in entries.iter().flat_map(|e| &e.handlings) {
+        let Verdict::Commit(writes) = &h.verdict else { continue };
+        for w in writes {
+            let made = keys.entry(w.key().to_vec()).or_insert(Made {
+                adds: Vec::new(),
+                sum: 0,
+                only_adds: true,
+                only_incr: true,
+            });
+            match w {
+                Write::Add { fields, trim, .. } => {
+                    made.only_incr = false;
+                    made.only_adds &= trim.is_none();
+                    if h.committed {
+                        made.adds.push(fields.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect());
+                    }
+                }
+                Write::IncrBy { by, .. } => {
+                    made.only_adds = false;
+                    if h.committed {
+                        made.sum += i128::from(*by);
+                    }
+                }
+                _ => (made.only_adds, made.only_incr) = (false, false),
+            }
+        }
+    }
+    for (key, made) in keys {
+        if key == stream || dead_letter == Some(&key[..]) {
+            continue;
+        }
+        let held = server.written.get(&key);
+        let name = String::from_utf8_lossy(&key).into_owned();
+        if made.only_adds {
+            let mut want = made.adds;
+            let mut got: Vec<Vec<(Vec<u8>, Vec<u8>)>> = match held {
+                None => Vec::new(),
+                Some(Stored::Stream(entries)) => entries.iter().map(|(_, f)| f.clone()).collect(),
+                Some(other) => {
+                    let detail = format!("holds {other:?}, not a stream");
+                    violations.push(Violation::CommitWrites { key: name, detail });
+                    continue;
+                }
+            };
+            want.sort();
+            got.sort();
+            if want != got {
+                let (w, g) = (want.len(), got.len());
+                let twice = got.windows(2).filter(|p| p[0] == p[1]).count();
+                let detail = format!("holds {g} entries, the commits made {w} ({twice} repeated)");
+                violations.push(Violation::CommitWrites { key: name, detail });
+            }
+        } else if made.only_incr {
+            let got = match held {
+                None => Some(0),
+                Some(Stored::String(text)) => std::str::from_utf8(text).ok().and_then(|t| t.parse().ok()),
+                Some(_) => None,
+            };
+            if got != Some(made.sum) {
+                let detail = format!("holds {got:?}, the commits added {}", made.sum);
+                violations.push(Violation::CommitWrites { key: name, detail });
+            }
+        }
     }
 }
 
 /// The checks made once the run is over, added to those found while it ran.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn final_checks(
     entries: &[EntryReport],
     server: &ServerState,
@@ -780,11 +952,13 @@ pub(crate) fn final_checks(
     quiescent: bool,
     now: u64,
     stream: &[u8],
+    dead_letter: Option<&[u8]>,
     violations: &mut Vec<Violation>,
 ) {
     if violations.iter().any(|v| matches!(v, Violation::Kit { .. })) {
         return; // the world was not played as asked: the rest would only echo that
     }
+    commit_checks(entries, server, faults, stream, dead_letter, violations);
     if !quiescent {
         if !violations.iter().any(|v| matches!(v, Violation::Livelock { .. })) {
             violations.push(Violation::NoQuiescence { at_ms: now });

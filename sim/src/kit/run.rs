@@ -106,6 +106,13 @@ struct Node {
     /// Records whose entries this consumer's handler answered `Ack` for, settled (over all
     /// its lives): the only ids it may `XACK`, besides deleted ones.
     acked: BTreeSet<usize>,
+    /// Records it settled with a `Commit` verdict (over all its lives): the only ids it may
+    /// commit.
+    committed: BTreeSet<usize>,
+    /// Until when its process stands still ([`Fault::Pause`]).
+    paused_until: Option<u64>,
+    /// Its connection drops after its next commit reaches the server ([`Fault::CutAfterCommit`]).
+    cut_after_commit: bool,
     fail_next: bool,
     dead_letter_next: bool,
     slow_next: Option<u64>,
@@ -127,6 +134,8 @@ pub(crate) struct Record {
     pub(crate) unreplicated: bool,
     /// The producer's `WAIT` said the replica had it.
     pub(crate) confirmed: bool,
+    /// How many commits of it the server made (in the history that survives).
+    pub(crate) commits: u32,
 }
 
 struct Runner<'w, S, H> {
@@ -235,6 +244,9 @@ where
             stop_asked: false,
             life: 0,
             acked: BTreeSet::new(),
+            committed: BTreeSet::new(),
+            paused_until: None,
+            cut_after_commit: false,
             fail_next: false,
             dead_letter_next: false,
             slow_next: None,
@@ -334,9 +346,9 @@ fn encode(args: &[&[u8]]) -> Vec<u8> {
     out
 }
 
-/// The ids of every `XACK` in bytes a consumer wrote (whole commands: arrays of bulk
-/// strings); stops quietly at anything else.
-fn acked_ids(mut b: &[u8]) -> Vec<&[u8]> {
+/// The ids of every `XACK` (false) and every commit (`EVALSHA`, true) in bytes a consumer
+/// wrote (whole commands: arrays of bulk strings); stops quietly at anything else.
+fn acked_ids(mut b: &[u8]) -> Vec<(bool, &[u8])> {
     fn line<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
         let i = b.windows(2).position(|w| w == b"\r\n")?;
         let l = b.get(1..i)?;
@@ -357,7 +369,29 @@ fn acked_ids(mut b: &[u8]) -> Vec<&[u8]> {
             b = b.get(len + 2..).unwrap_or_default();
         }
         if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"XACK")) {
-            ids.extend(args.into_iter().skip(3));
+            ids.extend(args.into_iter().skip(3).map(|id| (false, id)));
+        } else if args.first().is_some_and(|a| a.eq_ignore_ascii_case(b"EVALSHA")) {
+            ids.extend(commit_ids(&args).into_iter().map(|id| (true, id)));
+        }
+    }
+    ids
+}
+
+/// The entries a commit's `EVALSHA` names (see [`pelican::COMMIT_SCRIPT`]: after the keys,
+/// group, consumer, lowest and highest id, count; then per entry id, deliveries, writes, and
+/// each write as op, key index, n, n arguments).
+fn commit_ids<'a>(args: &[&'a [u8]]) -> Vec<&'a [u8]> {
+    let num = |a: Option<&&[u8]>| a.and_then(|a| std::str::from_utf8(a).ok()?.parse::<usize>().ok());
+    let Some(keys) = num(args.get(2)) else { return Vec::new() };
+    let argv = args.get(3 + keys..).unwrap_or_default();
+    let mut ids = Vec::new();
+    let mut i = 5;
+    while let (Some(id), Some(writes)) = (argv.get(i), num(argv.get(i + 2))) {
+        ids.push(*id);
+        i += 3;
+        for _ in 0..writes {
+            let Some(n) = num(argv.get(i + 2)) else { return ids };
+            i += 3 + n;
         }
     }
     ids
@@ -379,6 +413,8 @@ fn notice_name(notice: &Notice) -> &'static str {
         Notice::DeadLettered { .. } => "dead-lettered",
         Notice::ReadShrunk { cause: pelican::ShrinkCause::SlowHandler, .. } => "read-shrunk-slow-handler",
         Notice::ReadShrunk { .. } => "read-shrunk-big-entries",
+        Notice::CommitFenced { .. } => "commit-fenced",
+        Notice::CommitRefused { .. } => "commit-refused",
         _ => "other",
     }
 }
@@ -528,6 +564,7 @@ where
                 offset: self.sim.repl_offset(),
                 unreplicated: false,
                 confirmed: false,
+                commits: 0,
             });
         }
         match self.world.confirm_adds_ms {
@@ -562,21 +599,28 @@ where
         self.nodes.iter().filter(|n| !n.dead).count()
     }
 
+    /// Whether node `i`'s process stands still now ([`Fault::Pause`]).
+    fn paused(&self, i: usize) -> bool {
+        self.nodes[i].paused_until.is_some_and(|t| self.now() < t)
+    }
+
     /// Applies one fault (or skips it, when it cannot apply now), and records it.
     fn inject(&mut self, fault: Fault) {
         let at = self.instant();
         let now = self.now();
         let target = fault.consumer().map(|c| c % self.nodes.len());
-        let up = target.is_some_and(|i| self.nodes[i].consumer.is_some() && !self.nodes[i].dead);
+        // A paused process can only be killed.
+        let alive = target.is_some_and(|i| self.nodes[i].consumer.is_some() && !self.nodes[i].dead);
+        let up = alive && target.is_some_and(|i| !self.paused(i));
         let i = target.unwrap_or(0);
         let down = self.is_down();
         let applied = match fault {
-            Fault::Crash { restart_ms, .. } if up => {
+            Fault::Crash { restart_ms, .. } if alive => {
                 self.kill(i);
                 self.nodes[i].restart_at = Some(now.saturating_add(restart_ms));
                 true
             }
-            Fault::Death { .. } if up && self.alive() > 1 => {
+            Fault::Death { .. } if alive && self.alive() > 1 => {
                 self.kill(i);
                 self.nodes[i].dead = true;
                 true
@@ -668,6 +712,19 @@ where
                 self.link_up_at = Some(now.saturating_add(ms));
                 true
             }
+            Fault::Pause { ms, .. } if up => {
+                // Its handlings stand still with it: they end as much later.
+                let node = &mut self.nodes[i];
+                node.paused_until = Some(now.saturating_add(ms));
+                for work in &mut node.work {
+                    work.done_at = work.done_at.saturating_add(ms);
+                }
+                true
+            }
+            Fault::CutAfterCommit { .. } if up => {
+                self.nodes[i].cut_after_commit = true;
+                true
+            }
             _ => false,
         };
         self.note(|| format!("fault {fault:?}{}", if applied { "" } else { " (skipped)" }));
@@ -741,6 +798,8 @@ where
         node.order.clear();
         node.across_destroy.clear();
         node.stop_asked = false;
+        node.paused_until = None;
+        node.cut_after_commit = false;
         node.fail_next = false;
         node.dead_letter_next = false;
         node.slow_next = None;
@@ -785,6 +844,9 @@ where
 
     /// Drives node `i` until it has nothing more to do at this instant.
     fn drive(&mut self, i: usize) {
+        if self.paused(i) {
+            return;
+        }
         let now = self.now();
         let at = self.instant();
         for _ in 0..MAX_ROUNDS {
@@ -813,9 +875,13 @@ where
             if let (Some(conn), Some(bytes)) = (node.conn, consumer.poll_transmit()) {
                 let bytes = bytes.to_vec();
                 consumer.advance_transmit(bytes.len());
-                for id in acked_ids(&bytes) {
+                let ids = acked_ids(&bytes);
+                for &(commit, id) in &ids {
                     let record = self.by_id.get(id).copied();
-                    let allowed = record.is_some_and(|r| node.acked.contains(&r) || self.records[r].deleted);
+                    let allowed = record.is_some_and(|r| match commit {
+                        true => node.committed.contains(&r),
+                        false => node.acked.contains(&r) || self.records[r].deleted,
+                    });
                     if !allowed {
                         let id = String::from_utf8_lossy(id).into_owned();
                         let v = Violation::AckWithoutVerdict { consumer: node.name.clone(), id, at_ms: now };
@@ -829,6 +895,16 @@ where
                 }
                 self.sim.input(conn, &bytes);
                 progress = true;
+                if node.cut_after_commit && !ids.is_empty() {
+                    // The commit (or ack) went through; its answer is lost with the connection.
+                    node.cut_after_commit = false;
+                    self.sim.disconnect(conn);
+                    node.conn = None;
+                    consumer.on_disconnected(at);
+                    if let Some(trace) = &mut self.trace {
+                        trace.push(format!("{now} ms {}'s connection is cut after that write", node.name));
+                    }
+                }
             }
             if let Some(conn) = node.conn {
                 let input = self.sim.output(conn);
@@ -949,9 +1025,15 @@ where
         done.sort_by_key(|w| w.done_at); // stable: ties keep the order handed out
         for work in done {
             let record = &mut self.records[work.record];
-            if work.verdict == Verdict::Ack {
-                node.acked.insert(work.record);
-                record.acked = true;
+            match work.verdict {
+                Verdict::Ack => {
+                    node.acked.insert(work.record);
+                    record.acked = true;
+                }
+                Verdict::Commit(_) => {
+                    node.committed.insert(work.record);
+                }
+                _ => {}
             }
             record.handlings[work.handling].settled_at_ms = Some(now);
             if !consumer.settle(record.id.as_bytes(), work.verdict.clone(), at) {
@@ -1041,6 +1123,7 @@ where
             by_handler,
             settled_at_ms: None,
             key: key.clone(),
+            committed: false,
         });
         let handling = handlings.len() - 1;
         node.work.push(Work { record, handling, done_at: now.saturating_add(took), verdict, key });
@@ -1138,17 +1221,58 @@ where
     /// Every entry added is settled (acked, moved or deleted), nothing pending, nothing
     /// left to add or inject, every consumer idle.
     fn quiescent(&self) -> bool {
-        let settled = |r: &Record| r.acked || r.dead_letter_moves > 0 || r.deleted || r.unreplicated;
+        let committed = self.committed_records();
+        let settled = |(i, r): (usize, &Record)| {
+            r.acked || r.dead_letter_moves > 0 || r.deleted || r.unreplicated || committed.contains(&i)
+        };
         self.due.is_empty()
             && !self.confirm_out
             && self.scheduled.is_empty()
             && !self.is_down()
             && self.sim.pending(&self.stream, &self.group).map_or(true, |p| p.is_empty())
             && self.nodes.iter().all(|n| n.work.is_empty() && n.restart_at.is_none())
-            && (self.records.iter().all(settled) || {
+            && (self.records.iter().enumerate().all(settled) || {
                 let moved = self.moved_unreported();
-                self.records.iter().enumerate().all(|(i, r)| settled(r) || moved.contains(&i))
+                self.records.iter().enumerate().all(|(i, r)| settled((i, r)) || moved.contains(&i))
             })
+    }
+
+    /// The records the server committed (in the history that survives).
+    fn committed_records(&self) -> BTreeSet<usize> {
+        self.sim
+            .commits()
+            .iter()
+            .filter(|c| c.stream == self.stream && c.group == self.group)
+            .filter_map(|c| self.by_id.get(c.id.to_string().as_bytes()).copied())
+            .collect()
+    }
+
+    /// Each commit the server made (in the history that survives) counted on its record and
+    /// put down to its handling: the latest by that consumer with a `Commit` verdict that
+    /// reached it by then, and no commit put down to it yet (one batch may commit two
+    /// handlings of an entry: two copies a destroyed group delivered).
+    fn count_commits(&mut self) {
+        let commits: Vec<_> = self
+            .sim
+            .commits()
+            .iter()
+            .filter(|c| c.stream == self.stream && c.group == self.group)
+            .cloned()
+            .collect();
+        for c in commits {
+            let Some(&r) = self.by_id.get(c.id.to_string().as_bytes()) else { continue };
+            let record = &mut self.records[r];
+            record.commits += 1;
+            let handling = record.handlings.iter_mut().rev().find(|h| {
+                !h.committed
+                    && h.consumer.as_bytes() == &c.consumer[..]
+                    && matches!(h.verdict, Verdict::Commit(_))
+                    && h.settled_at_ms.is_some_and(|t| t <= c.at)
+            });
+            if let Some(h) = handling {
+                h.committed = true;
+            }
+        }
     }
 
     /// The entries in the dead-letter stream whose move no consumer reported: the process
@@ -1202,6 +1326,10 @@ where
             if let Some(r) = node.restart_at {
                 t = t.min(r);
             }
+            if let Some(p) = node.paused_until.filter(|&p| p > now) {
+                t = t.min(p);
+                continue; // nothing else of it moves before then
+            }
             if let Some(at) = node.consumer.as_ref().and_then(Consumer::poll_timeout) {
                 let ms = at.saturating_duration_since(self.base).as_millis() as u64;
                 // Deadlines round up so that the instant passed in is at or after them.
@@ -1229,8 +1357,10 @@ where
         for r in self.moved_unreported() {
             self.records[r].dead_letter_moves = 1;
         }
+        self.count_commits();
         let records: Vec<EntryReport> = self.records.into_iter().map(EntryReport::from).collect();
-        let server = report::server_state(&self.sim, &self.stream, &self.group, self.dead_letter.as_deref());
+        let dead_letter = self.dead_letter.as_deref();
+        let server = report::server_state(&self.sim, &self.stream, &self.group, dead_letter, &records);
         let mut violations = self.violations;
         report::final_checks(
             &records,
@@ -1239,6 +1369,7 @@ where
             quiescent,
             self.sim.now(),
             &self.stream,
+            dead_letter,
             &mut violations,
         );
         Report {

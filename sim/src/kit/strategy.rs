@@ -100,6 +100,9 @@ pub fn fault(kinds: &[FaultKind], consumers: usize) -> impl Strategy<Value = Fau
             // Shrinks towards a failover that cuts the old master's clients off.
             FaultKind::Failover => Fault::Failover { stale_ms: ms * u64::from(pick % 2) },
             FaultKind::ReplicaLinkDown => Fault::ReplicaLinkDown { ms: 100 + ms },
+            // Past the worlds' min_idle (1 s): a zombie.
+            FaultKind::Pause => Fault::Pause { consumer, ms: 1_000 + ms },
+            FaultKind::CutAfterCommit => Fault::CutAfterCommit { consumer },
         }
     })
 }

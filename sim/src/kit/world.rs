@@ -378,8 +378,12 @@ impl World {
     /// (little-endian, missing bytes 0); the 9th says how the consumers run: bits 0–1 how
     /// many (1–4), bits 2–3 their [`concurrency`](World::concurrency) (1, 2, 8 or 3), bits 4–5
     /// their order (none, or by a field `k` with 1, 3 or 8 [`keys`](World::keys)), bits 6–7
-    /// are ignored; the 10th is the server's flavor; then each 4 bytes are a fault: its kind,
-    /// its consumer, a parameter, and the time since the previous fault in units of 8 ms.
+    /// are the fuzz target's (`01`: its handler commits, [`World::commits_from_bytes`]); the
+    /// 10th is the server's flavor; then each 4 bytes are a fault: its kind (224 to 253:
+    /// [`Fault::Pause`] when even, [`Fault::CutAfterCommit`] when odd; any other value one
+    /// of the first 14 kinds of [`FaultKind::ALL`], modulo 14, as before those two came: the
+    /// inputs kept from then mean what they meant), its consumer, a parameter, and the time
+    /// since the previous fault in units of 8 ms.
     /// Entries are drawn from the seed for 2 s ([`phase_ms`](World::phase_ms) 2,000).
     ///
     /// ```
@@ -420,7 +424,7 @@ impl World {
             at += u64::from(gap) * 8;
             let consumer = usize::from(consumer);
             let param = u64::from(param);
-            let fault = match kind % FaultKind::ALL.len() as u8 {
+            let fault = match if (224..=253).contains(&kind) { 14 + kind % 2 } else { kind % 14 } {
                 0 => Fault::Crash { consumer, restart_ms: 50 + param * 10 },
                 1 => Fault::Death { consumer },
                 2 => Fault::Disconnect { consumer },
@@ -435,11 +439,22 @@ impl World {
                 11 => Fault::ServerRestart { down_ms: param * 8 },
                 // Even: the old master's clients cut off; odd: it stays reachable a while.
                 12 => Fault::Failover { stale_ms: (param % 2) * param * 8 },
-                _ => Fault::ReplicaLinkDown { ms: param * 16 },
+                13 => Fault::ReplicaLinkDown { ms: param * 16 },
+                // Past the kit's min_idle of 1 s.
+                14 => Fault::Pause { consumer, ms: 1_000 + param * 16 },
+                _ => Fault::CutAfterCommit { consumer },
             };
             world = world.fault(at, fault);
         }
         world
+    }
+
+    /// Whether the kit fuzz target's handler commits for these bytes (bits 6–7 of the 9th
+    /// byte `01`, see [`from_bytes`](World::from_bytes)): each entry then an
+    /// [`Verdict::Commit`] of `XADD out * input <id>` and `INCRBY n 1`, else
+    /// [`Verdict::Ack`].
+    pub fn commits_from_bytes(data: &[u8]) -> bool {
+        data.get(8).is_some_and(|b| b & 0xc0 == 0x40)
     }
 }
 

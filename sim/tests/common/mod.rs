@@ -99,3 +99,56 @@ pub fn zero_pending_idle(reply: &[u8]) -> Vec<u8> {
     }
     parts.join("\r\n").into_bytes()
 }
+
+/// One write of a commit, as the commit script takes it: op (`a` XADD, `h` HSET, `i`
+/// INCRBY, `s` SET, `d` DEL), key, arguments (`a`: trim kind or "", trim value or "",
+/// field/value pairs; `h`: pairs; `i`: by; `s`: value, PX ms or ""; `d`: none).
+pub struct W<'a>(pub &'a str, pub &'a str, pub Vec<&'a str>);
+
+/// The arguments of pelican's commit (`EVALSHA sha` or `EVAL script`, `how`) of `entries`
+/// (id, delivery count, writes) taken from `stream` in `group` by `consumer`, as the core
+/// encodes them: `KEYS` the stream then each key written once, `ARGV` group, consumer, the
+/// lowest and highest id, how many entries, then each entry.
+pub fn commit_args(
+    how: [&str; 2],
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    entries: &[(&str, u64, Vec<W<'_>>)],
+) -> Vec<String> {
+    let mut keys = vec![stream.to_string()];
+    let mut argv = Vec::new();
+    for (id, deliveries, writes) in entries {
+        argv.extend([id.to_string(), deliveries.to_string(), writes.len().to_string()]);
+        for W(op, key, args) in writes {
+            let index = match keys.iter().position(|k| k == key) {
+                Some(i) => i + 1,
+                None => {
+                    keys.push(key.to_string());
+                    keys.len()
+                }
+            };
+            argv.extend([op.to_string(), index.to_string(), args.len().to_string()]);
+            argv.extend(args.iter().map(|a| a.to_string()));
+        }
+    }
+    let order = |id: &str| {
+        let (ms, seq) = id.split_once('-').unwrap_or((id, "0"));
+        (ms.parse::<u64>().unwrap_or(0), seq.parse::<u64>().unwrap_or(0))
+    };
+    let low = entries.iter().map(|e| e.0).min_by_key(|id| order(id)).unwrap_or("0");
+    let high = entries.iter().map(|e| e.0).max_by_key(|id| order(id)).unwrap_or("0");
+    let mut out = vec![how[0].to_string(), how[1].to_string(), keys.len().to_string()];
+    out.extend(keys);
+    out.extend([group, consumer, low, high].map(str::to_string));
+    out.push(entries.len().to_string());
+    out.extend(argv);
+    out
+}
+
+/// Sends one command given as arguments and returns what it produced, as text.
+pub fn call_s(sim: &mut Sim, c: ConnId, args: &[String]) -> String {
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    sim.input(c, &encode(&args));
+    String::from_utf8_lossy(&sim.output(c)).into_owned()
+}

@@ -1,0 +1,164 @@
+//! The test kit with handlers that commit ([`Verdict::Commit`]): a stage that writes each
+//! input's id into `out` and adds 1 to `n`, with its ack, in one fenced step. Over many
+//! worlds and every fault the kit draws — among them a consumer paused past `min_idle` (a
+//! zombie) and a connection cut after a commit reached the server, before its answer —
+//! each input acked through a commit has exactly one output, none has two, and `n` counts
+//! them. Beside it, the same worlds with a handler that writes its output itself and then
+//! acks (its "output stream" the application's state): there some inputs get two outputs.
+
+use std::collections::BTreeMap;
+
+use pelican::{Entry, Verdict, Writes};
+use pelican_sim::kit::{Fate, Fault, FaultKind, HandlerCtx, NewEntry, Report, World};
+use pelican_sim::Stored;
+
+/// The stage's commit for one input.
+fn stage(_: &mut (), _: &HandlerCtx<'_>, entry: &Entry) -> Verdict {
+    Verdict::Commit(Writes::new().add("out", [(&b"input"[..], entry.id())]).incr_by("n", 1))
+}
+
+/// How many outputs in `out` name each input.
+fn outputs<S>(report: &Report<S>) -> BTreeMap<String, usize> {
+    let mut by_input = BTreeMap::new();
+    if let Some(Stored::Stream(entries)) = report.server.written.get(&b"out"[..]) {
+        for (_, fields) in entries {
+            let input =
+                fields.iter().find(|(f, _)| f == b"input").map(|(_, v)| v.clone()).unwrap_or_default();
+            *by_input.entry(String::from_utf8_lossy(&input).into_owned()).or_insert(0) += 1;
+        }
+    }
+    by_input
+}
+
+/// Each input committed has exactly one output and `n` counts them; no input has two
+/// unless `anew` (a destroyed group delivers entries anew: they are committed again).
+fn exactly_once<S>(report: &Report<S>, anew: bool) -> Result<(), String> {
+    let got = outputs(report);
+    let committed: Vec<&str> =
+        report.entries.iter().filter(|e| e.fate == Fate::Committed).map(|e| e.id.as_str()).collect();
+    for id in &committed {
+        match got.get(*id) {
+            None => return Err(format!("{id} was committed, and has no output")),
+            Some(n) if *n > 1 && !anew => return Err(format!("{id} has {n} outputs")),
+            _ => {}
+        }
+    }
+    for (input, n) in &got {
+        if !report.entry(input).is_some_and(|e| e.commits as usize == *n) {
+            return Err(format!("{input} has {n} outputs, and was not committed as many times"));
+        }
+    }
+    let count = match report.server.written.get(&b"n"[..]) {
+        Some(Stored::String(n)) => String::from_utf8_lossy(n).parse().unwrap_or(-1),
+        _ => 0,
+    };
+    let made: i64 = report.entries.iter().map(|e| i64::from(e.commits)).sum();
+    if count != made {
+        return Err(format!("n is {count}, {made} commits were made"));
+    }
+    Ok(())
+}
+
+/// Every fault kind but a destroyed group (which delivers the stream anew, commits again
+/// and so writes again: what no fencing can tell).
+fn kinds_but_destroy() -> Vec<FaultKind> {
+    FaultKind::ALL.into_iter().filter(|k| *k != FaultKind::DestroyGroup).collect()
+}
+
+#[test]
+fn each_input_has_exactly_one_output_under_every_fault() {
+    let (mut committed, mut fenced, mut zombies, mut cuts) = (0, 0, 0, 0);
+    for seed in 0..80 {
+        // Half the worlds with zombies and cuts twice as often; some with many in hand.
+        let mut kinds = kinds_but_destroy();
+        if seed % 2 == 0 {
+            kinds.extend([FaultKind::Pause, FaultKind::CutAfterCommit]);
+        }
+        let world = World::new(seed).random_faults(kinds).concurrency([1, 1, 3, 8][seed as usize % 4]);
+        let report = world.run((), stage);
+        report.check_with(|_| exactly_once(&report, false)).unwrap_or_else(|f| panic!("{f}"));
+        committed += report.entries.iter().filter(|e| e.fate == Fate::Committed).count();
+        fenced += report.notices.get("commit-fenced").copied().unwrap_or(0);
+        let applied = report.faults_applied();
+        zombies += applied.get(&FaultKind::Pause).copied().unwrap_or(0);
+        cuts += applied.get(&FaultKind::CutAfterCommit).copied().unwrap_or(0);
+    }
+    eprintln!(
+        "{committed} committed, {fenced} commits fenced, {zombies} zombies, {cuts} cuts after a commit"
+    );
+    assert!(committed > 5_000 && zombies > 20 && cuts > 20, "the worlds reached the cases");
+    assert!(fenced > 0, "some zombie's commit was fenced off");
+}
+
+#[test]
+fn a_destroyed_group_commits_again_and_says_so() {
+    for seed in 0..20 {
+        let world = World::new(seed).random_faults(FaultKind::ALL);
+        let report = world.run((), stage);
+        let anew = report.faults_applied().contains_key(&FaultKind::DestroyGroup);
+        report.check_with(|_| exactly_once(&report, anew)).unwrap_or_else(|f| panic!("{f}"));
+    }
+}
+
+#[test]
+fn a_zombie_commit_is_fenced_off() {
+    // c0 takes 1-0 and freezes past min_idle (1 s) in its handling; c1 reclaims and commits
+    // it; c0 wakes and commits too: fenced, one output.
+    let world = World::new(3)
+        .consumers(2)
+        .entries([NewEntry::new(0, [("n", "1")])])
+        .handler_ms(300, 300)
+        .fault(100, Fault::Pause { consumer: 0, ms: 3_000 })
+        .fault(100, Fault::Pause { consumer: 1, ms: 1 })
+        .configure(|c| c.seed(1));
+    let report = world.run((), stage);
+    report.check_with(|_| exactly_once(&report, false)).unwrap_or_else(|f| panic!("{f}"));
+    let entry = report.entry("1-0").unwrap();
+    assert_eq!(entry.commits, 1);
+    assert_eq!(outputs(&report).get("1-0"), Some(&1));
+    if entry.handlings.len() == 2 {
+        assert_eq!(report.notices.get("commit-fenced"), Some(&1), "{entry}");
+        assert_eq!(entry.handlings.iter().filter(|h| h.committed).count(), 1, "{entry}");
+    }
+}
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_sent_again_and_writes_nothing_twice() {
+    let world = World::new(5)
+        .consumers(1)
+        .entries((0..20).map(|i| NewEntry::new(i * 50, [("n", i.to_string())])))
+        .faults((0..10).map(|i| (i * 100 + 10, Fault::CutAfterCommit { consumer: 0 })));
+    let report = world.run((), stage);
+    report.check_with(|_| exactly_once(&report, false)).unwrap_or_else(|f| panic!("{f}"));
+    assert!(report.notices.get("reconnected").copied().unwrap_or(0) >= 5, "{:?}", report.notices);
+    assert!(report.notices.get("commit-fenced").copied().unwrap_or(0) >= 5, "{:?}", report.notices);
+    assert_eq!(report.entries.iter().filter(|e| e.fate == Fate::Committed).count(), 20);
+    assert_eq!(report.duplicates().total, 0, "a cut after a commit costs no handling twice");
+}
+
+/// The same worlds, with a handler that writes its output itself (into the application's
+/// state, which survives crashes like a database) and then acks: a crash between the two, a
+/// zombie whose entry a peer took, a failover that loses the ack — its outputs come twice.
+#[test]
+fn writing_then_acking_is_not_exactly_once_where_committing_is() {
+    let (mut twice_by_ack, mut twice_by_commit) = (0, 0);
+    for seed in 0..40 {
+        let world = World::new(seed).random_faults(kinds_but_destroy());
+        let acking = world.run(Vec::<String>::new(), |out: &mut Vec<String>, _, entry| {
+            out.push(String::from_utf8_lossy(entry.id()).into_owned()); // XADD out … input <id>
+            Verdict::Ack
+        });
+        acking.check().unwrap_or_else(|f| panic!("{f}"));
+        let mut per_input: BTreeMap<&str, usize> = BTreeMap::new();
+        for id in &acking.state {
+            *per_input.entry(id).or_insert(0) += 1;
+        }
+        twice_by_ack += per_input.values().filter(|n| **n > 1).count();
+        let committing = world.run((), stage);
+        committing.check_with(|_| exactly_once(&committing, false)).unwrap_or_else(|f| panic!("{f}"));
+        twice_by_commit += outputs(&committing).values().filter(|n| **n > 1).count();
+    }
+    eprintln!("inputs written twice over 40 worlds: {twice_by_ack} writing then acking, {twice_by_commit} committing");
+    assert!(twice_by_ack > 0, "the faults caught writing-then-acking");
+    assert_eq!(twice_by_commit, 0);
+}
