@@ -203,12 +203,13 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             me.clone(),
         ],
     )?;
-    let mut mine: BTreeMap<Vec<u8>, i64> = BTreeMap::new();
+    // `None`: committed earlier in this batch (settled: its ack goes at the end).
+    let mut mine: BTreeMap<Vec<u8>, Option<i64>> = BTreeMap::new();
     if let Reply::Array(rows) = range {
         for row in rows {
             if let Reply::Array(p) = row {
                 if let [Reply::Bulk(id), _, _, Reply::Int(count)] = &p[..] {
-                    mine.insert(id.clone(), *count);
+                    mine.insert(id.clone(), Some(*count));
                 }
             }
         }
@@ -241,7 +242,7 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             i += 3 + argc;
         }
         let (count, owner) = match mine.get(id) {
-            Some(&count) => (Some(count), me.clone()),
+            Some(&count) => (count, me.clone()),
             None => {
                 let held = call(
                     ctx,
@@ -276,6 +277,7 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
                 None => {
                     apply(ctx, &entry)?;
                     acked.push(id.clone());
+                    mine.insert(id.clone(), None);
                     Reply::Int(1)
                 }
             },

@@ -6,7 +6,8 @@
 //! (`[owner, count]`), refused writes (an `XADD` onto a hash, an `INCRBY` of a word: the
 //! refusal's text, nothing of the entry written), an `INCRBY` followed through an entry's
 //! `SET` and `DEL`, `MAXLEN ~` trimming a stream of 150 entries, one entry twice in one batch
-//! (both commit: the script acks at the end), the check at connect, and the writes read back (`XRANGE`, `GET`, `HGETALL`, `TYPE`, `XPENDING`).
+//! (the second finds it settled), the check at connect, and the writes read back (`XRANGE`,
+//! `GET`, `HGETALL`, `TYPE`, `XPENDING`).
 //!
 //! Normalisations (both sides): ids made by the clock (`XADD … *` inside the script, nine
 //! digits or more before the dash) are numbered by first appearance in each reply; the idle
@@ -149,9 +150,9 @@ fn story(sha: &str) -> Vec<Vec<String>> {
     script.push(w("XLEN big"));
     script.push(evalsha(&[("8-0", 1, vec![W("a", "big", vec!["MAXLEN", "10", "k", "w"])])], "A"));
     script.push(w("XLEN big"));
-    // One entry twice in one batch with the same delivery count: the script asks the pending
-    // list once and acks at the end, so both commit (pelican sends that for two copies of an
-    // entry that a destroyed group delivered again, both in hand in turn).
+    // One entry twice in one batch with the same delivery count (pelican sent that for two
+    // copies of an entry that a destroyed group delivered again, both in hand in turn): the
+    // first commits, the second finds it settled (0).
     script.push(evalsha(&[("4-0", 1, stage("4-0")), ("4-0", 1, stage("4-0"))], "A"));
     script.extend([
         w("XRANGE out - +"),
