@@ -393,16 +393,36 @@ impl Topology {
     /// ([`wait_for_master`](Self::wait_for_master)). Returns the new master. The old one
     /// still answers `ROLE` master for about 10 s after this returns (see the module docs):
     /// [`wait_replica_of`](Self::wait_replica_of) waits until it has been turned.
+    ///
+    /// A failover the sentinels accept can still abort (`-failover-abort-slave-timeout`:
+    /// seen on a loaded machine, the promoted replica turned back by a sentinel that had not
+    /// heard of the new epoch yet) and is not tried again on its own: it is asked again.
     pub fn failover(&self) -> SocketAddr {
         let old = self.master();
         let sentinel = *self.live_sentinels().first().expect("a live sentinel");
+        for _ in 0..2 {
+            self.ask_failover(sentinel);
+            // The failover timeout (5 s) and then some.
+            let until = Instant::now() + Duration::from_secs(12);
+            while Instant::now() < until {
+                if self.new_master(old).is_ok() {
+                    return self.wait_for_master(old);
+                }
+                thread::sleep(POLL);
+            }
+        }
+        self.ask_failover(sentinel);
+        self.wait_for_master(old)
+    }
+
+    /// `SENTINEL FAILOVER`, sent until it is taken.
+    fn ask_failover(&self, sentinel: SocketAddr) {
         self.wait_for("SENTINEL FAILOVER to be taken", || {
             match self.sentinel_cmd(sentinel, &["SENTINEL", "FAILOVER", SERVICE])? {
                 Reply::Simple(ok) if ok == "OK" => Ok(()),
                 other => Err(format!("SENTINEL FAILOVER answered {other:?}")),
             }
         });
-        self.wait_for_master(old)
     }
 
     /// Waits until every sentinel names a master other than `old`, which answers `ROLE`
@@ -410,28 +430,32 @@ impl Topology {
     pub fn wait_for_master(&self, old: SocketAddr) -> SocketAddr {
         let mut new = None;
         self.wait_for(&format!("a new master in place of {old}"), || {
-            let mut named = Vec::new();
-            for sentinel in self.live_sentinels() {
-                named.push(self.plain(self.named_by(sentinel)?));
-            }
-            named.dedup();
-            let [master] = named[..] else { return Err(format!("the sentinels name {named:?}")) };
-            if master == old {
-                return Err(format!("the sentinels still name {old}"));
-            }
-            let role = self.node_cmd(master, &["ROLE"])?;
-            if role.as_array().and_then(|r| r.first()).and_then(Reply::as_text).as_deref() != Some("master") {
-                return Err(format!("{master} does not answer ROLE master yet"));
-            }
-            match self.node_cmd(master, &["SET", "pelican-tests:probe", "1"])? {
-                Reply::Error(e) => Err(format!("{master} refuses a write: {e}")),
-                _ => {
-                    new = Some(master);
-                    Ok(())
-                }
-            }
+            new = Some(self.new_master(old)?);
+            Ok(())
         });
         new.expect("set by the wait")
+    }
+
+    /// The master the sentinels all name in place of `old`, if it answers `ROLE` master and
+    /// takes a write; else why not.
+    fn new_master(&self, old: SocketAddr) -> Result<SocketAddr, String> {
+        let mut named = Vec::new();
+        for sentinel in self.live_sentinels() {
+            named.push(self.plain(self.named_by(sentinel)?));
+        }
+        named.dedup();
+        let [master] = named[..] else { return Err(format!("the sentinels name {named:?}")) };
+        if master == old {
+            return Err(format!("the sentinels still name {old}"));
+        }
+        let role = self.node_cmd(master, &["ROLE"])?;
+        if role.as_array().and_then(|r| r.first()).and_then(Reply::as_text).as_deref() != Some("master") {
+            return Err(format!("{master} does not answer ROLE master yet"));
+        }
+        match self.node_cmd(master, &["SET", "pelican-tests:probe", "1"])? {
+            Reply::Error(e) => Err(format!("{master} refuses a write: {e}")),
+            _ => Ok(master),
+        }
     }
 
     /// Restarts the (killed) data node at `addr` on its port, with its directory (its AOF).
