@@ -1012,14 +1012,22 @@ impl Consumer {
         }
         let mut ahead = self.in_flight.reads_ahead();
         let free = self.in_hand.len() < self.config.concurrency as usize;
-        // Leases run out are renewed before the next read: the next entry to hand out's, and
-        // those of the entries in hand (a parked read, as this one may be, would hold their
-        // renewals back). Only these are looked at: this runs at every settle.
+        // Leases run out are renewed before the next read: the next entry to hand out's,
+        // those of the entries in hand, and — by the floor, which costs no walk — those
+        // waiting behind an entry of their key in hand: a run of parked reads, each sent as
+        // the last answers, would hold their renewals back until a reclaim took them (a
+        // peer's, or this consumer's own read with `CLAIM`, out of their key's order).
         let lease = self.config.lease_threshold();
         let in_hand_due = self.in_hand.iter().any(|h| h.read_at.is_some_and(|at| now >= at + lease));
-        if in_hand_due || (free && self.next_handout().is_some_and(|i| now >= self.buffer[i].due)) {
+        let due = in_hand_due
+            || (free && self.next_handout().is_some_and(|i| now >= self.buffer[i].due))
+            || self.lease_floor.is_some_and(|at| now >= at + lease);
+        if due {
+            // A floor that lagged (its entry gone since) is brought up to date, renewing none.
             self.renew_leases(now);
-            return;
+            if self.in_flight.leasing() || in_hand_due {
+                return;
+            }
         }
         if ahead == 0 && free && self.starved() && (self.buffer.is_empty() || !self.drains_from_top()) {
             // Caught up with what was read: the next read, parked on `>` if it comes to that.
