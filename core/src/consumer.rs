@@ -2117,9 +2117,9 @@ impl Consumer {
 
     /// What a read's item leaves to hand out: a deleted entry (`[id, nil]`) cannot be
     /// processed, so it is acked away and counted, never handed out; one in hand (read
-    /// again by a drain) is left to its handler, and one settled whose ack
-    /// or move is not yet confirmed (settled after the drain or reclaim went out, which
-    /// entries in hand do not hold back) to that ack or move.
+    /// again by a drain) is left to its handler, one buffered keeps its place, and one
+    /// settled whose ack or move is not yet confirmed (settled after the drain or reclaim
+    /// went out, which entries in hand do not hold back) to that ack or move.
     fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
         let id = match &item {
             Item::Entry(e) => e.id(),
@@ -2131,6 +2131,17 @@ impl Consumer {
             // and take it for a peer's. It counted a delivery too: a commit's fencing token.
             h.read_at = Some(now);
             h.deliveries += 1;
+            return None;
+        }
+        if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == id) {
+            // Buffered and delivered to us again (a read's `CLAIM` once its lease ran out
+            // while its key was in hand): the copy buffered keeps its place, its lease
+            // renewed by this reply. A second copy behind later entries of its key would be
+            // handed out after them once the next renewal, finding the idle time just reset,
+            // took the first copy for a peer's and dropped it.
+            b.read_at = now;
+            b.due = now + self.config.lease_threshold();
+            b.entry.deliveries += 1;
             return None;
         }
         if self.settling(id) {

@@ -281,3 +281,49 @@ fn entries_a_peer_released_are_told_as_taken_over_not_as_idle() {
     assert_eq!(told, Notice::Reclaimed { count: 0, released: 1 });
     assert_eq!(told.to_string(), "took over 1 entry their owners released");
 }
+
+#[test]
+fn an_entry_buffered_behind_its_key_and_claimed_back_by_a_read_keeps_its_place() {
+    // 2-0 and 3-0 wait behind 1-0, their key in hand, until 2-0's lease runs out and the
+    // next read's CLAIM delivers it to us again: handed out once, before 3-0.
+    let one_key =
+        config(Protocol::Resp2).concurrency(2).order_by_key(|_| Some(bytes::Bytes::from_static(b"k")));
+    let mut rig = parked(one_key);
+    rig.reply("read_new").unwrap();
+    assert_eq!(ids(&[rig.entry()]), ["1-0"]);
+    assert_eq!(rig.consumer.poll_event(), None, "2-0 while 1-0 is in hand");
+    assert!(rig.sent().iter().any(|c| c[0] == "XREADGROUP"));
+    let claimed =
+        b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n2-0\r\n*2\r\n$1\r\nf\r\n$2\r\nv2\r\n:3000\r\n:1\r\n";
+    rig.consumer.handle_input(claimed, rig.now).unwrap();
+    rig.settle_id(b"1-0", Verdict::Ack);
+    let seen = rig.handle_all(Verdict::Ack);
+    let got: Vec<_> =
+        seen.iter().map(|e| (String::from_utf8_lossy(e.id()).into_owned(), e.deliveries)).collect();
+    assert_eq!(got, [("2-0".to_string(), 2), ("3-0".to_string(), 1)]);
+}
+
+#[test]
+fn entries_buffered_behind_a_key_whose_lease_was_lost_are_still_renewed() {
+    // 1-0 in hand loses its lease; 2-0 and 3-0 wait behind it. Reads parking back to back
+    // hold every lease timeout back: their renewals go out when one answers.
+    let one_key =
+        config(Protocol::Resp2).concurrency(2).order_by_key(|_| Some(bytes::Bytes::from_static(b"k")));
+    let mut rig = parked(one_key);
+    rig.reply("read_new").unwrap();
+    assert_eq!(ids(&[rig.entry()]), ["1-0"]);
+    assert!(rig.sent().iter().any(|c| c[0] == "XREADGROUP"));
+    let kept = b"*2\r\n$3\r\n2-0\r\n$3\r\n3-0\r\n";
+    rig.advance(Duration::from_millis(1600));
+    rig.consumer.handle_input(b"*-1\r\n", rig.now).unwrap();
+    assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1550 2-0 3-0 1-0 JUSTID")]);
+    rig.consumer.handle_input(kept, rig.now).unwrap();
+    assert!(matches!(rig.notice(), Notice::LeaseLost { in_hand: true, .. }));
+    assert!(rig.sent().iter().any(|c| c[0] == "XREADGROUP"));
+    rig.advance(Duration::from_millis(1600));
+    rig.consumer.handle_input(b"*-1\r\n", rig.now).unwrap();
+    assert_eq!(rig.sent(), [cmd("XCLAIM s g A 1550 2-0 3-0 JUSTID")]);
+    rig.consumer.handle_input(kept, rig.now).unwrap();
+    rig.settle_id(b"1-0", Verdict::Ack);
+    assert_eq!(ids(&rig.handle_all(Verdict::Ack)), ["2-0", "3-0"]);
+}
