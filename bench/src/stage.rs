@@ -10,7 +10,6 @@
 //! - **Throughput**: one consumer through a backlog with instant handlers, plain acks and
 //!   commits interleaved round after round, at each `--batch`.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::thread;
@@ -113,12 +112,7 @@ fn tally(admin: &mut Admin, ids: &[String], workers: &mut [Child]) -> Result<(us
         let _ = w.kill();
         let _ = w.wait();
     }
-    let mut outputs: HashMap<String, usize> = HashMap::new();
-    for (_, fields) in admin.xrange("B") {
-        if let Some((_, v)) = fields.iter().find(|(f, _)| f == "input") {
-            *outputs.entry(String::from_utf8_lossy(v).into_owned()).or_default() += 1;
-        }
-    }
+    let outputs = admin.count_by_field("B", "input");
     let lost = ids.iter().filter(|id| !outputs.contains_key(*id)).count();
     let twice = outputs.values().map(|n| n.saturating_sub(1)).sum();
     Ok((lost, twice))

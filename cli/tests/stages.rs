@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 
 use pelican_tests::admin::Admin;
@@ -21,17 +20,6 @@ fn handler() -> String {
 
 fn spawn(url: &str, transport: &str, extra: &[&str], env: &[(&str, &str)]) -> Pelican {
     Pelican::spawn_env(&support::consume(url, transport, extra), env)
-}
-
-/// How many outputs in `out` name each input (field `input`).
-fn outputs(admin: &mut Admin, out: &str) -> BTreeMap<String, usize> {
-    let mut by_input = BTreeMap::new();
-    for (_, fields) in admin.xrange(out) {
-        let input =
-            fields.iter().find(|(f, _)| f == "input").map(|(_, v)| String::from_utf8_lossy(v).into_owned());
-        *by_input.entry(input.expect("an output names its input")).or_insert(0) += 1;
-    }
-    by_input
 }
 
 fn all_acked(admin: &mut Admin, last: &str) -> bool {
@@ -62,7 +50,7 @@ fn a_pipe_stage_writes_each_output_once() {
         assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
         wait_until("all acked", || all_acked(&mut admin, ids.last().unwrap()));
         p.stop();
-        let got = outputs(&mut admin, "out");
+        let got = admin.count_by_field("out", "input");
         assert_eq!(got.len(), 600, "{flavor} {transport}: every input");
         assert!(got.values().all(|n| *n == 1), "{flavor} {transport}: written twice: {got:?}");
         assert_eq!(admin.call(&["GET", "out:count"]).as_text().as_deref(), Some("600"));
@@ -112,7 +100,7 @@ fn exec_emit_to_commits_what_the_command_prints() {
             spawn(&url, transport, &["--exec", two_lines, "--emit-to", "out", "--concurrency", "4"], &[]);
         wait_until("all acked", || all_acked(&mut admin, ids.last().unwrap()));
         p.stop();
-        let got = outputs(&mut admin, "out");
+        let got = admin.count_by_field("out", "input");
         assert_eq!(got.len(), 20, "{flavor} {transport}: {}", p.stderr());
         assert!(got.values().all(|n| *n == 2), "two lines each: {got:?}");
 

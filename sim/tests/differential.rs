@@ -28,12 +28,8 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use common::{encode, frame_len, zero_pending_idle};
-use pelican_sim::{Sim, SimOptions};
+use common::{encode, sim_options, zero_pending_idle, Remote};
+use pelican_sim::Sim;
 use pelican_tests::server::{Flavor, Server};
 
 /// Seeds per server and protocol; `PELICAN_SIM_DIFF_SEEDS` overrides it.
@@ -347,43 +343,6 @@ impl Gen {
                 self.cursors.push(cursor.to_string());
             }
         }
-    }
-}
-
-/// A plain connection to the real server, reading one frame per command.
-struct Remote {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Remote {
-    fn connect(server: &Server) -> Remote {
-        let stream = TcpStream::connect(server.addr()).expect("connect to the server");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        stream.set_nodelay(true).unwrap();
-        Remote { stream, buf: Vec::new() }
-    }
-
-    fn call(&mut self, bytes: &[u8]) -> Vec<u8> {
-        self.stream.write_all(bytes).expect("write to the server");
-        let mut chunk = [0u8; 16 * 1024];
-        loop {
-            if let Some(n) = frame_len(&self.buf) {
-                return self.buf.drain(..n).collect();
-            }
-            let n = self.stream.read(&mut chunk).expect("read from the server");
-            assert!(n > 0, "the server closed the connection");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-}
-
-fn sim_options(flavor: Flavor) -> SimOptions {
-    match flavor {
-        Flavor::Redis62 => SimOptions::redis62(),
-        Flavor::Redis70 => SimOptions::redis70(),
-        Flavor::Valkey81 => SimOptions::valkey81(),
-        Flavor::Redis810 => SimOptions::redis810(),
     }
 }
 

@@ -282,6 +282,18 @@ impl Admin {
             .collect()
     }
 
+    /// How many entries of stream `key` carry each value of field `field` (entries without
+    /// it are not counted): e.g. how often each input appears among a stage's outputs.
+    pub fn count_by_field(&mut self, key: &str, field: &str) -> std::collections::BTreeMap<String, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for (_, fields) in self.xrange(key) {
+            if let Some((_, value)) = fields.iter().find(|(f, _)| f == field) {
+                *counts.entry(String::from_utf8_lossy(value).into_owned()).or_insert(0) += 1;
+            }
+        }
+        counts
+    }
+
     /// `XLEN key`.
     pub fn xlen(&mut self, key: &str) -> i64 {
         let reply = self.call(&["XLEN", key]);

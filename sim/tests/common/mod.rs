@@ -1,7 +1,12 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
-use pelican_sim::{ConnId, Sim};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use pelican_sim::{ConnId, Sim, SimOptions};
+use pelican_tests::server::{Flavor, Server};
 
 /// Encodes a command as a RESP array of bulk strings.
 pub fn encode(args: &[&[u8]]) -> Vec<u8> {
@@ -151,4 +156,43 @@ pub fn call_s(sim: &mut Sim, c: ConnId, args: &[String]) -> String {
     let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
     sim.input(c, &encode(&args));
     String::from_utf8_lossy(&sim.output(c)).into_owned()
+}
+
+/// A plain connection to a real server, one command and its whole reply at a time.
+pub struct Remote {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Remote {
+    pub fn connect(server: &Server) -> Remote {
+        let stream = TcpStream::connect(server.addr()).expect("connect to the server");
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        stream.set_nodelay(true).unwrap();
+        Remote { stream, buf: Vec::new() }
+    }
+
+    /// Writes `bytes` (one command) and returns its reply, whole.
+    pub fn call(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.stream.write_all(bytes).expect("write to the server");
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            if let Some(n) = frame_len(&self.buf) {
+                return self.buf.drain(..n).collect();
+            }
+            let n = self.stream.read(&mut chunk).expect("read from the server");
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// The simulator's options for the server `flavor`.
+pub fn sim_options(flavor: Flavor) -> SimOptions {
+    match flavor {
+        Flavor::Redis62 => SimOptions::redis62(),
+        Flavor::Redis70 => SimOptions::redis70(),
+        Flavor::Valkey81 => SimOptions::valkey81(),
+        Flavor::Redis810 => SimOptions::redis810(),
+    }
 }

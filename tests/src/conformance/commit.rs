@@ -6,7 +6,6 @@
 //! cluster with hash-tagged keys and a key in another slot. Part of the conformance suite
 //! (see the parent module). Each checks the server's own view: every input in `out` once.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -39,20 +38,9 @@ fn committing(calls: &Arc<AtomicUsize>) -> Handler {
     })
 }
 
-/// How many times each input appears in `out`.
-fn outputs(admin: &mut Admin, out: &str) -> BTreeMap<String, usize> {
-    let mut by_input = BTreeMap::new();
-    for (_, fields) in admin.xrange(out) {
-        let input =
-            fields.iter().find(|(f, _)| f == "input").map(|(_, v)| String::from_utf8_lossy(v).into_owned());
-        *by_input.entry(input.expect("an output names its input")).or_insert(0) += 1;
-    }
-    by_input
-}
-
 /// Each of `ids` in `out` exactly once, `n` counting them, nothing pending.
 fn each_once(admin: &mut Admin, ids: &[String]) {
-    let got = outputs(admin, OUT);
+    let got = admin.count_by_field(OUT, "input");
     let twice: Vec<_> = got.iter().filter(|(_, n)| **n > 1).collect();
     let missing: Vec<_> = ids.iter().filter(|id| !got.contains_key(*id)).collect();
     assert!(twice.is_empty() && missing.is_empty(), "written twice {twice:?}, never {missing:?}");
@@ -257,7 +245,7 @@ pub fn cluster_commit_hash_tags<T: Transport>() {
         let stats = run.finish();
         assert_eq!((stats.committed, stats.commits_refused), (19, 1), "{stats:?}");
         let mut admin = cluster.admin_for(stream);
-        let got = outputs(&mut admin, out);
+        let got = admin.count_by_field(out, "input");
         assert!(got.values().all(|n| *n == 1) && got.len() == 19 && !got.contains_key(&ids[0]), "{got:?}");
         assert_eq!(admin.call(&["GET", count]).as_text().as_deref(), Some("19"));
         assert_eq!(admin.xpending_count(stream, GROUP), 1);
