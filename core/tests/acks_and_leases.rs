@@ -24,14 +24,6 @@ fn config(protocol: Protocol) -> Config {
         .leave_on_stop(false)
 }
 
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 fn park() -> Vec<String> {
     cmd("XREADGROUP GROUP g A COUNT 10 BLOCK 2000 STREAMS s >")
 }

@@ -21,14 +21,6 @@ fn config(protocol: Protocol) -> Config {
         .leave_on_stop(false)
 }
 
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 /// The `EVAL` that moves `id` to `dl`, as the consumer sends it (the script elided).
 fn dead_letter(id: &str, deliveries: u64, reason: &str) -> Vec<String> {
     let mut c = cmd("EVAL <script> 2 s dl g A");

@@ -40,14 +40,6 @@ fn parked(config: Config, flavor: &'static str) -> Rig {
     rig
 }
 
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 #[test]
 fn a_stop_leaves_once_its_acks_are_confirmed_and_tells_what_it_holds() {
     each(|flavor, protocol| {

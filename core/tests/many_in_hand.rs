@@ -24,14 +24,6 @@ fn config(protocol: Protocol, concurrency: u32) -> Config {
         .no_client_name()
 }
 
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 fn park(count: u32, block_ms: u64) -> Vec<String> {
     cmd(&format!("XREADGROUP GROUP g A COUNT {count} BLOCK {block_ms} STREAMS s >"))
 }

@@ -48,15 +48,6 @@ fn park(consumer: &str) -> Vec<String> {
     cmd(&format!("XREADGROUP GROUP g {consumer} COUNT 10 BLOCK 2000 STREAMS s >"))
 }
 
-/// Every server flavor and both protocols.
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 /// Connected, drained (empty), reclaimed (nothing), parked.
 fn parked(flavor: &'static str, protocol: Protocol) -> Rig {
     let mut rig = Rig::new(config("A", protocol), flavor);

@@ -14,14 +14,6 @@ fn config(protocol: Protocol) -> Config {
     Config::new("s", "g", "A").count(10).start_count(10).protocol(protocol).client_name("pelican:g:A")
 }
 
-fn each(mut story: impl FnMut(&'static str, Protocol)) {
-    for flavor in FLAVORS {
-        for protocol in PROTOCOLS {
-            story(flavor, protocol);
-        }
-    }
-}
-
 const LOOK: [&str; 2] = ["CLIENT ID", "CLIENT LIST TYPE normal"];
 
 /// Connected and named; the look for twins sent, nothing read yet.

@@ -9,6 +9,15 @@ use pelican::{Config, Consumer, Entry, Error, Event, Notice, Protocol, Verdict};
 pub const FLAVORS: [&str; 3] = ["redis-6.2", "redis-7.0", "valkey-8.1"];
 pub const PROTOCOLS: [Protocol; 2] = [Protocol::Resp2, Protocol::Resp3];
 
+/// Runs `story` once for each captured server flavor and protocol.
+pub fn each(mut story: impl FnMut(&'static str, Protocol)) {
+    for flavor in FLAVORS {
+        for protocol in PROTOCOLS {
+            story(flavor, protocol);
+        }
+    }
+}
+
 pub fn proto_dir(p: Protocol) -> &'static str {
     match p {
         Protocol::Resp2 => "resp2",
