@@ -3,7 +3,7 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::config::{Auth, Config, Protocol};
-use crate::encode::{command, Decimal};
+use crate::encode::{bulk, command, header, Decimal};
 use crate::error::Command;
 
 /// The handshake: `HELLO 3 [AUTH …] [SETNAME …]` or `AUTH`/`CLIENT SETNAME`, then `SELECT`.
@@ -46,14 +46,21 @@ pub(crate) fn handshake(out: &mut BytesMut, c: &Config) -> Vec<Command> {
 }
 
 /// `XGROUP CREATE key group <start> MKSTREAM`.
-pub(crate) fn create_group(out: &mut BytesMut, c: &Config) {
+pub(crate) fn create_group(out: &mut BytesMut, c: &Config, key: &[u8]) {
     let start = c.create_group.as_deref().unwrap_or(b"$");
-    command(out, &[b"XGROUP", b"CREATE", &c.stream, &c.group, start, b"MKSTREAM"]);
+    command(out, &[b"XGROUP", b"CREATE", key, &c.group, start, b"MKSTREAM"]);
 }
 
 /// `XREADGROUP GROUP g c COUNT n [MAXSIZE bytes] STREAMS key <after>`: a page of the own
 /// pending list.
-pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[u8], cap: Option<usize>) {
+pub(crate) fn read_pending(
+    out: &mut BytesMut,
+    c: &Config,
+    key: &[u8],
+    count: u32,
+    after: &[u8],
+    cap: Option<usize>,
+) {
     let count = Decimal::new(count.into());
     let cap = cap.map(|bytes| Decimal::new(bytes as u64));
     let mut args: Vec<&[u8]> =
@@ -61,71 +68,75 @@ pub(crate) fn read_pending(out: &mut BytesMut, c: &Config, count: u32, after: &[
     if let Some(cap) = &cap {
         args.extend([&b"MAXSIZE"[..], cap.as_bytes()]);
     }
-    args.extend([&b"STREAMS"[..], &c.stream, after]);
+    args.extend([&b"STREAMS"[..], key, after]);
     command(out, &args);
 }
 
-/// `XREADGROUP GROUP g c COUNT n [MAXSIZE bytes] [BLOCK beat] [CLAIM min_idle] STREAMS key >`:
-/// parked for new entries, or (without `BLOCK`) a read ahead that answers at once; with
-/// `CLAIM` (Redis 8.4+) it brings idle pending entries first; `MAXSIZE` (Redis 8.10+) caps
-/// its size.
-pub(crate) fn read_new(
+/// How a read of new entries is shaped besides its streams.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadNew {
+    /// Entries per stream (`COUNT`).
+    pub count: u32,
+    /// Entries in the whole reply (`MAXCOUNT`, Redis 8.10+), at least `count`.
+    pub most: Option<u32>,
+    /// Parked for this long (`BLOCK`), or a read that answers at once.
+    pub block: Option<std::time::Duration>,
+    /// Idle entries claimed inside the read (`CLAIM`, Redis 8.4+).
+    pub claim: Option<std::time::Duration>,
+    /// The reply's size cap (`MAXSIZE`, Redis 8.10+).
+    pub cap: Option<usize>,
+}
+
+/// `XREADGROUP GROUP g c COUNT n [MAXCOUNT m] [MAXSIZE bytes] [BLOCK beat] [CLAIM min_idle]
+/// STREAMS key… >…`: parked for new entries of every stream in `keys`, or (without `BLOCK`)
+/// a read ahead that answers at once; with `CLAIM` (Redis 8.4+) it brings idle pending
+/// entries first; `MAXCOUNT` and `MAXSIZE` (Redis 8.10+) cap the whole reply.
+pub(crate) fn read_new<'k>(
     out: &mut BytesMut,
     c: &Config,
-    count: u32,
-    block: Option<std::time::Duration>,
-    claim: Option<std::time::Duration>,
-    cap: Option<usize>,
+    read: ReadNew,
+    keys: impl ExactSizeIterator<Item = &'k [u8]>,
 ) {
-    let count = Decimal::new(count.into());
-    let beat = block.map(|b| Decimal::new(b.as_millis() as u64));
-    let idle = claim.map(|d| Decimal::new(d.as_millis() as u64));
-    let cap = cap.map(|bytes| Decimal::new(bytes as u64));
-    // On the stack: this goes out for every read.
-    let mut args: [&[u8]; 15] = [b""; 15];
-    args[..6].copy_from_slice(&[b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()]);
-    let mut n = 6;
-    for (token, value) in [(&b"MAXSIZE"[..], &cap), (b"BLOCK", &beat), (b"CLAIM", &idle)] {
-        if let Some(value) = value {
-            args[n..n + 2].copy_from_slice(&[token, value.as_bytes()]);
-            n += 2;
-        }
-    }
-    args[n..n + 3].copy_from_slice(&[b"STREAMS", &c.stream, b">"]);
-    command(out, &args[..n + 3]);
+    let count = Decimal::new(read.count.into());
+    let most = read.most.map(|m| Decimal::new(m.into()));
+    let beat = read.block.map(|b| Decimal::new(b.as_millis() as u64));
+    let idle = read.claim.map(|d| Decimal::new(d.as_millis() as u64));
+    let cap = read.cap.map(|bytes| Decimal::new(bytes as u64));
+    let n = keys.len();
+    let head: [&[u8]; 6] = [b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()];
+    let options = [(&b"MAXCOUNT"[..], &most), (b"MAXSIZE", &cap), (b"BLOCK", &beat), (b"CLAIM", &idle)];
+    let options: Vec<[&[u8]; 2]> =
+        options.into_iter().filter_map(|(token, value)| Some([token, value.as_ref()?.as_bytes()])).collect();
+    // Written as they come, no list of every key: this goes out for every read.
+    header(out, b'*', head.len() + 2 * options.len() + 1 + 2 * n);
+    head.iter().chain(options.iter().flatten()).for_each(|arg| bulk(out, arg));
+    bulk(out, b"STREAMS");
+    keys.for_each(|key| bulk(out, key));
+    (0..n).for_each(|_| bulk(out, b">"));
 }
 
 /// `XAUTOCLAIM key group consumer <min_idle> <cursor> COUNT n`.
-pub(crate) fn claim(out: &mut BytesMut, c: &Config, count: u32, cursor: &[u8]) {
+pub(crate) fn claim(out: &mut BytesMut, c: &Config, key: &[u8], count: u32, cursor: &[u8]) {
     let count = Decimal::new(count.into());
     let idle = Decimal::new(c.min_idle.as_millis() as u64);
     command(
         out,
-        &[
-            b"XAUTOCLAIM",
-            &c.stream,
-            &c.group,
-            &c.consumer,
-            idle.as_bytes(),
-            cursor,
-            b"COUNT",
-            count.as_bytes(),
-        ],
+        &[b"XAUTOCLAIM", key, &c.group, &c.consumer, idle.as_bytes(), cursor, b"COUNT", count.as_bytes()],
     );
 }
 
 /// `XPENDING key group <start> <end> <count> <consumer>`: this consumer's pending entries in
 /// a range, with delivery counts. `start` and `end` are ids, `-`/`+`, or `(id` (exclusive).
-pub(crate) fn counts(out: &mut BytesMut, c: &Config, start: &[u8], end: &[u8], count: u32) {
+pub(crate) fn counts(out: &mut BytesMut, c: &Config, key: &[u8], start: &[u8], end: &[u8], count: u32) {
     let count = Decimal::new(count.into());
-    command(out, &[b"XPENDING", &c.stream, &c.group, start, end, count.as_bytes(), &c.consumer]);
+    command(out, &[b"XPENDING", key, &c.group, start, end, count.as_bytes(), &c.consumer]);
 }
 
 /// `XCLAIM key group consumer <min_idle_ms> id… JUSTID`: the owner-checked lease renewal.
-pub(crate) fn lease(out: &mut BytesMut, c: &Config, min_idle_ms: u64, ids: &[Bytes]) {
+pub(crate) fn lease(out: &mut BytesMut, c: &Config, key: &[u8], min_idle_ms: u64, ids: &[Bytes]) {
     let idle = Decimal::new(min_idle_ms);
     let mut args: Vec<&[u8]> = Vec::with_capacity(6 + ids.len());
-    args.extend([&b"XCLAIM"[..], &c.stream, &c.group, &c.consumer, idle.as_bytes()]);
+    args.extend([&b"XCLAIM"[..], key, &c.group, &c.consumer, idle.as_bytes()]);
     args.extend(ids.iter().map(|id| &id[..]));
     args.push(b"JUSTID");
     command(out, &args);
@@ -136,6 +147,7 @@ pub(crate) fn lease(out: &mut BytesMut, c: &Config, min_idle_ms: u64, ids: &[Byt
 pub(crate) fn give_back(
     out: &mut BytesMut,
     c: &Config,
+    key: &[u8],
     min_idle_ms: u64,
     ids: &[Bytes],
     count: u64,
@@ -143,7 +155,7 @@ pub(crate) fn give_back(
 ) {
     let (min_idle, count, idle) = (Decimal::new(min_idle_ms), Decimal::new(count), Decimal::new(idle_ms));
     let mut args: Vec<&[u8]> = Vec::with_capacity(10 + ids.len());
-    args.extend([&b"XCLAIM"[..], &c.stream, &c.group, &c.consumer, min_idle.as_bytes()]);
+    args.extend([&b"XCLAIM"[..], key, &c.group, &c.consumer, min_idle.as_bytes()]);
     args.extend(ids.iter().map(|id| &id[..]));
     args.extend([&b"JUSTID"[..], b"RETRYCOUNT", count.as_bytes(), b"IDLE", idle.as_bytes()]);
     command(out, &args);
@@ -165,11 +177,11 @@ pub(crate) fn twins(out: &mut BytesMut) {
     command(out, &[b"CLIENT", b"LIST", b"TYPE", b"normal"]);
 }
 
-pub(crate) fn health(out: &mut BytesMut, c: &Config, part: crate::in_flight::HealthPart) {
+pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: crate::in_flight::HealthPart) {
     use crate::in_flight::HealthPart;
     match part {
-        HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", &c.stream]),
-        HealthPart::Oldest => command(out, &[b"XPENDING", &c.stream, &c.group, b"-", b"+", b"1"]),
+        HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", key]),
+        HealthPart::Oldest => command(out, &[b"XPENDING", key, &c.group, b"-", b"+", b"1"]),
         HealthPart::Time => command(out, &[b"TIME"]),
     }
 }

@@ -475,10 +475,10 @@ return 1
 ";
 
 /// Appends the `EVAL` of [`COMMIT_CHECK_SCRIPT`] for the keys [`Config::commit_to`] names.
-pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, keys: &[Bytes]) {
+pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, stream: &[u8], keys: &[Bytes]) {
     let n = Decimal::new(1 + keys.len() as u64);
     header(out, b'*', 6 + keys.len());
-    for arg in [&b"EVAL"[..], COMMIT_CHECK_SCRIPT.as_bytes(), n.as_bytes(), &config.stream] {
+    for arg in [&b"EVAL"[..], COMMIT_CHECK_SCRIPT.as_bytes(), n.as_bytes(), stream] {
         bulk(out, arg);
     }
     for key in keys {
@@ -506,8 +506,8 @@ pub(crate) struct Job {
 pub(crate) const BATCH: usize = 256;
 
 /// Appends one `EVALSHA` committing `jobs` (the keys each written once in `KEYS`).
-pub(crate) fn encode(out: &mut BytesMut, config: &Config, sha: &[u8], jobs: &[Job]) {
-    let mut keys: Vec<&[u8]> = vec![&config.stream];
+pub(crate) fn encode(out: &mut BytesMut, config: &Config, stream: &[u8], sha: &[u8], jobs: &[Job]) {
+    let mut keys: Vec<&[u8]> = vec![stream];
     fn index<'k>(keys: &mut Vec<&'k [u8]>, key: &'k [u8]) -> usize {
         match keys.iter().position(|k| *k == key) {
             Some(i) => i + 1,
@@ -682,7 +682,7 @@ mod tests {
             Job { id: Bytes::from_static(b"2-0"), deliveries: 3, writes: Writes::new().incr_by("o2", 5) },
         ];
         let mut out = BytesMut::new();
-        encode(&mut out, &config, b"sha", &jobs);
+        encode(&mut out, &config, &config.stream, b"sha", &jobs);
         let args = args(&out);
         let expected = [
             "EVALSHA", "sha", "4", "s", "o", "t", "o2", "g", "c", "1-0", "2-0", "2", //
@@ -707,6 +707,7 @@ mod tests {
         encode_check(
             &mut out,
             &Config::new("s", "g", "c"),
+            b"s",
             &[Bytes::from_static(b"o"), Bytes::from_static(b"n")],
         );
         let args = args(&out);

@@ -1,7 +1,7 @@
 //! The consumer-group loop as a state machine: drain own pending list, reclaim idle entries,
 //! park for new ones, settle each by the application's verdict.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -24,10 +24,10 @@ use crate::in_flight::{HealthPart, InFlight, Pipeline, Sent};
 use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
-use crate::release::{self, Releases};
+use crate::release;
 use crate::reply::{self, Role};
-use crate::retried::Retried;
 use crate::stats::{Snapshot, Stats};
+use crate::stream::{Next, Stream, CURSOR_START, DRAIN_START};
 use crate::stream_reply::{self, Item, Span};
 use crate::twins::{Outcome, Twins};
 
@@ -109,54 +109,14 @@ pub enum Event {
 #[derive(Debug)]
 pub struct Consumer {
     config: Config,
+    // ---- the connection ----
     link: Link,
     out: BytesMut,
     decoder: Decoder,
     in_flight: Pipeline,
-    next: Next,
-    /// Entries read, their delivery counts known, not yet handed out; dropped (they stay
-    /// pending) on stop or link loss.
-    buffer: VecDeque<Buffered>,
-    /// Entries read whose delivery counts are still being asked for.
-    staged: Option<Staged>,
-    /// The entries handed out and not yet settled, at most `concurrency`.
-    in_hand: Vec<InHand>,
-    /// The ids of the entries in hand.
-    held: HeldIds,
-    /// The keys of the entries in hand, with [`Config::order_by`].
-    keys_in_hand: HashSet<u64, KeyHasher>,
-    /// Acks earned and not yet written.
-    acks: Acks,
-    /// Emptied id lists of answered `XACK`s, reused for the next acks.
-    ack_pool: Vec<Acks>,
-    /// When the oldest of `acks` must be written.
-    ack_due: Option<Instant>,
-    /// Dead-letter moves owed and not yet written.
-    dead_letters: Vec<Job>,
-    /// Commits owed and not yet written (they go out with the acks).
-    commits: Vec<commit::Job>,
-    /// The commit script's sha, once loaded on this connection.
-    script: Option<Bytes>,
-    /// The stream's hash slot when the server is a cluster node: every key a commit
-    /// writes must share it.
-    cluster_slot: Option<u16>,
-    /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
-    /// are to be given back.
-    returns: Vec<Buffered>,
-    /// The last read brought as many entries as it asked for: more are likely waiting, so
-    /// the next read goes out before this batch is all handed out.
-    backlog: bool,
-    /// Where the next `XAUTOCLAIM` continues.
-    cursor: Bytes,
-    /// When the next reclaim is due; `None` is now.
-    claim_at: Option<Instant>,
-    pace: Pace,
-    notices: VecDeque<Notice>,
-    stop: Stop,
-    /// A fatal error found while the link still works: the consumer stops as for a stop
-    /// (confirming earned acks), then fails with it.
-    failing: Option<Error>,
-    failed: Option<Error>,
+    /// How much of `out` is commands already tracked: what follows is the command being
+    /// tracked (see `track`).
+    tracked_upto: usize,
     backoff: Backoff,
     connected_before: bool,
     /// The server has answered on this connection: it is up and speaks RESP
@@ -167,41 +127,11 @@ pub struct Consumer {
     /// The cluster node a `MOVED` named, where the next connection goes (see
     /// [`Consumer::redirect`]).
     redirect: Option<(String, u16)>,
-    /// Whether the group was found or created once (a later creation is a re-creation).
-    group_made: bool,
-    /// The last new entry read, with [`Config::create_group`] set: what a re-created group
-    /// lost is told from it.
-    last_read: Option<Bytes>,
-    /// The redirect was an `ASK`: the stream's slot is migrating to that node, which serves
+    /// The redirect was an `ASK`: the streams' slot is migrating to that node, which serves
     /// a command for it only right after `ASKING`.
     asking: bool,
-    /// How much of `out` is commands already tracked: what follows is the command being
-    /// tracked (see `track`).
-    tracked_upto: usize,
-    /// The latest time passed in, for the calls that take none.
-    last_now: Option<Instant>,
-    /// A call that takes no time (`stop`) sent the commands in flight after these many,
-    /// dated by `last_now`.
-    undated: Option<usize>,
-    /// When the group's health is next asked after (`Config::health_every`); `None`: at
-    /// the first chance.
-    health_at: Option<Instant>,
-    /// The health being gathered from its three replies.
-    health: Option<GroupHealth>,
-    /// A read was answered: the server knows this consumer (it is made by its first read),
-    /// so the group's health, asked from then on, counts it.
-    read_answered: bool,
-    /// The server refused the health commands: not asked again.
-    health_refused: bool,
-    /// The last health gathered, for snapshots.
-    last_health: Option<GroupHealth>,
-    /// Looking for twins (see [`Config::allow_twins`]).
-    twins: Twins,
-    /// Whether a clean stop still has to leave the group ([`Config::leave_on_stop`]): set
-    /// once the leave is sent.
-    leave_due: bool,
-    /// The stop dropped a parked connection to leave the group on a new one.
-    leaving_link: bool,
+    /// The server is a cluster node: every key a command names must share its streams' slot.
+    cluster: bool,
     /// The stream verbs spoken on this connection (classic until the server's `HELLO` says
     /// more; kept from the last connection meanwhile).
     dialect: Dialect,
@@ -214,18 +144,70 @@ pub struct Consumer {
     /// The node last found to be a replica, as told ([`Notice::NotMaster`]): told again
     /// only for another master, or after a connection that worked.
     told_not_master: Option<String>,
+    /// The commit script's sha, once loaded on this connection.
+    script: Option<Bytes>,
     /// The last `WAIT` ran out before the replicas had the acks (told once:
     /// [`Notice::AcksUnreplicated`]): until one makes it, each batch waits only a moment, so
     /// that a replica that is down does not stall every batch for the whole timeout.
     replicas_behind: bool,
-    /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
-    releases: Releases,
-    /// Entries lately given `Retry`: back through a reclaim, they are not a peer's.
-    retried: Retried,
+    /// Looking for twins (see [`Config::allow_twins`]).
+    twins: Twins,
+    // ---- the streams ----
+    /// The streams read, by index (an entry's, a command's); a removed one stays, inactive.
+    streams: Vec<Stream>,
+    /// Each stream's index by key, to route a read's entries.
+    index: HashMap<Bytes, u32>,
+    /// Where the next read of new entries starts in the streams' order, turned at each read
+    /// so that no stream is always last (a reply capped by `MAXCOUNT`/`MAXSIZE`).
+    turn: usize,
+    // ---- the application's hand ----
+    /// Entries read, their delivery counts known, not yet handed out; dropped (they stay
+    /// pending) on stop or link loss.
+    buffer: VecDeque<Buffered>,
+    /// Entries read whose delivery counts are still being asked for.
+    staged: Option<Staged>,
+    /// The entries handed out and not yet settled, at most `concurrency`.
+    in_hand: Vec<InHand>,
+    /// The ids of the entries in hand.
+    held: HeldIds,
+    /// The keys of the entries in hand, with [`Config::order_by`].
+    keys_in_hand: HashSet<u64, KeyHasher>,
+    /// Emptied id lists of answered `XACK`s, reused for the next acks.
+    ack_pool: Vec<Acks>,
+    /// When the oldest ack owed must be written.
+    ack_due: Option<Instant>,
+    /// The last read brought as many entries as it asked for (of some stream): more are
+    /// likely waiting, so the next read goes out before this batch is all handed out.
+    backlog: bool,
+    pace: Pace,
     /// No entry buffered or in hand was read or last renewed before this: a floor that may
     /// lag (an entry gone since may have set it), so that the next renewal's time costs no
     /// walk of the buffer at every turn of the driver.
     lease_floor: Option<Instant>,
+    // ---- the run ----
+    notices: VecDeque<Notice>,
+    stop: Stop,
+    /// A fatal error found while the link still works: the consumer stops as for a stop
+    /// (confirming earned acks), then fails with it.
+    failing: Option<Error>,
+    failed: Option<Error>,
+    /// The latest time passed in, for the calls that take none.
+    last_now: Option<Instant>,
+    /// A call that takes no time (`stop`) sent the commands in flight after these many,
+    /// dated by `last_now`.
+    undated: Option<usize>,
+    /// The health being gathered from its three replies, and of which stream.
+    health: Option<(u32, GroupHealth)>,
+    /// A read was answered: the server knows this consumer (it is made by its first read),
+    /// so the group's health, asked from then on, counts it.
+    read_answered: bool,
+    /// The server refused the health commands: not asked again.
+    health_refused: bool,
+    /// Whether a clean stop still has to leave the groups ([`Config::leave_on_stop`]): set
+    /// once the leaves are sent.
+    leave_due: bool,
+    /// The stop dropped a parked connection to leave the group on a new one.
+    leaving_link: bool,
     stats: Stats,
 }
 
@@ -242,15 +224,6 @@ enum Link {
     Closed,
 }
 
-/// The read to send once the entries in hand are settled.
-#[derive(Debug)]
-enum Next {
-    /// A page of the own pending list after this id.
-    Drain { after: Bytes },
-    /// Reclaim if due, else park.
-    Beat,
-}
-
 #[derive(Debug, PartialEq, Eq)]
 enum Stop {
     Running,
@@ -258,11 +231,12 @@ enum Stop {
     Stopped { reported: bool },
 }
 
+/// An entry read and not yet handed out (its stream is the entry's).
 #[derive(Debug)]
-struct Buffered {
-    entry: Entry,
+pub(crate) struct Buffered {
+    pub(crate) entry: Entry,
     /// When the reply that delivered or last renewed it arrived.
-    read_at: Instant,
+    pub(crate) read_at: Instant,
     /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
     /// that the hot path compares instants instead of subtracting them.
     due: Instant,
@@ -273,6 +247,7 @@ struct Buffered {
 /// An entry handed out and not yet settled.
 #[derive(Debug)]
 struct InHand {
+    stream: u32,
     id: HeldId,
     /// Its key's hash, with [`Config::order_by`].
     key: Option<u64>,
@@ -285,6 +260,7 @@ struct InHand {
 /// Entries of a drain page or a reclaim, waiting for their delivery counts.
 #[derive(Debug)]
 struct Staged {
+    stream: u32,
     /// `deliveries` is 0 until `XPENDING` names the entry.
     entries: Vec<Entry>,
     read_at: Instant,
@@ -299,19 +275,22 @@ enum Lost {
     Because(String),
 }
 
-const CURSOR_START: &[u8] = b"0-0";
 /// How long an ack batch waits for the replicas while they are behind (the last wait ran
 /// out): long enough for replicas that answer at once, short enough not to stall reads.
 const REPLICAS_BEHIND_WAIT: Duration = Duration::from_millis(1);
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
-const DRAIN_START: &[u8] = b"0";
+/// The most streams one consumer reads: each read names every stream (and a parked read
+/// cannot share its connection), so a command stays under about 100 KiB with keys of
+/// ordinary length. More streams take more consumers (connections).
+pub const MAX_STREAMS: usize = 4096;
 
 impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
     pub fn new(config: Config) -> Result<Consumer, ConfigError> {
         config.validate()?;
+        let first = Stream::new(config.stream.clone());
         Ok(Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
@@ -324,27 +303,23 @@ impl Consumer {
                 config.concurrency,
                 config.start_count_in_force(),
             ),
+            index: HashMap::from([(first.key.clone(), 0)]),
+            streams: vec![first],
+            turn: 0,
             config,
             link: Link::Fresh,
             out: BytesMut::with_capacity(4096),
             in_flight: Pipeline::default(),
-            next: Next::Drain { after: Bytes::from_static(DRAIN_START) },
             buffer: VecDeque::new(),
             staged: None,
             in_hand: Vec::new(),
             held: HeldIds::default(),
             keys_in_hand: HashSet::default(),
-            acks: Acks::default(),
             ack_pool: Vec::new(),
             ack_due: None,
-            dead_letters: Vec::new(),
-            commits: Vec::new(),
             script: None,
-            cluster_slot: None,
-            returns: Vec::new(),
+            cluster: false,
             backlog: false,
-            cursor: Bytes::from_static(CURSOR_START),
-            claim_at: None,
             notices: VecDeque::new(),
             stop: Stop::Running,
             failing: None,
@@ -353,25 +328,19 @@ impl Consumer {
             heard: false,
             announced_before: false,
             redirect: None,
-            group_made: false,
-            last_read: None,
             asking: false,
             tracked_upto: 0,
             last_now: None,
             undated: None,
-            health_at: None,
             read_answered: false,
             health: None,
             health_refused: false,
-            last_health: None,
             twins: Twins::default(),
             dialect: Dialect::CLASSIC,
             server: String::new(),
             vetting: false,
             told_not_master: None,
             replicas_behind: false,
-            releases: Releases::default(),
-            retried: Retried::default(),
             lease_floor: None,
             stats: Stats::default(),
         })
@@ -423,7 +392,7 @@ impl Consumer {
             in_hand: self.in_hand.len(),
             buffered: self.buffered(),
             connected: self.ready(),
-            health: self.last_health.clone(),
+            health: self.streams[0].last_health.clone(),
         }
     }
 
@@ -434,7 +403,7 @@ impl Consumer {
             && self.in_hand.len() == last.in_hand
             && self.buffered() == last.buffered
             && self.ready() == last.connected
-            && self.last_health == last.health;
+            && self.streams[0].last_health == last.health;
         if !same {
             *last = self.snapshot();
         }
@@ -476,8 +445,7 @@ impl Consumer {
             && self.in_hand.is_empty()
             && self.buffer.is_empty()
             && self.staged.is_none()
-            && self.acks.is_empty()
-            && self.dead_letters.is_empty()
+            && !self.streams.iter().any(Stream::owes_settles)
             && self.in_flight.len() == 1
             && self.in_flight.parked()
     }
@@ -494,6 +462,73 @@ impl Consumer {
 
     fn is_live(&self) -> bool {
         self.failed.is_none() && !self.is_stopped()
+    }
+
+    // ---- streams ------------------------------------------------------------------------
+
+    /// The keys of the streams read, in the order they were added ([`Config::stream`] first).
+    pub fn streams(&self) -> impl Iterator<Item = &Bytes> + '_ {
+        self.streams.iter().filter(|s| s.active).map(|s| &s.key)
+    }
+
+    /// The key of the stream `entry` came from (an entry this consumer handed out).
+    pub fn stream_of(&self, entry: &Entry) -> &Bytes {
+        &self.streams.get(entry.stream as usize).unwrap_or(&self.streams[0]).key
+    }
+
+    /// Reads `key` too, on the same connection: from the next read on (at once if parked:
+    /// the parked read is not cut short, the stream joins within a beat), after draining its
+    /// own pending entries, with its group created first where [`Config::create_group`] says
+    /// so. Returns false, doing nothing, if it is read already, the consumer has
+    /// [`MAX_STREAMS`] streams, or it is stopping. In a cluster every stream must hash to one
+    /// slot (give them a hash tag: `{tenants}:a`); one that does not fails the consumer with
+    /// [`Error::CrossSlot`] at its first read.
+    pub fn add_stream(&mut self, key: impl Into<Bytes>) -> bool {
+        let key = key.into();
+        if self.stop != Stop::Running || !self.is_live() {
+            return false;
+        }
+        let s = match self.index.get(&key[..]) {
+            Some(&s) if self.streams[s as usize].active => return false,
+            Some(&s) => s as usize,
+            None if self.streams.iter().filter(|s| s.active).count() >= MAX_STREAMS => return false,
+            None => {
+                self.streams.push(Stream::new(key.clone()));
+                self.index.insert(key, (self.streams.len() - 1) as u32);
+                self.streams.len() - 1
+            }
+        };
+        let stream = &mut self.streams[s];
+        stream.active = true;
+        stream.restart_drain();
+        stream.claim_at = None;
+        if let (true, Some(now)) = (self.ready(), self.last_now) {
+            if self.config.create_group.is_some() {
+                self.send(Sent::CreateGroup(s as u32), now);
+            }
+            self.pump(now);
+        }
+        true
+    }
+
+    /// Stops reading `key`: its entries buffered are given back (as at a stop), those in hand
+    /// are settled as usual and what they earn is sent. Returns false if it is not read.
+    /// Removing every stream leaves the consumer connected and idle, reading nothing.
+    pub fn remove_stream(&mut self, key: &[u8]) -> bool {
+        let Some(&s) = self.index.get(key) else { return false };
+        let stream = &mut self.streams[s as usize];
+        if !stream.active {
+            return false;
+        }
+        stream.active = false;
+        let (kept, dropped): (VecDeque<Buffered>, VecDeque<Buffered>) =
+            self.buffer.drain(..).partition(|b| b.entry.stream != s);
+        self.buffer = kept;
+        stream.returns.extend(dropped);
+        if let Some(now) = self.last_now {
+            self.pump(now);
+        }
+        true
     }
 
     // ---- connection ---------------------------------------------------------------------
@@ -536,20 +571,26 @@ impl Consumer {
         if self.checks_twins() && !self.twins.vetted() {
             self.look_for_twins(now);
         }
+        // Checked against the first stream: in a cluster all of them share its slot.
+        let first = self.streams[0].key.clone();
         if let Some(key) = self.config.dead_letter.as_ref().filter(|_| self.stop == Stop::Running) {
             // Refused now (another cluster slot, an ACL) rather than at the first dead letter.
-            dead_letter::encode_check(&mut self.out, &self.config, key);
+            dead_letter::encode_check(&mut self.out, &self.config, &first, key);
             self.track(Sent::DeadLetterCheck, now);
         }
         if let Some(keys) = self.config.commit_to.as_ref().filter(|_| self.stop == Stop::Running) {
-            commit::encode_check(&mut self.out, &self.config, keys);
+            commit::encode_check(&mut self.out, &self.config, &first, keys);
             self.track(Sent::CommitCheck, now);
         }
-        if self.config.commit_to.is_some() || !self.commits.is_empty() {
+        if self.config.commit_to.is_some() || self.streams.iter().any(|s| !s.commits.is_empty()) {
             self.load_script(now);
         }
         if self.config.create_group.is_some() && self.stop == Stop::Running {
-            self.send(Sent::CreateGroup, now);
+            for s in 0..self.streams.len() {
+                if self.streams[s].active {
+                    self.send(Sent::CreateGroup(s as u32), now);
+                }
+            }
         }
         self.renew_in_hand(now);
         self.restart_drain();
@@ -698,6 +739,22 @@ impl Consumer {
     pub fn settle(&mut self, id: &[u8], verdict: Verdict, now: Instant) -> bool {
         self.tick(now);
         let Some(i) = self.in_hand.iter().position(|h| self.held.id(h.id) == id) else { return false };
+        self.settle_at(i, verdict, now)
+    }
+
+    /// [`settle`](Self::settle) for the entry in hand with this `id` from the stream `stream`
+    /// (see [`stream_of`](Self::stream_of)): with many streams, two entries in hand may share
+    /// an id (auto ids made in the same millisecond).
+    pub fn settle_in(&mut self, stream: &[u8], id: &[u8], verdict: Verdict, now: Instant) -> bool {
+        self.tick(now);
+        let Some(&s) = self.index.get(stream) else { return false };
+        let Some(i) = self.in_hand.iter().position(|h| h.stream == s && self.held.id(h.id) == id) else {
+            return false;
+        };
+        self.settle_at(i, verdict, now)
+    }
+
+    fn settle_at(&mut self, i: usize, verdict: Verdict, now: Instant) -> bool {
         let hand = self.in_hand.swap_remove(i);
         if let Some(key) = hand.key {
             self.keys_in_hand.remove(&key);
@@ -705,22 +762,24 @@ impl Consumer {
         let took = now.saturating_duration_since(hand.handed_at);
         self.pace.record_handler(took);
         self.stats.handler_time.record(took);
+        let s = hand.stream as usize;
         match verdict {
             Verdict::Ack => {
                 // Unrenewed for `min_idle` (a handler that held up its driver) or renewed
                 // too late: a peer's reclaim could have taken it.
                 let exposed =
                     hand.read_at.map_or(true, |at| now.saturating_duration_since(at) >= self.config.min_idle);
-                self.acks.push_bulk(self.held.bulk(hand.id), exposed);
+                self.streams[s].acks.push_bulk(self.held.bulk(hand.id), exposed);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
             Verdict::Retry => {
                 self.stats.retried += 1;
-                self.retried.note(self.held.to_bytes(hand.id));
+                let stream = &mut self.streams[s];
+                stream.retried.note(self.held.to_bytes(hand.id));
                 if self.dialect.release {
                     let (held, id) = (&self.held, hand.id);
                     let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
-                    self.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
+                    stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
                 }
             }
             Verdict::DeadLetter => {
@@ -732,17 +791,17 @@ impl Consumer {
                 }
                 let reason = DeadLetterReason::Verdict;
                 let id = self.held.to_bytes(hand.id);
-                self.dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
+                self.streams[s].dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
             }
             Verdict::Commit(writes) => {
                 let id = self.held.to_bytes(hand.id);
-                match writes.check(self.cluster_slot) {
+                match writes.check(self.cluster.then_some(self.streams[s].slot)) {
                     Ok(()) => {
-                        self.commits.push(commit::Job { id, deliveries: hand.deliveries, writes });
+                        self.streams[s].commits.push(commit::Job { id, deliveries: hand.deliveries, writes });
                         self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
                     }
                     // Refused before it is sent; left pending, as a retry is.
-                    Err(reason) => self.refuse_commit(id, reason),
+                    Err(reason) => self.refuse_commit(s, id, reason),
                 }
             }
         }
@@ -773,7 +832,7 @@ impl Consumer {
             self.drop_buffer();
             if self.link != Link::Up {
                 // Not worth waiting for a connection: the counts stay one higher.
-                self.returns.clear();
+                self.streams.iter_mut().for_each(|s| s.returns.clear());
             }
             match self.last_now {
                 Some(now) => {
@@ -824,13 +883,16 @@ impl Consumer {
             self.in_flight.drain().for_each(drop); // no answer will be read
             self.tracked_upto = 0;
         }
-        self.stats.abandoned_acks += (self.acks.len() + self.dead_letters.len() + self.commits.len()) as u64;
-        self.acks.clear();
+        for stream in &mut self.streams {
+            let owed = stream.acks.len() + stream.dead_letters.len() + stream.commits.len();
+            self.stats.abandoned_acks += owed as u64;
+            stream.acks.clear();
+            stream.dead_letters.clear();
+            stream.commits.clear();
+            stream.returns.clear();
+        }
         self.ack_due = None;
-        self.dead_letters.clear();
-        self.commits.clear();
         self.buffer.clear();
-        self.returns.clear();
         self.in_hand.clear();
         self.keys_in_hand.clear();
         self.held.clear();
@@ -897,6 +959,7 @@ impl Consumer {
         let (raw, id) = entry.id_parts();
         let id = self.held.hold(raw, id);
         self.in_hand.push(InHand {
+            stream: entry.stream,
             id,
             key,
             deliveries: entry.deliveries,
@@ -941,7 +1004,8 @@ impl Consumer {
                 let parked = self.parked_read_in_flight();
                 let acks = self.ack_due.filter(|_| !parked);
                 let leases = self.lease_due().filter(|_| !parked);
-                let releases = self.releases.next_due().filter(|_| !parked);
+                let releases =
+                    self.streams.iter().filter_map(|s| s.releases.next_due()).min().filter(|_| !parked);
                 let twins = self.twins.again_at().filter(|_| self.checks_twins());
                 [replies, acks, leases, releases, twins].into_iter().flatten().min()
             }
@@ -975,7 +1039,9 @@ impl Consumer {
                 self.give_back(now);
                 self.flush_acks(now);
                 // Not worth waiting for at a stop: released now if still ours.
-                self.releases.come_due(&self.config, now, true);
+                for stream in &mut self.streams {
+                    stream.releases.come_due(&self.config, now, true);
+                }
                 self.flush_releases(now);
                 self.leave_group(now);
             }
@@ -985,11 +1051,13 @@ impl Consumer {
         if self.link != Link::Up || !self.is_live() {
             return;
         }
-        if !self.dead_letters.is_empty() || !self.returns.is_empty() {
+        if self.streams.iter().any(|s| !s.dead_letters.is_empty() || !s.returns.is_empty()) {
             self.flush_dead_letters(now);
             self.give_back(now);
         }
-        self.releases.come_due(&self.config, now, false);
+        for stream in &mut self.streams {
+            stream.releases.come_due(&self.config, now, false);
+        }
         self.flush_releases(now);
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read
@@ -1035,8 +1103,9 @@ impl Consumer {
             if self.in_flight.holding() {
                 return; // the commit script is loading: the commits owed go before any read
             }
-            let read = self.next_read(now, true, 0);
-            self.send(read, now);
+            if let Some(read) = self.next_read(now, true, 0) {
+                self.send(read, now);
+            }
         } else if self.backlog && !self.drains_from_top() {
             // More is waiting on the server: read it now, while this batch is handed out, so
             // that the server works while the application does. Up to `most` reads ahead
@@ -1055,7 +1124,7 @@ impl Consumer {
                 if self.in_flight.holding() {
                     break; // the commit script is loading
                 }
-                let read = self.next_read(now, false, 0);
+                let Some(read) = self.next_read(now, false, 0) else { break };
                 let new = matches!(read, Sent::ReadNew { .. });
                 self.send(read, now);
                 if !new {
@@ -1089,7 +1158,7 @@ impl Consumer {
         };
         self.dialect = if self.config.classic_verbs { Dialect::CLASSIC } else { dialect };
         let cluster = hello.mode.as_deref() == Some(b"cluster");
-        self.cluster_slot = cluster.then(|| cluster::key_slot(&self.config.stream));
+        self.cluster = cluster;
         self.server = server;
         if self.config.delete_acked.is_some() && !dialect.ack_delete {
             let (feature, needs) = ("deleting acked entries", "XACKDEL (Redis 8.2 or later)");
@@ -1132,8 +1201,10 @@ impl Consumer {
         if !self.ready() || self.parked_read_in_flight() {
             return;
         }
-        if let Some(ids) = self.releases.take() {
-            self.send(Sent::Release { ids, silent: false }, now);
+        for s in 0..self.streams.len() {
+            if let Some(ids) = self.streams[s].releases.take() {
+                self.send(Sent::Release { stream: s as u32, ids, silent: false }, now);
+            }
         }
     }
 
@@ -1141,18 +1212,21 @@ impl Consumer {
     /// would hold the answers for up to a beat.
     fn ask_health(&mut self, now: Instant) {
         let Some(every) = self.config.health_every.filter(|_| !self.health_refused) else { return };
-        if self.health_at.is_some_and(|at| now < at)
-            || self.health.is_some()
-            || self.in_flight.parked()
-            || !self.read_answered
-        {
+        if self.health.is_some() || self.in_flight.parked() || !self.read_answered {
             return;
         }
-        self.health_at = Some(now + every);
-        self.health = Some(GroupHealth { pending: 0, lag: None, consumers: 0, oldest: None });
+        // One stream at a time, the one longest due.
+        let due = self
+            .streams
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.active && s.health_at.map_or(true, |at| now >= at));
+        let Some((s, _)) = due.min_by_key(|(_, s)| s.health_at) else { return };
+        self.streams[s].health_at = Some(now + every);
+        self.health = Some((s as u32, GroupHealth { pending: 0, lag: None, consumers: 0, oldest: None }));
         for part in [HealthPart::Groups, HealthPart::Oldest, HealthPart::Time] {
-            commands::health(&mut self.out, &self.config, part);
-            self.track(Sent::Health(part), now);
+            commands::health(&mut self.out, &self.config, &self.streams[s].key, part);
+            self.track(Sent::Health(s as u32, part), now);
         }
     }
 
@@ -1186,7 +1260,7 @@ impl Consumer {
     /// One of the three health replies; the last completes the notice. A reply of another
     /// shape drops this round (health is for watching, not worth a connection).
     fn on_health(&mut self, part: HealthPart, value: Value) {
-        let Some(mut health) = self.health.take() else { return };
+        let Some((s, mut health)) = self.health.take() else { return };
         match part {
             HealthPart::Groups => match reply::group_info(value, &self.config.group) {
                 Ok(Some((pending, lag, consumers))) => {
@@ -1217,42 +1291,70 @@ impl Consumer {
                         .and_then(|ms| std::str::from_utf8(ms).ok()?.parse::<u64>().ok());
                     oldest.age = Duration::from_millis(now_ms.saturating_sub(id_ms.unwrap_or(now_ms)));
                 }
-                self.last_health = Some(health.clone());
+                self.streams[s as usize].last_health = Some(health.clone());
                 self.notices.push_back(Notice::Health(health));
                 return;
             }
         }
-        self.health = Some(health);
+        self.health = Some((s, health));
     }
 
     /// True if the next read is one of new entries (no drain page or reclaim due).
     fn next_reads_new(&self, now: Instant) -> bool {
-        matches!(self.next, Next::Beat) && self.claim_at.is_some_and(|at| now < at)
+        self.streams
+            .iter()
+            .filter(|s| s.active)
+            .all(|s| matches!(s.next, Next::Beat) && s.claim_at.is_some_and(|at| now < at))
     }
 
-    /// How often `XAUTOCLAIM` runs: every beat; where reads claim (Redis 8.4+) it only
-    /// sweeps the pending entries whose messages were deleted (reads with `CLAIM` leave
-    /// those in place), every `min_idle`.
+    /// How often each stream is swept with `XAUTOCLAIM`: every beat; where reads claim
+    /// (Redis 8.4+) it only sweeps the pending entries whose messages were deleted (reads
+    /// with `CLAIM` leave those in place), every `min_idle`. With many streams each is swept
+    /// every `min_idle` (what a peer's entry waits anyway before it may be taken): one
+    /// `XAUTOCLAIM` a beat per stream would keep the server busy while all are idle.
     fn claim_every(&self) -> Duration {
-        match self.dialect.claim_in_read {
+        match self.dialect.claim_in_read || self.streams.len() > 1 {
             true => self.config.beat.max(self.config.min_idle),
             false => self.config.beat,
         }
     }
 
+    /// Some stream's drain starts from the top: it would read again what is buffered or in
+    /// hand, so it waits until the hand is empty.
     fn drains_from_top(&self) -> bool {
-        matches!(&self.next, Next::Drain { after } if &after[..] == DRAIN_START)
+        self.streams.iter().any(|s| s.active && s.drains_from_top())
     }
 
-    /// The read that comes next: a drain page, a reclaim if due, or new entries (parked with
-    /// `BLOCK` only if `park`). `count` 0 is the paced count.
-    fn next_read(&mut self, now: Instant, park: bool, count: u32) -> Sent {
+    /// The read that comes next: a stream's drain page, a stream's reclaim if due, or new
+    /// entries of every stream drained (parked with `BLOCK` only if `park`). `count` 0 is
+    /// the paced count. `None`: no stream to read.
+    fn next_read(&mut self, now: Instant, park: bool, count: u32) -> Option<Sent> {
         let count = if count == 0 { self.read_count() } else { count };
-        match &self.next {
-            Next::Drain { .. } => Sent::ReadPending { count },
-            Next::Beat if self.claim_at.map_or(true, |at| now >= at) => Sent::Claim { count },
-            Next::Beat => Sent::ReadNew { count, block: park.then(|| self.park_for(now)) },
+        let n = self.streams.len();
+        let draining =
+            (0..n).find(|&s| self.streams[s].active && matches!(self.streams[s].next, Next::Drain { .. }));
+        let claiming = || {
+            (0..n).map(|i| (self.turn + i) % n).find(|&s| {
+                let stream = &self.streams[s];
+                stream.active && stream.claim_at.map_or(true, |at| now >= at)
+            })
+        };
+        if let Some(s) = draining {
+            return Some(Sent::ReadPending { stream: s as u32, count });
         }
+        if let Some(s) = claiming() {
+            return Some(Sent::Claim { stream: s as u32, count });
+        }
+        // Turned at each read, so that a reply the server caps leaves out another stream.
+        let streams: Vec<u32> = (0..n)
+            .map(|i| ((self.turn + i) % n) as u32)
+            .filter(|&s| self.streams[s as usize].active)
+            .collect();
+        self.turn = (self.turn + 1) % n.max(1);
+        if streams.is_empty() {
+            return None;
+        }
+        Some(Sent::ReadNew { count, block: park.then(|| self.park_for(now)), streams })
     }
 
     /// How long a parked read blocks: the beat, unless entries are in hand. Their acks and
@@ -1306,13 +1408,17 @@ impl Consumer {
         }
         let lease = self.config.lease_threshold();
         let elapsed = |at: Instant| now.saturating_duration_since(at);
-        let due: Vec<(Duration, Bytes)> = self
+        let due: Vec<(u32, Duration, Bytes)> = self
             .buffer
             .iter()
             .filter(|b| elapsed(b.read_at) >= lease)
-            .map(|b| (elapsed(b.read_at), b.entry.id_bytes()))
-            .chain(self.in_hand.iter().filter_map(|h| Some((elapsed(h.read_at?), self.held.to_bytes(h.id)))))
-            .filter(|(e, _)| *e >= lease)
+            .map(|b| (b.entry.stream, elapsed(b.read_at), b.entry.id_bytes()))
+            .chain(
+                self.in_hand
+                    .iter()
+                    .filter_map(|h| Some((h.stream, elapsed(h.read_at?), self.held.to_bytes(h.id)))),
+            )
+            .filter(|(_, e, _)| *e >= lease)
             .collect();
         if due.is_empty() {
             // Woken by a floor that an entry gone since had set: the floor as it is now.
@@ -1321,11 +1427,25 @@ impl Consumer {
         self.send_renewals(due, now);
     }
 
-    /// Owner-checked `XCLAIM … JUSTID`s for these entries (and how long each was held).
-    fn send_renewals(&mut self, due: Vec<(Duration, Bytes)>, now: Instant) {
-        for renewal in lease::renewals(due, self.config.min_idle) {
-            commands::lease(&mut self.out, &self.config, renewal.min_idle_ms, &renewal.ids);
-            self.track(Sent::Lease(renewal.ids), now);
+    /// Owner-checked `XCLAIM … JUSTID`s for these entries (and how long each was held), a
+    /// stream at a time.
+    fn send_renewals(&mut self, mut due: Vec<(u32, Duration, Bytes)>, now: Instant) {
+        due.sort_by_key(|(s, ..)| *s);
+        let mut rest = &due[..];
+        while let Some((s, ..)) = rest.first() {
+            let n = rest.iter().take_while(|(t, ..)| t == s).count();
+            let ids = rest[..n].iter().map(|(_, held, id)| (*held, id.clone())).collect();
+            for renewal in lease::renewals(ids, self.config.min_idle) {
+                commands::lease(
+                    &mut self.out,
+                    &self.config,
+                    &self.streams[*s as usize].key,
+                    renewal.min_idle_ms,
+                    &renewal.ids,
+                );
+                self.track(Sent::Lease(*s, renewal.ids), now);
+            }
+            rest = &rest[n..];
         }
     }
 
@@ -1334,10 +1454,12 @@ impl Consumer {
     /// delivery time the drain set (it never writes it), so an entry looks idle since an
     /// older delivery and a peer's reclaim could take it before the renewal came due.
     fn renew_in_hand(&mut self, now: Instant) {
-        let due: Vec<(Duration, Bytes)> = self
+        let due: Vec<(u32, Duration, Bytes)> = self
             .in_hand
             .iter()
-            .filter_map(|h| Some((now.saturating_duration_since(h.read_at?), self.held.to_bytes(h.id))))
+            .filter_map(|h| {
+                Some((h.stream, now.saturating_duration_since(h.read_at?), self.held.to_bytes(h.id)))
+            })
             .collect();
         self.send_renewals(due, now);
     }
@@ -1369,11 +1491,11 @@ impl Consumer {
     /// What a stop waits for before it ends (besides the entries in hand): acks and moves
     /// owed, and, while connected, give-backs, releases and the counts of entries read.
     fn owes(&self) -> bool {
-        !self.acks.is_empty()
-            || !self.dead_letters.is_empty()
-            || !self.commits.is_empty()
-            || (self.link == Link::Up
-                && (!self.returns.is_empty() || self.staged.is_some() || !self.releases.is_empty()))
+        let up = self.link == Link::Up;
+        self.streams
+            .iter()
+            .any(|s| s.owes_settles() || (up && (!s.returns.is_empty() || !s.releases.is_empty())))
+            || (up && self.staged.is_some())
             || self.in_flight.iter().any(|c| c.sent.is_owed())
     }
 
@@ -1391,8 +1513,10 @@ impl Consumer {
                 return;
             }
             self.leave_due = false;
-            crate::leave::encode(&mut self.out, &self.config);
-            self.track(Sent::Leave, now);
+            for s in 0..self.streams.len() {
+                crate::leave::encode(&mut self.out, &self.config, &self.streams[s].key);
+                self.track(Sent::Leave(s as u32), now);
+            }
         }
     }
 
@@ -1403,33 +1527,41 @@ impl Consumer {
             return;
         }
         self.flush_commits(now);
-        if self.acks.is_empty() {
-            return;
+        let mut n = 0;
+        for s in 0..self.streams.len() {
+            if self.streams[s].acks.is_empty() {
+                continue;
+            }
+            let acks = self.streams[s].acks.take(self.ack_pool.pop().unwrap_or_default());
+            n += acks.len() as u64;
+            self.send(Sent::Ack(s as u32, acks), now);
         }
-        let acks = self.acks.take(self.ack_pool.pop().unwrap_or_default());
-        self.ack_due = None;
-        let n = acks.len() as u64;
-        self.send(Sent::Ack(acks), now);
-        self.wait_for_replicas(n, now);
+        if n > 0 {
+            self.ack_due = None;
+            self.wait_for_replicas(n, now);
+        }
     }
 
     /// Writes the commits owed, [`commit::BATCH`] entries to an `EVALSHA`, once the script
     /// is loaded on this connection (loading it first if need be).
     fn flush_commits(&mut self, now: Instant) {
-        if self.commits.is_empty() {
+        if self.streams.iter().all(|s| s.commits.is_empty()) {
             return;
         }
         let Some(sha) = self.script.clone() else {
             self.load_script(now);
             return;
         };
-        let n = self.commits.len() as u64;
-        let mut jobs = std::mem::take(&mut self.commits);
-        while !jobs.is_empty() {
-            let rest = jobs.split_off(jobs.len().min(commit::BATCH));
-            commit::encode(&mut self.out, &self.config, &sha, &jobs);
-            self.track(Sent::Commit(jobs), now);
-            jobs = rest;
+        let mut n = 0;
+        for s in 0..self.streams.len() {
+            n += self.streams[s].commits.len() as u64;
+            let mut jobs = std::mem::take(&mut self.streams[s].commits);
+            while !jobs.is_empty() {
+                let rest = jobs.split_off(jobs.len().min(commit::BATCH));
+                commit::encode(&mut self.out, &self.config, &self.streams[s].key, &sha, &jobs);
+                self.track(Sent::Commit(s as u32, jobs), now);
+                jobs = rest;
+            }
         }
         self.ack_due = None;
         self.wait_for_replicas(n, now);
@@ -1447,15 +1579,16 @@ impl Consumer {
 
     /// A commit that cannot be made as it stands: nothing written, the entry left pending
     /// (it comes back as a retry does).
-    fn refuse_commit(&mut self, id: Bytes, reason: String) {
+    fn refuse_commit(&mut self, s: usize, id: Bytes, reason: String) {
         self.stats.commits_refused += 1;
-        self.retried.note(id.clone());
+        self.streams[s].retried.note(id.clone());
         self.notices.push_back(Notice::CommitRefused { id, reason });
     }
 
     /// What the commit script answered for `jobs`.
     fn on_commits(
         &mut self,
+        s: u32,
         jobs: Vec<commit::Job>,
         value: Value,
         now: Instant,
@@ -1479,7 +1612,7 @@ impl Consumer {
                     let holder = Some((owner, now));
                     self.notices.push_back(Notice::CommitFenced { id, deliveries, holder });
                 }
-                commit::Outcome::Refused(reason) => self.refuse_commit(id, reason),
+                commit::Outcome::Refused(reason) => self.refuse_commit(s as usize, id, reason),
             }
         }
         if let Some(condition) =
@@ -1487,8 +1620,7 @@ impl Consumer {
         {
             // The script acks; the entries go as acks delete them, by the same rule (`XDELEX`,
             // Redis 8.2 as `XACKDEL`). Best effort: one left is trimmed later.
-            let c = &self.config;
-            delete.encode_ids(&mut self.out, &[b"XDELEX", &c.stream, condition.token()]);
+            delete.encode_ids(&mut self.out, &[b"XDELEX", &self.streams[s as usize].key, condition.token()]);
             self.track(Sent::Discard(Command::AckDelete), now);
         }
         Ok(())
@@ -1543,7 +1675,9 @@ impl Consumer {
     /// their delivery counts back: they were counted by the read, not handled.
     fn drop_buffer(&mut self) {
         self.staged = None;
-        self.returns.extend(self.buffer.drain(..));
+        for b in self.buffer.drain(..) {
+            self.streams[b.entry.stream as usize].returns.push(b);
+        }
     }
 
     /// `XCLAIM key group self <ms> id… JUSTID RETRYCOUNT <n> IDLE <ms>` for the entries
@@ -1555,10 +1689,15 @@ impl Consumer {
     /// one's drain, after a lost connection, reads them again first). Owner-checked like a
     /// lease renewal: one a peer took since is skipped. Best effort.
     fn give_back(&mut self, now: Instant) {
-        if self.returns.is_empty() {
-            return;
+        for s in 0..self.streams.len() {
+            if !self.streams[s].returns.is_empty() {
+                self.give_back_of(s, now);
+            }
         }
-        let mut returns = std::mem::take(&mut self.returns);
+    }
+
+    fn give_back_of(&mut self, s: usize, now: Instant) {
+        let mut returns = std::mem::take(&mut self.streams[s].returns);
         if self.dialect.release {
             // Released (`XNACK … SILENT`: the read's count taken back) where surely still
             // ours: the next read of any consumer takes them at once. The rest are given back
@@ -1572,52 +1711,58 @@ impl Consumer {
                 !ours
             });
             if !released.is_empty() {
-                self.send(Sent::Release { ids: released, silent: true }, now);
+                self.send(Sent::Release { stream: s as u32, ids: released, silent: true }, now);
             }
         }
         let lease = self.config.lease_threshold();
         let mut i = 0;
         while i < returns.len() {
             let Buffered { entry, read_at, .. } = &returns[i];
+            let read_at = *read_at;
             let group = returns[i..]
                 .iter()
-                .take_while(|b| b.read_at == *read_at && b.entry.deliveries == entry.deliveries)
+                .take_while(|b| b.read_at == read_at && b.entry.deliveries == entry.deliveries)
                 .count();
             let ids: Vec<Bytes> = returns[i..i + group].iter().map(|b| b.entry.id_bytes()).collect();
-            let elapsed = now.saturating_duration_since(*read_at);
+            let elapsed = now.saturating_duration_since(read_at);
             let min_idle_ms = lease::owned_since(elapsed, lease, self.config.min_idle);
             let idle_ms = u64::try_from(elapsed.max(self.config.min_idle).as_millis()).unwrap_or(u64::MAX);
             let count = entry.deliveries.saturating_sub(1);
-            commands::give_back(&mut self.out, &self.config, min_idle_ms, &ids, count, idle_ms);
+            let key = &self.streams[s].key;
+            commands::give_back(&mut self.out, &self.config, key, min_idle_ms, &ids, count, idle_ms);
             self.track(Sent::GiveBack, now);
             i += group;
         }
     }
 
     fn flush_dead_letters(&mut self, now: Instant) {
-        if self.dead_letters.is_empty() {
-            return;
+        let mut n = 0;
+        for s in 0..self.streams.len() {
+            let jobs = std::mem::take(&mut self.streams[s].dead_letters);
+            n += jobs.len() as u64;
+            for job in jobs {
+                self.send(Sent::DeadLetter(s as u32, job), now);
+            }
         }
-        let jobs = std::mem::take(&mut self.dead_letters);
-        let n = jobs.len() as u64;
-        for job in jobs {
-            self.send(Sent::DeadLetter(job), now);
+        if n > 0 {
+            self.wait_for_replicas(n, now);
         }
-        self.wait_for_replicas(n, now);
     }
 
     fn restart_drain(&mut self) {
-        self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
-        self.claim_at = None;
+        for stream in &mut self.streams {
+            stream.restart_drain();
+            stream.claim_at = None;
+        }
     }
 
     /// Forgets the connection's state, keeping acks and dead-letter moves owed.
     fn reset_link(&mut self) {
         for c in self.in_flight.drain() {
             match c.sent {
-                Sent::Ack(mut acks) => self.acks.append(&mut acks),
-                Sent::DeadLetter(job) => self.dead_letters.push(job),
-                Sent::Commit(mut jobs) => self.commits.append(&mut jobs),
+                Sent::Ack(s, mut acks) => self.streams[s as usize].acks.append(&mut acks),
+                Sent::DeadLetter(s, job) => self.streams[s as usize].dead_letters.push(job),
+                Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
                 _ => {}
             }
         }
@@ -1693,15 +1838,17 @@ impl Consumer {
         let max_frame = self.config.limits.max_frame;
         // Depth of the entry list: `[[key, entries]]` in RESP2, `{key: entries}` in RESP3;
         // `[cursor, entries, …]` for XAUTOCLAIM.
-        let (count, depth) = match self.in_flight.front().map(|c| &c.sent) {
-            Some(Sent::ReadPending { count } | Sent::ReadNew { count, .. }) => match self.config.protocol {
-                Protocol::Resp2 => (*count, 2),
-                Protocol::Resp3 => (*count, 1),
-            },
-            Some(Sent::Claim { count }) => (*count, 1),
+        let depth = match self.config.protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 1,
+        };
+        let (many, depth) = match self.in_flight.front().map(|c| &c.sent) {
+            Some(Sent::ReadPending { count, .. }) => (*count > 1, depth),
+            Some(Sent::ReadNew { count, streams, .. }) => (*count > 1 || streams.len() > 1, depth),
+            Some(Sent::Claim { count, .. }) => (*count > 1, 1),
             _ => return Budget { bytes: max_frame, skip: None, raw: false },
         };
-        let bytes = if count > 1 { self.config.read_bytes } else { max_frame };
+        let bytes = if many { self.config.read_bytes } else { max_frame };
         Budget { bytes, skip: Some(depth), raw: true }
     }
 
@@ -1713,7 +1860,7 @@ impl Consumer {
         if let Value::Error(message) = &value {
             return self.on_error_reply(sent, message, now);
         }
-        if self.stop != Stop::Running && matches!(sent, Sent::FindTooLarge) {
+        if self.stop != Stop::Running && matches!(sent, Sent::FindTooLarge(_)) {
             return Ok(());
         }
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
@@ -1725,21 +1872,22 @@ impl Consumer {
             Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
             Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
-            Sent::CreateGroup => {
+            Sent::CreateGroup(s) => {
                 reply::ok(value).map_err(shape)?;
                 // Created, not found there (`BUSYGROUP`): after a first time, it was gone (a
                 // parked read's `UNBLOCKED … no longer exists` leads here on Redis 7.0).
-                if self.group_made {
+                let stream = &mut self.streams[s as usize];
+                if stream.group_made {
                     self.stats.group_recreated += 1;
                     let start = self.config.create_group.clone().unwrap_or_default();
-                    let last_read = self.last_read.clone();
+                    let last_read = stream.last_read.clone();
                     self.notices.push_back(Notice::GroupRecreated { start, last_read });
                 }
-                self.group_made = true;
+                stream.group_made = true;
             }
             Sent::Discard(_) => {}
             Sent::Release { .. } => self.stats.released += reply::count(value).map_err(shape)?,
-            Sent::Ack(mut acks) => {
+            Sent::Ack(_, mut acks) => {
                 let n = match self.deletes_acked() {
                     true => reply::acked_deleted(value),
                     false => reply::count(value),
@@ -1760,16 +1908,16 @@ impl Consumer {
             Sent::ReadPending { .. } | Sent::Claim { .. } | Sent::ReadNew { .. } => {
                 return Err(shape(reply::ShapeError("a read answered with neither entries nor an error")));
             }
-            Sent::Counts { count } => {
+            Sent::Counts { count, .. } => {
                 let counts = reply::pending_counts(value).map_err(shape)?;
                 self.join_counts(counts, count, now);
             }
-            Sent::Lease(ids) => {
+            Sent::Lease(s, ids) => {
                 let kept = reply::ids(value).map_err(shape)?;
-                self.on_lease(ids, kept, now);
+                self.on_lease(s, ids, kept, now);
             }
             Sent::GiveBack => {}
-            Sent::Health(part) => self.on_health(part, value),
+            Sent::Health(_, part) => self.on_health(part, value),
             Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetterCheck | Sent::CommitCheck => {
@@ -1779,12 +1927,12 @@ impl Consumer {
                 self.script = Some(reply::string(value).map_err(shape)?);
                 self.flush_acks(now);
             }
-            Sent::Commit(jobs) => self.on_commits(jobs, value, now).map_err(shape)?,
-            Sent::Leave => {
+            Sent::Commit(s, jobs) => self.on_commits(s, jobs, value, now).map_err(shape)?,
+            Sent::Leave(_) => {
                 let holding = u64::try_from(reply::int(value).map_err(shape)?).unwrap_or(0);
                 self.notices.push_back(Notice::Left { holding });
             }
-            Sent::DeadLetter(job) => match reply::int(value).map_err(shape)? {
+            Sent::DeadLetter(_, job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
                     let Job { id, deliveries, reason } = job;
@@ -1793,7 +1941,7 @@ impl Consumer {
                 -1 => self.stats.deleted_seen += 1,
                 _ => self.lost(job.id, false),
             },
-            Sent::FindTooLarge => {
+            Sent::FindTooLarge(_) => {
                 let pending = reply::pending_counts(value).map_err(shape)?;
                 if let Some((id, _)) = pending.into_iter().next() {
                     let id = String::from_utf8_lossy(&id).into_owned();
@@ -1830,111 +1978,158 @@ impl Consumer {
         self.backoff.reset();
         self.read_answered = true;
         match sent {
-            Sent::ReadPending { count } => {
+            Sent::ReadPending { stream: s, count } => {
                 let (mut live, mut last) = (Vec::new(), None);
-                let n = stream_reply::read(&frame, spans, protocol, Source::Pending, |item| {
+                let n = stream_reply::read(&frame, spans, protocol, Source::Pending, |_, item| {
                     last = Some(match &item {
                         Item::Entry(e) => e.id_bytes(),
                         Item::Deleted(id) => id.clone(),
                     });
-                    live.extend(self.live(item, now));
+                    live.extend(self.live(s, item, now));
                 })
                 .map_err(shape)?;
                 self.pace.record_read(len, n);
                 self.backlog = n >= count as usize;
                 // The drain pages forward by the last id, so an entry left pending by a
                 // failing handler cannot spin it; an empty page ends it.
-                self.next = match last {
+                let (claim_every, streams) = (self.claim_every(), self.streams.len());
+                let stream = &mut self.streams[s as usize];
+                stream.next = match last {
                     Some(after) => Next::Drain { after },
                     None => {
-                        if self.dialect.claim_in_read && self.claim_at.is_none() {
-                            // Reads claim: the first sweep waits its turn.
-                            self.claim_at = Some(now + self.claim_every());
+                        if claim_every > self.config.beat && stream.claim_at.is_none() {
+                            // Reads claim, or many streams share the sweeps: the first waits
+                            // its turn, spread over the sweep's period.
+                            let early = claim_every.mul_f64(f64::from(s) / (2 * streams) as f64);
+                            stream.claim_at = Some(now + (claim_every - early));
                         }
                         Next::Beat
                     }
                 };
                 // Their counts come with the `XPENDING` pipelined behind the read.
-                self.stage(live, read_at, false);
+                self.stage(s, live, read_at, false);
             }
-            Sent::Claim { count } => {
+            Sent::Claim { stream: s, count } => {
                 let mut live = Vec::new();
                 let claim = stream_reply::autoclaim(&frame, spans, protocol, |item| {
-                    live.extend(self.live(item, now))
+                    live.extend(self.live(s, item, now))
                 })
                 .map_err(shape)?;
                 let claimed = live.len() + claim.bare_nils as usize;
-                self.tell_reclaimed(&live);
+                self.tell_reclaimed(s, &live);
                 self.pace.record_read(len, claimed);
                 self.backlog = claimed >= count as usize;
                 self.stats.deleted_seen += claim.deleted.len() as u64;
                 let sweeping = (!live.is_empty() || claim.bare_nils > 0) && &claim.cursor[..] != CURSOR_START;
                 // Carry the cursor across beats; `0-0` starts the next sweep from the top.
-                self.cursor = claim.cursor;
-                self.claim_at = if sweeping { None } else { Some(now + self.claim_every()) };
-                if let (Some(first), Some(last)) = (live.first(), live.last()) {
-                    let (first, last, n) = (first.id_bytes(), last.id_bytes(), live.len() as u32);
-                    self.stage(live, read_at, true);
-                    self.send_counts(&first, &last, n, now);
-                }
+                let claim_at = if sweeping { None } else { Some(now + self.claim_every()) };
+                let stream = &mut self.streams[s as usize];
+                stream.cursor = claim.cursor;
+                stream.claim_at = claim_at;
                 if claim.bare_nils > 0 {
                     // Redis 6.2 moved deleted entries' ids into our pending list without
                     // naming them: drain it to see them as `[id, nil]` and ack them away.
-                    self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
+                    stream.restart_drain();
+                }
+                if let (Some(first), Some(last)) = (live.first(), live.last()) {
+                    let (first, last, n) = (first.id_bytes(), last.id_bytes(), live.len() as u32);
+                    self.stage(s, live, read_at, true);
+                    self.send_counts(s, &first, &last, n, now);
                 }
             }
-            Sent::ReadNew { count, .. } => {
+            Sent::ReadNew { count, streams, .. } => {
                 let due = read_at + self.config.lease_threshold();
-                // A read ahead of this one was skipped for its size: the drain due reads its
-                // entries again, then these, in the order read. Until then these are left
-                // to it, their delivery counts given back as for any entry dropped unhandled.
-                let behind_skipped = self.drains_from_top();
+                let n_streams = streams.len();
+                let (each, most) = self.per_stream(count, n_streams);
                 // The hot path: each entry goes straight to the buffer, moved as little as can be.
                 let (mut claimed, mut released) = (0, 0);
-                let n = stream_reply::read(&frame, spans, protocol, Source::New, |item| match item {
-                    Item::Entry(mut entry) if behind_skipped => {
-                        entry.deliveries = entry.deliveries.max(1);
-                        self.returns.push(Buffered { entry, read_at, due, key: None });
-                    }
-                    // Taken from its owner by the read's `CLAIM` (Redis 8.4+): as a reclaim.
-                    Item::Entry(entry) if entry.source == Source::Claimed => {
-                        let Some(entry) = self.live(Item::Entry(entry), now) else { return };
-                        if !self.retried.take(entry.id()) {
-                            *if entry.released { &mut released } else { &mut claimed } += 1;
+                // The stream whose entries are being read, how many so far, its last new one.
+                let mut at: Option<(u32, u32, Option<Bytes>)> = None;
+                let mut ended = Vec::new();
+                let only = (n_streams == 1).then(|| streams[0]);
+                let n = stream_reply::read(&frame, spans, protocol, Source::New, |key, item| {
+                    let s = match &at {
+                        Some((s, ..)) if only.is_some() || self.streams[*s as usize].key == key => *s,
+                        _ => {
+                            // A read of one stream needs no lookup (nor a server that echoes
+                            // the key exactly as asked).
+                            let Some(s) = only.or_else(|| self.index.get(key).copied()) else { return };
+                            ended.extend(at.replace((s, 0, None)));
+                            s
                         }
-                        if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
-                            let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
-                            let reason = DeadLetterReason::MaxDeliveries;
-                            self.dead_letters.push(Job { id, deliveries, reason });
-                        } else {
+                    };
+                    if let Some((_, n, last)) = &mut at {
+                        *n += 1;
+                        if let Item::Entry(e) = &item {
+                            if e.source == Source::New {
+                                *last = Some(e.id_bytes());
+                            }
+                        }
+                    }
+                    // A read ahead of this one was skipped for its size: the drain due reads
+                    // its entries again, then these, in the order read. Until then these are
+                    // left to it, their delivery counts given back as for any entry dropped
+                    // unhandled. So are a removed stream's.
+                    let stream = &self.streams[s as usize];
+                    let behind_skipped = stream.drains_from_top() || !stream.active;
+                    match item {
+                        Item::Entry(mut entry) if behind_skipped => {
+                            entry.deliveries = entry.deliveries.max(1);
+                            entry.stream = s;
+                            self.streams[s as usize].returns.push(Buffered {
+                                entry,
+                                read_at,
+                                due,
+                                key: None,
+                            });
+                        }
+                        // Taken from its owner by the read's `CLAIM` (Redis 8.4+): as a reclaim.
+                        Item::Entry(entry) if entry.source == Source::Claimed => {
+                            let Some(mut entry) = self.live(s, Item::Entry(entry), now) else { return };
+                            entry.stream = s;
+                            if !self.streams[s as usize].retried.take(entry.id()) {
+                                *if entry.released { &mut released } else { &mut claimed } += 1;
+                            }
+                            if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
+                                let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
+                                let reason = DeadLetterReason::MaxDeliveries;
+                                self.streams[s as usize].dead_letters.push(Job { id, deliveries, reason });
+                            } else {
+                                self.keep(Buffered { entry, read_at, due, key: None });
+                            }
+                        }
+                        Item::Entry(mut entry) if !self.holds(s, entry.id()) => {
+                            entry.deliveries = 1;
+                            entry.stream = s;
                             self.keep(Buffered { entry, read_at, due, key: None });
                         }
-                    }
-                    Item::Entry(mut entry) if !self.holds(entry.id()) => {
-                        entry.deliveries = 1;
-                        self.keep(Buffered { entry, read_at, due, key: None });
-                    }
-                    other => {
-                        self.live(other, now);
+                        other => {
+                            self.live(s, other, now);
+                        }
                     }
                 })
                 .map_err(shape)?;
+                ended.extend(at);
                 if claimed + released > 0 {
                     self.notices.push_back(Notice::Reclaimed { count: claimed, released });
                 }
-                if self.config.create_group.is_some() {
-                    // Copied: a slice would keep the whole reply alive.
-                    let last = self.buffer.back().filter(|b| b.entry.source == Source::New);
-                    if let Some(last) =
-                        last.map(|b| b.entry.id()).filter(|id| self.last_read.as_deref() != Some(*id))
-                    {
-                        self.last_read = Some(Bytes::copy_from_slice(last));
+                let mut full = false;
+                for (s, got, last) in ended {
+                    let stream = &mut self.streams[s as usize];
+                    stream.backlog = got >= each;
+                    full |= stream.backlog;
+                    if self.config.create_group.is_some() {
+                        // Copied: a slice would keep the whole reply alive.
+                        if let Some(last) = last.filter(|id| stream.last_read.as_ref() != Some(id)) {
+                            stream.last_read = Some(Bytes::copy_from_slice(&last));
+                        }
                     }
                 }
                 self.pace.record_read(len, n);
-                // A read the server cut at `MAXSIZE` leaves more behind.
-                let capped = self.read_cap(count).is_some_and(|cap| len >= cap);
-                self.backlog = n >= count as usize || capped;
+                // A read the server cut at `MAXCOUNT` or `MAXSIZE` leaves more behind.
+                let capped = most.is_some_and(|most| n >= most as usize)
+                    || self.read_cap(count.saturating_mul(n_streams as u32)).is_some_and(|cap| len >= cap);
+                self.backlog = full || capped;
             }
             other => {
                 let detail = "a reply other than a read came as entries";
@@ -1944,36 +2139,57 @@ impl Consumer {
         Ok(())
     }
 
+    /// How many entries a read of new entries over `streams` streams asks of each (`COUNT`),
+    /// and of all (`MAXCOUNT`, where the server has it), for a read of `count` in all: each
+    /// stream's share, at least 1; with `MAXCOUNT` any stream may bring them all.
+    fn per_stream(&self, count: u32, streams: usize) -> (u32, Option<u32>) {
+        if streams <= 1 {
+            return (count, None);
+        }
+        match self.dialect.read_size_cap {
+            true => (count, Some(count)),
+            false => ((count / streams as u32).max(1), None),
+        }
+    }
+
     /// A read reply outgrew its budget and was skipped; the server delivered (or claimed) it
     /// all the same, so those entries are now in this consumer's pending list.
     fn on_oversized(&mut self, sent: Sent, completed: u64, now: Instant) -> Result<(), Error> {
         if self.stop != Stop::Running {
             return Ok(());
         }
-        let count = match sent {
-            Sent::ReadPending { count } | Sent::Claim { count } | Sent::ReadNew { count, .. } => count,
-            other => {
-                let detail = "a reply other than a read was skipped";
-                return Err(Error::Shape { command: other.command(), detail });
-            }
-        };
+        if !matches!(sent, Sent::ReadPending { .. } | Sent::Claim { .. } | Sent::ReadNew { .. }) {
+            let detail = "a reply other than a read was skipped";
+            return Err(Error::Shape { command: sent.command(), detail });
+        }
         self.pace.record_oversized(completed);
         match sent {
-            Sent::ReadPending { .. } => {
+            Sent::ReadPending { stream: s, count } => {
                 self.in_flight.discard_counts();
                 if count == 1 {
                     // This one entry alone is too large: find its id for the error.
-                    let start = match &self.next {
-                        Next::Drain { after } if &after[..] != DRAIN_START => commands::after(after),
+                    let start = match &self.streams[s as usize].next {
+                        Next::Drain { after } if &after[..] != DRAIN_START => commands::after(&after[..]),
                         _ => b"-".to_vec(),
                     };
-                    commands::counts(&mut self.out, &self.config, &start, b"+", 1);
-                    self.track(Sent::FindTooLarge, now);
+                    commands::counts(
+                        &mut self.out,
+                        &self.config,
+                        &self.streams[s as usize].key,
+                        &start,
+                        b"+",
+                        1,
+                    );
+                    self.track(Sent::FindTooLarge(s), now);
                 }
                 // Otherwise the same page is asked again, smaller.
             }
             // Delivered or claimed to us: the drain reads them again, smaller.
-            _ => self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) },
+            Sent::Claim { stream: s, .. } => self.streams[s as usize].restart_drain(),
+            Sent::ReadNew { streams, .. } => {
+                streams.iter().for_each(|&s| self.streams[s as usize].restart_drain())
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -1988,8 +2204,8 @@ impl Consumer {
         if cluster::classify(message) == Some(cluster::ClusterError::CrossSlot) {
             return Err(Error::CrossSlot { command, message: text() });
         }
-        if command == Command::CreateGroup && message.starts_with(b"BUSYGROUP") {
-            self.group_made = true;
+        if let (Sent::CreateGroup(s), true) = (&sent, message.starts_with(b"BUSYGROUP")) {
+            self.streams[*s as usize].group_made = true;
             return Ok(());
         }
         if let Sent::GiveBack | Sent::Release { .. } = sent {
@@ -2005,7 +2221,7 @@ impl Consumer {
         if let Sent::Role = sent {
             return Err(Error::NotMaster { role: "a replica".to_string() });
         }
-        if let Sent::Health(_) = sent {
+        if let Sent::Health(..) = sent {
             // No such key or group yet: nothing to tell this round. Not allowed (an ACL
             // without these commands): said once, and not asked again.
             if message.starts_with(b"NOPERM") && self.health.is_some() {
@@ -2019,12 +2235,12 @@ impl Consumer {
             self.notices.extend(self.twins.on_refused(list, text()));
             return Ok(());
         }
-        if let Sent::Leave = sent {
+        if let Sent::Leave(_) = sent {
             // Not allowed (an ACL without `EVAL`), or the group gone: the consumer stays.
             self.notices.push_back(Notice::Refused { feature: Notice::LEAVE, reason: text() });
             return Ok(());
         }
-        if let Sent::Commit(_) = sent {
+        if let Sent::Commit(..) = sent {
             if message.starts_with(b"NOSCRIPT") {
                 // The server forgot the script (`SCRIPT FLUSH`, a restart): load it again
                 // and send these once it is.
@@ -2038,7 +2254,7 @@ impl Consumer {
                 return Ok(());
             }
         }
-        if let Sent::DeadLetter(_) = sent {
+        if let Sent::DeadLetter(..) = sent {
             // The script's own errors name the failing call after the code (6.2: `ERR Error
             // running script … NOGROUP …`): a missing group leaves nothing to move.
             if message.windows(7).any(|w| w == b"NOGROUP") {
@@ -2049,16 +2265,30 @@ impl Consumer {
             if let Sent::ReadPending { .. } = sent {
                 self.in_flight.discard_counts();
             }
-            self.buffer.clear();
-            self.staged = None;
+            // The stream it names (a read of many streams fails for one): the others go on.
+            let named = match &sent {
+                Sent::ReadNew { streams, .. } => match self.named_in(message) {
+                    Some(s) => vec![s],
+                    None => streams.clone(),
+                },
+                other => other.stream().into_iter().collect(),
+            };
+            self.buffer.retain(|b| !named.contains(&b.entry.stream));
+            if self.staged.as_ref().is_some_and(|staged| named.contains(&staged.stream)) {
+                self.staged = None;
+            }
             return match self.config.on_group_gone {
                 GroupGone::Fail => Err(Error::GroupGone { command, message: text() }),
                 GroupGone::Recreate => {
-                    // It was there (it was read): its creation is counted as a re-creation.
-                    self.group_made = true;
-                    self.send(Sent::CreateGroup, now);
-                    self.cursor = Bytes::from_static(CURSOR_START);
-                    self.restart_drain();
+                    for s in named {
+                        // It was there (it was read): its creation is counted as a re-creation.
+                        let stream = &mut self.streams[s as usize];
+                        stream.group_made = true;
+                        stream.cursor = Bytes::from_static(CURSOR_START);
+                        stream.restart_drain();
+                        stream.claim_at = None;
+                        self.send(Sent::CreateGroup(s), now);
+                    }
                     Ok(())
                 }
             };
@@ -2075,11 +2305,22 @@ impl Consumer {
     /// (which would otherwise hand their entries out again).
     fn keep_owed(&mut self, sent: Sent) {
         match sent {
-            Sent::Ack(mut acks) => self.acks.append(&mut acks),
-            Sent::DeadLetter(job) => self.dead_letters.push(job),
-            Sent::Commit(mut jobs) => self.commits.append(&mut jobs),
+            Sent::Ack(s, mut acks) => self.streams[s as usize].acks.append(&mut acks),
+            Sent::DeadLetter(s, job) => self.streams[s as usize].dead_letters.push(job),
+            Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
             _ => {}
         }
+    }
+
+    /// The stream a `NOGROUP` error names (`No such key 'k' or consumer group 'g' …`).
+    fn named_in(&self, message: &[u8]) -> Option<u32> {
+        let text = message.strip_prefix(b"NOGROUP No such key '")?;
+        // Keys may hold quotes: the longest known key that the message goes on from.
+        let group = [&b"' or consumer group '"[..], &self.config.group].concat();
+        (1..=text.len())
+            .rev()
+            .filter(|&end| text[end..].starts_with(&group))
+            .find_map(|end| self.index.get(&text[..end]).copied())
     }
 
     /// A cluster redirect. `MOVED` for the stream's slot: reconnect to the node named (and
@@ -2089,7 +2330,7 @@ impl Consumer {
     /// after `ASKING` (once the move is done, that node owns the slot and `ASKING` is moot).
     fn redirected(&mut self, command: Command, redirect: cluster::Redirect, message: &[u8]) -> Error {
         let text = String::from_utf8_lossy(message).into_owned();
-        if redirect.slot != cluster::key_slot(&self.config.stream) {
+        if !self.streams.iter().any(|s| s.slot == redirect.slot) {
             return Error::CrossSlot { command, message: text };
         }
         match redirect.kind {
@@ -2120,12 +2361,12 @@ impl Consumer {
     /// again by a drain) is left to its handler, one buffered keeps its place, and one
     /// settled whose ack or move is not yet confirmed (settled after the drain or reclaim
     /// went out, which entries in hand do not hold back) to that ack or move.
-    fn live(&mut self, item: Item, now: Instant) -> Option<Entry> {
+    fn live(&mut self, s: u32, item: Item, now: Instant) -> Option<Entry> {
         let id = match &item {
             Item::Entry(e) => e.id(),
             Item::Deleted(id) => &id[..],
         };
-        if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == id) {
+        if let Some(h) = self.in_hand.iter_mut().find(|h| h.stream == s && self.held.id(h.id) == id) {
             // Delivered to us again (a drain, a reclaim): the server reset its idle time, so
             // its lease runs from this reply, or the next renewal would find it too young
             // and take it for a peer's. It counted a delivery too: a commit's fencing token.
@@ -2133,7 +2374,7 @@ impl Consumer {
             h.deliveries += 1;
             return None;
         }
-        if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == id) {
+        if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.stream == s && b.entry.id() == id) {
             // Buffered and delivered to us again (a read's `CLAIM` once its lease ran out
             // while its key was in hand): the copy buffered keeps its place, its lease
             // renewed by this reply. A second copy behind later entries of its key would be
@@ -2144,14 +2385,17 @@ impl Consumer {
             b.entry.deliveries += 1;
             return None;
         }
-        if self.settling(id) {
+        if self.settling(s, id) {
             return None;
         }
         match item {
-            Item::Entry(entry) => Some(entry),
+            Item::Entry(mut entry) => {
+                entry.stream = s;
+                Some(entry)
+            }
             Item::Deleted(id) => {
                 self.stats.deleted_seen += 1;
-                self.acks.push(&id);
+                self.streams[s as usize].acks.push(&id);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
                 None
             }
@@ -2159,8 +2403,9 @@ impl Consumer {
     }
 
     /// Tells what `XAUTOCLAIM` took from other owners: not this consumer's own retries.
-    fn tell_reclaimed(&mut self, live: &[Entry]) {
-        let count = live.iter().filter(|e| !self.retried.take(e.id())).count() as u64;
+    fn tell_reclaimed(&mut self, s: u32, live: &[Entry]) {
+        let retried = &mut self.streams[s as usize].retried;
+        let count = live.iter().filter(|e| !retried.take(e.id())).count() as u64;
         if count > 0 {
             self.notices.push_back(Notice::Reclaimed { count, released: 0 });
         }
@@ -2168,19 +2413,18 @@ impl Consumer {
 
     /// True if `id` is an entry in hand.
     #[inline]
-    fn holds(&self, id: &[u8]) -> bool {
-        !self.in_hand.is_empty() && self.in_hand.iter().any(|h| self.held.id(h.id) == id)
+    fn holds(&self, s: u32, id: &[u8]) -> bool {
+        !self.in_hand.is_empty() && self.in_hand.iter().any(|h| h.stream == s && self.held.id(h.id) == id)
     }
 
-    /// True if `id` was settled and its ack (dead-letter move, commit) is owed or in flight.
-    fn settling(&self, id: &[u8]) -> bool {
-        self.acks.contains(id)
-            || self.dead_letters.iter().any(|job| job.id == id)
-            || self.commits.iter().any(|job| job.id == id)
+    /// True if `id` of stream `s` was settled and its ack (dead-letter move, commit) is owed
+    /// or in flight.
+    fn settling(&self, s: u32, id: &[u8]) -> bool {
+        self.streams[s as usize].settling(id)
             || self.in_flight.iter().any(|c| match &c.sent {
-                Sent::Ack(acks) => acks.contains(id),
-                Sent::DeadLetter(job) => job.id == id,
-                Sent::Commit(jobs) => jobs.iter().any(|job| job.id == id),
+                Sent::Ack(t, acks) => *t == s && acks.contains(id),
+                Sent::DeadLetter(t, job) => *t == s && job.id == id,
+                Sent::Commit(t, jobs) => *t == s && jobs.iter().any(|job| job.id == id),
                 _ => false,
             })
     }
@@ -2197,18 +2441,18 @@ impl Consumer {
             self.lease_floor = Some(self.lease_floor.map_or(entry.read_at, |at| at.min(entry.read_at)));
             self.buffer.push_back(entry);
         } else {
-            self.returns.push(entry);
+            self.streams[entry.entry.stream as usize].returns.push(entry);
         }
     }
 
-    fn stage(&mut self, entries: Vec<Entry>, read_at: Instant, paged: bool) {
-        self.staged = (!entries.is_empty()).then_some(Staged { entries, read_at, paged });
+    fn stage(&mut self, stream: u32, entries: Vec<Entry>, read_at: Instant, paged: bool) {
+        self.staged = (!entries.is_empty()).then_some(Staged { stream, entries, read_at, paged });
     }
 
     /// `XPENDING key group <start> <end> n consumer` for staged entries.
-    fn send_counts(&mut self, start: &[u8], end: &[u8], n: u32, now: Instant) {
-        commands::counts(&mut self.out, &self.config, start, end, n);
-        self.track(Sent::Counts { count: n }, now);
+    fn send_counts(&mut self, s: u32, start: &[u8], end: &[u8], n: u32, now: Instant) {
+        commands::counts(&mut self.out, &self.config, &self.streams[s as usize].key, start, end, n);
+        self.track(Sent::Counts { stream: s, count: n }, now);
     }
 
     /// Gives staged entries their delivery counts; once all are known (or known not to be
@@ -2230,11 +2474,12 @@ impl Consumer {
             if let (Some((last, _)), Some(end)) = (counts.last(), staged.entries.last()) {
                 let (start, end) = (commands::after(last), end.id_bytes());
                 let n = staged.entries.iter().filter(|e| e.deliveries == 0).count() as u32;
-                self.send_counts(&start, &end, n, now);
+                let s = staged.stream;
+                self.send_counts(s, &start, &end, n, now);
                 return;
             }
         }
-        let Some(Staged { entries, read_at, .. }) = self.staged.take() else { return };
+        let Some(Staged { stream: s, entries, read_at, .. }) = self.staged.take() else { return };
         let due = read_at + self.config.lease_threshold();
         for entry in entries {
             if entry.deliveries == 0 {
@@ -2242,7 +2487,8 @@ impl Consumer {
                 self.lost(entry.id_bytes(), false);
             } else if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                 let reason = DeadLetterReason::MaxDeliveries;
-                self.dead_letters.push(Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason });
+                let job = Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason };
+                self.streams[s as usize].dead_letters.push(job);
             } else {
                 self.keep(Buffered { entry, read_at, due, key: None });
             }
@@ -2251,25 +2497,30 @@ impl Consumer {
 
     /// A lease renewal answered: `kept` are still ours (their idle time now reset); the rest
     /// of `asked` were taken by a peer (or deleted).
-    fn on_lease(&mut self, asked: Vec<Bytes>, kept: Vec<Bytes>, now: Instant) {
+    fn on_lease(&mut self, s: u32, asked: Vec<Bytes>, kept: Vec<Bytes>, now: Instant) {
         let mut kept = kept.into_iter().peekable();
+        let held = &self.held;
         for id in asked {
+            let is = |b: &Buffered| b.entry.stream == s && b.entry.id() == &id[..];
+            let holds = |h: &&mut InHand| h.stream == s && held.id(h.id) == &id[..];
             if kept.next_if_eq(&id).is_some() {
                 self.stats.leases_renewed += 1;
-                if let Some(b) = self.buffer.iter_mut().find(|b| b.entry.id() == &id[..]) {
+                if let Some(b) = self.buffer.iter_mut().find(|b| is(b)) {
                     b.read_at = now;
                     b.due = now + self.config.lease_threshold();
-                } else if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == &id[..]) {
+                } else if let Some(h) = self.in_hand.iter_mut().find(holds) {
                     h.read_at = Some(now);
                 }
                 continue;
             }
-            if let Some(i) = self.buffer.iter().position(|b| b.entry.id() == &id[..]) {
+            if let Some(i) = self.buffer.iter().position(is) {
                 self.buffer.remove(i);
-                self.lost(id, false);
-            } else if let Some(h) = self.in_hand.iter_mut().find(|h| self.held.id(h.id) == &id[..]) {
+                self.stats.leases_lost += 1;
+                self.notices.push_back(Notice::LeaseLost { id, in_hand: false });
+            } else if let Some(h) = self.in_hand.iter_mut().find(holds) {
                 h.read_at = None;
-                self.lost(id, true);
+                self.stats.leases_lost += 1;
+                self.notices.push_back(Notice::LeaseLost { id, in_hand: true });
             }
         }
         self.lease_floor = self.oldest_read();
@@ -2284,60 +2535,75 @@ impl Consumer {
     /// gives its delivery counts, pipelined behind it.
     fn send(&mut self, sent: Sent, now: Instant) {
         let cap = match &sent {
-            Sent::ReadPending { count } | Sent::ReadNew { count, .. } => self.read_cap(*count),
+            Sent::ReadPending { count, .. } => self.read_cap(*count),
+            Sent::ReadNew { count, streams, .. } => self.read_cap(count.saturating_mul(streams.len() as u32)),
             _ => None,
+        };
+        let shares = match &sent {
+            Sent::ReadNew { count, streams, .. } => self.per_stream(*count, streams.len()),
+            _ => (0, None),
         };
         let c = &self.config;
         let out = &mut self.out;
+        let key = |s: &u32| &self.streams[*s as usize].key;
         match &sent {
             // Encoded where they are decided, with what they need.
             Sent::Handshake(_)
             | Sent::Counts { .. }
-            | Sent::Lease(_)
+            | Sent::Lease(..)
             | Sent::GiveBack
-            | Sent::FindTooLarge
-            | Sent::Health(_)
+            | Sent::FindTooLarge(_)
+            | Sent::Health(..)
             | Sent::Twins { .. }
             | Sent::DeadLetterCheck
             | Sent::CommitCheck
             | Sent::ScriptLoad
-            | Sent::Commit(_)
+            | Sent::Commit(..)
             | Sent::Role
             | Sent::Wait { .. }
-            | Sent::Leave
+            | Sent::Leave(_)
             | Sent::Discard(_) => {}
-            Sent::CreateGroup => commands::create_group(out, c),
-            Sent::Ack(acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
-                Some(condition) => {
-                    acks.encode_ids(out, &[b"XACKDEL", &c.stream, &c.group, condition.token()])
-                }
-                None => acks.encode(out, &c.stream, &c.group),
+            Sent::CreateGroup(s) => commands::create_group(out, c, key(s)),
+            Sent::Ack(s, acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
+                Some(condition) => acks.encode_ids(out, &[b"XACKDEL", key(s), &c.group, condition.token()]),
+                None => acks.encode(out, key(s), &c.group),
             },
-            Sent::Release { ids, silent } => {
+            Sent::Release { stream, ids, silent } => {
                 let mode: &[u8] = if *silent { b"SILENT" } else { b"FAIL" };
-                ids.encode_ids(out, &[b"XNACK", &c.stream, &c.group, mode]);
+                ids.encode_ids(out, &[b"XNACK", key(stream), &c.group, mode]);
             }
-            Sent::ReadPending { count } => {
-                let after = match &self.next {
+            Sent::ReadPending { stream, count } => {
+                let after = match &self.streams[*stream as usize].next {
                     Next::Drain { after } => after.clone(),
                     Next::Beat => Bytes::from_static(DRAIN_START),
                 };
-                commands::read_pending(out, c, *count, &after, cap);
+                commands::read_pending(out, c, key(stream), *count, &after, cap);
                 let start = if &after[..] == DRAIN_START { b"-".to_vec() } else { commands::after(&after) };
-                let count = *count;
+                let (s, count) = (*stream, *count);
                 self.track(sent, now);
-                commands::counts(&mut self.out, &self.config, &start, b"+", count);
-                self.track(Sent::Counts { count }, now);
+                commands::counts(
+                    &mut self.out,
+                    &self.config,
+                    &self.streams[s as usize].key,
+                    &start,
+                    b"+",
+                    count,
+                );
+                self.track(Sent::Counts { stream: s, count }, now);
                 return;
             }
-            Sent::Claim { count } => commands::claim(out, c, *count, &self.cursor),
-            Sent::ReadNew { count, block } => {
-                let claim = self.dialect.claim_in_read.then_some(c.min_idle);
-                commands::read_new(out, c, *count, *block, claim, cap);
+            Sent::Claim { stream, count } => {
+                commands::claim(out, c, key(stream), *count, &self.streams[*stream as usize].cursor)
             }
-            Sent::DeadLetter(job) => {
-                if let Some(key) = &c.dead_letter {
-                    dead_letter::encode(out, c, key, job);
+            Sent::ReadNew { block, streams, .. } => {
+                let (count, most) = shares;
+                let claim = self.dialect.claim_in_read.then_some(c.min_idle);
+                let read = commands::ReadNew { count, most, block: *block, claim, cap };
+                commands::read_new(out, c, read, streams.iter().map(|s| &key(s)[..]));
+            }
+            Sent::DeadLetter(s, job) => {
+                if let Some(dead_letter) = &c.dead_letter {
+                    dead_letter::encode(out, c, key(s), dead_letter, job);
                 }
             }
         }

@@ -58,11 +58,11 @@ return 1
 ";
 
 /// Appends the `EVAL` of [`DEAD_LETTER_CHECK_SCRIPT`].
-pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, dead_letter: &[u8]) {
+pub(crate) fn encode_check(out: &mut BytesMut, config: &Config, key: &[u8], dead_letter: &[u8]) {
     let c = config;
     command(
         out,
-        &[b"EVAL", DEAD_LETTER_CHECK_SCRIPT.as_bytes(), b"2", &c.stream, dead_letter, &c.group, &c.consumer],
+        &[b"EVAL", DEAD_LETTER_CHECK_SCRIPT.as_bytes(), b"2", key, dead_letter, &c.group, &c.consumer],
     );
 }
 
@@ -77,7 +77,7 @@ pub(crate) struct Job {
 /// Appends the `EVAL` for `job`. The dead-letter entry gets the original fields, then
 /// `pelican-stream`, `pelican-group`, `pelican-consumer`, `pelican-id`, `pelican-deliveries`
 /// and `pelican-reason`.
-pub(crate) fn encode(out: &mut BytesMut, config: &Config, dead_letter: &[u8], job: &Job) {
+pub(crate) fn encode(out: &mut BytesMut, config: &Config, key: &[u8], dead_letter: &[u8], job: &Job) {
     let deliveries = Decimal::new(job.deliveries);
     let c = config;
     command(
@@ -86,13 +86,13 @@ pub(crate) fn encode(out: &mut BytesMut, config: &Config, dead_letter: &[u8], jo
             b"EVAL",
             DEAD_LETTER_SCRIPT.as_bytes(),
             b"2",
-            &c.stream,
+            key,
             dead_letter,
             &c.group,
             &c.consumer,
             &job.id,
             b"pelican-stream",
-            &c.stream,
+            key,
             b"pelican-group",
             &c.group,
             b"pelican-consumer",

@@ -47,6 +47,9 @@ pub struct Entry {
     /// Released by its owner (`XNACK`, Redis 8.8+) rather than found idle: a `CLAIM` read
     /// gives such an entry the server's clock as its idle time. Only for what is told.
     pub(crate) released: bool,
+    /// Which of the consumer's streams it came from (its index there; see
+    /// [`Consumer::stream_of`](crate::Consumer::stream_of)).
+    pub(crate) stream: u32,
 }
 
 impl Entry {
@@ -62,7 +65,7 @@ impl Entry {
         u32::try_from(raw.len()).ok()?;
         // All within `raw`, so all fit.
         let (id, fields_at, pairs) = ((id.start as u32, id.end as u32), fields_at as u32, pairs as u32);
-        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0, released: false })
+        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0, released: false, stream: 0 })
     }
 
     /// A new entry delivered once, for tests of handlers: `fields` are its name/value pairs.

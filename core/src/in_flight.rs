@@ -20,50 +20,58 @@ pub(crate) struct InFlight {
     pub(crate) deadline: Instant,
 }
 
-/// A command in flight and what its reply needs.
+/// A command in flight and what its reply needs. A `u32` (`stream`) is the index of the
+/// stream it is about among the consumer's.
 #[derive(Debug)]
 pub(crate) enum Sent {
     Handshake(Command),
-    CreateGroup,
-    Ack(Acks),
+    CreateGroup(u32),
+    Ack(u32, Acks),
     ReadPending {
+        stream: u32,
         count: u32,
     },
     Claim {
+        stream: u32,
         count: u32,
     },
     ReadNew {
+        /// Entries asked of each stream.
         count: u32,
         /// Parked (`BLOCK` this long), or a read ahead that answers at once (`None`).
         block: Option<std::time::Duration>,
+        /// The streams read, in the command's order.
+        streams: Vec<u32>,
     },
     /// Delivery counts for the staged entries; `count` asked.
     Counts {
+        stream: u32,
         count: u32,
     },
-    Lease(Vec<Bytes>),
+    Lease(u32, Vec<Bytes>),
     /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
     GiveBack,
     /// `XNACK … FAIL` for entries given `Retry`, or `… SILENT` for entries dropped
     /// unhandled (Redis 8.8+). Best effort.
     Release {
+        stream: u32,
         ids: Acks,
         silent: bool,
     },
-    DeadLetter(Job),
+    DeadLetter(u32, Job),
     /// One `EVALSHA` of the commit script: these entries' writes and acks.
-    Commit(Vec<crate::commit::Job>),
+    Commit(u32, Vec<crate::commit::Job>),
     /// `SCRIPT LOAD` of the commit script: commits wait for its sha.
     ScriptLoad,
     /// The check that commits can be made ([`Config::commit_to`](crate::Config::commit_to)):
     /// nothing is read before its answer.
     CommitCheck,
     /// The id of the next pending entry, which alone outgrew the frame limit.
-    FindTooLarge,
+    FindTooLarge(u32),
     /// A reply to ignore: the counts pipelined behind a read that failed or was skipped.
     Discard(Command),
     /// One of the group-health commands.
-    Health(HealthPart),
+    Health(u32, HealthPart),
     /// The check that dead letters can be moved: nothing is read before its answer.
     DeadLetterCheck,
     /// `ROLE`, asked of a node whose `HELLO` said it is a replica, to name its master.
@@ -79,8 +87,8 @@ pub(crate) enum Sent {
         list: bool,
         first: bool,
     },
-    /// Leaving the group at the end of a clean stop ([`crate::leave`]).
-    Leave,
+    /// Leaving the group of a stream at the end of a clean stop ([`crate::leave`]).
+    Leave(u32),
 }
 
 /// The three commands that ask after the group's health, pipelined in this order.
@@ -98,24 +106,24 @@ impl Sent {
     pub(crate) fn command(&self) -> Command {
         match self {
             Sent::Handshake(c) | Sent::Discard(c) => *c,
-            Sent::CreateGroup => Command::CreateGroup,
-            Sent::Ack(_) => Command::Ack,
+            Sent::CreateGroup(_) => Command::CreateGroup,
+            Sent::Ack(..) => Command::Ack,
             Sent::ReadPending { .. } => Command::ReadPending,
             Sent::Claim { .. } => Command::Claim,
             Sent::ReadNew { .. } => Command::ReadNew,
-            Sent::Counts { .. } | Sent::FindTooLarge => Command::Counts,
-            Sent::Lease(_) | Sent::GiveBack => Command::Lease,
+            Sent::Counts { .. } | Sent::FindTooLarge(_) => Command::Counts,
+            Sent::Lease(..) | Sent::GiveBack => Command::Lease,
             Sent::Release { .. } => Command::Release,
-            Sent::DeadLetter(_) => Command::DeadLetter,
-            Sent::Commit(_) => Command::Commit,
+            Sent::DeadLetter(..) => Command::DeadLetter,
+            Sent::Commit(..) => Command::Commit,
             Sent::ScriptLoad => Command::ScriptLoad,
             Sent::CommitCheck => Command::CommitCheck,
-            Sent::Health(_) => Command::Health,
+            Sent::Health(..) => Command::Health,
             Sent::Twins { .. } => Command::Twins,
             Sent::DeadLetterCheck => Command::DeadLetterCheck,
             Sent::Role => Command::Role,
             Sent::Wait { .. } => Command::Wait,
-            Sent::Leave => Command::Leave,
+            Sent::Leave(_) => Command::Leave,
         }
     }
 
@@ -128,8 +136,8 @@ impl Sent {
                 | Sent::Claim { .. }
                 | Sent::ReadNew { .. }
                 | Sent::Counts { .. }
-                | Sent::Lease(_)
-                | Sent::FindTooLarge
+                | Sent::Lease(..)
+                | Sent::FindTooLarge(_)
                 | Sent::Twins { first: true, .. }
                 | Sent::DeadLetterCheck
                 | Sent::CommitCheck
@@ -146,13 +154,32 @@ impl Sent {
             )
     }
 
+    /// The stream a command is about (an ack, a drain page, a renewal…), if it names one.
+    pub(crate) fn stream(&self) -> Option<u32> {
+        match self {
+            Sent::CreateGroup(s)
+            | Sent::Ack(s, _)
+            | Sent::ReadPending { stream: s, .. }
+            | Sent::Claim { stream: s, .. }
+            | Sent::Counts { stream: s, .. }
+            | Sent::Lease(s, _)
+            | Sent::Release { stream: s, .. }
+            | Sent::DeadLetter(s, _)
+            | Sent::Commit(s, _)
+            | Sent::FindTooLarge(s)
+            | Sent::Health(s, _)
+            | Sent::Leave(s) => Some(*s),
+            _ => None,
+        }
+    }
+
     /// Commands that must be answered before a stop ends.
     pub(crate) fn is_owed(&self) -> bool {
         matches!(
             self,
-            Sent::Ack(_)
-                | Sent::DeadLetter(_)
-                | Sent::Commit(_)
+            Sent::Ack(..)
+                | Sent::DeadLetter(..)
+                | Sent::Commit(..)
                 | Sent::ScriptLoad
                 | Sent::Wait { .. }
                 | Sent::GiveBack
@@ -161,7 +188,7 @@ impl Sent {
                 | Sent::Claim { .. }
                 | Sent::ReadNew { block: None, .. }
                 | Sent::Counts { .. }
-                | Sent::Leave
+                | Sent::Leave(_)
         )
     }
 }
@@ -195,7 +222,7 @@ impl Tally {
                 one.parked = 1;
                 one.holding = 1;
             }
-            Sent::Lease(_) => {
+            Sent::Lease(..) => {
                 one.leases = 1;
                 one.holding = 1;
             }

@@ -26,6 +26,6 @@ return 0
 ";
 
 /// Appends the `EVAL` of [`LEAVE_SCRIPT`] for this consumer.
-pub(crate) fn encode(out: &mut BytesMut, c: &Config) {
-    command(out, &[b"EVAL", LEAVE_SCRIPT.as_bytes(), b"1", &c.stream, &c.group, &c.consumer]);
+pub(crate) fn encode(out: &mut BytesMut, c: &Config, key: &[u8]) {
+    command(out, &[b"EVAL", LEAVE_SCRIPT.as_bytes(), b"1", key, &c.group, &c.consumer]);
 }

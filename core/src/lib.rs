@@ -118,6 +118,7 @@ mod reply;
 pub mod retire;
 mod retried;
 mod stats;
+mod stream;
 mod stream_reply;
 mod twins;
 

@@ -34,36 +34,41 @@ pub(crate) struct AutoClaim {
     pub deleted: Vec<Bytes>,
 }
 
-/// `XREADGROUP` for one stream: nil (nothing new), `[[key, entries]]` (RESP2) or
-/// `{key: entries}` (RESP3). An empty entry list reads like nil.
+/// `XREADGROUP` for one stream or several, every stream's entries in order (see
+/// [`read_streams`]).
 pub(crate) fn read(value: Value) -> Result<Vec<RawEntry>> {
-    let entries = match value {
-        Value::Nil => return Ok(Vec::new()),
-        Value::Array(streams) => one_stream(streams.into_iter().map(|s| match s {
-            Value::Array(pair) => pair_of(pair),
-            _ => Err(ShapeError("XREADGROUP: a stream is not [key, entries]")),
-        }))?,
-        Value::Map(streams) => one_stream(streams.into_iter().map(Ok))?,
-        _ => return Err(ShapeError("XREADGROUP: neither nil, array nor map")),
-    };
-    match entries {
-        Value::Nil => Ok(Vec::new()),
-        Value::Array(items) => items.into_iter().map(entry).collect(),
-        _ => Err(ShapeError("XREADGROUP: entries are not an array")),
-    }
+    Ok(read_streams(value)?.into_iter().flat_map(|(_, entries)| entries).collect())
 }
 
-/// The entries of the single stream asked for (or an empty list if the server named none).
-fn one_stream(mut streams: impl Iterator<Item = Result<(Value, Value)>>) -> Result<Value> {
-    let Some(first) = streams.next() else { return Ok(Value::Nil) };
-    let (key, entries) = first?;
-    if !matches!(key, Value::Str(_)) {
-        return Err(ShapeError("XREADGROUP: the stream key is not a string"));
-    }
-    if streams.next().is_some() {
-        return Err(ShapeError("XREADGROUP: more than one stream"));
-    }
-    Ok(entries)
+/// `XREADGROUP`: nil (nothing new), `[[key, entries], …]` (RESP2) or `{key: entries, …}`
+/// (RESP3): each stream's key and entries. An empty entry list reads like nil.
+pub(crate) fn read_streams(value: Value) -> Result<Vec<(Bytes, Vec<RawEntry>)>> {
+    let streams: Vec<(Value, Value)> = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Array(streams) => streams
+            .into_iter()
+            .map(|s| match s {
+                Value::Array(pair) => pair_of(pair),
+                _ => Err(ShapeError("XREADGROUP: a stream is not [key, entries]")),
+            })
+            .collect::<Result<_>>()?,
+        Value::Map(streams) => streams,
+        _ => return Err(ShapeError("XREADGROUP: neither nil, array nor map")),
+    };
+    streams
+        .into_iter()
+        .map(|(key, entries)| {
+            let Value::Str(key) = key else {
+                return Err(ShapeError("XREADGROUP: the stream key is not a string"));
+            };
+            let entries = match entries {
+                Value::Nil => Vec::new(),
+                Value::Array(items) => items.into_iter().map(entry).collect::<Result<_>>()?,
+                _ => return Err(ShapeError("XREADGROUP: entries are not an array")),
+            };
+            Ok((key, entries))
+        })
+        .collect()
 }
 
 fn pair_of(pair: Vec<Value>) -> Result<(Value, Value)> {
@@ -278,6 +283,8 @@ pub(crate) type SaidEntry = (Bytes, Option<Pairs>, Option<(bool, u64)>);
 #[derive(Debug, PartialEq)]
 pub(crate) struct Said {
     pub entries: Vec<SaidEntry>,
+    /// Each entry's stream key (a read's; none for a claim).
+    pub keys: Vec<Bytes>,
     pub claim: Option<(Bytes, u64, Vec<Bytes>)>,
 }
 
@@ -297,10 +304,16 @@ pub(crate) fn said_by_tree(value: Value, claim: bool) -> Result<Said> {
         let c = autoclaim(value)?;
         Ok(Said {
             entries: c.claimed.into_iter().map(raw).collect(),
+            keys: Vec::new(),
             claim: Some((c.cursor, c.bare_nils, c.deleted)),
         })
     } else {
-        Ok(Said { entries: read(value)?.into_iter().map(raw).collect(), claim: None })
+        let (mut entries, mut keys) = (Vec::new(), Vec::new());
+        for (key, raws) in read_streams(value)? {
+            keys.extend(raws.iter().map(|_| key.clone()));
+            entries.extend(raws.into_iter().map(raw));
+        }
+        Ok(Said { entries, keys, claim: None })
     }
 }
 
@@ -335,9 +348,13 @@ pub(crate) fn said_by_stream_parser(
     };
     if claim {
         let c = stream_reply::autoclaim(frame, spans, protocol, &mut each)?;
-        Ok(Said { entries, claim: Some((c.cursor, c.bare_nils, c.deleted)) })
+        Ok(Said { entries, keys: Vec::new(), claim: Some((c.cursor, c.bare_nils, c.deleted)) })
     } else {
-        stream_reply::read(frame, spans, protocol, Source::New, &mut each)?;
-        Ok(Said { entries, claim: None })
+        let mut keys = Vec::new();
+        stream_reply::read(frame, spans, protocol, Source::New, |key, item| {
+            keys.push(Bytes::copy_from_slice(key));
+            each(item)
+        })?;
+        Ok(Said { entries, keys, claim: None })
     }
 }

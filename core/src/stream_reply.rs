@@ -40,43 +40,32 @@ type Result<T> = std::result::Result<T, ShapeError>;
 
 const TOO_LARGE: ShapeError = ShapeError("an entry of 4 GiB or more");
 
-/// `XREADGROUP` for one stream: nil, `[[key, entries]]` (RESP2) or `{key: entries}` (RESP3);
-/// each entry goes to `each` in order. Returns how many there were.
-/// `spans` are the plain entries the decoder found in it (any, in order; none is fine).
+/// `XREADGROUP` for one stream or several: nil, `[[key, entries], …]` (RESP2) or
+/// `{key: entries, …}` (RESP3); each entry goes to `each` in order, with its stream's key.
+/// Returns how many there were. `spans` are the plain entries the decoder found in it (any,
+/// in order; none is fine).
 pub(crate) fn read(
     frame: &Bytes,
     spans: &[Span],
     protocol: Protocol,
     source: Source,
-    each: impl FnMut(Item),
+    mut each: impl FnMut(&[u8], Item),
 ) -> Result<usize> {
     let mut w = Walk { frame, at: 0, resp3: protocol == Protocol::Resp3, spans };
-    let streams = match w.head()? {
+    let (streams, map) = match w.head()? {
         Head::Nil => return w.end(0),
-        Head::Array(n) => n,
-        Head::Map(n) => {
-            if n > 1 {
-                return Err(ShapeError("XREADGROUP: more than one stream"));
-            }
-            if n == 1 {
-                w.bulk().map_err(|_| ShapeError("XREADGROUP: the stream key is not a string"))?;
-                let n = w.entries(source, each)?;
-                return w.end(n);
-            }
-            return w.end(0);
-        }
+        Head::Array(n) => (n, false),
+        Head::Map(n) => (n, true),
         _ => return Err(ShapeError("XREADGROUP: neither nil, array nor map")),
     };
-    if streams == 0 {
-        return w.end(0);
-    }
-    if w.head()? != Head::Array(2) {
-        return Err(ShapeError("XREADGROUP: a stream is not [key, entries]"));
-    }
-    w.bulk().map_err(|_| ShapeError("XREADGROUP: the stream key is not a string"))?;
-    let n = w.entries(source, each)?;
-    if streams > 1 {
-        return Err(ShapeError("XREADGROUP: more than one stream"));
+    let mut n = 0;
+    for _ in 0..streams {
+        if !map && w.head()? != Head::Array(2) {
+            return Err(ShapeError("XREADGROUP: a stream is not [key, entries]"));
+        }
+        let key = w.bulk().map_err(|_| ShapeError("XREADGROUP: the stream key is not a string"))?;
+        let key = &frame[key];
+        n += w.entries(source, |item| each(key, item))?;
     }
     w.end(n)
 }
@@ -438,7 +427,7 @@ mod tests {
                 let read = |name: &str| raw(&fixture(flavor, dir, name), p);
                 assert_eq!(ids(&read("read_new"), p), owned(&[("1-0", true), ("2-0", true), ("3-0", true)]));
                 let mut fields = Vec::new();
-                super::read(&read("read_new"), &[], p, Source::New, |item| {
+                super::read(&read("read_new"), &[], p, Source::New, |_, item| {
                     if let Item::Entry(e) = item {
                         fields.push((e.field(b"f").map(<[u8]>::to_vec), e.source, e.len()));
                     }
@@ -473,7 +462,7 @@ mod tests {
         for (dir, p) in PROTOS {
             let read = |name: &str| raw(&fixture("redis-8.10", dir, name), p);
             let mut got = Vec::new();
-            super::read(&read("read_claim"), &[], p, Source::New, |item| {
+            super::read(&read("read_claim"), &[], p, Source::New, |_, item| {
                 if let Item::Entry(e) = item {
                     got.push((e.id_bytes(), e.source, e.deliveries, e.field(b"f").map(<[u8]>::to_vec)));
                 }
@@ -492,7 +481,7 @@ mod tests {
             assert_eq!(said.entries[0].2, Some((true, 3)), "{dir}");
             let released = |name: &str| {
                 let mut flags = Vec::new();
-                super::read(&read(name), &[], p, Source::New, |item| {
+                super::read(&read(name), &[], p, Source::New, |_, item| {
                     if let Item::Entry(e) = item {
                         flags.push(e.released);
                     }

@@ -1,0 +1,116 @@
+//! What a consumer keeps for each stream it reads, apart from what it keeps for its
+//! connection ([`Consumer`](crate::Consumer)): where its drain and its reclaim sweep are, what
+//! it owes the server for it (acks, dead-letter moves, commits, give-backs, releases), and its
+//! group's health. A consumer reads one stream or many, all on its one connection.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::acks::Acks;
+use crate::cluster;
+use crate::commit;
+use crate::dead_letter::Job;
+use crate::notice::GroupHealth;
+use crate::release::Releases;
+use crate::retried::Retried;
+
+/// Where a stream's drain starts: the top of its own pending list.
+pub(crate) const DRAIN_START: &[u8] = b"0";
+/// Where a reclaim sweep starts (and `XAUTOCLAIM` says it ended).
+pub(crate) const CURSOR_START: &[u8] = b"0-0";
+
+/// The read a stream needs before it joins the parked read.
+#[derive(Debug)]
+pub(crate) enum Next {
+    /// A page of its own pending list after this id.
+    Drain { after: Bytes },
+    /// Drained: reclaimed when due, else read with the others.
+    Beat,
+}
+
+/// One stream of the consumer's group.
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) key: Bytes,
+    /// Its hash slot, for commits' keys and redirects in a cluster.
+    pub(crate) slot: u16,
+    /// Read, or removed ([`Consumer::remove_stream`](crate::Consumer::remove_stream)): what
+    /// it still owes is sent, nothing more is read.
+    pub(crate) active: bool,
+    pub(crate) next: Next,
+    /// Acks earned and not yet written.
+    pub(crate) acks: Acks,
+    /// Dead-letter moves owed and not yet written.
+    pub(crate) dead_letters: Vec<Job>,
+    /// Commits owed and not yet written (they go out with the acks).
+    pub(crate) commits: Vec<commit::Job>,
+    /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
+    /// are to be given back.
+    pub(crate) returns: Vec<crate::consumer::Buffered>,
+    /// Where the next `XAUTOCLAIM` continues.
+    pub(crate) cursor: Bytes,
+    /// When the next reclaim is due; `None` is now.
+    pub(crate) claim_at: Option<Instant>,
+    /// The last read of new entries brought as many as it asked of this stream.
+    pub(crate) backlog: bool,
+    /// Whether the group was found or created once (a later creation is a re-creation).
+    pub(crate) group_made: bool,
+    /// The last new entry read, with [`Config::create_group`](crate::Config::create_group)
+    /// set: what a re-created group lost is told from it.
+    pub(crate) last_read: Option<Bytes>,
+    /// Entries given `Retry`, to release (`XNACK … FAIL`), now or later.
+    pub(crate) releases: Releases,
+    /// Entries lately given `Retry`: back through a reclaim, they are not a peer's.
+    pub(crate) retried: Retried,
+    /// When the group's health is next asked after; `None`: at the first chance.
+    pub(crate) health_at: Option<Instant>,
+    /// The last health gathered, for snapshots.
+    pub(crate) last_health: Option<GroupHealth>,
+}
+
+impl Stream {
+    pub(crate) fn new(key: Bytes) -> Stream {
+        Stream {
+            slot: cluster::key_slot(&key),
+            key,
+            active: true,
+            next: Next::Drain { after: Bytes::from_static(DRAIN_START) },
+            acks: Acks::default(),
+            dead_letters: Vec::new(),
+            commits: Vec::new(),
+            returns: Vec::new(),
+            cursor: Bytes::from_static(CURSOR_START),
+            claim_at: None,
+            backlog: false,
+            group_made: false,
+            last_read: None,
+            releases: Releases::default(),
+            retried: Retried::default(),
+            health_at: None,
+            last_health: None,
+        }
+    }
+
+    /// Its drain starts again from the top (a new connection, a skipped read).
+    pub(crate) fn restart_drain(&mut self) {
+        self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
+    }
+
+    pub(crate) fn drains_from_top(&self) -> bool {
+        matches!(&self.next, Next::Drain { after } if &after[..] == DRAIN_START)
+    }
+
+    /// Acks, dead-letter moves or commits owed (not yet written).
+    pub(crate) fn owes_settles(&self) -> bool {
+        !self.acks.is_empty() || !self.dead_letters.is_empty() || !self.commits.is_empty()
+    }
+
+    /// True if `id` was settled and its ack (dead-letter move, commit) is owed, not yet
+    /// written.
+    pub(crate) fn settling(&self, id: &[u8]) -> bool {
+        self.acks.contains(id)
+            || self.dead_letters.iter().any(|job| job.id == id)
+            || self.commits.iter().any(|job| job.id == id)
+    }
+}
