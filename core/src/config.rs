@@ -61,10 +61,13 @@ impl Default for Limits {
 
 /// A consumer's configuration. Start from [`Config::new`] and adjust with the builder methods
 /// or the public fields; [`Consumer::new`](crate::Consumer::new) validates it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
-    /// The stream key.
+    /// The stream key (the first, where [`Config::streams`] names more).
     pub stream: Bytes,
+    /// The streams read besides [`Config::stream`], on the same connection by the same
+    /// consumer (see [`Config::streams`]). Empty by default.
+    pub more_streams: Vec<Bytes>,
     /// The consumer group.
     pub group: Bytes,
     /// This consumer's name in the group. A restart under the same name drains its backlog.
@@ -311,6 +314,17 @@ pub enum OrderBy {
     Key(KeyFn),
 }
 
+/// The same field, or the same function (not merely an equal one).
+impl PartialEq for OrderBy {
+    fn eq(&self, other: &OrderBy) -> bool {
+        match (self, other) {
+            (OrderBy::Field(a), OrderBy::Field(b)) => a == b,
+            (OrderBy::Key(a), OrderBy::Key(b)) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// A function giving an entry's key, for [`OrderBy::Key`].
 pub type KeyFn = std::sync::Arc<dyn Fn(&crate::Entry) -> Option<Bytes> + Send + Sync>;
 
@@ -376,6 +390,7 @@ impl Config {
         let name = default_client_name(stream.as_ref(), group.as_ref(), consumer.as_ref());
         Config {
             stream: bytes(stream),
+            more_streams: Vec::new(),
             group: bytes(group),
             consumer: bytes(consumer),
             count: 100,
@@ -541,6 +556,33 @@ impl Config {
         self.client_name = None;
         self
     }
+    /// Reads these streams (the first becomes [`Config::stream`], the others
+    /// [`Config::more_streams`]; repeats are dropped): one consumer, one connection, one
+    /// parked read over all of them. Each stream's own pending entries are drained at every
+    /// (re)connect, each is swept for dead peers' entries about once per `min_idle`, and an
+    /// entry's stream is [`Entry::stream`](crate::Entry::stream). The group and the consumer
+    /// name are the same on each. In a cluster the streams must share a hash slot (a hash
+    /// tag: `{tenants}:a`, `{tenants}:b`). An empty list changes nothing.
+    pub fn streams<K: AsRef<[u8]>>(mut self, streams: impl IntoIterator<Item = K>) -> Self {
+        let mut keys: Vec<Bytes> = Vec::new();
+        for key in streams {
+            let key = bytes(key);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        if keys.is_empty() {
+            return self;
+        }
+        let first = keys.remove(0);
+        if self.client_name == Some(default_client_name(&self.stream, &self.group, &self.consumer)) {
+            self.client_name = Some(default_client_name(&first, &self.group, &self.consumer));
+        }
+        self.stream = first;
+        self.more_streams = keys;
+        self
+    }
+
     /// Sets [`Config::db`].
     pub fn db(mut self, db: u32) -> Self {
         self.db = db;
@@ -615,6 +657,12 @@ impl Config {
             if name.is_empty() {
                 return Err(EmptyName(what));
             }
+        }
+        if self.more_streams.iter().any(|s| s.is_empty()) {
+            return Err(EmptyName("stream"));
+        }
+        if 1 + self.more_streams.len() > crate::consumer::MAX_STREAMS {
+            return Err(TooManyStreams(1 + self.more_streams.len()));
         }
         if self.count == 0 || self.start_count == Some(0) {
             return Err(ZeroCount);
@@ -722,6 +770,8 @@ impl Config {
 pub enum ConfigError {
     /// The stream, group, consumer name or start id is empty.
     EmptyName(&'static str),
+    /// More streams than one consumer reads ([`MAX_STREAMS`](crate::MAX_STREAMS)).
+    TooManyStreams(usize),
     /// `count` is zero (the server answers `COUNT must be > 0`).
     ZeroCount,
     /// The beat is under 1 ms (`BLOCK 0` would block forever, which a deleted key makes fatal).
@@ -792,6 +842,11 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::EmptyName(what) => write!(f, "the {what} must not be empty"),
+            ConfigError::TooManyStreams(n) => write!(
+                f,
+                "{n} streams: one consumer reads at most {} (use more consumers)",
+                crate::consumer::MAX_STREAMS
+            ),
             ConfigError::ZeroCount => f.write_str("count (and start_count) must be at least 1"),
             ConfigError::BadConcurrency(n) => {
                 write!(f, "concurrency {n} must lie between 1 and {MAX_CONCURRENCY}")

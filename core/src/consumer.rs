@@ -290,7 +290,13 @@ impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
     pub fn new(config: Config) -> Result<Consumer, ConfigError> {
         config.validate()?;
-        let first = Stream::new(config.stream.clone());
+        let mut streams = vec![Stream::new(config.stream.clone())];
+        for key in &config.more_streams {
+            if streams.iter().all(|s| s.key != key) {
+                streams.push(Stream::new(key.clone()));
+            }
+        }
+        let index = streams.iter().enumerate().map(|(i, s)| (s.key.clone(), i as u32)).collect();
         Ok(Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
@@ -303,8 +309,8 @@ impl Consumer {
                 config.concurrency,
                 config.start_count_in_force(),
             ),
-            index: HashMap::from([(first.key.clone(), 0)]),
-            streams: vec![first],
+            index,
+            streams,
             turn: 0,
             config,
             link: Link::Fresh,
@@ -469,11 +475,6 @@ impl Consumer {
     /// The keys of the streams read, in the order they were added ([`Config::stream`] first).
     pub fn streams(&self) -> impl Iterator<Item = &Bytes> + '_ {
         self.streams.iter().filter(|s| s.active).map(|s| &s.key)
-    }
-
-    /// The key of the stream `entry` came from (an entry this consumer handed out).
-    pub fn stream_of(&self, entry: &Entry) -> &Bytes {
-        &self.streams.get(entry.stream as usize).unwrap_or(&self.streams[0]).key
     }
 
     /// Reads `key` too, on the same connection: from the next read on (at once if parked:
@@ -728,7 +729,8 @@ impl Consumer {
     // ---- application --------------------------------------------------------------------
 
     /// The application's verdict on the entry in hand with this `id` (from an
-    /// [`Event::Entry`]), in any order. `Ack` earns an `XACK` (written within
+    /// [`Event::Entry`]), in any order. With many streams no two entries in hand share an id,
+    /// so the id names one. `Ack` earns an `XACK` (written within
     /// [`Config::ack_delay`]; at once after a slow handler when entries are handled one at a
     /// time); `Retry` leaves it pending; `DeadLetter` moves it to the dead-letter stream.
     /// `now` is the time of the settle (after the handler ran): it measures the handler and
@@ -739,18 +741,6 @@ impl Consumer {
     pub fn settle(&mut self, id: &[u8], verdict: Verdict, now: Instant) -> bool {
         self.tick(now);
         let Some(i) = self.in_hand.iter().position(|h| self.held.id(h.id) == id) else { return false };
-        self.settle_at(i, verdict, now)
-    }
-
-    /// [`settle`](Self::settle) for the entry in hand with this `id` from the stream `stream`
-    /// (see [`stream_of`](Self::stream_of)): with many streams, two entries in hand may share
-    /// an id (auto ids made in the same millisecond).
-    pub fn settle_in(&mut self, stream: &[u8], id: &[u8], verdict: Verdict, now: Instant) -> bool {
-        self.tick(now);
-        let Some(&s) = self.index.get(stream) else { return false };
-        let Some(i) = self.in_hand.iter().position(|h| h.stream == s && self.held.id(h.id) == id) else {
-            return false;
-        };
         self.settle_at(i, verdict, now)
     }
 
@@ -946,7 +936,7 @@ impl Consumer {
         if now >= self.buffer[i].due {
             return None; // renewed first (the next pump or timeout)
         }
-        let Buffered { entry, read_at, key, .. } =
+        let Buffered { mut entry, read_at, key, .. } =
             if i == 0 { self.buffer.pop_front()? } else { self.buffer.remove(i)? };
         match entry.source {
             Source::Pending => self.stats.drained += 1,
@@ -956,6 +946,7 @@ impl Consumer {
         if let Some(key) = key {
             self.keys_in_hand.insert(key);
         }
+        entry.stream_key = self.streams[entry.stream as usize].key.clone();
         let (raw, id) = entry.id_parts();
         let id = self.held.hold(raw, id);
         self.in_hand.push(InHand {
@@ -977,10 +968,15 @@ impl Consumer {
     /// Where in the buffer the next entry to hand out is: the first whose key is not in hand.
     #[inline]
     fn next_handout(&self) -> Option<usize> {
-        if self.keys_in_hand.is_empty() {
+        if self.keys_in_hand.is_empty() && (self.in_hand.is_empty() || self.streams.len() == 1) {
             return (!self.buffer.is_empty()).then_some(0);
         }
-        self.buffer.iter().position(|b| b.key.map_or(true, |k| !self.keys_in_hand.contains(&k)))
+        // With many streams, never two entries of one id in hand (ids made in the same
+        // millisecond on two streams): a settle by id names one entry.
+        let id_free = |b: &Buffered| {
+            self.streams.len() == 1 || self.in_hand.iter().all(|h| self.held.id(h.id) != b.entry.id())
+        };
+        self.buffer.iter().position(|b| b.key.map_or(true, |k| !self.keys_in_hand.contains(&k)) && id_free(b))
     }
 
     /// Nothing buffered can be handed out, and what is buffered (entries whose keys are in

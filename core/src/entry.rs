@@ -47,9 +47,10 @@ pub struct Entry {
     /// Released by its owner (`XNACK`, Redis 8.8+) rather than found idle: a `CLAIM` read
     /// gives such an entry the server's clock as its idle time. Only for what is told.
     pub(crate) released: bool,
-    /// Which of the consumer's streams it came from (its index there; see
-    /// [`Consumer::stream_of`](crate::Consumer::stream_of)).
+    /// Which of the consumer's streams it came from: its index there.
     pub(crate) stream: u32,
+    /// That stream's key, set as it is handed out (shared, not copied).
+    pub(crate) stream_key: Bytes,
 }
 
 impl Entry {
@@ -65,7 +66,17 @@ impl Entry {
         u32::try_from(raw.len()).ok()?;
         // All within `raw`, so all fit.
         let (id, fields_at, pairs) = ((id.start as u32, id.end as u32), fields_at as u32, pairs as u32);
-        Some(Entry { raw, id, fields_at, pairs, source, deliveries: 0, released: false, stream: 0 })
+        Some(Entry {
+            raw,
+            id,
+            fields_at,
+            pairs,
+            source,
+            deliveries: 0,
+            released: false,
+            stream: 0,
+            stream_key: Bytes::new(),
+        })
     }
 
     /// A new entry delivered once, for tests of handlers: `fields` are its name/value pairs.
@@ -118,6 +129,11 @@ impl Entry {
     /// (`$<n>\r\n<id>\r\n`), and the id's place in them.
     pub(crate) fn id_parts(&self) -> (&[u8], Range<usize>) {
         (&self.raw, self.id_range())
+    }
+
+    /// The key of the stream it came from (empty for an entry made with [`Entry::new`]).
+    pub fn stream(&self) -> &[u8] {
+        &self.stream_key
     }
 
     /// The entry id as its own [`Bytes`] (sharing the reply's bytes, no copy).

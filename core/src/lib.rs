@@ -127,7 +127,7 @@ pub use config::{
     AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
     MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
-pub use consumer::{Consumer, Event};
+pub use consumer::{Consumer, Event, MAX_STREAMS};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};

@@ -24,6 +24,7 @@ pub mod commit;
 pub mod failover;
 pub mod handlers;
 pub mod in_hand;
+pub mod many_streams;
 pub mod redis8;
 pub mod tls;
 pub use cluster::*;
@@ -31,6 +32,7 @@ pub use commit::*;
 pub use failover::*;
 pub use handlers::*;
 pub use in_hand::*;
+pub use many_streams::*;
 pub use redis8::*;
 pub use tls::*;
 
@@ -782,7 +784,8 @@ macro_rules! conformance_suite {
             big_entries, entry_too_large_is_named, twins, acl_stream_worker, stop_leaves_the_group, kill_with_entries_in_hand,
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
             retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request,
-            commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting);
+            commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting,
+            many_streams_one_connection, many_streams_crash_restart, many_streams_one_group_gone);
         $crate::conformance_suite!(@plain $t; commit_cut_after_write);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,

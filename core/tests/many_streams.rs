@@ -1,0 +1,199 @@
+//! One consumer, many streams, one connection: drains stream by stream, one parked read over
+//! all of them, entries routed to their streams and settled there, a group lost on one stream
+//! while the others go on, streams added and removed while running.
+
+mod support;
+
+use std::time::Duration;
+
+use pelican::{Config, Event, GroupGone, Notice, Protocol, Verdict};
+use support::*;
+
+const BEAT: Duration = Duration::from_secs(2);
+
+fn config(protocol: Protocol) -> Config {
+    Config::new("a", "g", "A")
+        .count(10)
+        .start_count(10)
+        .beat(BEAT)
+        .protocol(protocol)
+        .no_client_name()
+        .leave_on_stop(false)
+}
+
+fn drain(key: &str) -> Vec<Vec<String>> {
+    cmds(&[&format!("XREADGROUP GROUP g A COUNT 10 STREAMS {key} 0"), &format!("XPENDING {key} g - + 10 A")])
+}
+
+/// A read reply over several streams: each key with its entries (id, one field `f` = value).
+fn read_reply(protocol: Protocol, streams: &[(&str, &[(&str, &str)])]) -> Vec<u8> {
+    let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
+    let mut out = match protocol {
+        Protocol::Resp2 => format!("*{}\r\n", streams.len()),
+        Protocol::Resp3 => format!("%{}\r\n", streams.len()),
+    };
+    for (key, entries) in streams {
+        if protocol == Protocol::Resp2 {
+            out.push_str("*2\r\n");
+        }
+        out.push_str(&bulk(key));
+        out.push_str(&format!("*{}\r\n", entries.len()));
+        for (id, value) in *entries {
+            out.push_str(&format!("*2\r\n{}*2\r\n{}{}", bulk(id), bulk("f"), bulk(value)));
+        }
+    }
+    out.into_bytes()
+}
+
+/// Started on stream `a`, with `b` and `c` added: each drained (empty) in turn, then one
+/// parked read over the three.
+fn parked(protocol: Protocol) -> Rig {
+    let mut rig = Rig::new(config(protocol).streams(["a", "b"]), "redis-7.0");
+    assert!(rig.consumer.add_stream("c"));
+    assert!(!rig.consumer.add_stream("b"), "read already");
+    assert_eq!(rig.start(), drain("a"));
+    for next in ["b", "c"] {
+        rig.drain_reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), drain(next), "each stream's own pending entries, in turn");
+    }
+    rig.drain_reply("read_pending_empty").unwrap();
+    // Sweeps with many streams wait their turn (each about once per `min_idle`): the
+    // first read parks on all three at once, a third of the read's count each.
+    assert_eq!(rig.sent(), [cmd("XREADGROUP GROUP g A COUNT 3 BLOCK 2000 STREAMS a b c > > >")]);
+    assert!(rig.consumer.is_parked());
+    rig
+}
+
+#[test]
+fn one_parked_read_serves_every_stream_and_each_entry_is_acked_on_its_own() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(protocol);
+        // The same id in two streams (ids made in the same millisecond): two entries.
+        let reply = read_reply(protocol, &[("a", &[("1-0", "a1")]), ("c", &[("1-0", "c1"), ("2-0", "c2")])]);
+        rig.raw(&reply).unwrap();
+        let mut seen = Vec::new();
+        while let Some(Event::Entry(e)) = rig.consumer.poll_event() {
+            seen.push((
+                String::from_utf8_lossy(e.stream()).into_owned(),
+                String::from_utf8_lossy(e.id()).into_owned(),
+            ));
+            assert!(rig.consumer.settle(e.id(), Verdict::Ack, rig.now));
+            assert!(!rig.consumer.settle(e.id(), Verdict::Ack, rig.now), "settled once");
+        }
+        let want = [("a", "1-0"), ("c", "1-0"), ("c", "2-0")].map(|(s, i)| (s.to_string(), i.to_string()));
+        assert_eq!(seen, want, "{protocol:?}");
+        assert_eq!(rig.consumer.stats().new, 3);
+        // Each stream's acks on their own key; then the next parked read, the order turned.
+        let sent = rig.sent();
+        assert_eq!(sent[..2], cmds(&["XACK a g 1-0", "XACK c g 1-0 2-0"]), "{protocol:?}");
+        assert_eq!(sent[2][..6], cmd("XREADGROUP GROUP g A COUNT 3")[..]);
+        assert_eq!(sent[2][8..], cmd("STREAMS b c a > > >")[..], "{protocol:?}: no stream always last");
+    }
+}
+
+#[test]
+fn a_group_gone_on_one_stream_is_made_again_there_while_the_others_go_on() {
+    for protocol in PROTOCOLS {
+        let mut rig =
+            Rig::new(config(protocol).create_group("0").on_group_gone(GroupGone::Recreate), "redis-7.0");
+        rig.consumer.add_stream("b");
+        let opening = rig.start();
+        assert_eq!(opening[..2], cmds(&["XGROUP CREATE a g 0 MKSTREAM", "XGROUP CREATE b g 0 MKSTREAM"]));
+        rig.raw(b"+OK\r\n+OK\r\n").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), drain("b"));
+        rig.drain_reply("read_pending_empty").unwrap();
+        assert_eq!(rig.sent(), [cmd("XREADGROUP GROUP g A COUNT 5 BLOCK 2000 STREAMS a b > >")]);
+        let gone = b"-NOGROUP No such key 'b' or consumer group 'g' in XREADGROUP with GROUP option\r\n";
+        rig.raw(gone).unwrap();
+        // Only b's group is made again, and only b drained again before the next read.
+        assert_eq!(rig.sent()[0], cmd("XGROUP CREATE b g 0 MKSTREAM"), "{protocol:?}");
+        rig.raw(b"+OK\r\n").unwrap();
+        assert_eq!(rig.notice(), Notice::GroupRecreated { start: "0".into(), last_read: None });
+        assert_eq!(rig.consumer.stats().group_recreated, 1);
+        assert!(rig.consumer.is_connected());
+    }
+}
+
+#[test]
+fn a_removed_stream_is_read_no_more_and_its_buffered_entries_are_given_back() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(protocol);
+        let reply = read_reply(protocol, &[("a", &[("1-0", "a1")]), ("b", &[("5-0", "b5"), ("6-0", "b6")])]);
+        rig.raw(&reply).unwrap();
+        let first = rig.entry();
+        assert_eq!(first.stream(), b"a");
+        assert!(rig.consumer.remove_stream(b"b"));
+        assert!(!rig.consumer.remove_stream(b"b"), "removed already");
+        assert_eq!(
+            rig.consumer.streams().map(|k| k.to_vec()).collect::<Vec<_>>(),
+            [b"a".to_vec(), b"c".to_vec()]
+        );
+        rig.settle(Verdict::Ack);
+        assert_eq!(rig.consumer.poll_event(), None, "b's entries are not handed out");
+        let sent = rig.sent();
+        // b's two entries given back (their delivery counts), a's acked, then a read of a and c.
+        assert!(sent.contains(&cmd("XCLAIM b g A 0 5-0 6-0 JUSTID RETRYCOUNT 0 IDLE 30000")), "{sent:?}");
+        assert!(sent.contains(&cmd("XACK a g 1-0")), "{sent:?}");
+        let read = sent.iter().find(|c| c[0] == "XREADGROUP").expect("a read");
+        let mut keys = read[read.len() - 4..read.len() - 2].to_vec();
+        keys.sort();
+        assert_eq!((&read[read.len() - 5][..], keys), ("STREAMS", vec!["a".to_string(), "c".to_string()]));
+    }
+}
+
+#[test]
+fn each_stream_is_swept_about_once_per_min_idle_not_every_beat() {
+    let mut rig = parked(Protocol::Resp2);
+    let mut sweeps = Vec::new();
+    // Idle for two `min_idle`s (30 s): every parked read runs out empty.
+    for _ in 0..30 {
+        rig.advance(BEAT);
+        rig.raw(b"*-1\r\n").unwrap();
+        for c in rig.sent() {
+            if c[0] == "XAUTOCLAIM" {
+                sweeps.push(c[1].clone());
+                rig.raw(b"*3\r\n$3\r\n0-0\r\n*0\r\n*0\r\n").unwrap();
+            }
+        }
+        let _ = rig.sent();
+    }
+    sweeps.sort();
+    // 60 s: each stream twice, not 30 times.
+    assert_eq!(sweeps, ["a", "a", "b", "b", "c", "c"]);
+}
+
+#[test]
+fn on_redis_8_10_every_stream_may_bring_the_whole_count_and_the_reply_is_capped() {
+    let mut rig = Rig::new(config(Protocol::Resp3), "redis-8.10");
+    rig.consumer.add_stream("b");
+    let _ = rig.start();
+    let mut read = Vec::new();
+    for _ in 0..2 {
+        rig.drain_reply("read_pending_empty").unwrap();
+        read = rig.sent();
+    }
+    let read = read.last().cloned().unwrap_or_default();
+    let text = read.join(" ");
+    assert!(text.starts_with("XREADGROUP GROUP g A COUNT 10 MAXCOUNT 10 MAXSIZE"), "{text}");
+    assert!(text.ends_with("STREAMS a b > >"), "{text}");
+}
+
+#[test]
+fn two_entries_of_one_id_are_never_in_hand_at_once_so_a_settle_by_id_names_one() {
+    let mut rig = Rig::new(config(Protocol::Resp2).streams(["a", "b"]).concurrency(4), "redis-7.0");
+    let _ = rig.start();
+    rig.drain_reply("read_pending_empty").unwrap();
+    rig.drain_reply("read_pending_empty").unwrap();
+    let _ = rig.sent();
+    let reply =
+        read_reply(Protocol::Resp2, &[("a", &[("1-0", "a1"), ("2-0", "a2")]), ("b", &[("1-0", "b1")])]);
+    rig.raw(&reply).unwrap();
+    let (first, second) = (rig.entry(), rig.entry());
+    assert_eq!([first.stream(), second.stream()], [b"a", b"a"]);
+    assert_eq!(rig.consumer.poll_event(), None, "b's 1-0 waits for a's");
+    assert!(rig.consumer.settle(b"1-0", Verdict::Ack, rig.now));
+    let third = rig.entry();
+    assert_eq!((third.stream(), third.id()), (&b"b"[..], &b"1-0"[..]));
+    assert_eq!(third.field(b"f"), Some(&b"b1"[..]));
+}

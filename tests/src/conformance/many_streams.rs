@@ -1,0 +1,167 @@
+//! One consumer reading many streams on one connection ([`Config::streams`]): each entry of
+//! each stream handled once and acked on its own stream, a crash with entries in hand on
+//! several streams drained whole by the restart, one stream's group lost while the others go on.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pelican::{Entry, GroupGone, Verdict};
+
+use super::{wait_until, Handler, Target, Transport, GROUP};
+use crate::admin::Admin;
+
+const SETTLE: Duration = Duration::from_secs(20);
+
+fn keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("many:{i}")).collect()
+}
+
+/// Every delivery, as `stream/id`.
+#[derive(Clone, Default)]
+struct Deliveries(Arc<Mutex<Vec<String>>>);
+
+impl Deliveries {
+    fn note(&self, e: &Entry) {
+        let (stream, id) = (String::from_utf8_lossy(e.stream()), String::from_utf8_lossy(e.id()));
+        self.0.lock().unwrap().push(format!("{stream}/{id}"));
+    }
+    fn acking(&self) -> Handler {
+        let me = self.clone();
+        Box::new(move |e: &Entry| {
+            me.note(e);
+            Verdict::Ack
+        })
+    }
+    fn all(&self) -> Vec<String> {
+        self.0.lock().unwrap().clone()
+    }
+    fn distinct(&self) -> BTreeSet<String> {
+        self.all().into_iter().collect()
+    }
+}
+
+fn add_all(admin: &mut Admin, keys: &[String], per: usize) -> BTreeSet<String> {
+    let mut added = BTreeSet::new();
+    for key in keys {
+        for id in admin.xadd_n(key, per, 8) {
+            added.insert(format!("{key}/{id}"));
+        }
+    }
+    added
+}
+
+fn pending(admin: &mut Admin, keys: &[String]) -> i64 {
+    keys.iter().map(|k| admin.xpending_count(k, GROUP)).sum()
+}
+
+/// 200 streams, one consumer, one connection: each of the 1,000 entries handled once, every
+/// pending list empty; new entries on any stream reach the one parked read.
+pub fn many_streams_one_connection<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(200);
+    let mut added = add_all(&mut admin, &keys, 4);
+    let seen = Deliveries::default();
+    let config = t.config("c1").streams(&keys).create_group("0");
+    let run = T::spawn(server.endpoint(), config, seen.acking());
+    assert!(wait_until(SETTLE, || seen.all().len() >= 800), "handled {} of 800", seen.all().len());
+    assert_eq!(admin.client_ids_by_name("pelican-c1").len(), 1, "one connection for every stream");
+    // Parked on all of them: one entry on the last stream, one on the first.
+    for key in [&keys[199], &keys[0]] {
+        added.extend(admin.xadd_n(key, 1, 8).into_iter().map(|id| format!("{key}/{id}")));
+    }
+    assert!(wait_until(SETTLE, || seen.all().len() >= 802), "handled {} of 802", seen.all().len());
+    let stats = run.finish();
+    assert_eq!(seen.distinct(), added);
+    assert_eq!(seen.all().len(), added.len(), "each once");
+    assert_eq!(stats.acked, added.len() as u64);
+    assert_eq!(pending(&mut admin, &keys), 0);
+}
+
+/// A crash with entries in hand on several streams: the restart under the same name drains
+/// every stream's own pending list at once; nothing is lost, and only what was pending at
+/// the crash is handled twice.
+pub fn many_streams_crash_restart<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(40);
+    for key in &keys {
+        admin.cmd(&["XGROUP", "CREATE", key, GROUP, "0", "MKSTREAM"]);
+    }
+    let added = add_all(&mut admin, &keys, 10);
+    let seen = Deliveries::default();
+    let (handled, killed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+    let (count, dead, first) = (handled.clone(), killed.clone(), seen.clone());
+    let config = t.config("c1").streams(&keys).concurrency(4);
+    let crash = T::spawn_concurrent(
+        server.endpoint(),
+        config.clone(),
+        Arc::new(move |e: &Entry| {
+            first.note(e);
+            if count.fetch_add(1, Ordering::SeqCst) >= 150 {
+                // Held in hand until the process is killed.
+                wait_until(SETTLE, || dead.load(Ordering::SeqCst));
+            }
+            Verdict::Ack
+        }),
+    );
+    assert!(wait_until(SETTLE, || handled.load(Ordering::SeqCst) >= 154), "handled {}", seen.all().len());
+    crash.crash(&mut admin, "c1");
+    killed.store(true, Ordering::SeqCst);
+    crash.join(SETTLE).expect("abandoned");
+    let held = pending(&mut admin, &keys);
+    assert!(held >= 4, "the entries in hand stay pending ({held})");
+    let holding = keys.iter().filter(|k| admin.xpending_count(k, GROUP) > 0).count();
+    assert!(holding >= 2, "pending on several streams ({holding})");
+    let before = seen.distinct();
+    let again = Deliveries::default();
+    let run = T::spawn(server.endpoint(), config, again.acking());
+    assert!(
+        wait_until(SETTLE, || before.union(&again.distinct()).count() == added.len()),
+        "{} of {} handled",
+        before.union(&again.distinct()).count(),
+        added.len()
+    );
+    run.finish();
+    let twice = before.intersection(&again.distinct()).count() as i64;
+    assert!(twice <= held, "handled twice {twice}, pending at the crash {held}");
+    assert_eq!(again.all().len(), again.distinct().len(), "the second life handled each once");
+    assert_eq!(pending(&mut admin, &keys), 0);
+}
+
+/// One stream's group destroyed while the consumer runs: it is made again there (from the
+/// start), the other streams go on meanwhile.
+pub fn many_streams_one_group_gone<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(5);
+    let seen = Deliveries::default();
+    let config = t.config("c1").streams(&keys).create_group("0").on_group_gone(GroupGone::Recreate);
+    let run = T::spawn(server.endpoint(), config, seen.acking());
+    assert!(wait_until(SETTLE, || keys.iter().all(|k| admin.group_exists(k, GROUP))), "groups made");
+    let mut added = add_all(&mut admin, &keys, 3);
+    assert!(wait_until(SETTLE, || seen.distinct() == added), "first round: {}", seen.all().len());
+    admin.cmd(&["XGROUP", "DESTROY", &keys[2], GROUP]);
+    // The others go on; the lost one is made again and read from its start.
+    let others: Vec<String> = keys.iter().filter(|k| *k != &keys[2]).cloned().collect();
+    added.extend(add_all(&mut admin, &others, 2));
+    assert!(
+        wait_until(SETTLE, || seen.distinct() == added),
+        "others: {} of {}",
+        seen.distinct().len(),
+        added.len()
+    );
+    assert!(wait_until(SETTLE, || admin.group_exists(&keys[2], GROUP)), "made again");
+    added.extend(add_all(&mut admin, &keys[2..3], 2));
+    assert!(
+        wait_until(SETTLE, || seen.distinct() == added),
+        "after: {} of {}",
+        seen.distinct().len(),
+        added.len()
+    );
+    let stats = run.finish();
+    assert!(stats.group_recreated >= 1);
+    assert_eq!(pending(&mut admin, &keys), 0);
+}
