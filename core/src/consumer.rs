@@ -281,6 +281,11 @@ const REPLICAS_BEHIND_WAIT: Duration = Duration::from_millis(1);
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
+/// With many streams, how many `XAUTOCLAIM` sweeps a beat may bring at most: 1,000 idle
+/// streams then cost the server about 8 commands a second beside the parked read, and a dead
+/// peer's entries on a server without reads that claim (before Redis 8.4) wait up to
+/// `beat × streams / 16` (125 s for 1,000 streams and a 2 s beat) rather than `min_idle`.
+const SWEEPS_PER_BEAT: u32 = 16;
 /// The most streams one consumer reads: each read names every stream (and a parked read
 /// cannot share its connection), so a command stays under about 100 KiB with keys of
 /// ordinary length. More streams take more consumers (connections).
@@ -1306,12 +1311,14 @@ impl Consumer {
     /// How often each stream is swept with `XAUTOCLAIM`: every beat; where reads claim
     /// (Redis 8.4+) it only sweeps the pending entries whose messages were deleted (reads
     /// with `CLAIM` leave those in place), every `min_idle`. With many streams each is swept
-    /// every `min_idle` (what a peer's entry waits anyway before it may be taken): one
-    /// `XAUTOCLAIM` a beat per stream would keep the server busy while all are idle.
+    /// every `min_idle` (what a peer's entry waits anyway before it may be taken), and no
+    /// more than [`SWEEPS_PER_BEAT`] a beat in all: one `XAUTOCLAIM` a beat per stream would
+    /// keep the server busy while all are idle.
     fn claim_every(&self) -> Duration {
-        match self.dialect.claim_in_read || self.streams.len() > 1 {
-            true => self.config.beat.max(self.config.min_idle),
-            false => self.config.beat,
+        let beat = self.config.beat;
+        match (self.dialect.claim_in_read, self.streams.len()) {
+            (false, 1) => beat,
+            (_, n) => beat.max(self.config.min_idle).max(beat * n as u32 / SWEEPS_PER_BEAT),
         }
     }
 
@@ -1996,7 +2003,7 @@ impl Consumer {
                         if claim_every > self.config.beat && stream.claim_at.is_none() {
                             // Reads claim, or many streams share the sweeps: the first waits
                             // its turn, spread over the sweep's period.
-                            let early = claim_every.mul_f64(f64::from(s) / (2 * streams) as f64);
+                            let early = claim_every.mul_f64(f64::from(s) / streams as f64);
                             stream.claim_at = Some(now + (claim_every - early));
                         }
                         Next::Beat
