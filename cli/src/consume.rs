@@ -35,7 +35,7 @@ use crate::number::whole;
 use crate::server::{login_refused, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
-use lane::{Lane, LaneFailure, Net, Outcome};
+use lane::{Handlers, Lane, LaneFailure, Net, Outcome};
 use report::{LaneCounts, Progress};
 use screen::Screen;
 
@@ -378,9 +378,12 @@ enum Transport {
     Smol,
 }
 
+/// What the flags make: the server, a handler per stream, what the handlers share.
+type Checked = (Server, Vec<Arc<Handler>>, Arc<Shared>);
+
 /// The flags checked against each other, the consumer's settings by the consumer's own
 /// rules, `--stats-json` for being writable: bad usage is told before any connection.
-fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
+fn check(a: &Args) -> Result<Checked, Failure> {
     for (i, stream) in a.streams.iter().enumerate() {
         // Lanes are told apart by the name shown; two lanes of one consumer on one stream
         // would take each other's entries.
@@ -407,7 +410,7 @@ fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
     let server = a.server.to_server()?;
     let stop = Arc::new(StopAll::default());
     let shared = shared(a, &stop, Arc::new(Screen::new()));
-    let lanes = lanes(a, &server.target, &shared)?;
+    let handlers = handlers(a, &server.target, &shared)?;
     if let Some(path) = &a.stats_json {
         // Opened for appending, not truncated: the last run's counters stay until replaced.
         let existed = path.exists();
@@ -417,30 +420,12 @@ fn check(a: &Args) -> Result<(Server, Vec<Lane>, Arc<Shared>), Failure> {
             let _ = std::fs::remove_file(path);
         }
     }
-    Ok((server, lanes, shared))
+    Ok((server, handlers, shared))
 }
 
-/// `--dead-letter`'s key for `stream`: each `%s` is the stream's name, `%%` is `%`; any
-/// other `%` stays as it is. Not `{stream}`: braces are the cluster's hash tags.
+/// `--dead-letter`'s (and `--emit-to`'s) key for `stream` ([`pelican::key_for`]).
 fn dead_letter_key(template: &[u8], stream: &[u8]) -> Vec<u8> {
-    let mut key = Vec::with_capacity(template.len() + stream.len());
-    let mut rest = template;
-    while let Some(at) = rest.iter().position(|b| *b == b'%') {
-        key.extend_from_slice(&rest[..at]);
-        rest = &rest[at..];
-        if let Some(after) = rest.strip_prefix(b"%s") {
-            key.extend_from_slice(stream);
-            rest = after;
-        } else if let Some(after) = rest.strip_prefix(b"%%") {
-            key.push(b'%');
-            rest = after;
-        } else {
-            key.push(b'%');
-            rest = &rest[1..];
-        }
-    }
-    key.extend_from_slice(rest);
-    key
+    pelican::key_for(template, stream)
 }
 
 /// `--delete-acked`'s condition.
@@ -509,12 +494,13 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         config = config.protocol(Protocol::Resp3);
     }
     if let Some(template) = &a.dead_letter {
-        config = config.dead_letter(dead_letter_key(template.as_bytes(), stream));
+        // `%s` is each stream's key (the consumer makes it so).
+        config = config.dead_letter(template.as_bytes());
         config.max_deliveries = a.max_deliveries;
     }
     if let Some(template) = &a.emit_to {
         // Checked at every connect: scripting allowed, the key writable, in the stream's slot.
-        config = config.commit_to([dead_letter_key(template.as_bytes(), stream)]);
+        config = config.commit_to([template.as_bytes()]);
     }
     if health {
         config = config.health_every(HEALTH_EVERY);
@@ -552,28 +538,53 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     })
 }
 
-/// One lane per stream, their settings checked (a refused setting is bad usage, exit 2).
-fn lanes(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Lane>, Failure> {
+/// A handler per stream, the settings checked (a refused setting is bad usage, exit 2).
+fn handlers(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Arc<Handler>>, Failure> {
     let streams: Vec<&[u8]> = a.streams.iter().map(|s| s.as_bytes()).collect();
-    streams
-        .iter()
-        .map(|stream| {
-            let health = a.progress || shared.screen.is_tty() || a.metrics.is_some();
-            let config = config(a, target, stream, health);
-            config.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
+    let all = config(a, target, streams[0], false).streams(&streams);
+    all.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
+    let handler = |stream: &&[u8]| {
+        let emit_to = a.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), stream));
+        Arc::new(Handler::new(stream, emit_to, shared.clone()))
+    };
+    Ok(streams.iter().map(handler).collect())
+}
+
+/// The lanes: every stream in one (one consumer, one connection), but in a cluster, where a
+/// read's streams must share a hash slot, one per slot they fall in; at most
+/// [`pelican::MAX_STREAMS`] streams a lane.
+fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec<Lane> {
+    let mut groups: Vec<Vec<Arc<Handler>>> = Vec::new();
+    for handler in handlers {
+        let slot = (!net.homes.is_empty()).then(|| pelican::cluster::key_slot(handler.stream_bytes()));
+        let fits = |g: &Vec<Arc<Handler>>| {
+            g.len() < pelican::MAX_STREAMS
+                && slot.is_none_or(|slot| pelican::cluster::key_slot(g[0].stream_bytes()) == slot)
+        };
+        match groups.iter_mut().find(|g| fits(g)) {
+            Some(group) => group.push(handler.clone()),
+            None => groups.push(vec![handler.clone()]),
+        }
+    }
+    let health = a.progress || handlers[0].shared.screen.is_tty() || a.metrics.is_some();
+    groups
+        .into_iter()
+        .map(|group| {
+            // Asked only of a lane of one stream: the health a consumer tells names no stream.
+            let streams = group.iter().map(|h| h.stream_bytes());
+            let config =
+                config(a, target, group[0].stream_bytes(), health && group.len() == 1).streams(streams);
             let published = a.metrics.is_some().then(metrics::Published::default);
-            let emit_to = a.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), stream));
-            Ok(Lane { config, handler: Arc::new(Handler::new(stream, emit_to, shared.clone())), published })
+            Lane { config, handlers: Handlers::new(group), published }
         })
         .collect()
 }
 
-/// Runs `consume`: one lane per `--stream` until a signal or a failure.
+/// Runs `consume`: every `--stream` (in one lane, or one per cluster slot) until a signal or
+/// a failure.
 pub fn main(args: Args) -> Result<(), Failure> {
-    let (server, lanes, shared) = check(&args)?;
+    let (server, handlers, shared) = check(&args)?;
     let stop = shared.stop.clone();
-    // Served until this returns; a port that cannot be listened on is told before connecting.
-    let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
     let net = Net {
         endpoint: server.endpoint().clone(),
         tls: server.tls_for(),
@@ -581,7 +592,6 @@ pub fn main(args: Args) -> Result<(), Failure> {
         masters: Vec::new(),
     };
     let screen = shared.screen.clone();
-    let handlers: Vec<Arc<Handler>> = lanes.iter().map(|lane| lane.handler.clone()).collect();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
     signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
@@ -593,12 +603,17 @@ pub fn main(args: Args) -> Result<(), Failure> {
         // A handler that cannot start fails here, before it can fail an entry.
         pipe.start(&shared).map_err(Failure::Failed)?;
     }
-    let streams: Vec<&[u8]> = lanes.iter().map(|lane| &lane.config.stream[..]).collect();
+    let streams: Vec<&[u8]> = handlers.iter().map(|h| h.stream_bytes()).collect();
     if matches!(args.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) && !args.force_delete {
         let when = if args.delete_acked == Some(DeleteWhen::Keepref) { "keepref" } else { "delref" };
         others::refuse_other_groups(&server, &streams, args.group.as_bytes(), when)?;
     }
     let net = net.locate(&streams);
+    let lanes = lanes(&args, &server.target, &handlers, &net);
+    let by_lane: Vec<Vec<Arc<Handler>>> = lanes.iter().map(|lane| lane.handlers.list.clone()).collect();
+    // Served until this returns; a port that cannot be listened on is told before the
+    // consumers connect.
+    let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
     let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
@@ -606,7 +621,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
         Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
         Transport::Smol => smol_lanes::run(lanes, &net, &stop, concurrency(&args))?,
     };
-    let counts = lane_counts(&handlers, &outcomes);
+    let counts = lane_counts(&by_lane, &outcomes);
     if let Some(progress) = progress {
         progress.finish(&counts, &shared.total, start.elapsed());
     }
@@ -614,7 +629,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
         // Every entry is settled: the handler may go.
         pipe.finish();
     }
-    failed(&args, &server, &handlers, &outcomes)?;
+    failed(&args, &server, &by_lane, &outcomes)?;
     if let Some(path) = &args.stats_json {
         let json = report::stats_json(&counts, &shared.total, start.elapsed());
         std::fs::write(path, json + "\n")
@@ -623,26 +638,40 @@ pub fn main(args: Args) -> Result<(), Failure> {
     stopped_early(&args, &shared)
 }
 
-/// Each lane's counts, for the report: its handler's, and its consumer's if it stopped.
-fn lane_counts<'a>(handlers: &'a [Arc<Handler>], outcomes: &'a [Outcome]) -> Vec<LaneCounts<'a>> {
-    let lane = |(h, outcome): (&'a Arc<Handler>, &'a Outcome)| LaneCounts {
-        stream: &h.stream,
-        counters: &h.counters,
-        stats: outcome.as_ref().ok(),
-    };
-    handlers.iter().zip(outcomes).map(lane).collect()
+/// Each stream's counts, for the report: its handler's, and its lane's consumer's if it
+/// stopped (given with the lane's first stream: a consumer counts for all its streams).
+fn lane_counts<'a>(lanes: &'a [Vec<Arc<Handler>>], outcomes: &'a [Outcome]) -> Vec<LaneCounts<'a>> {
+    let mut counts = Vec::new();
+    for (handlers, outcome) in lanes.iter().zip(outcomes) {
+        for (i, h) in handlers.iter().enumerate() {
+            counts.push(LaneCounts {
+                stream: &h.stream,
+                counters: &h.counters,
+                stats: outcome.as_ref().ok(),
+                alone: handlers.len() == 1,
+                first: i == 0,
+            });
+        }
+    }
+    counts
 }
 
 /// The lanes that failed, one line each naming its stream (lanes failing alike share a
 /// line), with what fixes it where the flags can.
-fn failed(a: &Args, server: &Server, handlers: &[Arc<Handler>], outcomes: &[Outcome]) -> Result<(), Failure> {
+fn failed(
+    a: &Args,
+    server: &Server,
+    lanes: &[Vec<Arc<Handler>>],
+    outcomes: &[Outcome],
+) -> Result<(), Failure> {
     let mut lines: Vec<(Vec<&str>, String)> = Vec::new();
-    for (handler, outcome) in handlers.iter().zip(outcomes) {
+    for (handlers, outcome) in lanes.iter().zip(outcomes) {
         let Err(failure) = outcome else { continue };
-        let text = explain(a, server, handler, failure);
+        let text = explain(a, server, &handlers[0], failure);
+        let names = handlers.iter().map(|h| &h.stream[..]);
         match lines.iter_mut().find(|(_, t)| *t == text) {
-            Some((streams, _)) => streams.push(&handler.stream),
-            None => lines.push((vec![&handler.stream], text)),
+            Some((streams, _)) => streams.extend(names),
+            None => lines.push((names.collect(), text)),
         }
     }
     if lines.is_empty() {
@@ -652,7 +681,11 @@ fn failed(a: &Args, server: &Server, handlers: &[Arc<Handler>], outcomes: &[Outc
         .into_iter()
         .map(|(streams, text)| {
             let which = if streams.len() == 1 { "stream" } else { "streams" };
-            format!("{which} {}: {text}", streams.join(", "))
+            let named = match streams.len() {
+                ..=5 => streams.join(", "),
+                n => format!("{} and {} more", streams[..3].join(", "), n - 3),
+            };
+            format!("{which} {named}: {text}")
         })
         .collect();
     Err(Failure::Failed(lines.join("\npelican: ")))

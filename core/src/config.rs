@@ -128,13 +128,16 @@ pub struct Config {
     /// The dead-letter stream: where entries past [`max_deliveries`](Self::max_deliveries),
     /// and those given [`Verdict::DeadLetter`](crate::Verdict::DeadLetter), are moved. In a
     /// cluster it must share the stream's hash slot (e.g. `{orders}` and `{orders}:dead`).
+    /// `%s` in it stands for the stream's key, `%%` for `%` ([`key_for`]): with
+    /// [`Config::streams`], `%s:dead` gives each stream its own.
     pub dead_letter: Option<Bytes>,
     /// The keys [`Verdict::Commit`](crate::Verdict::Commit)s will write, where known in
     /// advance (`Some`, maybe empty: commits will be made). Checked at every connect, before
     /// anything is read, as the dead-letter stream is: that the user may run scripts and,
     /// on 7.0+, the commands a commit runs on these keys; in a cluster, that they share the
     /// stream's hash slot. The commit script is loaded then too. `None` (the default):
-    /// commits are still allowed, and a refusal comes at the first one.
+    /// commits are still allowed, and a refusal comes at the first one. `%s` stands for the
+    /// stream's key as in [`Config::dead_letter`] (checked for the first stream).
     pub commit_to: Option<Vec<Bytes>>,
     /// Roughly how many bytes one read may bring (default 16 MiB; [`Limits::max_frame`] if
     /// that is lower): reads ask for fewer entries when entries are big, and a reply
@@ -144,10 +147,12 @@ pub struct Config {
     /// How often to ask after the group's health — pending count, oldest pending entry,
     /// lag ([`Notice::Health`](crate::Notice::Health)) — with three commands pipelined
     /// between reads (`XINFO GROUPS`, `XPENDING key group - + 1`, `TIME`). `None` (the
-    /// default): never.
+    /// default): never. With [`Config::streams`], one stream a round, the longest unasked
+    /// (the notice does not say which).
     pub health_every: Option<Duration>,
     /// How many entries may be in hand at once (handed out and not yet settled), each settled
     /// by its id in any order. Default 1: one entry at a time. At most [`MAX_CONCURRENCY`].
+    /// With [`Config::streams`], per stream: a slow stream holds up no other.
     pub concurrency: u32,
     /// How many entries a read asks for until a handler has been timed (after that, reads ask
     /// for what the handlers get through well within the lease, up to `count`). `None` (the
@@ -378,6 +383,30 @@ fn is_start_id(id: &[u8]) -> bool {
         Some(dash) => number(&id[..dash]) && number(&id[dash + 1..]),
         None => number(id),
     }
+}
+
+/// A key given for every stream ([`Config::dead_letter`], [`Config::commit_to`]) as it is
+/// for `stream`: each `%s` is the stream's key, `%%` is `%`; any other `%` stays as it is.
+/// Not `{stream}`: braces are the cluster's hash tags.
+pub fn key_for(template: &[u8], stream: &[u8]) -> Vec<u8> {
+    let mut key = Vec::with_capacity(template.len() + stream.len());
+    let mut rest = template;
+    while let Some(at) = rest.iter().position(|b| *b == b'%') {
+        key.extend_from_slice(&rest[..at]);
+        rest = &rest[at..];
+        if let Some(after) = rest.strip_prefix(b"%s") {
+            key.extend_from_slice(stream);
+            rest = after;
+        } else if let Some(after) = rest.strip_prefix(b"%%") {
+            key.push(b'%');
+            rest = after;
+        } else {
+            key.push(b'%');
+            rest = &rest[1..];
+        }
+    }
+    key.extend_from_slice(rest);
+    key
 }
 
 /// The shortest accepted [`Config::min_idle`]: below it, a peer could reclaim an entry during

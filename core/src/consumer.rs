@@ -208,6 +208,9 @@ pub struct Consumer {
     leave_due: bool,
     /// The stop dropped a parked connection to leave the group on a new one.
     leaving_link: bool,
+    /// The leaves answered so far: entries still held where a stream's group was left, and
+    /// the first refusal.
+    left: (Option<u64>, Option<String>),
     stats: Stats,
 }
 
@@ -305,6 +308,7 @@ impl Consumer {
         Ok(Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
+            left: (None, None),
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(config.backoff_min, config.backoff_max, config.seed),
             pace: Pace::new(
@@ -581,11 +585,13 @@ impl Consumer {
         let first = self.streams[0].key.clone();
         if let Some(key) = self.config.dead_letter.as_ref().filter(|_| self.stop == Stop::Running) {
             // Refused now (another cluster slot, an ACL) rather than at the first dead letter.
-            dead_letter::encode_check(&mut self.out, &self.config, &first, key);
+            let key = crate::config::key_for(key, &first);
+            dead_letter::encode_check(&mut self.out, &self.config, &first, &key);
             self.track(Sent::DeadLetterCheck, now);
         }
         if let Some(keys) = self.config.commit_to.as_ref().filter(|_| self.stop == Stop::Running) {
-            commit::encode_check(&mut self.out, &self.config, &first, keys);
+            let keys: Vec<Bytes> = keys.iter().map(|k| crate::config::key_for(k, &first).into()).collect();
+            commit::encode_check(&mut self.out, &self.config, &first, &keys);
             self.track(Sent::CommitCheck, now);
         }
         if self.config.commit_to.is_some() || self.streams.iter().any(|s| !s.commits.is_empty()) {
@@ -734,8 +740,9 @@ impl Consumer {
     // ---- application --------------------------------------------------------------------
 
     /// The application's verdict on the entry in hand with this `id` (from an
-    /// [`Event::Entry`]), in any order. With many streams no two entries in hand share an id,
-    /// so the id names one. `Ack` earns an `XACK` (written within
+    /// [`Event::Entry`]), in any order. With many streams ([`Config::streams`]) two entries
+    /// in hand may share an id (made in the same millisecond on two streams): settle them
+    /// with [`settle_entry`](Self::settle_entry), or this settles the first. `Ack` earns an `XACK` (written within
     /// [`Config::ack_delay`]; at once after a slow handler when entries are handled one at a
     /// time); `Retry` leaves it pending; `DeadLetter` moves it to the dead-letter stream.
     /// `now` is the time of the settle (after the handler ran): it measures the handler and
@@ -749,8 +756,21 @@ impl Consumer {
         self.settle_at(i, verdict, now)
     }
 
+    /// [`settle`](Self::settle) for this entry (one this consumer handed out): by its stream
+    /// and its id.
+    pub fn settle_entry(&mut self, entry: &Entry, verdict: Verdict, now: Instant) -> bool {
+        self.tick(now);
+        let (s, id) = (entry.stream, entry.id());
+        let Some(i) = self.in_hand.iter().position(|h| h.stream == s && self.held.id(h.id) == id) else {
+            return false;
+        };
+        self.settle_at(i, verdict, now)
+    }
+
     fn settle_at(&mut self, i: usize, verdict: Verdict, now: Instant) -> bool {
         let hand = self.in_hand.swap_remove(i);
+        let stream = &mut self.streams[hand.stream as usize];
+        stream.in_hand = stream.in_hand.saturating_sub(1);
         if let Some(key) = hand.key {
             self.keys_in_hand.remove(&key);
         }
@@ -859,6 +879,7 @@ impl Consumer {
         if !self.is_live() {
             // Finished already (stopped, or failed with entries in hand): forget them.
             self.in_hand.clear();
+            self.streams.iter_mut().for_each(|s| s.in_hand = 0);
             self.keys_in_hand.clear();
             self.held.clear();
             return;
@@ -889,6 +910,7 @@ impl Consumer {
         self.ack_due = None;
         self.buffer.clear();
         self.in_hand.clear();
+        self.streams.iter_mut().for_each(|s| s.in_hand = 0);
         self.keys_in_hand.clear();
         self.held.clear();
         self.link = Link::Closed;
@@ -930,7 +952,7 @@ impl Consumer {
             self.stop = Stop::Stopped { reported: true };
             return Some(Event::Stopped);
         }
-        if self.stop != Stop::Running || self.in_hand.len() >= self.config.concurrency as usize {
+        if self.stop != Stop::Running || !self.room() {
             return None;
         }
         if self.in_flight.leasing() {
@@ -954,6 +976,7 @@ impl Consumer {
         entry.stream_key = self.streams[entry.stream as usize].key.clone();
         let (raw, id) = entry.id_parts();
         let id = self.held.hold(raw, id);
+        self.streams[entry.stream as usize].in_hand += 1;
         self.in_hand.push(InHand {
             stream: entry.stream,
             id,
@@ -962,7 +985,7 @@ impl Consumer {
             read_at: Some(read_at),
             handed_at: now,
         });
-        if self.in_hand.len() < self.config.concurrency as usize && self.starved() {
+        if self.room() && self.starved() {
             // Slots are left and nothing to fill them: read on (with the entries now in hand,
             // a parked read blocks only briefly). Written by the driver's next transmit.
             self.pump(now);
@@ -976,12 +999,22 @@ impl Consumer {
         if self.keys_in_hand.is_empty() && (self.in_hand.is_empty() || self.streams.len() == 1) {
             return (!self.buffer.is_empty()).then_some(0);
         }
-        // With many streams, never two entries of one id in hand (ids made in the same
-        // millisecond on two streams): a settle by id names one entry.
-        let id_free = |b: &Buffered| {
-            self.streams.len() == 1 || self.in_hand.iter().all(|h| self.held.id(h.id) != b.entry.id())
+        // With many streams, each its own `concurrency` in hand.
+        let concurrency = self.config.concurrency;
+        let room = |b: &Buffered| {
+            self.streams.len() == 1 || self.streams[b.entry.stream as usize].in_hand < concurrency
         };
-        self.buffer.iter().position(|b| b.key.map_or(true, |k| !self.keys_in_hand.contains(&k)) && id_free(b))
+        self.buffer.iter().position(|b| b.key.map_or(true, |k| !self.keys_in_hand.contains(&k)) && room(b))
+    }
+
+    /// Whether another entry may be in hand: fewer than [`Config::concurrency`] are, of some
+    /// stream.
+    fn room(&self) -> bool {
+        let concurrency = self.config.concurrency;
+        match self.streams.len() {
+            1 => self.in_hand.len() < concurrency as usize,
+            _ => self.streams.iter().any(|s| s.active && s.in_hand < concurrency),
+        }
     }
 
     /// Nothing buffered can be handed out, and what is buffered (entries whose keys are in
@@ -1080,7 +1113,7 @@ impl Consumer {
             return;
         }
         let mut ahead = self.in_flight.reads_ahead();
-        let free = self.in_hand.len() < self.config.concurrency as usize;
+        let free = self.room();
         // Leases run out are renewed before the next read: the next entry to hand out's,
         // those of the entries in hand, and — by the floor, which costs no walk — those
         // waiting behind an entry of their key in hand: a run of parked reads, each sent as
@@ -1523,6 +1556,21 @@ impl Consumer {
         }
     }
 
+    /// Once every stream's leave is answered: one notice for all of them (a refusal, if any
+    /// was refused; that it left, holding so many, if any left).
+    fn tell_left(&mut self) {
+        if self.in_flight.iter().any(|c| matches!(c.sent, Sent::Leave(_))) {
+            return;
+        }
+        let (holding, refused) = std::mem::take(&mut self.left);
+        if let Some(reason) = refused {
+            self.notices.push_back(Notice::Refused { feature: Notice::LEAVE, reason });
+        }
+        if let Some(holding) = holding {
+            self.notices.push_back(Notice::Left { holding });
+        }
+    }
+
     /// Writes the earned acks in one `XACK` — never behind a parked read, which would hold
     /// it for up to a beat.
     fn flush_acks(&mut self, now: Instant) {
@@ -1933,7 +1981,8 @@ impl Consumer {
             Sent::Commit(s, jobs) => self.on_commits(s, jobs, value, now).map_err(shape)?,
             Sent::Leave(_) => {
                 let holding = u64::try_from(reply::int(value).map_err(shape)?).unwrap_or(0);
-                self.notices.push_back(Notice::Left { holding });
+                *self.left.0.get_or_insert(0) += holding;
+                self.tell_left();
             }
             Sent::DeadLetter(_, job) => match reply::int(value).map_err(shape)? {
                 1 => {
@@ -2240,7 +2289,8 @@ impl Consumer {
         }
         if let Sent::Leave(_) = sent {
             // Not allowed (an ACL without `EVAL`), or the group gone: the consumer stays.
-            self.notices.push_back(Notice::Refused { feature: Notice::LEAVE, reason: text() });
+            self.left.1.get_or_insert_with(text);
+            self.tell_left();
             return Ok(());
         }
         if let Sent::Commit(..) = sent {
@@ -2606,7 +2656,8 @@ impl Consumer {
             }
             Sent::DeadLetter(s, job) => {
                 if let Some(dead_letter) = &c.dead_letter {
-                    dead_letter::encode(out, c, key(s), dead_letter, job);
+                    let dead_letter = crate::config::key_for(dead_letter, key(s));
+                    dead_letter::encode(out, c, key(s), &dead_letter, job);
                 }
             }
         }

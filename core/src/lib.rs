@@ -124,8 +124,8 @@ mod twins;
 
 pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
-    AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy, Protocol,
-    MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
+    Protocol, MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event, MAX_STREAMS};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};

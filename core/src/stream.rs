@@ -54,6 +54,8 @@ pub(crate) struct Stream {
     pub(crate) claim_at: Option<Instant>,
     /// The last read of new entries brought as many as it asked of this stream.
     pub(crate) backlog: bool,
+    /// Its entries in hand: at most [`Config::concurrency`](crate::Config::concurrency).
+    pub(crate) in_hand: u32,
     /// Whether the group was found or created once (a later creation is a re-creation).
     pub(crate) group_made: bool,
     /// The last new entry read, with [`Config::create_group`](crate::Config::create_group)
@@ -83,6 +85,7 @@ impl Stream {
             cursor: Bytes::from_static(CURSOR_START),
             claim_at: None,
             backlog: false,
+            in_hand: 0,
             group_made: false,
             last_read: None,
             releases: Releases::default(),

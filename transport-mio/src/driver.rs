@@ -306,6 +306,14 @@ impl Driver {
         self.consumer.settle(id, verdict, now)
     }
 
+    /// [`settle`](Self::settle) for this entry, by its stream and its id: what a consumer of
+    /// many streams needs ([`Consumer::settle_entry`](pelican::Consumer::settle_entry)).
+    pub fn settle_entry(&mut self, entry: &Entry, verdict: Verdict) -> bool {
+        let now = Instant::now();
+        self.asap = Some(now);
+        self.consumer.settle_entry(entry, verdict, now)
+    }
+
     /// When the driver next needs [`drive`](Self::drive) without an event: a reply's
     /// deadline, a reconnect, a connect timing out. A deadline in the past means at once.
     /// `None`: only an event can give it work (or it has stopped or failed).
@@ -839,12 +847,12 @@ impl Driver {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        let id = entry.id_bytes();
+                        let held = entry.clone();
                         let Some(verdict) = hand(entry) else { continue };
                         // Stop before settling: the settle then flushes the earned acks (a
                         // stop after it would leave them unwritten behind the dropped batch).
                         requests(&mut self.consumer);
-                        self.consumer.settle(&id, verdict, Instant::now());
+                        self.consumer.settle_entry(&held, verdict, Instant::now());
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler runs; a failed
                         // write shows again at the next flush.

@@ -363,7 +363,7 @@ fn drive_pool(
                 }
             };
             // False after an abandon: the entry was given up, and stays pending.
-            let _in_hand = driver.settle(entry.id(), verdict);
+            let _in_hand = driver.settle_entry(&entry, verdict);
         }
         let status = driver.drive_until(
             poll.registry(),

@@ -248,7 +248,7 @@ impl Streams {
                         }
                     };
                     // False after an abandon: the entry was given up, and stays pending.
-                    let _in_hand = lanes[i].driver.settle(entry.id(), verdict);
+                    let _in_hand = lanes[i].driver.settle_entry(&entry, verdict);
                 }
             };
             let mut hand = |i: usize, _: &Bytes, entry: Entry| {

@@ -1,12 +1,11 @@
-//! The application's handler as a runner calls it: its futures, each tagged with its entry's
-//! id when many run at once, and the panics caught calling it or polling them.
+//! The application's handler as a runner calls it: its futures, each tagged with its entry
+//! when many run at once, and the panics caught calling it or polling them.
 
 use std::any::Any;
 use std::future::Future;
 use std::panic::{self, AssertUnwindSafe};
 use std::thread;
 
-use bytes::Bytes;
 use pelican::{Entry, Verdict};
 use smol::future::{CatchUnwind, FutureExt};
 
@@ -46,9 +45,9 @@ where
 }
 
 /// A guarded future that says which entry it is about, for a set of them polled at once.
-pub(crate) async fn tagged<F>(id: Bytes, handled: Guarded<F>) -> (Bytes, thread::Result<Verdict>)
+pub(crate) async fn tagged<F>(entry: Entry, handled: Guarded<F>) -> (Entry, thread::Result<Verdict>)
 where
     F: Future<Output = Verdict>,
 {
-    (id, handled.await)
+    (entry, handled.await)
 }

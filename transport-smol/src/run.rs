@@ -337,7 +337,8 @@ impl Runner {
     /// Each entry is passed to `handler`, and the future it returns is polled here, inside
     /// `run`, until its verdict settles the entry. Up to
     /// [`Config::concurrency`](pelican::Config::concurrency) of them run at once (by default
-    /// one: each entry is handled before the next is handed out), and with
+    /// one: each entry is handled before the next is handed out; with
+    /// [`Config::streams`](pelican::Config::streams), that many of each stream), and with
     /// [`Config::order_by`](pelican::Config::order_by) never two of one key. They are not
     /// spawned, so they need be neither `'static` nor `Send`: they may borrow what the caller
     /// owns, as below.
@@ -380,7 +381,9 @@ impl Runner {
         H: FnMut(Entry) -> F,
         F: Future<Output = Verdict>,
     {
-        let outcome = if self.consumer.config().concurrency > 1 {
+        // Many streams have an entry each in hand at once, at least.
+        let config = self.consumer.config();
+        let outcome = if config.concurrency > 1 || !config.more_streams.is_empty() {
             self.serve_many(handler).await
         } else {
             self.serve_one(handler).await
@@ -434,7 +437,7 @@ impl Runner {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        let id = entry.id_bytes();
+                        let held = entry.clone();
                         let outcome = match handler::call(&mut handler, entry) {
                             Ok(handled) => match self.handle(handled).await? {
                                 Some(outcome) => outcome,
@@ -446,7 +449,7 @@ impl Runner {
                         // Stop before settling: the settle then ends the batch and writes the
                         // earned acks.
                         self.tell();
-                        self.settle(&id, outcome);
+                        self.settle(&held, outcome);
                         // What the settle sent (a slow handler's ack, a renewal of the next
                         // entries' lease) goes out before the next handler starts: a handler
                         // may block the executor's thread.
@@ -518,10 +521,10 @@ impl Runner {
             while let Some(event) = self.consumer.poll_event() {
                 match event {
                     Event::Entry(entry) => {
-                        let id = entry.id_bytes();
+                        let held = entry.clone();
                         match handler::call(&mut handler, entry) {
-                            Ok(handled) => running.push(handler::tagged(id, handled)),
-                            Err(payload) => self.settle(&id, Err(payload)),
+                            Ok(handled) => running.push(handler::tagged(held, handled)),
+                            Err(payload) => self.settle(&held, Err(payload)),
                         }
                     }
                     Event::Notice(notice) => self.observe(&notice),
@@ -562,10 +565,10 @@ impl Runner {
                 .await
             };
             match next {
-                Next::Handled(Some((id, outcome))) => {
+                Next::Handled(Some((entry, outcome))) => {
                     // Stop before settling, as with one in hand.
                     self.tell();
-                    self.settle(&id, outcome);
+                    self.settle(&entry, outcome);
                 }
                 // (`None` cannot be: only an empty set ends, and this one was not.)
                 Next::Handled(None) | Next::Stepped(Ok(())) => {}
@@ -584,7 +587,8 @@ impl Runner {
     /// letters, rather than around forever). Left in hand instead, it would hold the stop
     /// open for good: the stop ends once nothing is in hand, and an abandon to end it would
     /// give up the earned acks not yet confirmed.
-    fn settle(&mut self, id: &[u8], outcome: thread::Result<Verdict>) {
+    fn settle(&mut self, entry: &Entry, outcome: thread::Result<Verdict>) {
+        let id = entry.id();
         let verdict = match outcome {
             Ok(verdict) => verdict,
             Err(payload) => {
@@ -601,7 +605,7 @@ impl Runner {
                 Verdict::Retry
             }
         };
-        self.consumer.settle(id, verdict, Instant::now());
+        self.consumer.settle_entry(entry, verdict, Instant::now());
     }
 
     fn observe(&mut self, notice: &Notice) {

@@ -176,6 +176,11 @@ pub struct Handler {
 }
 
 impl Handler {
+    /// The stream's bytes.
+    pub fn stream_bytes(&self) -> &[u8] {
+        &self.stream_bytes
+    }
+
     /// A handler for `stream`'s lane.
     pub fn new(stream: &[u8], emit_to: Option<Vec<u8>>, shared: Arc<Shared>) -> Handler {
         Handler {

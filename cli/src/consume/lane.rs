@@ -1,5 +1,6 @@
-//! A lane: one stream's consumer, with its own connection and its own handler. `consume`
-//! runs one lane per `--stream`, all in one process; the transports ([`super::mio_lanes`],
+//! A lane: one consumer and its connection, reading one stream or many, each stream with a
+//! handler of its own. `consume` reads every `--stream` in one lane (in a cluster, one lane
+//! per hash slot they fall in), all in one process; the transports ([`super::mio_lanes`],
 //! [`super::smol_lanes`]) run them and say how each ended.
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -7,7 +8,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Endpoint, HostPort, Notice, Stats};
+use std::collections::HashMap;
+
+use pelican::{Config, Endpoint, Entry, HostPort, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
@@ -62,14 +65,60 @@ impl Net {
     }
 }
 
-/// One stream's consumer, ready to run.
+/// A consumer and its streams, ready to run.
 pub struct Lane {
-    /// The consumer's settings (the stream, its dead-letter stream…).
+    /// The consumer's settings (its streams, the dead-letter stream…).
     pub config: Config,
-    /// The lane's handler (its stream, counters and running command).
-    pub handler: Arc<Handler>,
+    /// Each stream's handler (its stream, counters and running command).
+    pub handlers: Handlers,
     /// Where its snapshots are published for `--metrics` (`None` without it).
     pub published: Option<Published>,
+}
+
+impl Lane {
+    /// The lane as lines name it: its stream, or its first and how many more.
+    pub fn name(&self) -> String {
+        match &self.handlers.list[..] {
+            [one] => one.stream.clone(),
+            [first, rest @ ..] => format!("{} and {} more", first.stream, rest.len()),
+            [] => String::new(),
+        }
+    }
+}
+
+/// A lane's handlers, one per stream, found by an entry's stream.
+#[derive(Clone)]
+pub struct Handlers {
+    /// In the order of the lane's streams.
+    pub list: Vec<Arc<Handler>>,
+    by_stream: Arc<HashMap<Vec<u8>, usize>>,
+}
+
+impl Handlers {
+    /// The handlers of a lane's streams, in its order (at least one).
+    pub fn new(list: Vec<Arc<Handler>>) -> Handlers {
+        let by_stream = list.iter().enumerate().map(|(i, h)| (h.stream_bytes().to_vec(), i)).collect();
+        Handlers { list, by_stream: Arc::new(by_stream) }
+    }
+
+    /// The handler of `entry`'s stream.
+    pub fn of(&self, entry: &Entry) -> &Arc<Handler> {
+        let i = match self.list.len() {
+            1 => 0,
+            _ => self.by_stream.get(entry.stream()).copied().unwrap_or(0),
+        };
+        &self.list[i]
+    }
+
+    /// The first handler: what every handler shares is reached through it.
+    pub fn first(&self) -> &Arc<Handler> {
+        &self.list[0]
+    }
+
+    /// Handler counts summed over the lane's streams.
+    pub fn sum(&self, get: impl Fn(&Handler) -> u64) -> u64 {
+        self.list.iter().map(|h| get(h)).sum()
+    }
 }
 
 /// How a lane failed for good.
@@ -90,19 +139,26 @@ pub type Outcome = Result<Stats, LaneFailure>;
 /// the progress line. With several lanes each line names its stream, as failures do. A
 /// connect failing again for the same reason is told again only every 30 s, with how many
 /// attempts failed meanwhile: an outage is one line every 30 s, not one per retry.
-pub fn teller(handler: &Handler, several: bool) -> impl FnMut(&Notice) + Send + 'static {
-    let (screen, quiet, watch) = (handler.shared.screen.clone(), handler.shared.quiet, handler.watch.clone());
-    let prefix = if several { format!("stream {}: ", handler.stream) } else { String::new() };
+pub fn teller(lane: &Lane, several: bool) -> impl FnMut(&Notice) + Send + 'static {
+    let handler = lane.handlers.first();
+    let (screen, quiet) = (handler.shared.screen.clone(), handler.shared.quiet);
+    let watches: Vec<_> = lane.handlers.list.iter().map(|h| h.watch.clone()).collect();
+    let prefix = match (several, lane.handlers.list.len()) {
+        (false, _) => String::new(),
+        (true, 1) => format!("stream {}: ", handler.stream),
+        (true, _) => format!("streams {}: ", lane.name()),
+    };
     let mut failing = Failing::default();
     move |notice| {
         match notice {
             Notice::Health(health) => {
-                *watch.health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health.clone());
+                // Asked only of a lane of one stream (a notice names no stream).
+                *watches[0].health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health.clone());
                 return; // shown by the progress line
             }
-            Notice::Connected { .. } => watch.down.store(false, Relaxed),
+            Notice::Connected { .. } => watches.iter().for_each(|w| w.down.store(false, Relaxed)),
             Notice::ConnectFailed { .. } | Notice::ConnectionLost { .. } | Notice::NotMaster { .. } => {
-                watch.down.store(true, Relaxed)
+                watches.iter().for_each(|w| w.down.store(true, Relaxed))
             }
             _ => {}
         }

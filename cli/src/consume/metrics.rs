@@ -68,8 +68,8 @@ pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>) -> Result<Serving,
     let mut metrics = Metrics::new();
     for lane in lanes {
         let Some(published) = lane.published.clone() else { continue };
-        let shared = &lane.handler.shared;
-        let labels = Labels::new(lane.handler.stream.clone(), shared.group.clone(), shared.consumer.clone());
+        let shared = &lane.handlers.first().shared;
+        let labels = Labels::new(lane.name(), shared.group.clone(), shared.consumer.clone());
         metrics = metrics.stream(labels, move || published.read());
     }
     let stop = stop.clone();
@@ -77,7 +77,7 @@ pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>) -> Result<Serving,
         true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
         false => Ok(()),
     });
-    if let Some(pipe) = lanes.first().and_then(|lane| lane.handler.shared.pipe.clone()) {
+    if let Some(pipe) = lanes.first().and_then(|lane| lane.handlers.first().shared.pipe.clone()) {
         let help = "Times the --pipe handler was started again after it exited or died.";
         let restarts = pipe.clone();
         metrics = metrics

@@ -29,7 +29,7 @@ use pelican::{Consumer, Entry, Notice, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
 use super::handler::{Handler, StopAll};
-use super::lane::{teller, Lane, LaneFailure, Net, Outcome};
+use super::lane::{teller, Handlers, Lane, LaneFailure, Net, Outcome};
 use super::metrics::Publisher;
 use crate::args::Failure;
 use crate::server::tls_message;
@@ -37,8 +37,8 @@ use crate::server::tls_message;
 /// The waker's token; lanes get tokens from 0.
 const WAKER: Token = Token(usize::MAX);
 
-/// A verdict from lane `.0`'s worker.
-type Settled = (usize, bytes::Bytes, Verdict);
+/// A verdict from lane `.0`'s worker, on its entry.
+type Settled = (usize, Entry, Verdict);
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order, once every worker has finished its entry.
@@ -78,10 +78,10 @@ fn drive_all(
             stopping = true;
             lanes.iter_mut().for_each(|lane| lane.driver.stop());
         }
-        while let Ok((i, id, verdict)) = settled.try_recv() {
+        while let Ok((i, entry, verdict)) = settled.try_recv() {
             let lane = &mut lanes[i];
             lane.outstanding = lane.outstanding.saturating_sub(1);
-            lane.driver.settle(&id, verdict);
+            lane.driver.settle_entry(&entry, verdict);
         }
         let mut woken = vec![false; lanes.len()];
         for event in events.iter().filter(|e| e.token() != WAKER) {
@@ -126,7 +126,7 @@ fn tell_wait(lanes: &[Running]) -> bool {
         1 => "1 acknowledgement".to_string(),
         n => format!("{n} acknowledgements"),
     };
-    first.handler.shared.screen.tell(format_args!(
+    first.handlers.first().shared.screen.tell(format_args!(
         "pelican: stopping: waiting for the server (unreachable) to confirm {what}; signal again to exit now"
     ));
     true
@@ -137,8 +137,8 @@ struct Running {
     /// The lane's index (its token, and its tag on the verdicts).
     i: usize,
     driver: Driver,
-    /// The lane's handler (its workers hold it too), for its counts.
-    handler: Arc<Handler>,
+    /// Its streams' handlers (its workers hold them too), for their counts.
+    handlers: Handlers,
     /// The workers' queue: the entries handed out, each taken by an idle worker.
     work: Option<Sender<Entry>>,
     /// The queue's other end, shared by the workers (each takes one entry at a time).
@@ -167,9 +167,10 @@ impl Running {
         settled: &Sender<Settled>,
         waker: &Arc<Waker>,
     ) -> Result<Running, Failure> {
-        let tell = Box::new(teller(&lane.handler, several));
+        let tell = Box::new(teller(&lane, several));
         let (endpoint, fallbacks) = net.place(&lane.config.stream);
-        let most = lane.config.concurrency.max(1) as usize;
+        // `concurrency` is each stream's: the workers are started as they are needed.
+        let most = (lane.config.concurrency.max(1) as usize).saturating_mul(lane.handlers.list.len());
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
         let mut driver = Driver::new(endpoint, consumer, Token(i)).fallbacks(fallbacks);
@@ -180,7 +181,7 @@ impl Running {
         let mut running = Running {
             i,
             driver,
-            handler: lane.handler,
+            handlers: lane.handlers,
             work: Some(work),
             queue: Arc::new(Mutex::new(queue)),
             workers: Vec::new(),
@@ -202,7 +203,7 @@ impl Running {
         let worker = spawn_worker(
             format!("pelican-lane-{}-{}", self.i, self.workers.len()),
             self.i,
-            self.handler.clone(),
+            self.handlers.clone(),
             self.queue.clone(),
             self.settled.clone(),
             self.waker.clone(),
@@ -223,7 +224,7 @@ impl Running {
     /// count as acked without being earned, so this may fall short, never over.
     fn acks_unconfirmed(&self) -> u64 {
         let s = self.driver.consumer().stats();
-        let earned = self.handler.counters.earned.load(Relaxed);
+        let earned = self.handlers.sum(|h| h.counters.earned.load(Relaxed));
         earned.saturating_sub(
             s.acked + s.lost_to_peer + s.acks_unmatched + s.commits_fenced + s.commits_refused,
         )
@@ -235,10 +236,11 @@ impl Running {
     /// others must stop).
     fn drive(&mut self, registry: &Registry, stop: &StopAll) -> bool {
         let mut handed = Vec::new();
-        let handler = &self.handler;
+        let handlers = &self.handlers;
         let status = self.driver.drive_mixed(
             registry,
             &mut |entry| {
+                let handler = handlers.of(&entry);
                 let here = caught(handler, &entry, || handler.handle_here(&entry), Some(Verdict::Retry));
                 if here.is_none() {
                     handed.push(entry);
@@ -253,7 +255,8 @@ impl Running {
         for entry in handed {
             self.hand(entry);
         }
-        self.handler.watch.set_buffered(self.driver.consumer().buffered());
+        // The lane's entries read and waiting, shown as its first stream's.
+        self.handlers.first().watch.set_buffered(self.driver.consumer().buffered());
         if let Some(publisher) = &mut self.publisher {
             publisher.publish(self.driver.consumer());
         }
@@ -276,19 +279,21 @@ impl Running {
         if self.outstanding > self.workers.len() && self.workers.len() < self.most {
             if let Err(e) = self.add_worker() {
                 // The entry waits for a busy worker to be free: fewer commands at once.
-                self.handler.shared.screen.tell(format_args!(
+                self.handlers.first().shared.screen.tell(format_args!(
                     "pelican: cannot start another worker thread ({e}); running {} at once",
                     self.workers.len()
                 ));
                 self.most = self.workers.len();
             }
         }
-        let id = entry.id_bytes();
-        let sent = self.work.as_ref().is_some_and(|work| work.send(entry).is_ok());
-        if !sent {
+        let unsent = match &self.work {
+            Some(work) => work.send(entry).err().map(|mpsc::SendError(entry)| entry),
+            None => Some(entry),
+        };
+        if let Some(entry) = unsent {
             // Every worker is gone: the entry stays pending, for later.
             self.outstanding -= 1;
-            self.driver.settle(&id, Verdict::Retry);
+            self.driver.settle_entry(&entry, Verdict::Retry);
         }
     }
 
@@ -300,7 +305,7 @@ impl Running {
         }
         self.outcome.unwrap_or_else(|| {
             Err(LaneFailure {
-                message: "the event loop ended before this stream stopped".into(),
+                message: "the event loop ended before these streams stopped".into(),
                 error: None,
             })
         })
@@ -313,7 +318,7 @@ impl Running {
 fn spawn_worker(
     name: String,
     i: usize,
-    handler: Arc<Handler>,
+    handlers: Handlers,
     queue: Arc<Mutex<Receiver<Entry>>>,
     settled: Sender<Settled>,
     waker: Arc<Waker>,
@@ -322,8 +327,9 @@ fn spawn_worker(
         // Held while waiting: the other idle workers wait for the lock instead.
         let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
         let Ok(entry) = next else { return };
-        let verdict = caught(&handler, &entry, || handler.handle(&entry), Verdict::Retry);
-        if settled.send((i, entry.id_bytes(), verdict)).is_err() {
+        let handler = handlers.of(&entry);
+        let verdict = caught(handler, &entry, || handler.handle(&entry), Verdict::Retry);
+        if settled.send((i, entry, verdict)).is_err() {
             return;
         }
         let _ = waker.wake();

@@ -53,13 +53,17 @@ pub struct LaneCounts<'a> {
     pub stream: &'a str,
     /// Its handler's counts.
     pub counters: &'a Counters,
-    /// The consumer's counters (`None`: it failed).
+    /// Its lane's consumer's counters (`None`: it failed).
     pub stats: Option<&'a Stats>,
+    /// The only stream of its lane: the consumer's counters are this stream's alone.
+    pub alone: bool,
+    /// Its lane's first stream: the consumer's counters are summed once, with it.
+    pub first: bool,
 }
 
 /// A consumer counter summed over the lanes (those that failed count nothing).
 fn stat_total(lanes: &[LaneCounts<'_>], get: fn(&Stats) -> u64) -> u64 {
-    lanes.iter().filter_map(|lane| lane.stats.map(get)).sum()
+    lanes.iter().filter(|lane| lane.first).filter_map(|lane| lane.stats.map(get)).sum()
 }
 
 /// A handler count summed over the lanes.
@@ -95,7 +99,8 @@ pub fn stats_json(lanes: &[LaneCounts<'_>], total: &Counters, elapsed: Duration)
 /// One lane's counters, as in the totals.
 fn lane_json(lane: &LaneCounts<'_>) -> String {
     let mut json = Object::new();
-    for (name, get) in STATS {
+    // A consumer of many streams counts for all of them: its counters are in the totals.
+    for (name, get) in STATS.into_iter().filter(|_| lane.alone) {
         json = json.num(name, lane.stats.map_or(0, get));
     }
     for (name, get) in COUNTS.into_iter().chain([IN_HAND_MAX]) {
@@ -161,9 +166,16 @@ impl Progress {
         };
         eprintln!("pelican: {handled} handled in {secs:.1} s{}{}{most}", outcome_text(s), counts_text(c));
         if lanes.len() > 1 {
-            for lane in lanes {
+            // The busiest streams only, past a few (all are in `--stats-json`).
+            let mut shown: Vec<&LaneCounts<'_>> = lanes.iter().collect();
+            if shown.len() > PARTS_SHOWN {
+                shown.sort_by_key(|lane| std::cmp::Reverse(lane.counters.handled.load(Relaxed)));
+                shown.truncate(PARTS_SHOWN - 1);
+            }
+            let more = lanes.len() - shown.len();
+            for lane in shown {
                 let c = |get: fn(&Counters) -> u64| get(lane.counters);
-                let s = |get: fn(&Stats) -> u64| lane.stats.map(get);
+                let s = |get: fn(&Stats) -> u64| lane.stats.filter(|_| lane.alone).map(get);
                 let handled = c(|c| c.handled.load(Relaxed));
                 eprintln!(
                     "pelican:   {}: {handled} handled{}{}",
@@ -171,6 +183,9 @@ impl Progress {
                     outcome_text(s),
                     counts_text(c)
                 );
+            }
+            if more > 0 {
+                eprintln!("pelican:   and {more} more streams (each in --stats-json)");
             }
         }
     }
@@ -197,8 +212,14 @@ fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>, Arc<Watch>)]) -> St
         let _ = write!(line, ", {} buffered", buffered.iter().sum::<usize>());
     }
     if lanes.len() > 1 {
-        let parts: Vec<String> = lanes
-            .iter()
+        // The busiest streams only, past a few: a line, not a page.
+        let mut shown: Vec<&(String, Arc<Counters>, Arc<Watch>)> = lanes.iter().collect();
+        if shown.len() > PARTS_SHOWN {
+            shown.sort_by_key(|(_, c, _)| std::cmp::Reverse(c.handled.load(Relaxed)));
+            shown.truncate(PARTS_SHOWN - 1);
+        }
+        let mut parts: Vec<String> = shown
+            .into_iter()
             .map(|(stream, c, w)| {
                 let handled = c.handled.load(Relaxed);
                 let notes: Vec<String> = [
@@ -216,6 +237,9 @@ fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>, Arc<Watch>)]) -> St
                 }
             })
             .collect();
+        if lanes.len() > parts.len() {
+            parts.push(format!("{} more streams", lanes.len() - parts.len()));
+        }
         let _ = write!(line, " | {}", parts.join(", "));
     }
     let healths: Vec<GroupHealth> = lanes
@@ -241,6 +265,9 @@ fn progress_line(rate: f64, lanes: &[(String, Arc<Counters>, Arc<Watch>)]) -> St
     }
     line
 }
+
+/// How many streams the progress line names at most (the busiest, then how many more).
+const PARTS_SHOWN: usize = 8;
 
 /// `, F failed, C reclaimed, D drained`.
 fn counts_text(count: impl Fn(fn(&Counters) -> u64) -> u64) -> String {
@@ -303,8 +330,8 @@ mod tests {
         let mut sb = Stats::default();
         sb.acked = 2;
         let lanes = [
-            LaneCounts { stream: "{a}", counters: &a, stats: Some(&sa) },
-            LaneCounts { stream: "b", counters: &b, stats: Some(&sb) },
+            LaneCounts { stream: "{a}", counters: &a, stats: Some(&sa), alone: true, first: true },
+            LaneCounts { stream: "b", counters: &b, stats: Some(&sb), alone: true, first: true },
         ];
         a.in_hand_max.store(3, Relaxed);
         b.in_hand_max.store(2, Relaxed);

@@ -15,8 +15,8 @@ use std::time::Duration;
 use pelican_smol::{RunError, Runner, StopHandle};
 use smol::{LocalExecutor, Timer};
 
-use super::handler::{Handler, StopAll};
-use super::lane::{teller, Lane, LaneFailure, Net, Outcome};
+use super::handler::StopAll;
+use super::lane::{teller, Handlers, Lane, LaneFailure, Net, Outcome};
 use crate::args::Failure;
 use crate::server::tls_message;
 
@@ -40,7 +40,8 @@ pub fn run(
 ) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
     // Every command in hand has a pool thread, and a few more are left for the rest (DNS).
-    let wanted = lanes.len().saturating_mul(concurrency as usize).saturating_add(16);
+    let streams: usize = lanes.iter().map(|lane| lane.handlers.list.len()).sum();
+    let wanted = streams.saturating_mul(concurrency as usize).saturating_add(16);
     if wanted > POOL_DEFAULT {
         if let Some(threads) = NonZeroUsize::new(wanted.min(POOL_MAX)) {
             blocking::set_max_blocking_threads(threads);
@@ -62,8 +63,8 @@ pub fn run(
         stop.stop(); // asked before the handles were installed: pass it on
     }
     let executor = LocalExecutor::new();
-    let lanes: Vec<(Arc<Handler>, Rc<Cell<bool>>)> =
-        runners.iter().map(|(lane, _)| (lane.handler.clone(), Rc::new(Cell::new(false)))).collect();
+    let lanes: Vec<(Handlers, Rc<Cell<bool>>)> =
+        runners.iter().map(|(lane, _)| (lane.handlers.clone(), Rc::new(Cell::new(false)))).collect();
     let tasks: Vec<_> = runners
         .into_iter()
         .zip(&lanes)
@@ -88,14 +89,14 @@ pub fn run(
 /// Once stopping: if lanes still run [`QUIET_WAIT`] after the stop with no entry in hand,
 /// they wait on the server to confirm their acks (reachable or not: the runner does not
 /// say), which may take as long as an outage. Says so once, and how not to wait.
-async fn tell_wait(lanes: &[(Arc<Handler>, Rc<Cell<bool>>)]) {
+async fn tell_wait(lanes: &[(Handlers, Rc<Cell<bool>>)]) {
     Timer::after(QUIET_WAIT).await;
     loop {
-        let running: Vec<&Arc<Handler>> =
-            lanes.iter().filter(|(_, done)| !done.get()).map(|(handler, _)| handler).collect();
+        let running: Vec<&Handlers> =
+            lanes.iter().filter(|(_, done)| !done.get()).map(|(handlers, _)| handlers).collect();
         let Some(first) = running.first() else { return };
-        if running.iter().any(|handler| handler.in_hand() == 0) {
-            first.shared.screen.tell(format_args!(
+        if running.iter().any(|handlers| handlers.sum(|h| h.in_hand() as u64) == 0) {
+            first.first().shared.screen.tell(format_args!(
                 "pelican: stopping: waiting for the server to confirm the acknowledgements earned; \
                  signal again to exit now"
             ));
@@ -116,7 +117,7 @@ fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
             e => Failure::Failed(e.to_string()),
         })?
         .fallbacks(fallbacks);
-    let mut runner = runner.on_notice(teller(&lane.handler, several));
+    let mut runner = runner.on_notice(teller(lane, several));
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
     }
@@ -131,10 +132,10 @@ fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
 /// runner may poll several handler futures at once (`--concurrency`): each awaits its own
 /// command on the blocking pool.
 async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<bool>>) -> Outcome {
-    let handler = lane.handler;
+    let handlers = lane.handlers;
     let result = runner
         .run(move |entry| {
-            let handler = handler.clone();
+            let handler = handlers.of(&entry).clone();
             async move {
                 match handler.handle_here(&entry) {
                     Some(verdict) => verdict,
