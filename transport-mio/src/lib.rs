@@ -74,6 +74,7 @@ mod run;
 mod scout;
 mod stats;
 mod stop;
+mod stream_set;
 mod streams;
 
 pub use cluster::{locate, locate_with_masters};
@@ -83,4 +84,5 @@ pub use retire::retire;
 pub use run::{run, Runner};
 pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use stream_set::StreamSet;
 pub use streams::{StreamStats, Streams};

@@ -3,6 +3,7 @@
 use std::cell::Cell;
 use std::io;
 use std::sync::mpsc;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,7 @@ use crate::pool::{self, Dispatch, Outcome, Panicked, Pool};
 use crate::resolve::endpoint;
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
+use crate::stream_set::{Changes, StreamSet};
 use pelican_tls::Tls;
 
 const CONSUMER: Token = Token(0);
@@ -68,6 +70,7 @@ pub struct Runner {
     stop: StopHandle,
     observer: Option<Observer>,
     stats: Publisher,
+    changes: Arc<Changes>,
 }
 
 /// What [`Runner::on_notice`] was given.
@@ -157,7 +160,15 @@ impl Runner {
     fn with_driver(driver: Driver) -> Result<Runner, RunError> {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
-        Ok(Runner { poll, driver, stop: StopHandle::new(waker), observer: None, stats: Publisher::default() })
+        let stop = StopHandle::new(waker);
+        Ok(Runner {
+            poll,
+            driver,
+            stop,
+            observer: None,
+            stats: Publisher::default(),
+            changes: Arc::default(),
+        })
     }
 
     /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
@@ -170,6 +181,12 @@ impl Runner {
     /// A handle that stops [`run`](Self::run) from any thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// A handle that adds streams to the running consumer and removes them, from any thread
+    /// (see [`Config::streams`](pelican::Config::streams)).
+    pub fn stream_set(&self) -> StreamSet {
+        StreamSet::new(self.changes.clone(), self.stop.clone())
     }
 
     /// A handle that reads the consumer's counters, the entries in hand and buffered and
@@ -245,7 +262,9 @@ impl Runner {
                 }
             })
         };
+        let changes = &self.changes;
         let mut requests = |consumer: &mut Consumer| {
+            changes.apply(consumer);
             flags.apply(consumer);
             if stopping.get() {
                 consumer.stop();
@@ -314,8 +333,10 @@ impl Runner {
     /// # Ok::<(), pelican_mio::RunError>(())
     /// ```
     pub fn run_pool(self, handler: impl Fn(&Entry) -> Verdict + Sync) -> Result<Stats, RunError> {
-        let Runner { mut poll, mut driver, stop, observer, mut stats } = self;
-        let workers = driver.consumer().config().concurrency.max(1);
+        let Runner { mut poll, mut driver, stop, observer, mut stats, changes } = self;
+        // `concurrency` is each stream's (streams added later share these workers).
+        let config = driver.consumer().config();
+        let workers = config.concurrency.max(1).saturating_mul(1 + config.more_streams.len() as u32);
         let (to_workers, queue) = mpsc::channel();
         let (done, verdicts) = mpsc::channel();
         let pool = Pool::new(queue);
@@ -324,7 +345,7 @@ impl Runner {
             // Dropped on every way out of this closure, which ends the workers (see Dispatch).
             let dispatch = pool.dispatch(to_workers);
             pool.start(scope, workers, handler, &done, || stop.wake()).map_err(RunError::Io)?;
-            drive_pool(&mut poll, &mut driver, stop, observer, &mut stats, &dispatch, &verdicts)
+            drive_pool(&mut poll, &mut driver, (stop, &changes), observer, &mut stats, &dispatch, &verdicts)
         })
     }
 }
@@ -333,7 +354,7 @@ impl Runner {
 fn drive_pool(
     poll: &mut Poll,
     driver: &mut Driver,
-    stop: &StopHandle,
+    (stop, changes): (&StopHandle, &Changes),
     mut observer: Option<Observer>,
     stats: &mut Publisher,
     dispatch: &Dispatch<'_, Entry>,
@@ -372,7 +393,10 @@ fn drive_pool(
                 None
             },
             &mut observe,
-            &mut |consumer| flags.apply(consumer),
+            &mut |consumer| {
+                changes.apply(consumer);
+                flags.apply(consumer)
+            },
         );
         stats.publish(driver.consumer());
         if status? == Status::Stopped {

@@ -74,10 +74,12 @@ mod run;
 mod scout;
 mod stats;
 mod stop;
+mod stream_set;
 mod streams;
 
 pub use error::RunError;
 pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};
 pub use stats::StatsHandle;
 pub use stop::StopHandle;
+pub use stream_set::StreamSet;
 pub use streams::{StreamStats, Streams};

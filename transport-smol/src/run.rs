@@ -4,6 +4,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::pin;
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use crate::resolve::{checked, checked_async, resolve, Resolver};
 use crate::scout::{self, Scout, ScoutError};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
+use crate::stream_set::{Changes, StreamSet};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -104,6 +106,8 @@ pub struct Runner {
     resolver: Resolver,
     connect_timeout: Duration,
     stop: StopHandle,
+    /// Streams to add or remove, asked through a [`StreamSet`].
+    changes: Arc<Changes>,
     /// What the consumer has been told of the stop handle's requests: waits on the handle
     /// wake only for more, so a stop under way does not spin them.
     told: Request,
@@ -208,6 +212,7 @@ impl Runner {
             resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
+            changes: Arc::default(),
             told: Request::Run,
             observer: None,
             link: None,
@@ -285,6 +290,12 @@ impl Runner {
     /// A handle that stops [`run`](Self::run) from any task or thread.
     pub fn stop_handle(&self) -> StopHandle {
         self.stop.clone()
+    }
+
+    /// A handle that adds streams to the running consumer and removes them, from any
+    /// thread or task (see [`Config::streams`](pelican::Config::streams)).
+    pub fn stream_set(&self) -> StreamSet {
+        StreamSet::new(self.changes.clone())
     }
 
     /// Shares `stop` with this runner: one handle stops every runner given it (the streams
@@ -648,7 +659,7 @@ impl Runner {
                 self.link = self.connect().await?;
             } else {
                 // Waiting for the reconnect time (or, with no deadline, only a stop).
-                future::or(timer, self.stop.beyond(self.told)).await;
+                future::or(timer, future::or(self.stop.beyond(self.told), self.changes.asked())).await;
             }
             return Ok(());
         };
@@ -673,8 +684,9 @@ impl Runner {
                 timer.await;
                 Wake::Timer
             };
+            // A stop, or streams to add or remove: passed on at the next turn.
             let stop = async {
-                self.stop.beyond(self.told).await;
+                future::or(self.stop.beyond(self.told), self.changes.asked()).await;
                 Wake::Stop
             };
             let rewatch = self.locator.rewatch_at().filter(|_| wants_watch(&self.locator, &self.scout));
@@ -965,6 +977,7 @@ impl Runner {
 
     /// Passes on to the consumer what the stop handle was asked since it was last told.
     fn tell(&mut self) {
+        self.changes.apply(&mut self.consumer);
         let asked = self.stop.request();
         if asked > self.told {
             match asked {

@@ -204,3 +204,44 @@ fn streams_on_a_cluster_start_at_their_masters() {
         assert_eq!(cluster.admin_for(name).xpending_count(name, "g"), 0, "{name}");
     }
 }
+
+/// A running consumer's streams changed from another thread (`Runner::stream_set`): one
+/// added is drained and read on the same connection, one removed is read no more.
+#[test]
+fn streams_added_and_removed_while_running() {
+    for flavor in [Flavor::Redis70, Flavor::Redis810] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let first = fill(&mut admin, "orders", 3);
+        let waiting = fill(&mut admin, "refunds", 2);
+        let runner = pelican_smol::Runner::new(server.addr(), config("orders")).unwrap();
+        let (stop, set) = (runner.stop_handle(), runner.stream_set());
+        let seen: &'static Seen = Box::leak(Box::default());
+        let run = thread::spawn(move || {
+            smol::block_on(runner.run(|entry| async move {
+                seen.record(&Bytes::copy_from_slice(entry.stream()), &entry);
+                Verdict::Ack
+            }))
+        });
+        let count = |stream: &str| seen.by_stream().get(stream).map_or(0, Vec::len);
+        assert!(wait_until(PATIENCE, || count("orders") == 3), "{flavor:?}: orders");
+        assert_eq!(count("refunds"), 0, "not read before it is added");
+        set.add("refunds");
+        assert!(wait_until(PATIENCE, || count("refunds") == 2), "{flavor:?}: refunds drained once added");
+        assert_eq!(admin.client_ids_by_name("pelican:orders:g:c1").len(), 1, "one connection");
+        set.remove("orders");
+        // Removed: its new entries wait (undelivered); the other's are read.
+        thread::sleep(Duration::from_millis(300));
+        let later = fill(&mut admin, "orders", 2);
+        let more = fill(&mut admin, "refunds", 2);
+        assert!(wait_until(PATIENCE, || count("refunds") == 4), "{flavor:?}: refunds goes on");
+        thread::sleep(Duration::from_millis(500));
+        stop.stop();
+        let stats = run.join().unwrap().unwrap();
+        let by = seen.by_stream();
+        assert_eq!(by["orders"], first, "{flavor:?}: {later:?} not read once removed");
+        assert_eq!(by["refunds"], [waiting, more].concat());
+        assert_eq!(stats.acked, 7);
+        assert_eq!(admin.xpending_count("orders", "g") + admin.xpending_count("refunds", "g"), 0);
+    }
+}
