@@ -5,6 +5,7 @@
 //! the command and the signals. `mio_lanes` runs them on one `mio::Poll`, `smol_lanes` as
 //! tasks on one executor. A lane that fails for good stops the others.
 
+mod discover;
 mod emit;
 mod found;
 mod handler;
@@ -35,11 +36,12 @@ use crate::number::whole;
 use crate::server::{login_refused, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
-use lane::{Handlers, Lane, LaneFailure, Net, Outcome};
+use lane::{Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
 use report::{LaneCounts, Progress};
 use screen::Screen;
 
-const USAGE: &str = "pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]";
+const USAGE: &str =
+    "pelican consume (--stream KEY [--stream KEY…] | --stream-pattern GLOB) --group G --consumer NAME [options]";
 
 const ABOUT: &str = "\
 Consumes the stream KEY as consumer NAME of group G. First its own pending entries (a
@@ -49,13 +51,17 @@ handled one at a time, or up to N at once with --exec and --concurrency N; each 
 acknowledged (XACK) only if handled successfully, else it stays pending and comes back
 later: at-least-once, so handlers must be idempotent.
 
-With several --stream flags, each stream gets its own lane: a consumer NAME of group G on
-that stream, with its own connection and its own entries in hand (up to --concurrency),
-all lanes in this one process, sharing the options below. A slow command on one stream
-holds up no other.
+With several --stream flags, or --stream-pattern, one consumer NAME of group G reads them
+all on one connection, parked on all of them at once (in a cluster, one connection per
+hash slot they fall in: give them a hash tag, {tenants}:a, to share one). Each stream has
+its own entries in hand (up to --concurrency) and its own pending list, drained at every
+(re)connect; a slow command on one stream holds up no other. --stream-pattern GLOB finds
+the streams whose keys match (SCAN, on each master of a cluster), waits for a first one if
+none does, and finds those created later every --rescan-ms: a stream found joins at the
+next read, within a beat.
 
 A Redis/Valkey Cluster needs nothing more: --url may name any node (a replica too), and
-each stream's lane follows the cluster's redirects (MOVED) to the node serving it.
+each connection follows the cluster's redirects (MOVED) to the node serving its streams.
 
 Names (KEY, G, NAME) may be any bytes, UTF-8 or not.";
 
@@ -200,9 +206,16 @@ const MAX_CONCURRENCY: u64 = pelican::MAX_CONCURRENCY as u64;
 #[derive(clap::Args, Debug)]
 #[command(override_usage = USAGE, before_help = ABOUT, after_help = AFTER, help_template = TEMPLATE)]
 pub struct Args {
-    /// a stream key (required); repeat it for several streams
-    #[arg(long = "stream", value_name = "KEY", required = true)]
+    /// a stream key; repeat it for several streams (all on one connection)
+    #[arg(long = "stream", value_name = "KEY", required_unless_present = "stream_pattern")]
     streams: Vec<OsString>,
+    /// every stream whose key matches GLOB too (SCAN … MATCH GLOB TYPE stream, on each master
+    /// of a cluster), and those created later, found every --rescan-ms
+    #[arg(long, value_name = "GLOB", value_parser = OsStringValueParser::new().try_map(pattern))]
+    stream_pattern: Option<OsString>,
+    /// how often --stream-pattern looks for new streams
+    #[arg(long, value_name = "MS", default_value_t = 5000, requires = "stream_pattern", value_parser = whole::<u64, 100, DAY_MS>, allow_negative_numbers = true)]
+    rescan_ms: u64,
     /// the group (required; the same on every stream)
     #[arg(long, value_name = "G", env = "PELICAN_GROUP", hide_env_values = true)]
     group: OsString,
@@ -533,7 +546,7 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         stop: stop.clone(),
         screen,
         quiet: a.quiet,
-        several: a.streams.len() > 1,
+        several: a.streams.len() > 1 || a.stream_pattern.is_some(),
         total: Default::default(),
     })
 }
@@ -541,13 +554,24 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
 /// A handler per stream, the settings checked (a refused setting is bad usage, exit 2).
 fn handlers(a: &Args, target: &Target, shared: &Arc<Shared>) -> Result<Vec<Arc<Handler>>, Failure> {
     let streams: Vec<&[u8]> = a.streams.iter().map(|s| s.as_bytes()).collect();
-    let all = config(a, target, streams[0], false).streams(&streams);
+    // Checked with a stand-in when only a pattern names the streams.
+    let all = config(a, target, streams.first().copied().unwrap_or(b"s"), false).streams(&streams);
     all.validate().map_err(|e| Failure::Usage(format!("invalid settings: {e}")))?;
-    let handler = |stream: &&[u8]| {
-        let emit_to = a.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), stream));
-        Arc::new(Handler::new(stream, emit_to, shared.clone()))
-    };
-    Ok(streams.iter().map(handler).collect())
+    Ok(streams.iter().map(|stream| handler(a, shared, stream)).collect())
+}
+
+/// The handler of `stream`.
+fn handler(a: &Args, shared: &Arc<Shared>, stream: &[u8]) -> Arc<Handler> {
+    let emit_to = a.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), stream));
+    Arc::new(Handler::new(stream, emit_to, shared.clone()))
+}
+
+/// `--stream-pattern`'s glob: not empty (an unset variable?).
+fn pattern(text: OsString) -> Result<OsString, String> {
+    match text.is_empty() {
+        true => Err("the pattern is empty (an unset variable?); * matches every stream".into()),
+        false => Ok(text),
+    }
 }
 
 /// The lanes: every stream in one (one consumer, one connection), but in a cluster, where a
@@ -583,9 +607,9 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
 /// Runs `consume`: every `--stream` (in one lane, or one per cluster slot) until a signal or
 /// a failure.
 pub fn main(args: Args) -> Result<(), Failure> {
-    let (server, handlers, shared) = check(&args)?;
+    let (server, mut handlers, shared) = check(&args)?;
     let stop = shared.stop.clone();
-    let net = Net {
+    let mut net = Net {
         endpoint: server.endpoint().clone(),
         tls: server.tls_for(),
         homes: Vec::new(),
@@ -594,7 +618,8 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let screen = shared.screen.clone();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
-    signals::on_signals(stop.clone(), handlers.clone(), screen.clone())?;
+    let every = Handlers::new(handlers.clone());
+    signals::on_signals(stop.clone(), every.clone(), screen.clone())?;
     if let Some(command) = &args.exec {
         // A typo fails here, not at the first entry.
         found::check("--exec", command).map_err(Failure::Failed)?;
@@ -603,6 +628,24 @@ pub fn main(args: Args) -> Result<(), Failure> {
         // A handler that cannot start fails here, before it can fail an entry.
         pipe.start(&shared).map_err(Failure::Failed)?;
     }
+    let mut rescan = None;
+    if let Some(pattern) = &args.stream_pattern {
+        // A cluster's keys are spread over its masters: each is scanned.
+        net = net.locate(&[]);
+        let look = Looking {
+            server: server.clone(),
+            masters: net.masters.clone(),
+            pattern: pattern.as_bytes().to_vec(),
+            emit_to: args.emit_to.clone(),
+            shared: shared.clone(),
+            every: every.clone(),
+            failing: false,
+        };
+        let Some(look) = first_matches(look, &args, &mut handlers)? else { return Ok(()) };
+        let cluster = !net.masters.is_empty();
+        let every = Duration::from_millis(args.rescan_ms);
+        rescan = Some(Rescan { look: Box::new(look.again()), every, cluster });
+    }
     let streams: Vec<&[u8]> = handlers.iter().map(|h| h.stream_bytes()).collect();
     if matches!(args.delete_acked, Some(DeleteWhen::Keepref | DeleteWhen::Delref)) && !args.force_delete {
         let when = if args.delete_acked == Some(DeleteWhen::Keepref) { "keepref" } else { "delref" };
@@ -610,17 +653,19 @@ pub fn main(args: Args) -> Result<(), Failure> {
     }
     let net = net.locate(&streams);
     let lanes = lanes(&args, &server.target, &handlers, &net);
-    let by_lane: Vec<Vec<Arc<Handler>>> = lanes.iter().map(|lane| lane.handlers.list.clone()).collect();
+    let lane_handlers: Vec<Handlers> = lanes.iter().map(|lane| lane.handlers.clone()).collect();
     // Served until this returns; a port that cannot be listened on is told before the
     // consumers connect.
     let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
-    let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&handlers, &screen));
+    let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&every, &screen));
     let outcomes = match args.transport {
-        Transport::Mio => mio_lanes::run(lanes, &net, &stop)?,
-        Transport::Smol => smol_lanes::run(lanes, &net, &stop, concurrency(&args))?,
+        Transport::Mio => mio_lanes::run(lanes, &net, &stop, rescan)?,
+        Transport::Smol => smol_lanes::run(lanes, &net, &stop, concurrency(&args), rescan)?,
     };
+    // Read after the run: streams found meanwhile joined their lanes.
+    let by_lane: Vec<Vec<Arc<Handler>>> = lane_handlers.iter().map(Handlers::list).collect();
     let counts = lane_counts(&by_lane, &outcomes);
     if let Some(progress) = progress {
         progress.finish(&counts, &shared.total, start.elapsed());
@@ -636,6 +681,84 @@ pub fn main(args: Args) -> Result<(), Failure> {
             .map_err(|e| Failure::Failed(format!("cannot write {}: {e}", path.display())))?;
     }
     stopped_early(&args, &shared)
+}
+
+/// `--stream-pattern`'s search: the streams matching it, each new one with its handler.
+struct Looking {
+    server: Server,
+    /// A cluster's masters (none: the URL's node, or the sentinels' master).
+    masters: Vec<pelican::HostPort>,
+    pattern: Vec<u8>,
+    emit_to: Option<OsString>,
+    shared: Arc<Shared>,
+    /// Every stream's handler: those found are added.
+    every: Handlers,
+    /// The last search failed (told once until one works).
+    failing: bool,
+}
+
+impl Looking {
+    /// The streams matching, not seen before, with their handlers (added to every stream's).
+    fn find(&mut self) -> Result<Vec<Arc<Handler>>, String> {
+        let found = discover::scan(&self.server, &self.masters, &self.pattern)?;
+        let mut new = Vec::new();
+        for key in found.iter().filter(|key| !self.every.has(key)) {
+            let emit_to = self.emit_to.as_ref().map(|template| dead_letter_key(template.as_bytes(), key));
+            let handler = Arc::new(Handler::new(key, emit_to, self.shared.clone()));
+            self.every.add(handler.clone());
+            new.push(handler);
+        }
+        Ok(new)
+    }
+
+    /// A later search (`--rescan-ms`): a failure is told once, until one works again.
+    fn again(mut self) -> impl FnMut() -> Vec<Arc<Handler>> + Send {
+        move || match self.find() {
+            Ok(new) => {
+                self.failing = false;
+                new
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    self.shared.screen.tell(format_args!(
+                        "pelican: --stream-pattern: cannot look for new streams ({e}); trying again"
+                    ));
+                }
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// The first search: streams matching, added to `handlers`; while none match, looks again
+/// every `--rescan-ms` (told once). `None`: stopped meanwhile.
+fn first_matches(
+    mut look: Looking,
+    a: &Args,
+    handlers: &mut Vec<Arc<Handler>>,
+) -> Result<Option<Looking>, Failure> {
+    let mut told = false;
+    loop {
+        let found = look.find().map_err(|e| Failure::Failed(format!("--stream-pattern: {e}")))?;
+        handlers.extend(found);
+        if !handlers.is_empty() {
+            return Ok(Some(look));
+        }
+        if !std::mem::replace(&mut told, true) {
+            look.shared.screen.tell(format_args!(
+                "pelican: no stream matches {} yet; looking again every {} ms",
+                show(&look.pattern),
+                a.rescan_ms
+            ));
+        }
+        let until = Instant::now() + Duration::from_millis(a.rescan_ms);
+        while Instant::now() < until {
+            if look.shared.stop.is_requested() {
+                return Ok(None);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
 }
 
 /// Each stream's counts, for the report: its handler's, and its lane's consumer's if it

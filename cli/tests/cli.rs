@@ -1283,3 +1283,65 @@ fn produce_makes_fields_keys_and_entries_from_json_lines() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("'--from <FILE>' cannot be used with '--count <N>'"), "{stderr}");
 }
+
+/// `--stream-pattern`: nothing matches at first (told, looked for again); streams created
+/// later join within two rescans, each with its group made, all on one connection; a key that
+/// does not match, or is not a stream, is not read.
+#[test]
+fn a_pattern_finds_streams_made_after_the_start() {
+    for flavor in [Flavor::Redis62, Flavor::Valkey81] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.cmd(&["SET", "tenant:not-a-stream", "x"]);
+        admin.xadd_n("other:1", 2, 4);
+        let url = url(&server);
+        for transport in ["mio", "smol"] {
+            let group = format!("g-{transport}");
+            let args = [
+                "consume",
+                "--url",
+                &url,
+                "--stream-pattern",
+                "tenant:*",
+                "--rescan-ms",
+                "500",
+                "--beat-ms",
+                "200",
+                "--group",
+                &group,
+                "--consumer",
+                "c",
+                "--create-group",
+                "0",
+                "--transport",
+                transport,
+            ];
+            let mut p = Pelican::spawn(&args);
+            wait_until("told that nothing matches", || p.stderr().contains("no stream matches tenant:* yet"));
+            for (stream, n) in [("tenant:a", 3), ("tenant:b", 2)] {
+                let ids = admin.xadd_n(stream, n, 4);
+                let added = Instant::now();
+                for id in &ids {
+                    let line = p.line();
+                    assert!(line.contains(&format!("\"stream\":\"{stream}\",\"id\":\"{id}\"")), "{line}");
+                }
+                // Within two rescans: found at the next, joined once the parked read (a beat at
+                // most) returns.
+                let took = added.elapsed();
+                assert!(
+                    took < Duration::from_millis(1000),
+                    "{flavor:?} {transport}: {stream} read after {took:?}"
+                );
+                assert!(admin.group_exists(stream, &group), "its group made");
+            }
+            assert_eq!(admin.client_ids_by_name(&format!("pelican:tenant:a:{group}:c")).len(), 1);
+            p.stop();
+            assert_eq!(p.try_line(), None, "nothing else read");
+            assert!(!admin.group_exists("other:1", &group));
+            for stream in ["tenant:a", "tenant:b"] {
+                assert_eq!(admin.xpending_count(stream, &group), 0);
+            }
+            admin.cmd(&["DEL", "tenant:a", "tenant:b"]);
+        }
+    }
+}

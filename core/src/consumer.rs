@@ -512,10 +512,10 @@ impl Consumer {
         stream.active = true;
         stream.restart_drain();
         stream.claim_at = None;
+        // Made before its drain, which goes out once no read is parked (the answer to a
+        // command sent now could wait a beat behind one).
+        stream.make_group = self.config.create_group.is_some();
         if let (true, Some(now)) = (self.ready(), self.last_now) {
-            if self.config.create_group.is_some() {
-                self.send(Sent::CreateGroup(s as u32), now);
-            }
             self.pump(now);
         }
         true
@@ -1376,6 +1376,9 @@ impl Consumer {
             })
         };
         if let Some(s) = draining {
+            if std::mem::take(&mut self.streams[s].make_group) {
+                self.send(Sent::CreateGroup(s as u32), now);
+            }
             return Some(Sent::ReadPending { stream: s as u32, count });
         }
         if let Some(s) = claiming() {

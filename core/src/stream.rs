@@ -58,6 +58,8 @@ pub(crate) struct Stream {
     pub(crate) in_hand: u32,
     /// Whether the group was found or created once (a later creation is a re-creation).
     pub(crate) group_made: bool,
+    /// Added while running: its group is to be made before its drain.
+    pub(crate) make_group: bool,
     /// The last new entry read, with [`Config::create_group`](crate::Config::create_group)
     /// set: what a re-created group lost is told from it.
     pub(crate) last_read: Option<Bytes>,
@@ -87,6 +89,7 @@ impl Stream {
             backlog: false,
             in_hand: 0,
             group_made: false,
+            make_group: false,
             last_read: None,
             releases: Releases::default(),
             retried: Retried::default(),

@@ -306,6 +306,13 @@ impl Driver {
         self.consumer.settle(id, verdict, now)
     }
 
+    /// Reads `key` too ([`Consumer::add_stream`](pelican::Consumer::add_stream)); the driver
+    /// is due at once.
+    pub fn add_stream(&mut self, key: impl Into<bytes::Bytes>) -> bool {
+        self.asap = Some(Instant::now());
+        self.consumer.add_stream(key)
+    }
+
     /// [`settle`](Self::settle) for this entry, by its stream and its id: what a consumer of
     /// many streams needs ([`Consumer::settle_entry`](pelican::Consumer::settle_entry)).
     pub fn settle_entry(&mut self, entry: &Entry, verdict: Verdict) -> bool {

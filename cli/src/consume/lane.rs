@@ -5,7 +5,7 @@
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
@@ -78,7 +78,86 @@ pub struct Lane {
 impl Lane {
     /// The lane as lines name it: its stream, or its first and how many more.
     pub fn name(&self) -> String {
-        match &self.handlers.list[..] {
+        self.handlers.name()
+    }
+}
+
+/// Handlers, one per stream, found by an entry's stream: a lane's, or every stream's. More
+/// join as streams are found (`--stream-pattern`).
+#[derive(Clone, Default)]
+pub struct Handlers(Arc<RwLock<Known>>);
+
+/// The handlers, in the order their streams came, and where each is by its stream.
+#[derive(Default)]
+struct Known {
+    list: Vec<Arc<Handler>>,
+    by_stream: HashMap<Vec<u8>, usize>,
+}
+
+impl Handlers {
+    /// These handlers.
+    pub fn new(list: Vec<Arc<Handler>>) -> Handlers {
+        let handlers = Handlers::default();
+        for handler in list {
+            handlers.add(handler);
+        }
+        handlers
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Known> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Adds `handler`, unless its stream has one; true if added.
+    pub fn add(&self, handler: Arc<Handler>) -> bool {
+        let mut known = self.0.write().unwrap_or_else(|e| e.into_inner());
+        if known.by_stream.contains_key(handler.stream_bytes()) {
+            return false;
+        }
+        let i = known.list.len();
+        known.by_stream.insert(handler.stream_bytes().to_vec(), i);
+        known.list.push(handler);
+        true
+    }
+
+    /// The handler of `entry`'s stream (the first, if it has none: cannot be).
+    pub fn of(&self, entry: &Entry) -> Arc<Handler> {
+        let known = self.read();
+        let i = match known.list.len() {
+            1 => 0,
+            _ => known.by_stream.get(entry.stream()).copied().unwrap_or(0),
+        };
+        known.list[i].clone()
+    }
+
+    /// Whether `stream` has a handler.
+    pub fn has(&self, stream: &[u8]) -> bool {
+        self.read().by_stream.contains_key(stream)
+    }
+
+    /// The first handler: what every handler shares is reached through it.
+    pub fn first(&self) -> Arc<Handler> {
+        self.read().list[0].clone()
+    }
+
+    /// Every handler, in order.
+    pub fn list(&self) -> Vec<Arc<Handler>> {
+        self.read().list.clone()
+    }
+
+    /// How many there are.
+    pub fn len(&self) -> usize {
+        self.read().list.len()
+    }
+
+    /// Handler counts summed.
+    pub fn sum(&self, get: impl Fn(&Handler) -> u64) -> u64 {
+        self.read().list.iter().map(|h| get(h)).sum()
+    }
+
+    /// As lines name them: the stream, or the first and how many more.
+    pub fn name(&self) -> String {
+        match &self.read().list[..] {
             [one] => one.stream.clone(),
             [first, rest @ ..] => format!("{} and {} more", first.stream, rest.len()),
             [] => String::new(),
@@ -86,39 +165,35 @@ impl Lane {
     }
 }
 
-/// A lane's handlers, one per stream, found by an entry's stream.
-#[derive(Clone)]
-pub struct Handlers {
-    /// In the order of the lane's streams.
-    pub list: Vec<Arc<Handler>>,
-    by_stream: Arc<HashMap<Vec<u8>, usize>>,
+/// Streams found after the start (`--stream-pattern`), for the lanes to join.
+pub struct Rescan {
+    /// Looks again: the handlers of the streams found since, already among every stream's.
+    pub look: Box<dyn FnMut() -> Vec<Arc<Handler>> + Send>,
+    /// How often.
+    pub every: Duration,
+    /// In a cluster a stream joins the lane of its hash slot only (a read's streams share
+    /// one).
+    pub cluster: bool,
 }
 
-impl Handlers {
-    /// The handlers of a lane's streams, in its order (at least one).
-    pub fn new(list: Vec<Arc<Handler>>) -> Handlers {
-        let by_stream = list.iter().enumerate().map(|(i, h)| (h.stream_bytes().to_vec(), i)).collect();
-        Handlers { list, by_stream: Arc::new(by_stream) }
-    }
+/// The lane a stream found later joins: in a cluster the one of its slot, if any; else the
+/// first with room.
+pub fn lane_for(lanes: &[Handlers], cluster: bool, stream: &[u8]) -> Option<usize> {
+    let slot = pelican::cluster::key_slot;
+    lanes.iter().position(|lane| match cluster {
+        true => slot(lane.first().stream_bytes()) == slot(stream),
+        false => lane.len() < pelican::MAX_STREAMS,
+    })
+}
 
-    /// The handler of `entry`'s stream.
-    pub fn of(&self, entry: &Entry) -> &Arc<Handler> {
-        let i = match self.list.len() {
-            1 => 0,
-            _ => self.by_stream.get(entry.stream()).copied().unwrap_or(0),
-        };
-        &self.list[i]
-    }
-
-    /// The first handler: what every handler shares is reached through it.
-    pub fn first(&self) -> &Arc<Handler> {
-        &self.list[0]
-    }
-
-    /// Handler counts summed over the lane's streams.
-    pub fn sum(&self, get: impl Fn(&Handler) -> u64) -> u64 {
-        self.list.iter().map(|h| get(h)).sum()
-    }
+/// Tells that `stream` was found but cannot be read by the lanes running (in a cluster, no
+/// lane reads its slot).
+pub fn tell_unjoined(handler: &Handler) {
+    handler.shared.screen.tell(format_args!(
+        "pelican: stream {} matches --stream-pattern, but no connection reads its cluster slot; \
+         restart pelican to read it",
+        handler.stream
+    ));
 }
 
 /// How a lane failed for good.
@@ -142,8 +217,8 @@ pub type Outcome = Result<Stats, LaneFailure>;
 pub fn teller(lane: &Lane, several: bool) -> impl FnMut(&Notice) + Send + 'static {
     let handler = lane.handlers.first();
     let (screen, quiet) = (handler.shared.screen.clone(), handler.shared.quiet);
-    let watches: Vec<_> = lane.handlers.list.iter().map(|h| h.watch.clone()).collect();
-    let prefix = match (several, lane.handlers.list.len()) {
+    let handlers = lane.handlers.clone();
+    let prefix = match (several, lane.handlers.len()) {
         (false, _) => String::new(),
         (true, 1) => format!("stream {}: ", handler.stream),
         (true, _) => format!("streams {}: ", lane.name()),
@@ -153,12 +228,15 @@ pub fn teller(lane: &Lane, several: bool) -> impl FnMut(&Notice) + Send + 'stati
         match notice {
             Notice::Health(health) => {
                 // Asked only of a lane of one stream (a notice names no stream).
-                *watches[0].health.lock().unwrap_or_else(|e| e.into_inner()) = Some(health.clone());
+                *handlers.first().watch.health.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(health.clone());
                 return; // shown by the progress line
             }
-            Notice::Connected { .. } => watches.iter().for_each(|w| w.down.store(false, Relaxed)),
+            Notice::Connected { .. } => {
+                handlers.list().iter().for_each(|h| h.watch.down.store(false, Relaxed))
+            }
             Notice::ConnectFailed { .. } | Notice::ConnectionLost { .. } | Notice::NotMaster { .. } => {
-                watches.iter().for_each(|w| w.down.store(true, Relaxed))
+                handlers.list().iter().for_each(|h| h.watch.down.store(true, Relaxed))
             }
             _ => {}
         }

@@ -22,14 +22,16 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
 
 use mio::{Events, Poll, Registry, Token, Waker};
 use pelican::{Consumer, Entry, Notice, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
 use super::handler::{Handler, StopAll};
-use super::lane::{teller, Handlers, Lane, LaneFailure, Net, Outcome};
+use super::lane::{lane_for, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
 use super::metrics::Publisher;
 use crate::args::Failure;
 use crate::server::tls_message;
@@ -42,7 +44,12 @@ type Settled = (usize, Entry, Verdict);
 
 /// Runs `lanes` until each has stopped or failed; a lane that fails stops the others.
 /// Returns each lane's outcome, in order, once every worker has finished its entry.
-pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outcome>, Failure> {
+pub fn run(
+    lanes: Vec<Lane>,
+    net: &Net,
+    stop: &Arc<StopAll>,
+    rescan: Option<Rescan>,
+) -> Result<Vec<Outcome>, Failure> {
     let io_failure = |e: io::Error| Failure::Failed(format!("event loop failed: {e}"));
     let mut poll = Poll::new().map_err(io_failure)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(io_failure)?);
@@ -55,7 +62,11 @@ pub fn run(lanes: Vec<Lane>, net: &Net, stop: &Arc<StopAll>) -> Result<Vec<Outco
     for (i, lane) in lanes.into_iter().enumerate() {
         running.push(Running::start(i, lane, net, several, &settled_tx, &waker)?);
     }
-    let result = drive_all(&mut poll, &mut running, &settled, stop).map_err(io_failure);
+    let cluster = rescan.as_ref().is_some_and(|r| r.cluster);
+    let joins =
+        rescan.map(|r| spawn_rescan(r, waker.clone(), stop.clone())).transpose().map_err(io_failure)?;
+    let joins = joins.map(|found| (found, cluster));
+    let result = drive_all(&mut poll, &mut running, &settled, stop, joins.as_ref()).map_err(io_failure);
     // Workers end when their queue closes, after the entry they hold (a lane that failed
     // may still hold one): wait for them, so every command has finished.
     let outcomes = running.into_iter().map(Running::finish).collect();
@@ -68,6 +79,7 @@ fn drive_all(
     lanes: &mut [Running],
     settled: &Receiver<Settled>,
     stop: &StopAll,
+    joins: Option<&(Receiver<Vec<Arc<Handler>>>, bool)>,
 ) -> io::Result<()> {
     let mut events = Events::with_capacity(256);
     let mut stopping = false;
@@ -82,6 +94,11 @@ fn drive_all(
             let lane = &mut lanes[i];
             lane.outstanding = lane.outstanding.saturating_sub(1);
             lane.driver.settle_entry(&entry, verdict);
+        }
+        if let Some((joins, cluster)) = joins {
+            while let Ok(found) = joins.try_recv() {
+                found.into_iter().for_each(|handler| join(lanes, *cluster, handler));
+            }
         }
         let mut woken = vec![false; lanes.len()];
         for event in events.iter().filter(|e| e.token() != WAKER) {
@@ -111,6 +128,42 @@ fn drive_all(
             _ => {}
         }
     }
+}
+
+/// A stream found since the start joins its lane: its handler, then its consumer.
+fn join(lanes: &mut [Running], cluster: bool, handler: Arc<Handler>) {
+    let all: Vec<Handlers> = lanes.iter().map(|lane| lane.handlers.clone()).collect();
+    let Some(i) = lane_for(&all, cluster, handler.stream_bytes()) else { return tell_unjoined(&handler) };
+    let lane = &mut lanes[i];
+    let key = Bytes::copy_from_slice(handler.stream_bytes());
+    if lane.handlers.add(handler) {
+        lane.most = lane.most.saturating_add(lane.driver.consumer().config().concurrency.max(1) as usize);
+        lane.driver.add_stream(key);
+    }
+}
+
+/// Looks for new streams every `rescan.every` on a thread of its own (a `SCAN` blocks),
+/// sending their handlers and waking the loop; ends at a stop.
+fn spawn_rescan(
+    mut rescan: Rescan,
+    waker: Arc<Waker>,
+    stop: Arc<StopAll>,
+) -> io::Result<Receiver<Vec<Arc<Handler>>>> {
+    let (found_tx, found) = mpsc::channel();
+    thread::Builder::new().name("pelican-rescan".into()).spawn(move || loop {
+        let next = Instant::now() + rescan.every;
+        while let Some(wait) = next.checked_duration_since(Instant::now()).filter(|w| !w.is_zero()) {
+            if stop.is_requested() {
+                return;
+            }
+            thread::sleep(wait.min(Duration::from_millis(100)));
+        }
+        let new = (rescan.look)();
+        if !new.is_empty() && (found_tx.send(new).is_err() || waker.wake().is_err()) {
+            return;
+        }
+    })?;
+    Ok(found)
 }
 
 /// While stopping: if lanes wait for an unreachable server to confirm their acks, which may
@@ -170,7 +223,7 @@ impl Running {
         let tell = Box::new(teller(&lane, several));
         let (endpoint, fallbacks) = net.place(&lane.config.stream);
         // `concurrency` is each stream's: the workers are started as they are needed.
-        let most = (lane.config.concurrency.max(1) as usize).saturating_mul(lane.handlers.list.len());
+        let most = (lane.config.concurrency.max(1) as usize).saturating_mul(lane.handlers.len());
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
         let mut driver = Driver::new(endpoint, consumer, Token(i)).fallbacks(fallbacks);
@@ -241,7 +294,7 @@ impl Running {
             registry,
             &mut |entry| {
                 let handler = handlers.of(&entry);
-                let here = caught(handler, &entry, || handler.handle_here(&entry), Some(Verdict::Retry));
+                let here = caught(&handler, &entry, || handler.handle_here(&entry), Some(Verdict::Retry));
                 if here.is_none() {
                     handed.push(entry);
                 }
@@ -328,7 +381,7 @@ fn spawn_worker(
         let next = queue.lock().unwrap_or_else(PoisonError::into_inner).recv();
         let Ok(entry) = next else { return };
         let handler = handlers.of(&entry);
-        let verdict = caught(handler, &entry, || handler.handle(&entry), Verdict::Retry);
+        let verdict = caught(&handler, &entry, || handler.handle(&entry), Verdict::Retry);
         if settled.send((i, entry, verdict)).is_err() {
             return;
         }

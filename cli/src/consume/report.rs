@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use pelican::{GroupHealth, Stats};
 
-use super::handler::{Counters, Handler, Watch};
+use super::handler::{Counters, Watch};
+use super::lane::Handlers;
 use super::screen::Screen;
 use crate::json::Object;
 
@@ -120,9 +121,8 @@ pub struct Progress {
 impl Progress {
     /// Starts the line's thread, reading the lanes' counts; on a terminal the line is
     /// rewritten in place.
-    pub fn spawn(handlers: &[Arc<Handler>], screen: &Arc<Screen>) -> Progress {
-        let lanes: Vec<(String, Arc<Counters>, Arc<Watch>)> =
-            handlers.iter().map(|h| (h.stream.clone(), h.counters.clone(), h.watch.clone())).collect();
+    pub fn spawn(handlers: &Handlers, screen: &Arc<Screen>) -> Progress {
+        let handlers = handlers.clone();
         let done = Arc::new(AtomicBool::new(false));
         let d = done.clone();
         let on = screen.clone();
@@ -133,6 +133,12 @@ impl Progress {
                 if d.load(Relaxed) || last.0.elapsed() < Duration::from_millis(990) {
                     continue;
                 }
+                // Read anew: streams join as they are found.
+                let lanes: Vec<(String, Arc<Counters>, Arc<Watch>)> = handlers
+                    .list()
+                    .iter()
+                    .map(|h| (h.stream.clone(), h.counters.clone(), h.watch.clone()))
+                    .collect();
                 let handled = lanes.iter().map(|(_, c, _)| c.handled.load(Relaxed)).sum::<u64>();
                 let rate = (handled - last.1) as f64 / last.0.elapsed().as_secs_f64();
                 last = (Instant::now(), handled);

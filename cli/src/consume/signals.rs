@@ -12,6 +12,7 @@ use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 
 use super::handler::{Handler, StopAll, EXITING};
+use super::lane::Handlers;
 use super::screen::Screen;
 use crate::args::Failure;
 
@@ -62,11 +63,7 @@ impl Request {
 /// The first SIGINT/SIGTERM stops every lane gracefully; a second ends the running commands
 /// (see [`end_commands`]) and exits with 130. A repeat of the first is ignored
 /// ([`Request::repeats`]). The messages count the entries in hand.
-pub fn on_signals(
-    stop: Arc<StopAll>,
-    handlers: Vec<Arc<Handler>>,
-    screen: Arc<Screen>,
-) -> Result<(), Failure> {
+pub fn on_signals(stop: Arc<StopAll>, every: Handlers, screen: Arc<Screen>) -> Result<(), Failure> {
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM])
         .map_err(|e| Failure::Failed(format!("cannot catch signals: {e}")))?;
     thread::Builder::new()
@@ -74,6 +71,8 @@ pub fn on_signals(
         .spawn(move || {
             let mut first = None;
             for origin in signals.forever() {
+                // Read anew at each signal: streams join as they are found.
+                let handlers = every.list();
                 let request = Request::new(origin.signal, origin.process.map(|p| p.pid), Instant::now());
                 match &first {
                     None => {
@@ -90,6 +89,7 @@ pub fn on_signals(
                 }
             }
             EXITING.store(true, SeqCst);
+            let handlers = every.list();
             let groups = running_groups(&handlers);
             if groups.is_empty() {
                 let left = match in_hand(&handlers) {

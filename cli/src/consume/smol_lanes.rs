@@ -12,11 +12,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use pelican_smol::{RunError, Runner, StopHandle};
+use pelican_smol::{RunError, Runner, StopHandle, StreamSet};
 use smol::{LocalExecutor, Timer};
 
 use super::handler::StopAll;
-use super::lane::{teller, Handlers, Lane, LaneFailure, Net, Outcome};
+use super::lane::{lane_for, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
 use crate::args::Failure;
 use crate::server::tls_message;
 
@@ -37,10 +37,11 @@ pub fn run(
     net: &Net,
     stop: &Arc<StopAll>,
     concurrency: u32,
+    rescan: Option<Rescan>,
 ) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
     // Every command in hand has a pool thread, and a few more are left for the rest (DNS).
-    let streams: usize = lanes.iter().map(|lane| lane.handlers.list.len()).sum();
+    let streams: usize = lanes.iter().map(|lane| lane.handlers.len()).sum();
     let wanted = streams.saturating_mul(concurrency as usize).saturating_add(16);
     if wanted > POOL_DEFAULT {
         if let Some(threads) = NonZeroUsize::new(wanted.min(POOL_MAX)) {
@@ -63,6 +64,9 @@ pub fn run(
         stop.stop(); // asked before the handles were installed: pass it on
     }
     let executor = LocalExecutor::new();
+    let sets: Vec<(Handlers, StreamSet)> =
+        runners.iter().map(|(lane, runner)| (lane.handlers.clone(), runner.stream_set())).collect();
+    let rescanning = rescan.map(|rescan| executor.spawn(rescan_lanes(rescan, sets, stop.clone())));
     let lanes: Vec<(Handlers, Rc<Cell<bool>>)> =
         runners.iter().map(|(lane, _)| (lane.handlers.clone(), Rc::new(Cell::new(false)))).collect();
     let tasks: Vec<_> = runners
@@ -83,7 +87,31 @@ pub fn run(
         outcomes
     }));
     drop(watch);
+    drop(rescanning);
     Ok(outcomes)
+}
+
+/// Looks for new streams every `rescan.every` (each `SCAN` on the blocking pool), and has
+/// each join its lane; until a stop.
+async fn rescan_lanes(rescan: Rescan, lanes: Vec<(Handlers, StreamSet)>, stop: Arc<StopAll>) {
+    let Rescan { look, every, cluster } = rescan;
+    let look = Arc::new(std::sync::Mutex::new(look));
+    let handlers: Vec<Handlers> = lanes.iter().map(|(handlers, _)| handlers.clone()).collect();
+    while !stop.is_requested() {
+        Timer::after(every).await;
+        let looking = look.clone();
+        let found = smol::unblock(move || (looking.lock().unwrap_or_else(|e| e.into_inner()))()).await;
+        for handler in found {
+            let Some(i) = lane_for(&handlers, cluster, handler.stream_bytes()) else {
+                tell_unjoined(&handler);
+                continue;
+            };
+            let key = bytes::Bytes::copy_from_slice(handler.stream_bytes());
+            if lanes[i].0.add(handler) {
+                lanes[i].1.add(key);
+            }
+        }
+    }
 }
 
 /// Once stopping: if lanes still run [`QUIET_WAIT`] after the stop with no entry in hand,
@@ -135,7 +163,7 @@ async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<
     let handlers = lane.handlers;
     let result = runner
         .run(move |entry| {
-            let handler = handlers.of(&entry).clone();
+            let handler = handlers.of(&entry);
             async move {
                 match handler.handle_here(&entry) {
                     Some(verdict) => verdict,
