@@ -13,8 +13,15 @@
 //!   handler saw it, and the CPU it used across those entries: its own thread's
 //!   (`/proc/thread-self/schedstat`) and the whole process's, producer included
 //!   (`/proc/self/stat`).
+//!
+//! Under the table, what the server did in each phase: its commands by name, a second each
+//! (`INFO commandstats`, the bench's `INFO` left out), and under load µs per call and the
+//! server's CPU per entry (`INFO cpu`).
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,7 +30,7 @@ use pelican_mio::Runner;
 use pelican_tests::admin::{Admin, Reply};
 use pelican_tests::server::{Flavor, Server};
 
-use crate::measure::{process_cpu, thread_cpu};
+use crate::measure::{process_cpu, server_cpu, thread_cpu};
 
 const GROUP: &str = "g";
 /// From the consumer's start to the idle measurement.
@@ -42,7 +49,7 @@ const OWN_COMMANDS: u64 = 1;
 const GOALS: [(&str, f64); 3] = [("idle", 10.0), ("p50", 1.5), ("CPU", 2.0)];
 
 /// What one consumer cost, reading some number of streams.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 struct Row {
     streams: usize,
     /// The server's clients, the bench's own connection not counted.
@@ -55,6 +62,9 @@ struct Row {
     cpu: Option<Duration>,
     /// The process's CPU per entry (the producer's included), in 10 ms ticks.
     process: Option<Duration>,
+    /// The server's commands while idle, and under load.
+    idle_mix: String,
+    load_mix: String,
 }
 
 /// Measures `streams` streams and one on `flavor`, `rate` entries/s for `seconds`, and
@@ -73,21 +83,32 @@ pub fn run(flavor: Flavor, streams: usize, rate: u32, seconds: u64) -> Result<()
     );
     println!(
         "  {:<11} {:>7} {:>11} {:>11} {:>9} {:>9} {:>13} {:>17}",
-        "server", "streams", "connections", "idle cmd/s", "p50", "p99", "CPU µs/entry", "process µs/entry"
+        "server",
+        "streams",
+        "connections",
+        "idle cmd/s",
+        "p50 µs",
+        "p99 µs",
+        "CPU µs/entry",
+        "process µs/entry"
     );
     let micros = |d: Option<Duration>| d.map_or("n/a".into(), |d| format!("{:.2}", d.as_secs_f64() * 1e6));
-    for row in [many, one] {
+    for row in [&many, &one] {
         println!(
-            "  {:<11} {:>7} {:>11} {:>11.2} {:>9.0?} {:>9.0?} {:>13} {:>17}",
+            "  {:<11} {:>7} {:>11} {:>11.2} {:>9.0} {:>9.0} {:>13} {:>17}",
             flavor.name(),
             row.streams,
             row.connections,
             row.idle,
-            row.p50,
-            row.p99,
+            row.p50.as_secs_f64() * 1e6,
+            row.p99.as_secs_f64() * 1e6,
             micros(row.cpu),
             micros(row.process)
         );
+    }
+    for row in [&many, &one] {
+        println!("  {:>5} idle: {}", row.streams, row.idle_mix);
+        println!("  {:>5} load: {}", row.streams, row.load_mix);
     }
     let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
     let seconds_of = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
@@ -126,15 +147,22 @@ fn measure(flavor: Flavor, streams: usize, rate: u32, seconds: u64) -> Result<Ro
     let total = u64::from(rate) * (WARM_UP + seconds);
     let warm = u64::from(rate) * WARM_UP;
     let origin = Instant::now();
-    let (stop, consumer) = start(server.addr(), &keys, origin, warm, total)?;
+    let handled = Arc::new(AtomicU64::new(0));
+    let (stop, consumer) = start(server.addr(), &keys, origin, warm, total, handled.clone())?;
     thread::sleep(SETTLE);
-    let (idle, connections) = idle_cost(&mut admin)?;
+    let (idle, connections, idle_mix) = idle_cost(&mut admin)?;
+    let (calls, cpu, loaded) = (command_stats(&mut admin), server_cpu(&mut admin), Instant::now());
     produce(&mut admin, &keys, rate, total, origin)?;
     let waited = Instant::now();
-    while !consumer.is_finished() && waited.elapsed() < DRAIN {
-        thread::sleep(Duration::from_millis(10));
+    while handled.load(Ordering::Relaxed) < total && waited.elapsed() < DRAIN && !consumer.is_finished() {
+        thread::sleep(Duration::from_millis(1));
     }
-    stop.stop(); // a consumer still waiting for entries that never came returns short
+    let server_us = server_cpu(&mut admin).saturating_sub(cpu).as_secs_f64() * 1e6 / total as f64;
+    let load_mix = format!(
+        "{}; server CPU {server_us:.1} µs/entry",
+        mix(&calls, &command_stats(&mut admin), loaded.elapsed(), true)
+    );
+    stop.stop(); // all handled, or the consumer is short: then it says so
     let load = consumer.join().map_err(|_| "the consumer panicked".to_string())??;
     let mut nanos = load.nanos;
     nanos.sort_unstable();
@@ -148,6 +176,8 @@ fn measure(flavor: Flavor, streams: usize, rate: u32, seconds: u64) -> Result<Ro
         p99: at(0.99),
         cpu: load.cpu.map(per_entry),
         process: load.process.map(per_entry),
+        idle_mix,
+        load_mix,
     })
 }
 
@@ -158,29 +188,36 @@ struct Load {
     process: Option<Duration>,
 }
 
-/// Starts the consumer on a thread of its own; it stops itself after `total` entries.
+/// Starts the consumer on a thread of its own; `handled` counts the entries it has handled.
 fn start(
     addr: SocketAddr,
     keys: &[String],
     origin: Instant,
     warm: u64,
     total: u64,
+    handled: Arc<AtomicU64>,
 ) -> Result<(pelican_mio::StopHandle, thread::JoinHandle<Result<Load, String>>), String> {
     let config = Config::new(&keys[0], GROUP, "c").streams(keys);
     let runner = Runner::new(addr, config).map_err(|e| e.to_string())?;
     let stop = runner.stop_handle();
-    let consumer = thread::spawn(move || consume(runner, origin, warm, total));
+    let consumer = thread::spawn(move || consume(runner, origin, warm, total, &handled));
     Ok((stop, consumer))
 }
 
-fn consume(runner: Runner, origin: Instant, warm: u64, total: u64) -> Result<Load, String> {
-    let stop = runner.stop_handle();
+fn consume(
+    runner: Runner,
+    origin: Instant,
+    warm: u64,
+    total: u64,
+    count: &AtomicU64,
+) -> Result<Load, String> {
     let mut handled = 0u64;
     let mut nanos = Vec::with_capacity((total - warm) as usize);
     let (mut from, mut to) = (None, None);
     let stats = runner
         .run(|entry| {
             handled += 1;
+            count.store(handled, Ordering::Relaxed);
             if handled > warm {
                 if let Some(sent) = stamp(entry) {
                     nanos.push((origin.elapsed().as_nanos() as u64).saturating_sub(sent));
@@ -191,7 +228,6 @@ fn consume(runner: Runner, origin: Instant, warm: u64, total: u64) -> Result<Loa
             }
             if handled == total {
                 to = Some((thread_cpu(), process_cpu()));
-                stop.stop();
             }
             Verdict::Ack
         })
@@ -212,14 +248,63 @@ fn stamp(entry: &Entry) -> Option<u64> {
     std::str::from_utf8(entry.field(b"t")?).ok()?.parse().ok()
 }
 
-/// (commands/s, connections) of the idle server, the bench's own not counted.
-fn idle_cost(admin: &mut Admin) -> Result<(f64, i64), String> {
+/// (commands/s, connections, commands by name) of the idle server, the bench's own not
+/// counted.
+fn idle_cost(admin: &mut Admin) -> Result<(f64, i64, String), String> {
+    let calls = command_stats(admin);
     let before = info_int(admin, "stats", "total_commands_processed")?;
     thread::sleep(IDLE);
     let after = info_int(admin, "stats", "total_commands_processed")?;
     let clients = info_int(admin, "clients", "connected_clients")?;
     let commands = after.saturating_sub(before).saturating_sub(OWN_COMMANDS as i64);
-    Ok((commands as f64 / IDLE.as_secs_f64(), clients - 1))
+    let mix = mix(&calls, &command_stats(admin), IDLE, false);
+    Ok((commands as f64 / IDLE.as_secs_f64(), clients - 1, mix))
+}
+
+/// Calls and µs spent so far by command (`INFO commandstats`), `INFO` left out.
+fn command_stats(admin: &mut Admin) -> BTreeMap<String, (u64, u64)> {
+    let text = admin.info("commandstats");
+    let parse = |line: &str| {
+        let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+        let field = |key: &str| {
+            rest.split(',').find_map(|kv| kv.strip_prefix(key)?.strip_prefix('=')?.parse::<u64>().ok())
+        };
+        Some((name.to_string(), (field("calls")?, field("usec")?)))
+    };
+    text.lines().filter_map(|line| parse(line.trim())).filter(|(name, _)| name != "info").collect()
+}
+
+/// The commands between two [`command_stats`], a second each over `took`, the busiest
+/// first (with µs per call if `timed`).
+fn mix(
+    before: &BTreeMap<String, (u64, u64)>,
+    after: &BTreeMap<String, (u64, u64)>,
+    took: Duration,
+    timed: bool,
+) -> String {
+    let mut ran: Vec<(&str, u64, u64)> = after
+        .iter()
+        .map(|(name, (calls, usec))| {
+            let (c, u) = before.get(name).copied().unwrap_or_default();
+            (name.as_str(), calls.saturating_sub(c), usec.saturating_sub(u))
+        })
+        .filter(|(_, calls, _)| *calls > 0)
+        .collect();
+    ran.sort_by_key(|(_, calls, _)| std::cmp::Reverse(*calls));
+    let said: Vec<String> = ran
+        .iter()
+        .map(|(name, calls, usec)| {
+            let rate = *calls as f64 / took.as_secs_f64();
+            match timed {
+                true => format!("{name} {rate:.1}/s ({:.1} µs each)", *usec as f64 / *calls as f64),
+                false => format!("{name} {rate:.2}/s"),
+            }
+        })
+        .collect();
+    match said.is_empty() {
+        true => "no commands".into(),
+        false => said.join(", "),
+    }
 }
 
 fn info_int(admin: &mut Admin, section: &str, field: &str) -> Result<i64, String> {
