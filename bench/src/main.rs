@@ -11,12 +11,14 @@
 //! cargo run --release -p pelican-bench -- --reclaim 10000 --servers redis-7.0,redis-8.10
 //! cargo run --release -p pelican-bench -- --durable 5 --entries 100000 --batch 100,1000 --servers redis-7.0
 //! cargo run --release -p pelican-bench -- --stage 3 --entries 100000 --batch 100,1000 --servers redis-7.0
+//! cargo run --release -p pelican-bench -- --many-streams 1000 --rate 10000 --seconds 10 --servers redis-7.0
 //! ```
 
 mod contenders;
 mod durable;
 mod lanes;
 mod latency;
+mod many;
 mod measure;
 mod raw;
 mod reclaim;
@@ -69,9 +71,10 @@ struct Args {
     /// second at an even pace for `--seconds`, at each `--concurrency`.
     #[arg(long)]
     latency: Option<u32>,
-    /// How long the latency producer runs.
-    #[arg(long, default_value_t = 30)]
-    seconds: u64,
+    /// How long the producer runs, for `--latency` (default 30) and `--many-streams`
+    /// (default 10, after a 2 s warm-up).
+    #[arg(long)]
+    seconds: Option<u64>,
     /// Entries in hand at once (`Config::concurrency`), for `--slow-ms` and `--latency`.
     #[arg(long, value_delimiter = ',', default_values_t = [1, 64])]
     concurrency: Vec<u32>,
@@ -96,6 +99,14 @@ struct Args {
     /// this many runs each — and commits' throughput beside plain acks at each `--batch`.
     #[arg(long)]
     stage: Option<usize>,
+    /// Instead: one consumer reading this many streams on one connection
+    /// (`Config::streams`) beside one reading a single stream — the idle server's commands/s,
+    /// then latency from XADD to the handler and client CPU per entry at `--rate`.
+    #[arg(long)]
+    many_streams: Option<usize>,
+    /// Entries/s in all for `--many-streams`, spread round-robin over the streams.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u32,
 }
 
 const STREAM: &str = "bench";
@@ -110,6 +121,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         };
         let outcome = match (args.lanes, args.slow_ms, args.latency) {
+            _ if args.many_streams.is_some() => {
+                many::run(flavor, args.many_streams.unwrap_or(1), args.rate, args.seconds.unwrap_or(10))
+            }
             _ if args.stage.is_some() => {
                 stage::run(flavor, args.stage.unwrap_or(1), args.entries, args.rounds, &args.batch)
             }
@@ -241,7 +255,7 @@ fn bench_latency(flavor: Flavor, rate: u32, args: &Args) -> Result<(), String> {
     let server = Server::start(flavor);
     let mut admin = server.admin();
     println!("\n{}", flavor.name());
-    latency::run(&mut admin, server.addr(), rate, args.seconds, &args.concurrency)
+    latency::run(&mut admin, server.addr(), rate, args.seconds.unwrap_or(30), &args.concurrency)
 }
 
 /// A fresh group at 0, one contender consuming all of it, and the checks that it did.

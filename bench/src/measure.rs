@@ -12,6 +12,17 @@ pub fn thread_cpu() -> Option<Duration> {
     Some(Duration::from_nanos(ns))
 }
 
+/// CPU time the whole process has used so far, all its threads, user and system
+/// (`/proc/self/stat`: `utime` + `stime`, in ticks of 10 ms), if the kernel reports it.
+pub fn process_cpu() -> Option<Duration> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces) start at `state`, the
+    // third; `utime` and `stime` are the 14th and 15th.
+    let mut fields = text.rsplit_once(')')?.1.split_whitespace().skip(11);
+    let mut ticks = || fields.next()?.parse::<u64>().ok();
+    Some(Duration::from_millis(10 * (ticks()? + ticks()?)))
+}
+
 /// CPU time the server has used so far, all its threads (`INFO cpu`: `used_cpu_sys` +
 /// `used_cpu_user`, in seconds with microseconds).
 pub fn server_cpu(admin: &mut Admin) -> Duration {
@@ -66,6 +77,15 @@ mod tests {
             let spin = Instant::now();
             while spin.elapsed() < Duration::from_millis(20) {}
             assert!(thread_cpu().unwrap() > cpu);
+        }
+    }
+
+    #[test]
+    fn this_process_has_used_some_cpu() {
+        if let Some(cpu) = process_cpu() {
+            let spin = Instant::now();
+            while spin.elapsed() < Duration::from_millis(50) {}
+            assert!(process_cpu().unwrap() > cpu);
         }
     }
 }
