@@ -88,31 +88,26 @@ pub(crate) struct ReadNew {
 }
 
 /// `XREADGROUP GROUP g c COUNT n [MAXCOUNT m] [MAXSIZE bytes] [BLOCK beat] [CLAIM min_idle]
-/// STREAMS key… >…`: parked for new entries of every stream in `keys`, or (without `BLOCK`)
+/// STREAMS key… >…`: parked for new entries of `n` streams, whose keys are given encoded as
+/// bulk strings (in one or two runs), or (without `BLOCK`)
 /// a read ahead that answers at once; with `CLAIM` (Redis 8.4+) it brings idle pending
 /// entries first; `MAXCOUNT` and `MAXSIZE` (Redis 8.10+) cap the whole reply.
-pub(crate) fn read_new<'k>(
-    out: &mut BytesMut,
-    c: &Config,
-    read: ReadNew,
-    keys: impl ExactSizeIterator<Item = &'k [u8]>,
-) {
+pub(crate) fn read_new(out: &mut BytesMut, c: &Config, read: ReadNew, n: usize, keys: [&[u8]; 2]) {
     let count = Decimal::new(read.count.into());
     let most = read.most.map(|m| Decimal::new(m.into()));
     let beat = read.block.map(|b| Decimal::new(b.as_millis() as u64));
     let idle = read.claim.map(|d| Decimal::new(d.as_millis() as u64));
     let cap = read.cap.map(|bytes| Decimal::new(bytes as u64));
-    let n = keys.len();
     let head: [&[u8]; 6] = [b"XREADGROUP", b"GROUP", &c.group, &c.consumer, b"COUNT", count.as_bytes()];
     let options = [(&b"MAXCOUNT"[..], &most), (b"MAXSIZE", &cap), (b"BLOCK", &beat), (b"CLAIM", &idle)];
     let options: Vec<[&[u8]; 2]> =
         options.into_iter().filter_map(|(token, value)| Some([token, value.as_ref()?.as_bytes()])).collect();
-    // Written as they come, no list of every key: this goes out for every read.
     header(out, b'*', head.len() + 2 * options.len() + 1 + 2 * n);
     head.iter().chain(options.iter().flatten()).for_each(|arg| bulk(out, arg));
     bulk(out, b"STREAMS");
-    keys.for_each(|key| bulk(out, key));
-    (0..n).for_each(|_| bulk(out, b">"));
+    // The keys come encoded already: this goes out for every read, with every stream's key.
+    keys.iter().for_each(|k| out.extend_from_slice(k));
+    (0..n).for_each(|_| out.extend_from_slice(b"$1\r\n>\r\n"));
 }
 
 /// `XAUTOCLAIM key group consumer <min_idle> <cursor> COUNT n`.

@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -157,8 +158,14 @@ pub struct Consumer {
     streams: Vec<Stream>,
     /// Each stream's index by key, to route a read's entries.
     index: HashMap<Bytes, u32>,
-    /// Where the next read of new entries starts in the streams' order, turned at each read
-    /// so that no stream is always last (a reply capped by `MAXCOUNT`/`MAXSIZE`).
+    /// The streams read now, by index, in order: what a read of new entries names.
+    active: Arc<[u32]>,
+    /// Their keys as a command's bulk strings, one after the other (`reading[i]..reading[i +
+    /// 1]` is `active[i]`'s), so that a read of every stream copies them at once.
+    keys_wire: Vec<u8>,
+    reading: Vec<usize>,
+    /// Where the next read of new entries starts in `active`, turned at each read where the
+    /// server caps a reply (`MAXCOUNT`/`MAXSIZE`), so that no stream is always left out.
     turn: usize,
     // ---- the application's hand ----
     /// Entries read, their delivery counts known, not yet handed out; dropped (they stay
@@ -208,6 +215,11 @@ pub struct Consumer {
     leave_due: bool,
     /// The stop dropped a parked connection to leave the group on a new one.
     leaving_link: bool,
+    /// Dead-letter moves or give-backs were queued since the last flush (a walk of every
+    /// stream is then worth it; not at every turn).
+    moves_owed: bool,
+    /// Entries given `Retry` wait to be released, on some stream.
+    releasing: bool,
     /// The leaves answered so far: entries still held where a stream's group was left, and
     /// the first refusal.
     left: (Option<u64>, Option<String>),
@@ -305,10 +317,12 @@ impl Consumer {
             }
         }
         let index = streams.iter().enumerate().map(|(i, s)| (s.key.clone(), i as u32)).collect();
-        Ok(Consumer {
+        let mut consumer = Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
             left: (None, None),
+            moves_owed: false,
+            releasing: false,
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(config.backoff_min, config.backoff_max, config.seed),
             pace: Pace::new(
@@ -320,6 +334,9 @@ impl Consumer {
             ),
             index,
             streams,
+            active: Arc::from([]),
+            keys_wire: Vec::new(),
+            reading: Vec::new(),
             turn: 0,
             config,
             link: Link::Fresh,
@@ -358,7 +375,9 @@ impl Consumer {
             replicas_behind: false,
             lease_floor: None,
             stats: Stats::default(),
-        })
+        };
+        consumer.rebuild_active();
+        Ok(consumer)
     }
 
     // ---- getters ------------------------------------------------------------------------
@@ -481,6 +500,20 @@ impl Consumer {
 
     // ---- streams ------------------------------------------------------------------------
 
+    /// The streams read now, and their keys encoded once for every read (after a change).
+    fn rebuild_active(&mut self) {
+        let active: Vec<u32> =
+            (0..self.streams.len() as u32).filter(|&s| self.streams[s as usize].active).collect();
+        self.keys_wire.clear();
+        self.reading.clear();
+        for &s in &active {
+            self.reading.push(self.keys_wire.len());
+            crate::encode::bulk_vec(&mut self.keys_wire, &self.streams[s as usize].key);
+        }
+        self.active = active.into();
+        self.turn = 0;
+    }
+
     /// The keys of the streams read, in the order they were added ([`Config::stream`] first).
     pub fn streams(&self) -> impl Iterator<Item = &Bytes> + '_ {
         self.streams.iter().filter(|s| s.active).map(|s| &s.key)
@@ -508,8 +541,9 @@ impl Consumer {
                 self.streams.len() - 1
             }
         };
+        self.streams[s].active = true;
+        self.rebuild_active();
         let stream = &mut self.streams[s];
-        stream.active = true;
         stream.restart_drain();
         stream.claim_at = None;
         // Made before its drain, which goes out once no read is parked (the answer to a
@@ -535,6 +569,8 @@ impl Consumer {
             self.buffer.drain(..).partition(|b| b.entry.stream != s);
         self.buffer = kept;
         stream.returns.extend(dropped);
+        self.moves_owed = true;
+        self.rebuild_active();
         if let Some(now) = self.last_now {
             self.pump(now);
         }
@@ -600,6 +636,7 @@ impl Consumer {
         if self.config.create_group.is_some() && self.stop == Stop::Running {
             for s in 0..self.streams.len() {
                 if self.streams[s].active {
+                    self.streams[s].make_group = false;
                     self.send(Sent::CreateGroup(s as u32), now);
                 }
             }
@@ -795,6 +832,7 @@ impl Consumer {
                     let (held, id) = (&self.held, hand.id);
                     let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
                     stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
+                    self.releasing = true;
                 }
             }
             Verdict::DeadLetter => {
@@ -807,6 +845,7 @@ impl Consumer {
                 let reason = DeadLetterReason::Verdict;
                 let id = self.held.to_bytes(hand.id);
                 self.streams[s].dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
+                self.moves_owed = true;
             }
             Verdict::Commit(writes) => {
                 let id = self.held.to_bytes(hand.id);
@@ -1038,8 +1077,10 @@ impl Consumer {
                 let parked = self.parked_read_in_flight();
                 let acks = self.ack_due.filter(|_| !parked);
                 let leases = self.lease_due().filter(|_| !parked);
-                let releases =
-                    self.streams.iter().filter_map(|s| s.releases.next_due()).min().filter(|_| !parked);
+                let releases = match self.releasing && !parked {
+                    true => self.streams.iter().filter_map(|s| s.releases.next_due()).min(),
+                    false => None,
+                };
                 let twins = self.twins.again_at().filter(|_| self.checks_twins());
                 [replies, acks, leases, releases, twins].into_iter().flatten().min()
             }
@@ -1085,14 +1126,16 @@ impl Consumer {
         if self.link != Link::Up || !self.is_live() {
             return;
         }
-        if self.streams.iter().any(|s| !s.dead_letters.is_empty() || !s.returns.is_empty()) {
+        if std::mem::take(&mut self.moves_owed) {
             self.flush_dead_letters(now);
             self.give_back(now);
         }
-        for stream in &mut self.streams {
-            stream.releases.come_due(&self.config, now, false);
+        if self.releasing {
+            for stream in &mut self.streams {
+                stream.releases.come_due(&self.config, now, false);
+            }
+            self.flush_releases(now);
         }
-        self.flush_releases(now);
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read
         }
@@ -1240,6 +1283,7 @@ impl Consumer {
                 self.send(Sent::Release { stream: s as u32, ids, silent: false }, now);
             }
         }
+        self.releasing = self.streams.iter().any(|s| !s.releases.is_empty());
     }
 
     /// Asks after the group's health when it is due — never behind a parked read, which
@@ -1384,16 +1428,30 @@ impl Consumer {
         if let Some(s) = claiming() {
             return Some(Sent::Claim { stream: s as u32, count });
         }
-        // Turned at each read, so that a reply the server caps leaves out another stream.
-        let streams: Vec<u32> = (0..n)
-            .map(|i| ((self.turn + i) % n) as u32)
-            .filter(|&s| self.streams[s as usize].active)
-            .collect();
-        self.turn = (self.turn + 1) % n.max(1);
-        if streams.is_empty() {
+        if self.active.is_empty() {
             return None;
         }
-        Some(Sent::ReadNew { count, block: park.then(|| self.park_for(now)), streams })
+        if !park && self.active.len() > 1 {
+            // A read ahead: of the streams whose last read brought all it asked (more are
+            // likely waiting there), not of every stream (each named costs the server).
+            let full: Vec<u32> =
+                self.active.iter().copied().filter(|&s| self.streams[s as usize].backlog).collect();
+            if !full.is_empty() && full.len() < self.active.len() {
+                return Some(Sent::ReadNew { count, block: None, streams: full.into(), turn: 0 });
+            }
+        }
+        // Turned at each read where the server caps a reply, so that the cap leaves out
+        // another stream each time.
+        let turn = self.turn as u32;
+        if self.dialect.read_size_cap {
+            self.turn = (self.turn + 1) % self.active.len();
+        }
+        Some(Sent::ReadNew {
+            count,
+            block: park.then(|| self.park_for(now)),
+            streams: self.active.clone(),
+            turn,
+        })
     }
 
     /// How long a parked read blocks: the beat, unless entries are in hand. Their acks and
@@ -1508,6 +1566,9 @@ impl Consumer {
     }
 
     fn finish_stop_if_clear(&mut self) {
+        if self.stop != Stop::Stopping || self.failed.is_some() || !self.in_hand.is_empty() {
+            return; // (the hot path: called after every reply)
+        }
         // Reads already answering at once are waited for too, so that what they bring has
         // its delivery count given back; a parked read is not (it may take a beat).
         // A stop on its way to a failure does not leave the group (see `leave_group`).
@@ -1731,6 +1792,7 @@ impl Consumer {
         self.staged = None;
         for b in self.buffer.drain(..) {
             self.streams[b.entry.stream as usize].returns.push(b);
+            self.moves_owed = true;
         }
     }
 
@@ -1815,7 +1877,10 @@ impl Consumer {
         for c in self.in_flight.drain() {
             match c.sent {
                 Sent::Ack(s, mut acks) => self.streams[s as usize].acks.append(&mut acks),
-                Sent::DeadLetter(s, job) => self.streams[s as usize].dead_letters.push(job),
+                Sent::DeadLetter(s, job) => {
+                    self.streams[s as usize].dead_letters.push(job);
+                    self.moves_owed = true;
+                }
                 Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
                 _ => {}
             }
@@ -2131,6 +2196,7 @@ impl Consumer {
                         Item::Entry(mut entry) if behind_skipped => {
                             entry.deliveries = entry.deliveries.max(1);
                             entry.stream = s;
+                            self.moves_owed = true;
                             self.streams[s as usize].returns.push(Buffered {
                                 entry,
                                 read_at,
@@ -2149,6 +2215,7 @@ impl Consumer {
                                 let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
                                 let reason = DeadLetterReason::MaxDeliveries;
                                 self.streams[s as usize].dead_letters.push(Job { id, deliveries, reason });
+                                self.moves_owed = true;
                             } else {
                                 self.keep(Buffered { entry, read_at, due, key: None });
                             }
@@ -2171,13 +2238,22 @@ impl Consumer {
                 let mut full = false;
                 for (s, got, last) in ended {
                     let stream = &mut self.streams[s as usize];
-                    stream.backlog = got >= each;
+                    stream.in_reply = true;
+                    stream.full = if got >= each { stream.full.saturating_add(1) } else { 0 };
+                    stream.backlog = stream.full >= 2 || (stream.full >= 1 && each > 1);
                     full |= stream.backlog;
                     if self.config.create_group.is_some() {
                         // Copied: a slice would keep the whole reply alive.
                         if let Some(last) = last.filter(|id| stream.last_read.as_ref() != Some(id)) {
                             stream.last_read = Some(Bytes::copy_from_slice(&last));
                         }
+                    }
+                }
+                // Those read that brought nothing have nothing waiting.
+                for &s in streams.iter() {
+                    let stream = &mut self.streams[s as usize];
+                    if !std::mem::take(&mut stream.in_reply) {
+                        (stream.full, stream.backlog) = (0, false);
                     }
                 }
                 self.pace.record_read(len, n);
@@ -2325,7 +2401,7 @@ impl Consumer {
             let named = match &sent {
                 Sent::ReadNew { streams, .. } => match self.named_in(message) {
                     Some(s) => vec![s],
-                    None => streams.clone(),
+                    None => streams.to_vec(),
                 },
                 other => other.stream().into_iter().collect(),
             };
@@ -2362,7 +2438,10 @@ impl Consumer {
     fn keep_owed(&mut self, sent: Sent) {
         match sent {
             Sent::Ack(s, mut acks) => self.streams[s as usize].acks.append(&mut acks),
-            Sent::DeadLetter(s, job) => self.streams[s as usize].dead_letters.push(job),
+            Sent::DeadLetter(s, job) => {
+                self.streams[s as usize].dead_letters.push(job);
+                self.moves_owed = true;
+            }
             Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
             _ => {}
         }
@@ -2498,6 +2577,7 @@ impl Consumer {
             self.buffer.push_back(entry);
         } else {
             self.streams[entry.entry.stream as usize].returns.push(entry);
+            self.moves_owed = true;
         }
     }
 
@@ -2545,6 +2625,7 @@ impl Consumer {
                 let reason = DeadLetterReason::MaxDeliveries;
                 let job = Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason };
                 self.streams[s as usize].dead_letters.push(job);
+                self.moves_owed = true;
             } else {
                 self.keep(Buffered { entry, read_at, due, key: None });
             }
@@ -2651,11 +2732,20 @@ impl Consumer {
             Sent::Claim { stream, count } => {
                 commands::claim(out, c, key(stream), *count, &self.streams[*stream as usize].cursor)
             }
-            Sent::ReadNew { block, streams, .. } => {
+            Sent::ReadNew { block, streams, turn, .. } => {
                 let (count, most) = shares;
                 let claim = self.dialect.claim_in_read.then_some(c.min_idle);
                 let read = commands::ReadNew { count, most, block: *block, claim, cap };
-                commands::read_new(out, c, read, streams.iter().map(|s| &key(s)[..]));
+                if Arc::ptr_eq(streams, &self.active) {
+                    // The keys as encoded when the streams last changed, from `turn` on.
+                    let at = self.reading.get(*turn as usize).copied().unwrap_or(0);
+                    let keys = [&self.keys_wire[at..], &self.keys_wire[..at]];
+                    commands::read_new(out, c, read, streams.len(), keys);
+                } else {
+                    let mut keys = Vec::new();
+                    streams.iter().for_each(|s| crate::encode::bulk_vec(&mut keys, key(s)));
+                    commands::read_new(out, c, read, streams.len(), [&keys, &[]]);
+                }
             }
             Sent::DeadLetter(s, job) => {
                 if let Some(dead_letter) = &c.dead_letter {

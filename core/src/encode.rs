@@ -18,6 +18,15 @@ pub(crate) fn bulk(out: &mut BytesMut, arg: &[u8]) {
     out.put_slice(b"\r\n");
 }
 
+/// [`bulk`] into a plain `Vec` (the consumer's cache of its streams' keys).
+pub(crate) fn bulk_vec(out: &mut Vec<u8>, arg: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(Decimal::new(arg.len() as u64).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(arg);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// Appends an array or bulk string header: `*<n>\r\n` or `$<n>\r\n`.
 pub(crate) fn header(out: &mut BytesMut, kind: u8, n: usize) {
     out.put_u8(kind);

@@ -40,8 +40,9 @@ pub(crate) enum Sent {
         count: u32,
         /// Parked (`BLOCK` this long), or a read ahead that answers at once (`None`).
         block: Option<std::time::Duration>,
-        /// The streams read, in the command's order.
-        streams: Vec<u32>,
+        /// The streams read (the command names them from `turn` on, then from the start).
+        streams: std::sync::Arc<[u32]>,
+        turn: u32,
     },
     /// Delivery counts for the staged entries; `count` asked.
     Counts {

@@ -52,8 +52,13 @@ pub(crate) struct Stream {
     pub(crate) cursor: Bytes,
     /// When the next reclaim is due; `None` is now.
     pub(crate) claim_at: Option<Instant>,
-    /// The last read of new entries brought as many as it asked of this stream.
+    /// Reads of new entries in a row that brought as many as they asked of this stream.
+    pub(crate) full: u8,
+    /// More are likely waiting: its last read brought a share larger than one whole, or two
+    /// in a row brought a share of one (one entry could as well be all there was).
     pub(crate) backlog: bool,
+    /// Named in the read reply being walked (for the walk's bookkeeping only).
+    pub(crate) in_reply: bool,
     /// Its entries in hand: at most [`Config::concurrency`](crate::Config::concurrency).
     pub(crate) in_hand: u32,
     /// Whether the group was found or created once (a later creation is a re-creation).
@@ -86,7 +91,9 @@ impl Stream {
             returns: Vec::new(),
             cursor: Bytes::from_static(CURSOR_START),
             claim_at: None,
+            full: 0,
             backlog: false,
+            in_reply: false,
             in_hand: 0,
             group_made: false,
             make_group: false,
