@@ -301,6 +301,9 @@ const PARK_IN_HAND: Duration = Duration::from_millis(50);
 /// peer's entries on a server without reads that claim (before Redis 8.4) wait up to
 /// `beat × streams / 16` (125 s for 1,000 streams and a 2 s beat) rather than `min_idle`.
 const SWEEPS_PER_BEAT: u32 = 16;
+/// The same where reads claim idle entries themselves (Redis 8.4+): the sweeps only clear
+/// the pending entries whose messages were deleted, which nothing waits for.
+const SWEEPS_PER_BEAT_CLAIMING: u32 = 4;
 /// The most streams one consumer reads: each read names every stream (and a parked read
 /// cannot share its connection), so a command stays under about 100 KiB with keys of
 /// ordinary length. More streams take more consumers (connections).
@@ -1395,7 +1398,8 @@ impl Consumer {
         let beat = self.config.beat;
         match (self.dialect.claim_in_read, self.streams.len()) {
             (false, 1) => beat,
-            (_, n) => beat.max(self.config.min_idle).max(beat * n as u32 / SWEEPS_PER_BEAT),
+            (false, n) => beat.max(self.config.min_idle).max(beat * n as u32 / SWEEPS_PER_BEAT),
+            (true, n) => beat.max(self.config.min_idle).max(beat * n as u32 / SWEEPS_PER_BEAT_CLAIMING),
         }
     }
 

@@ -165,3 +165,30 @@ pub fn many_streams_one_group_gone<T: Transport>(t: Target) {
     assert!(stats.group_recreated >= 1);
     assert_eq!(pending(&mut admin, &keys), 0);
 }
+
+/// One stream deleted while the consumer reads it with the others: made again (its group
+/// with it) and read on, the others untouched.
+pub fn many_streams_one_deleted_and_made_again<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(4);
+    let seen = Deliveries::default();
+    let config = t.config("c1").streams(&keys).create_group("0").on_group_gone(GroupGone::Recreate);
+    let run = T::spawn(server.endpoint(), config, seen.acking());
+    assert!(wait_until(SETTLE, || keys.iter().all(|k| admin.group_exists(k, GROUP))), "groups made");
+    let added = add_all(&mut admin, &keys, 2);
+    assert!(wait_until(SETTLE, || seen.distinct() == added), "first round: {}", seen.all().len());
+    admin.cmd(&["DEL", &keys[1]]);
+    // Made again (with its group) by the consumer, then read on like the others.
+    assert!(wait_until(SETTLE, || admin.group_exists(&keys[1], GROUP)), "made again");
+    let later = add_all(&mut admin, &keys, 2);
+    assert!(
+        wait_until(SETTLE, || seen.distinct().is_superset(&later)),
+        "after: {} of {}",
+        seen.distinct().intersection(&later).count(),
+        later.len()
+    );
+    let stats = run.finish();
+    assert!(stats.group_recreated >= 1, "{stats:?}");
+    assert_eq!(pending(&mut admin, &keys), 0);
+}
