@@ -438,12 +438,14 @@ struct Harness {
     /// Output offset on this connection from which no read may be written (the stop point).
     stop_mark: Option<usize>,
     /// Entries in hand, oldest first.
-    in_hand: Vec<Bytes>,
+    in_hand: Vec<crate::Entry>,
     concurrency: usize,
     acked: HashSet<Bytes>,
     stop_asked: bool,
     stopped_seen: bool,
     fatal: Option<Error>,
+    /// The streams read.
+    keys: &'static [&'static [u8]],
 }
 
 impl Harness {
@@ -471,7 +473,7 @@ impl Harness {
 
     fn check_state(&mut self) {
         let mut held: Vec<&[u8]> = self.c.in_hand().collect();
-        let mut known: Vec<&[u8]> = self.in_hand.iter().map(|b| &b[..]).collect();
+        let mut known: Vec<&[u8]> = self.in_hand.iter().map(|e| e.id()).collect();
         held.sort_unstable();
         known.sort_unstable();
         assert_eq!(held, known, "in hand");
@@ -546,12 +548,13 @@ impl Harness {
         }
         if name == b"EVAL" && args[1] == crate::LEAVE_SCRIPT.as_bytes() {
             // Leaving the group: only at a clean stop, and only this consumer.
-            assert!(args[2..] == [&b"1"[..], b"s", b"g", b"c"], "{args:?}");
+            assert!(args.len() == 6 && args[2] == b"1" && self.keys.contains(&args[3]), "{args:?}");
+            assert!(args[4..] == [&b"g"[..], b"c"], "{args:?}");
             assert!(self.stop_asked, "left the group before stop(): {args:?}");
         } else if name == b"EVAL" && args[1] == crate::DEAD_LETTER_CHECK_SCRIPT.as_bytes() {
             assert!(args.len() == 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
         } else if name == b"EVAL" {
-            assert!(args.len() > 7 && args[3] == b"s" && args[4] == b"dl", "{args:?}");
+            assert!(args.len() > 7 && self.keys.contains(&args[3]) && args[4] == b"dl", "{args:?}");
             assert!(contains(&self.input, args[7]), "dead-lettered {:?}, never received", args[7]);
         }
         if name == b"SCRIPT" {
@@ -560,7 +563,8 @@ impl Harness {
         if name == b"EVALSHA" {
             // `EVALSHA sha 2 s o g c low high n` then, per entry, `id deliveries 1` and one
             // `XADD o` write.
-            assert!(args.len() > 10 && args[3..7] == [&b"s"[..], b"o", b"g", b"c"], "{args:?}");
+            assert!(args.len() > 10 && self.keys.contains(&args[3]), "{args:?}");
+            assert!(args[4..7] == [&b"o"[..], b"g", b"c"], "{args:?}");
             let mut at = 10;
             while at < args.len() {
                 assert!(contains(&self.input, args[at]), "committed {:?}, never received", args[at]);
@@ -570,7 +574,7 @@ impl Harness {
             assert_eq!(at, args.len(), "{args:?}");
         }
         if name == b"XACK" {
-            assert!(args.len() >= 4 && args[1] == b"s" && args[2] == b"g", "{args:?}");
+            assert!(args.len() >= 4 && self.keys.contains(&args[1]) && args[2] == b"g", "{args:?}");
             for id in &args[3..] {
                 assert!(
                     self.acked.contains(*id) || contains(&self.input, id),
@@ -589,13 +593,18 @@ impl Harness {
         match event {
             Event::Entry(entry) => {
                 assert!(!self.stop_asked, "an entry handed out after stop()");
-                assert!(self.in_hand.len() < self.concurrency, "more entries in hand than allowed");
-                assert!(!self.in_hand.iter().any(|id| id == entry.id()), "an entry in hand handed out again");
+                assert!(self.keys.contains(&entry.stream()), "an entry of no stream read: {entry:?}");
+                let of_stream = self.in_hand.iter().filter(|e| e.stream() == entry.stream()).count();
+                assert!(of_stream < self.concurrency, "more entries of a stream in hand than allowed");
+                assert!(
+                    !self.in_hand.iter().any(|e| e.stream() == entry.stream() && e.id() == entry.id()),
+                    "an entry in hand handed out again"
+                );
                 assert!(contains(&self.input, entry.id()), "an entry id never received");
-                if self.in_hand.len() + 1 == self.concurrency {
+                if self.in_hand.len() + 1 == self.concurrency && self.keys.len() == 1 {
                     assert_eq!(self.c.poll_event(), None, "an event right after the last free slot");
                 }
-                self.in_hand.push(entry.id_bytes());
+                self.in_hand.push(entry);
             }
             Event::Notice(_) => {}
             Event::Stopped => {
@@ -614,16 +623,21 @@ impl Harness {
             assert!(!self.c.settle(b"0-1", verdict, self.now), "settled an entry not in hand");
             return;
         }
-        let id = if newest { self.in_hand.pop() } else { Some(self.in_hand.remove(0)) };
-        let Some(id) = id else { return };
+        let entry = if newest { self.in_hand.pop() } else { Some(self.in_hand.remove(0)) };
+        let Some(entry) = entry else { return };
         if verdict == Verdict::Ack {
-            self.acked.insert(id.clone());
+            self.acked.insert(entry.id_bytes());
         }
         assert!(
-            self.c.settle(&id, verdict, self.now) || self.fatal.is_some(),
+            self.c.settle_entry(&entry, verdict, self.now) || self.fatal.is_some(),
             "an entry in hand not settled"
         );
-        assert!(!self.c.in_hand().any(|held| held == &id[..]), "still in hand after settle");
+        let same = self.in_hand.iter().filter(|e| e.id() == entry.id()).count();
+        assert_eq!(
+            self.c.in_hand().filter(|held| *held == entry.id()).count(),
+            same,
+            "still in hand after settle"
+        );
     }
 
     /// What a well-behaved driver does after each call: write everything, handle every event.
@@ -656,6 +670,17 @@ impl Harness {
 /// `origin` is where the script's virtual clock starts; any instant will do (the core never
 /// reads the clock, so the caller brings one).
 pub fn consumer(data: &[u8], origin: Instant) {
+    run_consumer(data, origin, &[b"s"]);
+}
+
+/// Many-streams target: as [`consumer`], the consumer reading the streams `s`, `t` and `u` on
+/// its one connection (the input's read replies may name any of them, or others). Asserts
+/// the same, each command naming only those streams.
+pub fn many_streams(data: &[u8], origin: Instant) {
+    run_consumer(data, origin, &[b"s", b"t", b"u"]);
+}
+
+fn run_consumer(data: &[u8], origin: Instant, keys: &'static [&'static [u8]]) {
     let mut script = Script(data);
     let head = script.byte();
     let mut config = Config::new("s", "g", "c")
@@ -668,7 +693,8 @@ pub fn consumer(data: &[u8], origin: Instant) {
         .dead_letter_after(3, "dl")
         .read_bytes(2048)
         .seed(u64::from(head))
-        .limits(SMALL);
+        .limits(SMALL)
+        .streams(keys);
     if head & 8 != 0 {
         config = config.create_group("0");
         if head & 16 != 0 {
@@ -701,6 +727,7 @@ pub fn consumer(data: &[u8], origin: Instant) {
         stop_asked: false,
         stopped_seen: false,
         fatal: None,
+        keys,
     };
     h.c.on_connected(h.now);
     h.new_connection();

@@ -10,13 +10,20 @@ use pelican::fuzzing;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 6] = [
     ("decode", fuzzing::decode),
     ("read_reply", fuzzing::read_reply),
     ("autoclaim_reply", fuzzing::autoclaim_reply),
     ("stream_reply", fuzzing::stream_reply),
     ("consumer", consumer),
+    ("many_streams", many_streams),
 ];
+
+/// The many-streams target, with the clock origin it needs from outside the core.
+#[allow(clippy::disallowed_methods)]
+fn many_streams(data: &[u8]) {
+    fuzzing::many_streams(data, std::time::Instant::now());
+}
 
 /// The consumer target, with the clock origin it needs from outside the core.
 #[allow(clippy::disallowed_methods)]
