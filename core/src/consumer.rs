@@ -2244,7 +2244,8 @@ impl Consumer {
                     let stream = &mut self.streams[s as usize];
                     stream.in_reply = true;
                     stream.full = if got >= each { stream.full.saturating_add(1) } else { 0 };
-                    stream.backlog = stream.full >= 2 || (stream.full >= 1 && each > 1);
+                    // With many streams a share of one full may as well be all there was.
+                    stream.backlog = stream.full >= 2 || (stream.full >= 1 && (each > 1 || n_streams == 1));
                     full |= stream.backlog;
                     if self.config.create_group.is_some() {
                         // Copied: a slice would keep the whole reply alive.

@@ -54,8 +54,9 @@ pub(crate) struct Stream {
     pub(crate) claim_at: Option<Instant>,
     /// Reads of new entries in a row that brought as many as they asked of this stream.
     pub(crate) full: u8,
-    /// More are likely waiting: its last read brought a share larger than one whole, or two
-    /// in a row brought a share of one (one entry could as well be all there was).
+    /// More are likely waiting: its last read brought its whole share, larger than one (or
+    /// any, read alone), or two in a row brought a share of one (one entry of many streams
+    /// could as well be all there was).
     pub(crate) backlog: bool,
     /// Named in the read reply being walked (for the walk's bookkeeping only).
     pub(crate) in_reply: bool,
