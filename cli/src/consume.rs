@@ -284,6 +284,11 @@ pub struct Args {
     /// whatever N
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
     concurrency: u32,
+    /// with --exec or --pipe over several streams: at most N entries at once
+    /// in all (each stream still within --concurrency): the commands (and
+    /// threads) running at once
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
+    most_in_hand: u32,
     /// entries with the same value of the field FIELD are handled one at a
     /// time, in stream order; other values (and entries without FIELD, each
     /// on its own) in parallel, up to --concurrency. Per consumer: other
@@ -518,7 +523,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
     if health {
         config = config.health_every(HEALTH_EVERY);
     }
-    config.concurrency(concurrency(a))
+    config.concurrency(concurrency(a)).most_in_hand(a.most_in_hand.max(concurrency(a)))
 }
 
 /// The entries a lane has in hand at once: `--concurrency` with `--exec`. Printing has

@@ -154,6 +154,10 @@ pub struct Config {
     /// by its id in any order. Default 1: one entry at a time. At most [`MAX_CONCURRENCY`].
     /// With [`Config::streams`], per stream: a slow stream holds up no other.
     pub concurrency: u32,
+    /// With [`Config::streams`], the most entries in hand at once over all of them (each
+    /// still within [`Config::concurrency`]): what bounds the threads or processes a driver
+    /// runs handlers on. `None` (the default): no bound but the streams' own.
+    pub most_in_hand: Option<u32>,
     /// How many entries a read asks for until a handler has been timed (after that, reads ask
     /// for what the handlers get through well within the lease, up to `count`). `None` (the
     /// default): [`concurrency`](Self::concurrency), so that a consumer starting beside idle
@@ -444,6 +448,7 @@ impl Config {
             read_bytes: 16 << 20,
             health_every: None,
             concurrency: 1,
+            most_in_hand: None,
             start_count: None,
             order_by: None,
             allow_twins: false,
@@ -489,6 +494,12 @@ impl Config {
     /// Sets [`Config::concurrency`]: up to `n` entries in hand at once.
     pub fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = n;
+        self
+    }
+
+    /// Sets [`Config::most_in_hand`]: at most `n` entries in hand over all the streams.
+    pub fn most_in_hand(mut self, n: u32) -> Self {
+        self.most_in_hand = Some(n);
         self
     }
 
@@ -698,6 +709,9 @@ impl Config {
         }
         if self.concurrency == 0 || self.concurrency > MAX_CONCURRENCY {
             return Err(BadConcurrency(self.concurrency));
+        }
+        if let Some(most) = self.most_in_hand.filter(|most| *most == 0 || *most > MAX_CONCURRENCY) {
+            return Err(BadConcurrency(most));
         }
         if matches!(&self.order_by, Some(OrderBy::Field(name)) if name.is_empty()) {
             return Err(EmptyName("order_by field"));

@@ -241,3 +241,22 @@ fn entries_of_one_id_on_two_streams_are_settled_each_on_its_own() {
     assert!(rig.consumer.settle_entry(&a2, Verdict::Ack, rig.now));
     assert_eq!((rig.consumer.stats().retried, rig.consumer.in_hand().len()), (1, 0));
 }
+
+#[test]
+fn each_stream_has_its_concurrency_and_most_in_hand_bounds_them_all() {
+    let config = config(Protocol::Resp2).streams(["a", "b", "c"]).concurrency(2).most_in_hand(5);
+    let mut rig = Rig::new(config, "redis-7.0");
+    let _ = rig.start();
+    for _ in 0..3 {
+        rig.drain_reply("read_pending_empty").unwrap();
+    }
+    let _ = rig.sent();
+    let three: &[(&str, &str)] = &[("1-0", "x"), ("2-0", "y"), ("3-0", "z")];
+    rig.raw(&read_reply(Protocol::Resp2, &[("a", three), ("b", three), ("c", three)])).unwrap();
+    let mut handed = Vec::new();
+    while let Some(Event::Entry(e)) = rig.consumer.poll_event() {
+        handed.push(String::from_utf8_lossy(e.stream()).into_owned());
+    }
+    // Two of a, two of b, then one of c: five in all.
+    assert_eq!(handed, ["a", "a", "b", "b", "c"]);
+}

@@ -337,6 +337,7 @@ impl Runner {
         // `concurrency` is each stream's (streams added later share these workers).
         let config = driver.consumer().config();
         let workers = config.concurrency.max(1).saturating_mul(1 + config.more_streams.len() as u32);
+        let workers = workers.min(config.most_in_hand.unwrap_or(u32::MAX));
         let (to_workers, queue) = mpsc::channel();
         let (done, verdicts) = mpsc::channel();
         let pool = Pool::new(queue);

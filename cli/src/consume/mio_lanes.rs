@@ -137,7 +137,9 @@ fn join(lanes: &mut [Running], cluster: bool, handler: Arc<Handler>) {
     let lane = &mut lanes[i];
     let key = Bytes::copy_from_slice(handler.stream_bytes());
     if lane.handlers.add(handler) {
-        lane.most = lane.most.saturating_add(lane.driver.consumer().config().concurrency.max(1) as usize);
+        let config = lane.driver.consumer().config();
+        let cap = config.most_in_hand.map_or(usize::MAX, |n| n as usize);
+        lane.most = lane.most.saturating_add(config.concurrency.max(1) as usize).min(cap);
         lane.driver.add_stream(key);
     }
 }
@@ -224,6 +226,7 @@ impl Running {
         let (endpoint, fallbacks) = net.place(&lane.config.stream);
         // `concurrency` is each stream's: the workers are started as they are needed.
         let most = (lane.config.concurrency.max(1) as usize).saturating_mul(lane.handlers.len());
+        let most = most.min(lane.config.most_in_hand.map_or(usize::MAX, |n| n as usize));
         let consumer =
             Consumer::new(lane.config).map_err(|e| Failure::Bad(format!("invalid settings: {e}")))?;
         let mut driver = Driver::new(endpoint, consumer, Token(i)).fallbacks(fallbacks);

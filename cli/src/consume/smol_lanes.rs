@@ -41,8 +41,11 @@ pub fn run(
 ) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
     // Every command in hand has a pool thread, and a few more are left for the rest (DNS).
-    let streams: usize = lanes.iter().map(|lane| lane.handlers.len()).sum();
-    let wanted = streams.saturating_mul(concurrency as usize).saturating_add(16);
+    let in_hand = |lane: &Lane| {
+        let most = lane.config.most_in_hand.map_or(usize::MAX, |n| n as usize);
+        lane.handlers.len().saturating_mul(concurrency as usize).min(most)
+    };
+    let wanted = lanes.iter().map(in_hand).sum::<usize>().saturating_add(16);
     if wanted > POOL_DEFAULT {
         if let Some(threads) = NonZeroUsize::new(wanted.min(POOL_MAX)) {
             blocking::set_max_blocking_threads(threads);

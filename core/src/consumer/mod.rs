@@ -1050,6 +1050,9 @@ impl Consumer {
     /// stream.
     fn room(&self) -> bool {
         let concurrency = self.config.concurrency;
+        if self.config.most_in_hand.is_some_and(|most| self.in_hand.len() >= most as usize) {
+            return false;
+        }
         match self.streams.len() {
             1 => self.in_hand.len() < concurrency as usize,
             _ => self.streams.iter().any(|s| s.active && s.in_hand < concurrency),
