@@ -384,9 +384,10 @@ fn handled_all(admin: &mut pelican_tests::admin::Admin, total: usize) -> bool {
     read.and_then(|kv| kv[1].as_int()) == Some(total as i64)
 }
 
-/// The server loses its data (here: `FLUSHALL`, then the connections cut, as a restart
-/// without persistence does): the group made again at the next connect is a warning that
-/// says where the consumer was.
+/// The server loses its data (here: `FLUSHALL` and the connections cut in one transaction, as
+/// a restart without persistence does; one after the other, a read sent between the two finds
+/// the group gone on a live connection, which without `--recreate-group` is a failure): the
+/// group made again at the next connect is a warning that says where the consumer was.
 #[test]
 fn a_group_the_server_lost_is_told_when_made_again() {
     let server = Server::start(Flavor::Redis70);
@@ -398,8 +399,13 @@ fn a_group_the_server_lost_is_told_when_made_again() {
     for _ in 0..3 {
         p.line();
     }
-    admin.call(&["FLUSHALL"]);
-    admin.call(&["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"]);
+    let lost: Vec<Vec<&str>> = vec![
+        vec!["MULTI"],
+        vec!["FLUSHALL"],
+        vec!["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
+        vec!["EXEC"],
+    ];
+    admin.pipeline(&lost);
     let want = format!(
         "pelican: the group was gone (lost by the server, or deleted) and is created again at 0; this \
          consumer had read up to {}: entries after 0 are delivered again",
