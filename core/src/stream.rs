@@ -111,6 +111,15 @@ impl Stream {
         self.next = Next::Drain { after: Bytes::from_static(DRAIN_START) };
     }
 
+    /// Where the `XPENDING` of its next drain page starts: after the last page's last id,
+    /// or from the first.
+    pub(crate) fn counts_from(&self) -> Vec<u8> {
+        match &self.next {
+            Next::Drain { after } if &after[..] != DRAIN_START => crate::commands::after(after),
+            _ => b"-".to_vec(),
+        }
+    }
+
     pub(crate) fn drains_from_top(&self) -> bool {
         matches!(&self.next, Next::Drain { after } if &after[..] == DRAIN_START)
     }

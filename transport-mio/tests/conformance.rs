@@ -31,10 +31,15 @@ fn running(
     runner: Runner,
     run: impl FnOnce(Runner) -> Result<pelican::Stats, pelican_mio::RunError> + Send + 'static,
 ) -> Running {
-    let stop = runner.stop_handle();
+    let (stop, set) = (runner.stop_handle(), runner.stream_set());
     let thread = thread::spawn(move || run(runner).map_err(|e| e.to_string()));
     let abandon = stop.clone();
-    Running::new(move || stop.stop(), move || abandon.abandon(), thread)
+    Running::new(move || stop.stop(), move || abandon.abandon(), thread).with_stream_set(move |key, add| {
+        match add {
+            true => set.add(key.to_string()),
+            false => set.remove(key.to_string()),
+        }
+    })
 }
 
 impl Transport for Mio {

@@ -1251,17 +1251,8 @@ impl Consumer {
 
     /// Forgets the connection's state, keeping acks and dead-letter moves owed.
     fn reset_link(&mut self) {
-        for c in self.in_flight.drain() {
-            match c.sent {
-                Sent::Ack(s, mut acks) => self.streams[s as usize].acks.append(&mut acks),
-                Sent::DeadLetter(s, job) => {
-                    self.streams[s as usize].dead_letters.push(job);
-                    self.moves_owed = true;
-                }
-                Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
-                _ => {}
-            }
-        }
+        let in_flight: Vec<Sent> = self.in_flight.drain().map(|c| c.sent).collect();
+        in_flight.into_iter().for_each(|sent| self.keep_owed(sent));
         self.script = None;
         self.staged = None;
         self.health = None;

@@ -351,10 +351,7 @@ impl Consumer {
                 self.in_flight.discard_counts();
                 if count == 1 {
                     // This one entry alone is too large: find its id for the error.
-                    let start = match &self.streams[s as usize].next {
-                        Next::Drain { after } if &after[..] != DRAIN_START => commands::after(&after[..]),
-                        _ => b"-".to_vec(),
-                    };
+                    let start = self.streams[s as usize].counts_from();
                     commands::counts(
                         &mut self.out,
                         &self.config,

@@ -50,7 +50,7 @@ impl Consumer {
                     Next::Beat => Bytes::from_static(DRAIN_START),
                 };
                 commands::read_pending(out, c, key(stream), *count, &after, cap);
-                let start = if &after[..] == DRAIN_START { b"-".to_vec() } else { commands::after(&after) };
+                let start = self.streams[*stream as usize].counts_from();
                 let (s, count) = (*stream, *count);
                 self.track(sent, now);
                 commands::counts(

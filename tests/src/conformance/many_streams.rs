@@ -192,3 +192,36 @@ pub fn many_streams_one_deleted_and_made_again<T: Transport>(t: Target) {
     assert!(stats.group_recreated >= 1, "{stats:?}");
     assert_eq!(pending(&mut admin, &keys), 0);
 }
+
+/// Streams added to and removed from a running consumer (`Runner::stream_set`): one added is
+/// drained (its entries made before it was added are read) and read on the same connection,
+/// one removed is read no more (its new entries wait, undelivered).
+pub fn many_streams_added_and_removed<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(3);
+    for key in &keys {
+        admin.cmd(&["XGROUP", "CREATE", key, GROUP, "0", "MKSTREAM"]);
+    }
+    let first = add_all(&mut admin, &keys[..2], 2);
+    let waiting = add_all(&mut admin, &keys[2..], 2);
+    let seen = Deliveries::default();
+    let run = T::spawn(server.endpoint(), t.config("c1").streams(&keys[..2]), seen.acking());
+    assert!(wait_until(SETTLE, || seen.distinct() == first), "the first two: {:?}", seen.all());
+    run.add_stream(&keys[2]);
+    let both: BTreeSet<String> = first.union(&waiting).cloned().collect();
+    assert!(wait_until(SETTLE, || seen.distinct() == both), "added, drained: {:?}", seen.all());
+    assert_eq!(admin.client_ids_by_name("pelican-c1").len(), 1, "one connection");
+    run.remove_stream(&keys[0]);
+    std::thread::sleep(Duration::from_millis(300));
+    let unread = add_all(&mut admin, &keys[..1], 2);
+    let more = add_all(&mut admin, &keys[1..], 2);
+    let all: BTreeSet<String> = both.union(&more).cloned().collect();
+    assert!(wait_until(SETTLE, || seen.distinct() == all), "the others go on: {:?}", seen.all());
+    std::thread::sleep(Duration::from_millis(300));
+    let stats = run.finish();
+    assert!(seen.distinct().is_disjoint(&unread), "read once removed");
+    assert_eq!(stats.acked, all.len() as u64);
+    assert_eq!(seen.all().len(), all.len(), "each once");
+    assert_eq!(pending(&mut admin, &keys), 0);
+}
