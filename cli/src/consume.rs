@@ -1,9 +1,10 @@
-//! `pelican consume`: consumers of a group, one lane per `--stream`, handing each entry to a
-//! shell command or printing it, until SIGINT/SIGTERM.
+//! `pelican consume`: a consumer of a group over every `--stream` (and `--stream-pattern`'s
+//! finds), handing each entry to a shell command or printing it, until SIGINT/SIGTERM.
 //!
-//! Each lane is one consumer on its own connection; all share the group, the consumer name,
-//! the command and the signals. `mio_lanes` runs them on one `mio::Poll`, `smol_lanes` as
-//! tasks on one executor. A lane that fails for good stops the others.
+//! A lane is one consumer on one connection, reading its streams with one parked read: one
+//! lane for all of them, or in a cluster one per hash slot they fall in; each stream keeps a
+//! handler of its own. `mio_lanes` runs the lanes on one `mio::Poll`, `smol_lanes` as tasks on
+//! one executor. A lane that fails for good stops the others.
 
 mod discover;
 mod emit;

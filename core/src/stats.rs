@@ -1,5 +1,30 @@
 //! Counters a consumer keeps; read them with [`Consumer::stats`](crate::Consumer::stats).
 
+/// One stream's part of a consumer's counts ([`Consumer::stream_stats`](crate::Consumer::stream_stats)):
+/// what a consumer of many streams did on each. The consumer's [`Stats`] are the totals.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamStats {
+    /// Entries handed out from this consumer's own pending list of the stream.
+    pub drained: u64,
+    /// Entries of the stream handed out after a reclaim took them.
+    pub claimed: u64,
+    /// New entries of the stream handed out.
+    pub new: u64,
+    /// Entries the server confirmed acknowledged (commits included).
+    pub acked: u64,
+    /// `Retry` verdicts.
+    pub retried: u64,
+    /// Entries moved to the dead-letter stream.
+    pub dead_lettered: u64,
+    /// Entries committed with their writes.
+    pub committed: u64,
+    /// Entries a peer took from this consumer (a lease lost).
+    pub leases_lost: u64,
+    /// Times the stream's group was found gone and made again.
+    pub group_recreated: u64,
+}
+
 /// Cumulative counts since the consumer was created.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]

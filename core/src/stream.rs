@@ -77,6 +77,8 @@ pub(crate) struct Stream {
     pub(crate) health_at: Option<Instant>,
     /// The last health gathered, for snapshots.
     pub(crate) last_health: Option<GroupHealth>,
+    /// Its part of the consumer's counts.
+    pub(crate) stats: crate::stats::StreamStats,
 }
 
 impl Stream {
@@ -103,6 +105,7 @@ impl Stream {
             retried: Retried::default(),
             health_at: None,
             last_health: None,
+            stats: crate::stats::StreamStats::default(),
         }
     }
 

@@ -122,6 +122,13 @@ fn one_parked_read_serves_every_stream_and_each_entry_is_acked_on_its_own() {
             (acked("a"), acked("b"), acked("c")),
             (vec!["1-0".into()], vec![], vec!["1-0".into(), "2-0".into()])
         );
+        // Each stream's part of the counts.
+        let part = |key: &[u8]| rig.consumer.stream_stats(key).map(|s| (s.new, s.acked));
+        assert_eq!(
+            (part(b"a"), part(b"b"), part(b"c"), part(b"z")),
+            (Some((1, 1)), Some((0, 0)), Some((2, 2)), None)
+        );
+        assert_eq!(rig.consumer.stats().acked, 3);
         // Every stream gets its COUNT: the order does not matter, and stays.
         let read = sent.iter().find(|c| c[0] == "XREADGROUP").expect("a read");
         assert_eq!(read[read.len() - 6..read.len() - 3], ["a", "b", "c"], "{protocol:?}");

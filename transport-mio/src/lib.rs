@@ -43,7 +43,8 @@
 //! [`pelican_tls::Tls`] and pass it to [`Runner::tls`] or [`Driver::tls`].
 //!
 //! Each consumer has its own connection, so one consumer's parked read never delays
-//! another's. A handler that panics under a [`Runner`] does not unwind through it: its
+//! another's; one consumer reads many streams on it (`Config::streams`, one parked read for
+//! all), added and removed while it runs ([`Runner::stream_set`]). A handler that panics under a [`Runner`] does not unwind through it: its
 //! entry stays pending, the consumer stops as for a stop (the acks earned before are
 //! confirmed), and the run returns [`RunError::HandlerPanicked`] naming the entry. (Under
 //! your own loop, [`Driver::drive`] lets a handler's panic unwind to you.)

@@ -23,7 +23,9 @@
 //! (driven by [`smol::block_on`], or by its own thread under any other executor), so
 //! `smol::block_on`, `futures_lite::future::block_on` and an `async_executor::Executor` all
 //! do. Many consumers can run as tasks on one executor; each has its own connection, so
-//! one consumer's parked read never delays another's.
+//! one consumer's parked read never delays another's. One consumer reads many streams on it
+//! (`Config::streams`, one parked read for all), added and removed while it runs
+//! ([`Runner::stream_set`]).
 //!
 //! TLS (`rustls` through `futures-rustls`): build a [`pelican_tls::Tls`] and pass it to
 //! [`Runner::tls`]; certificate and handshake failures end the run with [`RunError::Tls`].

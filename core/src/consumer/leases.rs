@@ -104,18 +104,21 @@ impl Consumer {
             if let Some(i) = self.buffer.iter().position(is) {
                 self.buffer.remove(i);
                 self.stats.leases_lost += 1;
+                self.streams[s as usize].stats.leases_lost += 1;
                 self.notices.push_back(Notice::LeaseLost { id, in_hand: false });
             } else if let Some(h) = self.in_hand.iter_mut().find(holds) {
                 h.read_at = None;
                 self.stats.leases_lost += 1;
+                self.streams[s as usize].stats.leases_lost += 1;
                 self.notices.push_back(Notice::LeaseLost { id, in_hand: true });
             }
         }
         self.lease_floor = self.oldest_read();
     }
 
-    pub(super) fn lost(&mut self, id: Bytes, in_hand: bool) {
+    pub(super) fn lost(&mut self, s: u32, id: Bytes, in_hand: bool) {
         self.stats.leases_lost += 1;
+        self.streams[s as usize].stats.leases_lost += 1;
         self.notices.push_back(Notice::LeaseLost { id, in_hand });
     }
 }

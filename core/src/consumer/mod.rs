@@ -519,6 +519,11 @@ impl Consumer {
         self.streams.iter().filter(|s| s.active).map(|s| &s.key)
     }
 
+    /// `key`'s part of the counts ([`Stats`] are the totals), if it is (or was) read.
+    pub fn stream_stats(&self, key: &[u8]) -> Option<&crate::stats::StreamStats> {
+        self.index.get(key).map(|&s| &self.streams[s as usize].stats)
+    }
+
     /// Reads `key` too, on the same connection: from the next read on (at once if parked:
     /// the parked read is not cut short, the stream joins within a beat), after draining its
     /// own pending entries, with its group created first where [`Config::create_group`] says
@@ -826,6 +831,7 @@ impl Consumer {
             }
             Verdict::Retry => {
                 self.stats.retried += 1;
+                self.streams[s].stats.retried += 1;
                 let stream = &mut self.streams[s];
                 stream.retried.note(self.held.to_bytes(hand.id));
                 if self.dialect.release {
@@ -1004,10 +1010,15 @@ impl Consumer {
         }
         let Buffered { mut entry, read_at, key, .. } =
             if i == 0 { self.buffer.pop_front()? } else { self.buffer.remove(i)? };
+        let stream = &mut self.streams[entry.stream as usize].stats;
         match entry.source {
-            Source::Pending => self.stats.drained += 1,
-            Source::Claimed => self.stats.claimed += 1,
-            Source::New => self.stats.new += 1,
+            Source::Pending => {
+                (self.stats.drained, stream.drained) = (self.stats.drained + 1, stream.drained + 1)
+            }
+            Source::Claimed => {
+                (self.stats.claimed, stream.claimed) = (self.stats.claimed + 1, stream.claimed + 1)
+            }
+            Source::New => (self.stats.new, stream.new) = (self.stats.new + 1, stream.new + 1),
         }
         if let Some(key) = key {
             self.keys_in_hand.insert(key);

@@ -150,6 +150,8 @@ impl Consumer {
                 commit::Outcome::Committed => {
                     self.stats.committed += 1;
                     self.stats.acked += 1;
+                    let stream = &mut self.streams[s as usize].stats;
+                    (stream.committed, stream.acked) = (stream.committed + 1, stream.acked + 1);
                     delete.push(&id);
                 }
                 commit::Outcome::Settled => {

@@ -491,7 +491,7 @@ impl Consumer {
         for entry in entries {
             if entry.deliveries == 0 {
                 // No longer ours (acked or taken since the read): not handed out.
-                self.lost(entry.id_bytes(), false);
+                self.lost(s, entry.id_bytes(), false);
             } else if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                 let reason = DeadLetterReason::MaxDeliveries;
                 let job = Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason };

@@ -198,6 +198,7 @@ impl Consumer {
                 let stream = &mut self.streams[s as usize];
                 if stream.group_made {
                     self.stats.group_recreated += 1;
+                    stream.stats.group_recreated += 1;
                     let start = self.config.create_group.clone().unwrap_or_default();
                     let last_read = stream.last_read.clone();
                     self.notices.push_back(Notice::GroupRecreated { start, last_read });
@@ -206,13 +207,14 @@ impl Consumer {
             }
             Sent::Discard(_) => {}
             Sent::Release { .. } => self.stats.released += reply::count(value).map_err(shape)?,
-            Sent::Ack(_, mut acks) => {
+            Sent::Ack(s, mut acks) => {
                 let n = match self.deletes_acked() {
                     true => reply::acked_deleted(value),
                     false => reply::count(value),
                 }
                 .map_err(shape)?;
                 self.stats.acked += n;
+                self.streams[s as usize].stats.acked += n;
                 // 0 for an id means it was no longer pending: a peer reclaimed and acked it
                 // first if one could have, else the server forgot it. A signal, not an error.
                 let uncounted = (acks.len() as u64).saturating_sub(n);
@@ -252,14 +254,15 @@ impl Consumer {
                 *self.left.0.get_or_insert(0) += holding;
                 self.tell_left();
             }
-            Sent::DeadLetter(_, job) => match reply::int(value).map_err(shape)? {
+            Sent::DeadLetter(s, job) => match reply::int(value).map_err(shape)? {
                 1 => {
                     self.stats.dead_lettered += 1;
+                    self.streams[s as usize].stats.dead_lettered += 1;
                     let Job { id, deliveries, reason } = job;
                     self.notices.push_back(Notice::DeadLettered { id, deliveries, reason });
                 }
                 -1 => self.stats.deleted_seen += 1,
-                _ => self.lost(job.id, false),
+                _ => self.lost(s, job.id, false),
             },
             Sent::FindTooLarge(_) => {
                 let pending = reply::pending_counts(value).map_err(shape)?;
