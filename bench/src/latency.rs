@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use pelican::{Config, Entry, Verdict};
 use pelican_tests::admin::Admin;
 
+use crate::measure::produce;
+
 const STREAM: &str = "latency";
 const GROUP: &str = "g";
 
@@ -78,7 +80,9 @@ pub fn run(admin: &mut Admin, addr: SocketAddr, rate: u32, seconds: u64, ns: &[u
             thread::spawn(move || consume(w, addr, total, &seen))
         };
         thread::sleep(Duration::from_millis(500)); // connected and parked
-        produce(admin, rate, seconds, seen.origin);
+        let origin = seen.origin;
+        let keys = [STREAM.to_string()];
+        produce(admin, &keys, rate, rate as u64 * seconds, || origin.elapsed().as_micros().to_string())?;
         consumer.join().map_err(|_| "the consumer panicked".to_string())??;
         let mut micros = std::mem::take(&mut *seen.micros.lock().unwrap());
         if micros.len() != total {
@@ -95,28 +99,6 @@ pub fn run(admin: &mut Admin, addr: SocketAddr, rate: u32, seconds: u64, ns: &[u
         );
     }
     Ok(())
-}
-
-/// Adds `rate` entries a second for `seconds`, each stamped (`t`: µs since `origin`) as it is
-/// sent, in small pipelines every millisecond so that the pace stays even.
-fn produce(admin: &mut Admin, rate: u32, seconds: u64, origin: Instant) {
-    let total = rate as u64 * seconds;
-    let started = Instant::now();
-    let mut sent = 0u64;
-    while sent < total {
-        let due = ((started.elapsed().as_secs_f64() * f64::from(rate)) as u64).min(total);
-        if due > sent {
-            let batch: Vec<Vec<String>> = (sent..due)
-                .map(|_| {
-                    let stamp = origin.elapsed().as_micros().to_string();
-                    ["XADD", STREAM, "*", "t", &stamp].map(String::from).to_vec()
-                })
-                .collect();
-            admin.pipeline(&batch);
-            sent = due;
-        }
-        thread::sleep(Duration::from_micros(200));
-    }
 }
 
 fn consume(who: Who, addr: SocketAddr, total: usize, seen: &Seen) -> Result<(), String> {

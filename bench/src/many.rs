@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 
 use pelican::{Config, Entry, Verdict};
 use pelican_mio::Runner;
-use pelican_tests::admin::{Admin, Reply};
+use pelican_tests::admin::Admin;
 use pelican_tests::server::{Flavor, Server};
 
-use crate::measure::{process_cpu, server_cpu, thread_cpu};
+use crate::measure::{process_cpu, produce, server_cpu, thread_cpu};
 
 const GROUP: &str = "g";
 /// From the consumer's start to the idle measurement.
@@ -152,7 +152,7 @@ fn measure(flavor: Flavor, streams: usize, rate: u32, seconds: u64) -> Result<Ro
     thread::sleep(SETTLE);
     let (idle, connections, idle_mix) = idle_cost(&mut admin)?;
     let (calls, cpu, loaded) = (command_stats(&mut admin), server_cpu(&mut admin), Instant::now());
-    produce(&mut admin, &keys, rate, total, origin)?;
+    produce(&mut admin, &keys, rate, total, || origin.elapsed().as_nanos().to_string())?;
     let waited = Instant::now();
     while handled.load(Ordering::Relaxed) < total && waited.elapsed() < DRAIN && !consumer.is_finished() {
         thread::sleep(Duration::from_millis(1));
@@ -313,29 +313,4 @@ fn info_int(admin: &mut Admin, section: &str, field: &str) -> Result<i64, String
         .as_deref()
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("INFO {section}: {field} is {value:?}"))
-}
-
-/// Adds `total` entries at `rate` a second, round-robin over `keys`, each stamped (`t`: ns
-/// since `origin`) as it is sent, in a small pipeline every millisecond.
-fn produce(admin: &mut Admin, keys: &[String], rate: u32, total: u64, origin: Instant) -> Result<(), String> {
-    let started = Instant::now();
-    let mut sent = 0u64;
-    while sent < total {
-        let due = ((started.elapsed().as_secs_f64() * f64::from(rate)) as u64).min(total);
-        if due > sent {
-            let batch: Vec<Vec<String>> = (sent..due)
-                .map(|i| {
-                    let key = &keys[(i % keys.len() as u64) as usize];
-                    let stamp = origin.elapsed().as_nanos().to_string();
-                    vec!["XADD".into(), key.clone(), "*".into(), "t".into(), stamp]
-                })
-                .collect();
-            if let Some(e) = admin.pipeline(&batch).into_iter().find(Reply::is_error) {
-                return Err(format!("XADD: {e:?}"));
-            }
-            sent = due;
-        }
-        thread::sleep(Duration::from_millis(1));
-    }
-    Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use pelican_tests::admin::Admin;
+use pelican_tests::admin::{Admin, Reply};
 
 /// CPU time the calling thread has used so far (`/proc/thread-self/schedstat`, in ns), if the
 /// kernel reports it.
@@ -59,6 +59,36 @@ pub fn median_range(values: &mut [f64]) -> (f64, f64, f64) {
     let n = values.len();
     let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
     (median, values[0], values[n - 1])
+}
+
+/// Adds `total` entries at `rate` a second, round-robin over `keys`, each stamped (field `t`,
+/// `stamp()` as it is sent), in small pipelines every 200 µs so that the pace stays even.
+pub fn produce(
+    admin: &mut Admin,
+    keys: &[String],
+    rate: u32,
+    total: u64,
+    stamp: impl Fn() -> String,
+) -> Result<(), String> {
+    let started = Instant::now();
+    let mut sent = 0u64;
+    while sent < total {
+        let due = ((started.elapsed().as_secs_f64() * f64::from(rate)) as u64).min(total);
+        if due > sent {
+            let batch: Vec<Vec<String>> = (sent..due)
+                .map(|i| {
+                    let key = &keys[(i % keys.len() as u64) as usize];
+                    vec!["XADD".into(), key.clone(), "*".into(), "t".into(), stamp()]
+                })
+                .collect();
+            if let Some(e) = admin.pipeline(&batch).into_iter().find(Reply::is_error) {
+                return Err(format!("XADD: {e:?}"));
+            }
+            sent = due;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -136,3 +136,4 @@ pub use leave::LEAVE_SCRIPT;
 pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, Snapshot, Stats, StreamStats};
+pub use stream::StreamChange;

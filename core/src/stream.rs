@@ -20,6 +20,16 @@ pub(crate) const DRAIN_START: &[u8] = b"0";
 /// Where a reclaim sweep starts (and `XAUTOCLAIM` says it ended).
 pub(crate) const CURSOR_START: &[u8] = b"0-0";
 
+/// A change to a running consumer's streams ([`Consumer::change_streams`](crate::Consumer::change_streams)),
+/// as a driver queues them from other threads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamChange {
+    /// Read this stream too ([`Consumer::add_stream`](crate::Consumer::add_stream)).
+    Add(Bytes),
+    /// Read this stream no more ([`Consumer::remove_stream`](crate::Consumer::remove_stream)).
+    Remove(Bytes),
+}
+
 /// The read a stream needs before it joins the parked read.
 #[derive(Debug)]
 pub(crate) enum Next {

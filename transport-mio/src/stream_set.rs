@@ -4,21 +4,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
-use pelican::Consumer;
+use pelican::{Consumer, StreamChange};
 
 use crate::stop::StopHandle;
-
-/// A change asked of the streams.
-#[derive(Debug)]
-enum Change {
-    Add(Bytes),
-    Remove(Bytes),
-}
 
 /// The changes asked and not yet made, passed on by the runner's thread at each drive.
 #[derive(Debug, Default)]
 pub(crate) struct Changes {
-    asked: Mutex<Vec<Change>>,
+    asked: Mutex<Vec<StreamChange>>,
     /// Something is asked: the drive looks at the lock only then.
     pending: AtomicBool,
 }
@@ -36,15 +29,10 @@ impl Changes {
     fn apply_asked(&self, consumer: &mut Consumer) {
         self.pending.store(false, Ordering::Release);
         let asked = std::mem::take(&mut *self.asked.lock().unwrap_or_else(PoisonError::into_inner));
-        for change in asked {
-            match change {
-                Change::Add(key) => consumer.add_stream(key),
-                Change::Remove(key) => consumer.remove_stream(&key),
-            };
-        }
+        consumer.change_streams(asked);
     }
 
-    fn ask(&self, change: Change) {
+    fn ask(&self, change: StreamChange) {
         self.asked.lock().unwrap_or_else(PoisonError::into_inner).push(change);
         self.pending.store(true, Ordering::Release);
     }
@@ -68,13 +56,13 @@ impl StreamSet {
 
     /// Reads `key` too (nothing if it is read already).
     pub fn add(&self, key: impl Into<Bytes>) {
-        self.changes.ask(Change::Add(key.into()));
+        self.changes.ask(StreamChange::Add(key.into()));
         self.wake.wake();
     }
 
     /// Reads `key` no more (nothing if it is not read).
     pub fn remove(&self, key: impl Into<Bytes>) {
-        self.changes.ask(Change::Remove(key.into()));
+        self.changes.ask(StreamChange::Remove(key.into()));
         self.wake.wake();
     }
 }

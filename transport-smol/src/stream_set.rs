@@ -5,19 +5,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use event_listener::Event;
-use pelican::Consumer;
-
-/// A change asked of the streams.
-#[derive(Debug)]
-enum Change {
-    Add(Bytes),
-    Remove(Bytes),
-}
+use pelican::{Consumer, StreamChange};
 
 /// The changes asked and not yet made, passed on by the runner at its next turn.
 #[derive(Debug, Default)]
 pub(crate) struct Changes {
-    asked: Mutex<Vec<Change>>,
+    asked: Mutex<Vec<StreamChange>>,
     /// Something is asked: the runner looks at the lock only then.
     pending: AtomicBool,
     /// Wakes the runner's wait.
@@ -31,12 +24,7 @@ impl Changes {
         if self.pending.load(Ordering::Acquire) {
             self.pending.store(false, Ordering::Release);
             let asked = std::mem::take(&mut *self.asked.lock().unwrap_or_else(PoisonError::into_inner));
-            for change in asked {
-                match change {
-                    Change::Add(key) => consumer.add_stream(key),
-                    Change::Remove(key) => consumer.remove_stream(&key),
-                };
-            }
+            consumer.change_streams(asked);
         }
     }
 
@@ -54,7 +42,7 @@ impl Changes {
         }
     }
 
-    fn ask(&self, change: Change) {
+    fn ask(&self, change: StreamChange) {
         self.asked.lock().unwrap_or_else(PoisonError::into_inner).push(change);
         self.pending.store(true, Ordering::Release);
         self.woken.notify(usize::MAX);
@@ -78,11 +66,11 @@ impl StreamSet {
 
     /// Reads `key` too (nothing if it is read already).
     pub fn add(&self, key: impl Into<Bytes>) {
-        self.changes.ask(Change::Add(key.into()));
+        self.changes.ask(StreamChange::Add(key.into()));
     }
 
     /// Reads `key` no more (nothing if it is not read).
     pub fn remove(&self, key: impl Into<Bytes>) {
-        self.changes.ask(Change::Remove(key.into()));
+        self.changes.ask(StreamChange::Remove(key.into()));
     }
 }

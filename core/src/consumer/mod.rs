@@ -519,6 +519,17 @@ impl Consumer {
         self.streams.iter().filter(|s| s.active).map(|s| &s.key)
     }
 
+    /// Makes these changes in order ([`add_stream`](Self::add_stream),
+    /// [`remove_stream`](Self::remove_stream)).
+    pub fn change_streams(&mut self, changes: impl IntoIterator<Item = crate::StreamChange>) {
+        for change in changes {
+            match change {
+                crate::StreamChange::Add(key) => self.add_stream(key),
+                crate::StreamChange::Remove(key) => self.remove_stream(&key),
+            };
+        }
+    }
+
     /// `key`'s part of the counts ([`Stats`] are the totals), if it is (or was) read.
     pub fn stream_stats(&self, key: &[u8]) -> Option<&crate::stats::StreamStats> {
         self.index.get(key).map(|&s| &self.streams[s as usize].stats)

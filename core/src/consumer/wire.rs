@@ -53,15 +53,7 @@ impl Consumer {
                 let start = self.streams[*stream as usize].counts_from();
                 let (s, count) = (*stream, *count);
                 self.track(sent, now);
-                commands::counts(
-                    &mut self.out,
-                    &self.config,
-                    &self.streams[s as usize].key,
-                    &start,
-                    b"+",
-                    count,
-                );
-                self.track(Sent::Counts { stream: s, count }, now);
+                self.send_counts(s, &start, b"+", count, now);
                 return;
             }
             Sent::Claim { stream, count } => {
