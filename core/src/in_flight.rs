@@ -90,6 +90,14 @@ pub(crate) enum Sent {
     },
     /// Leaving the group of a stream at the end of a clean stop ([`crate::leave`]).
     Leave(u32),
+    /// `XPENDING key group - + count consumer` on the connection a stop opened after it cut a
+    /// parked read short: what this consumer holds, to give back what the server delivered
+    /// since `since` (when the read cut short was sent), which was never handed out.
+    Held {
+        stream: u32,
+        count: u32,
+        since: Instant,
+    },
 }
 
 /// The three commands that ask after the group's health, pipelined in this order.
@@ -112,7 +120,7 @@ impl Sent {
             Sent::ReadPending { .. } => Command::ReadPending,
             Sent::Claim { .. } => Command::Claim,
             Sent::ReadNew { .. } => Command::ReadNew,
-            Sent::Counts { .. } | Sent::FindTooLarge(_) => Command::Counts,
+            Sent::Counts { .. } | Sent::FindTooLarge(_) | Sent::Held { .. } => Command::Counts,
             Sent::Lease(..) | Sent::GiveBack => Command::Lease,
             Sent::Release { .. } => Command::Release,
             Sent::DeadLetter(..) => Command::DeadLetter,
@@ -169,6 +177,7 @@ impl Sent {
             | Sent::Commit(s, _)
             | Sent::FindTooLarge(s)
             | Sent::Health(s, _)
+            | Sent::Held { stream: s, .. }
             | Sent::Leave(s) => Some(*s),
             _ => None,
         }
@@ -189,6 +198,7 @@ impl Sent {
                 | Sent::Claim { .. }
                 | Sent::ReadNew { block: None, .. }
                 | Sent::Counts { .. }
+                | Sent::Held { .. }
                 | Sent::Leave(_)
         )
     }
@@ -307,6 +317,12 @@ impl Pipeline {
     /// Whether a parked read is in flight.
     pub(crate) fn parked(&self) -> bool {
         self.tally.parked > 0
+    }
+
+    /// When the parked read in flight, if any, was written.
+    pub(crate) fn parked_since(&self) -> Option<Instant> {
+        let parked = |c: &&InFlight| matches!(c.sent, Sent::ReadNew { block: Some(_), .. });
+        self.commands.iter().find(parked).map(|c| c.sent_at)
     }
 
     /// Whether lease renewals are in flight.

@@ -27,9 +27,19 @@ pub(crate) fn count(value: Value) -> Result<u64> {
     }
 }
 
+/// One entry of the extended `XPENDING`'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pending {
+    pub(crate) id: Bytes,
+    /// Since its last delivery, by the server's clock (`-1` on Redis 8.8+ once released:
+    /// read as 0).
+    pub(crate) idle_ms: u64,
+    pub(crate) deliveries: u64,
+}
+
 /// `XPENDING key group start end count [consumer]` (the extended form): `[id, owner,
-/// idle_ms, deliveries]` per entry; the ids and their delivery counts, in order.
-pub(crate) fn pending_counts(value: Value) -> Result<Vec<(Bytes, u64)>> {
+/// idle_ms, deliveries]` per entry, in order.
+pub(crate) fn pending(value: Value) -> Result<Vec<Pending>> {
     let Value::Array(items) = value else { return Err(ShapeError("XPENDING: not an array")) };
     items
         .into_iter()
@@ -39,13 +49,20 @@ pub(crate) fn pending_counts(value: Value) -> Result<Vec<(Bytes, u64)>> {
             };
             let mut it = fields.into_iter();
             match (it.next(), it.next(), it.next(), it.next(), it.next()) {
-                (Some(Value::Str(id)), Some(_owner), Some(_idle), Some(Value::Int(n)), None) if n >= 0 => {
-                    Ok((id, n as u64))
+                (Some(Value::Str(id)), Some(_owner), Some(Value::Int(idle)), Some(Value::Int(n)), None)
+                    if n >= 0 =>
+                {
+                    Ok(Pending { id, idle_ms: idle.max(0) as u64, deliveries: n as u64 })
                 }
                 _ => Err(ShapeError("XPENDING: an entry is not [id, owner, idle, count]")),
             }
         })
         .collect()
+}
+
+/// [`pending`]: the ids and their delivery counts, in order.
+pub(crate) fn pending_counts(value: Value) -> Result<Vec<(Bytes, u64)>> {
+    Ok(pending(value)?.into_iter().map(|p| (p.id, p.deliveries)).collect())
 }
 
 /// `XCLAIM … JUSTID`: the ids claimed, in the order asked.

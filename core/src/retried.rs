@@ -36,6 +36,11 @@ impl Retried {
         self.ids.insert(id, self.noted);
     }
 
+    /// Whether `id` was given `Retry` by this consumer lately (and is remembered still).
+    pub fn contains(&self, id: &[u8]) -> bool {
+        self.ids.contains_key(id)
+    }
+
     /// Whether `id` was given `Retry` by this consumer (then forgotten: it is back).
     pub fn take(&mut self, id: &[u8]) -> bool {
         // Left in `order`: its place goes when its turn comes, a no-op then.

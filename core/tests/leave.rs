@@ -1,8 +1,9 @@
 //! Leaving the group at a clean stop ([`Config::leave_on_stop`], on by default): after the
 //! last ack is confirmed, one `EVAL` of [`LEAVE_SCRIPT`] deletes the consumer if it holds
-//! nothing; a stop that finds the consumer parked leaves on a new connection rather than
-//! waiting out the blocked read. Never on an abandon, a stop without a connection, or with
-//! twins allowed.
+//! nothing; a stop that finds the consumer parked cuts the read short (drops its connection)
+//! rather than waiting it out, gives back on a new connection what that read may have
+//! brought (delivered after it was sent, never handed out), then leaves. Never on an abandon,
+//! a stop without a connection, or with twins allowed.
 
 mod support;
 
@@ -26,6 +27,24 @@ fn leave() -> Vec<String> {
 
 fn park() -> Vec<String> {
     cmd("XREADGROUP GROUP g A COUNT 10 BLOCK 2000 STREAMS s >")
+}
+
+/// What the consumer holds, asked on the stop's new connection after a parked read was cut.
+fn held() -> Vec<String> {
+    cmd("XPENDING s g - + 1000 A")
+}
+
+/// Stopped while parked: the read is cut, and the stop's new connection asks what is held.
+fn cut(rig: &mut Rig) -> Vec<Vec<String>> {
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert!(rig.consumer.wants_connection(), "the parked connection is dropped");
+    assert!(rig.consumer.connect_due(rig.now), "at once");
+    let handshake = rig.start();
+    rig.fresh = false; // no `Connected` for this connection: it is the stop's
+    assert!(!handshake.iter().any(|c| c[0] == "XREADGROUP" || c[0] == "XAUTOCLAIM"), "{handshake:?}");
+    assert_eq!(handshake.last(), Some(&held()), "{handshake:?}");
+    handshake
 }
 
 /// Connected, drained (empty), reclaimed (nothing), parked.
@@ -66,14 +85,9 @@ fn a_stop_leaves_once_its_acks_are_confirmed_and_tells_what_it_holds() {
 fn a_stop_found_parked_leaves_on_a_new_connection() {
     each(|flavor, protocol| {
         let mut rig = parked(config(protocol), flavor);
-        rig.consumer.stop();
-        assert_eq!(rig.consumer.poll_event(), None);
-        assert!(rig.consumer.wants_connection(), "the parked connection is dropped");
-        assert!(rig.consumer.connect_due(rig.now), "at once");
-        let handshake = rig.start();
-        rig.fresh = false; // no `Connected` for this connection: it is the stop's
-        assert!(!handshake.iter().any(|c| c[0] == "XREADGROUP" || c[0] == "XAUTOCLAIM"), "{handshake:?}");
-        assert_eq!(handshake.last(), Some(&leave()), "{handshake:?}");
+        cut(&mut rig);
+        rig.reply("pending_counts_empty").unwrap();
+        assert_eq!(rig.sent(), [leave()], "the cut read brought nothing");
         rig.raw(b":0\r\n").unwrap();
         assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(Notice::Left { holding: 0 })));
         assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
@@ -81,12 +95,48 @@ fn a_stop_found_parked_leaves_on_a_new_connection() {
     });
 }
 
+/// The server answered the parked read just before the stop dropped its connection: the
+/// entries it delivered are this consumer's, never handed out. Given back, their counts taken
+/// back and their idle time `min_idle`, so that a peer's next reclaim takes them at once —
+/// released where the server can (Redis 8.8+).
+#[test]
+fn a_stop_found_parked_gives_back_what_the_cut_read_brought() {
+    each(|flavor, protocol| {
+        let mut rig = parked(config(protocol), flavor);
+        cut(&mut rig);
+        rig.advance(Duration::from_millis(40));
+        // `[[1-0, A, 0, 2], [2-0, A, 0, 2]]`: delivered since the read was written.
+        rig.reply("pending_counts_page").unwrap();
+        let min_idle = rig.consumer.config().min_idle.as_millis().to_string();
+        assert_eq!(
+            rig.sent(),
+            [cmd(&format!("XCLAIM s g A 0 1-0 2-0 JUSTID RETRYCOUNT 1 IDLE {min_idle}"))],
+            "given back, and no leave before the answer"
+        );
+        rig.reply("lease_all").unwrap();
+        assert_eq!(rig.sent(), [leave()]);
+        rig.raw(b":2\r\n").unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(Notice::Left { holding: 2 })));
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    });
+}
+
+/// Entries held from before the read was written (given `Retry`, left pending) are not the
+/// cut read's: they stay as they are.
+#[test]
+fn what_was_held_before_the_cut_read_stays() {
+    let mut rig = parked(config(Protocol::Resp2), "redis-7.0");
+    rig.advance(Duration::from_millis(500));
+    cut(&mut rig);
+    rig.raw(b"*1\r\n*4\r\n$3\r\n1-0\r\n$1\r\nA\r\n:900\r\n:1\r\n").unwrap();
+    assert_eq!(rig.sent(), [leave()], "idle 900 ms: delivered before the read went out 500 ms ago");
+}
+
 #[test]
 fn a_refused_leave_is_told_and_the_stop_ends() {
     let mut rig = parked(config(Protocol::Resp2), "redis-7.0");
-    rig.consumer.stop();
-    rig.start();
-    rig.fresh = false;
+    cut(&mut rig);
+    rig.reply("pending_counts_empty").unwrap();
     rig.raw(b"-NOPERM User app has no permissions to run the 'eval' command\r\n").unwrap();
     match rig.consumer.poll_event() {
         Some(Event::Notice(Notice::Refused { feature, reason })) => {
@@ -102,8 +152,7 @@ fn a_refused_leave_is_told_and_the_stop_ends() {
 #[test]
 fn a_lost_connection_before_the_answer_ends_the_stop_without_a_retry() {
     let mut rig = parked(config(Protocol::Resp3), "valkey-8.1");
-    rig.consumer.stop();
-    rig.start();
+    cut(&mut rig);
     rig.consumer.on_disconnected(rig.now);
     assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
     assert!(!rig.consumer.wants_connection());
@@ -111,15 +160,18 @@ fn a_lost_connection_before_the_answer_ends_the_stop_without_a_retry() {
 
 #[test]
 fn no_leave_when_it_is_not_asked_for() {
-    let stops_at_once = |config: Config| {
-        let mut rig = parked(config, "redis-6.2");
-        rig.consumer.stop();
-        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
-        assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
-    };
-    stops_at_once(config(Protocol::Resp2).leave_on_stop(false));
-    // A twin may still be at work under the name.
-    stops_at_once(config(Protocol::Resp2).allow_twins());
+    // What the cut read brought is given back all the same.
+    let mut rig = parked(config(Protocol::Resp2).leave_on_stop(false), "redis-6.2");
+    cut(&mut rig);
+    rig.reply("pending_counts_empty").unwrap();
+    assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    // A twin may still be at work under the name: what was delivered lately may be in its
+    // hand. The stop ends at once.
+    let mut rig = parked(config(Protocol::Resp2).allow_twins(), "redis-6.2");
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    assert_eq!(rig.sent(), Vec::<Vec<String>>::new());
 }
 
 #[test]

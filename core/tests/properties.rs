@@ -109,8 +109,9 @@ impl Server {
                 for n in ns {
                     out.extend_from_slice(b"*4\r\n");
                     bulk(&mut out, Self::id(n).as_bytes());
+                    let idle = self.touched.get(&n).map_or(0, |at| self.now.saturating_duration_since(*at).as_millis());
                     out.extend_from_slice(
-                        format!("$1\r\nc\r\n:0\r\n:{}\r\n", self.deliveries[&n]).as_bytes(),
+                        format!("$1\r\nc\r\n:{idle}\r\n:{}\r\n", self.deliveries[&n]).as_bytes(),
                     );
                 }
                 out
@@ -127,8 +128,12 @@ impl Server {
                         ["JUSTID"] => {
                             self.touched.insert(Self::parse(id), self.now);
                         }
-                        ["JUSTID", "RETRYCOUNT", n, "IDLE", _] => {
+                        ["JUSTID", "RETRYCOUNT", n, "IDLE", idle] => {
                             self.deliveries.insert(Self::parse(id), n.parse().unwrap());
+                            let idle = Duration::from_millis(idle.parse().unwrap());
+                            if let Some(at) = self.now.checked_sub(idle) {
+                                self.touched.insert(Self::parse(id), at);
+                            }
                         }
                         other => panic!("XCLAIM options {other:?}"),
                     }

@@ -327,3 +327,24 @@ fn entries_buffered_behind_a_key_whose_lease_was_lost_are_still_renewed() {
     rig.settle_id(b"1-0", Verdict::Ack);
     assert_eq!(ids(&rig.handle_all(Verdict::Ack)), ["2-0", "3-0"]);
 }
+
+/// A stop that cuts a parked read short releases what the read may have brought, on the
+/// stop's new connection: `XNACK … SILENT`, the read's count taken back (leave.rs has the
+/// same story on the servers without `XNACK`).
+#[test]
+fn a_stop_found_parked_releases_what_the_cut_read_brought() {
+    let mut rig = parked(config(Protocol::Resp3));
+    rig.consumer.stop();
+    assert!(rig.consumer.connect_due(rig.now), "the parked connection is dropped");
+    rig.connect();
+    assert_eq!(rig.sent(), [cmd("HELLO 3")]);
+    rig.consumer.handle_input(&rig.fixture("hello"), rig.now).unwrap();
+    rig.fresh = false; // no `Connected` for this connection: it is the stop's
+    assert_eq!(rig.sent(), [cmd("XPENDING s g - + 1000 A")]);
+    // `[[1-0, A, 0, 2], [2-0, A, 0, 2]]`: delivered since the read was written.
+    rig.reply("pending_counts_page").unwrap();
+    assert_eq!(rig.sent(), [cmd("XNACK s g SILENT IDS 2 1-0 2-0")], "released, the read's count taken back");
+    rig.reply("xnack_silent").unwrap();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    assert_eq!(rig.consumer.stats().released, 1, "as the server counted");
+}

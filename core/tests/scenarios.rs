@@ -432,15 +432,28 @@ fn stop_while_disconnected_with_acks_owed_reconnects_to_confirm_them() {
     assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
 }
 
+/// Stopped while parked: the read is cut short (its connection dropped, not waited out),
+/// and a new connection asks what this consumer holds, to give back what the cut read may
+/// have brought (leave.rs has the give-back), then the stop ends.
+fn stop_parked(rig: &mut Rig) {
+    rig.consumer.stop();
+    assert_eq!(rig.consumer.poll_event(), None);
+    assert!(rig.consumer.connect_due(rig.now), "the parked connection is dropped");
+    let parting = rig.start();
+    rig.fresh = false; // no `Connected` for this connection: it is the stop's
+    assert_eq!(parting.last(), Some(&cmd("XPENDING s g - + 1000 A")), "{parting:?}");
+    rig.reply("pending_counts_empty").unwrap();
+    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+}
+
 #[test]
 fn stop_while_parked_stops_at_once() {
     each(|flavor, protocol| {
         let mut rig = parked(flavor, protocol);
-        rig.consumer.stop();
-        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+        stop_parked(&mut rig);
         assert_eq!(rig.consumer.poll_transmit(), None);
         assert_eq!(rig.consumer.poll_timeout(), None);
-        // A late reply to the parked read is ignored.
+        // A late reply is ignored.
         rig.reply("read_new").unwrap();
         assert_eq!(rig.consumer.poll_event(), None);
     });
@@ -528,8 +541,7 @@ fn abandon_finishes_a_half_written_command_before_its_parting_write() {
 #[test]
 fn abandon_after_stopped_changes_nothing() {
     let mut rig = parked("valkey-8.1", Protocol::Resp3);
-    rig.consumer.stop();
-    assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+    stop_parked(&mut rig);
     rig.consumer.abandon();
     assert_eq!(rig.consumer.poll_event(), None);
     assert_eq!(rig.consumer.stats().abandoned_acks, 0);

@@ -26,6 +26,7 @@ pub mod handlers;
 pub mod in_hand;
 pub mod many_streams;
 pub mod redis8;
+pub mod stops;
 pub mod tls;
 pub use cluster::*;
 pub use commit::*;
@@ -34,6 +35,7 @@ pub use handlers::*;
 pub use in_hand::*;
 pub use many_streams::*;
 pub use redis8::*;
+pub use stops::*;
 pub use tls::*;
 
 /// The application's handler, as the suite hands it to a transport.
@@ -807,7 +809,8 @@ macro_rules! conformance_suite {
             retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request,
             commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting,
             many_streams_one_connection, many_streams_crash_restart, many_streams_one_group_gone,
-            many_streams_one_deleted_and_made_again, many_streams_added_and_removed);
+            many_streams_one_deleted_and_made_again, many_streams_added_and_removed,
+            stops_under_load_strand_nothing);
         $crate::conformance_suite!(@plain $t; commit_cut_after_write);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,

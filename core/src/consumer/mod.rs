@@ -224,8 +224,13 @@ pub struct Consumer {
     /// Whether a clean stop still has to leave the groups ([`Config::leave_on_stop`]): set
     /// once the leaves are sent.
     leave_due: bool,
-    /// The stop dropped a parked connection to leave the group on a new one.
+    /// The stop dropped a parked connection to part on a new one (see `cut`).
     leaving_link: bool,
+    /// A stop cut a parked read short, dropping its connection (the server may have answered
+    /// it already, delivering entries that never arrive): when that read was written. On the
+    /// stop's new connection, what this consumer holds that was delivered since is given
+    /// back before it leaves.
+    cut: Option<Instant>,
     /// Dead-letter moves or give-backs were queued since the last flush (a walk of every
     /// stream is then worth it; not at every turn).
     moves_owed: bool,
@@ -334,6 +339,7 @@ impl Consumer {
         let mut consumer = Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
+            cut: None,
             left: (None, None),
             moves_owed: false,
             releasing: false,
@@ -893,10 +899,18 @@ impl Consumer {
     /// confirmed, then [`Event::Stopped`] comes out. Entries read but not handed out are given
     /// back, for a peer's next reclaim (if connected: a stop does not wait for a connection
     /// for that). Then, holding nothing, it leaves the group
-    /// ([`Config::leave_on_stop`]). Parked with nothing owed, it stops at once — or, to
-    /// leave the group, drops the parked connection (which the server holds for up to a
-    /// beat) and leaves on a new one: [`wants_connection`](Self::wants_connection) turns
-    /// true; close the connection and connect again.
+    /// ([`Config::leave_on_stop`]).
+    ///
+    /// Parked with nothing owed, it cuts the parked read short rather than wait up to a beat
+    /// for it: [`wants_connection`](Self::wants_connection) turns true — close the
+    /// connection and connect again. The server may have answered that read already, its
+    /// entries delivered to this consumer and lost with the connection; so on the new one
+    /// the consumer asks what it holds (`XPENDING … consumer`) and gives back what was
+    /// delivered after that read went out — released on Redis 8.8+, elsewhere its delivery
+    /// count taken back and its idle time set to `min_idle`, for any consumer's next reclaim
+    /// to take at once — then leaves. Nothing the server handed to it waits for `min_idle`
+    /// under its name. (With [`Config::allow_twins`] the name's recent deliveries may be a
+    /// twin's in hand: the stop ends at once, as before.)
     pub fn stop(&mut self) {
         if self.stop == Stop::Running && self.is_live() {
             self.stop = Stop::Stopping;
@@ -1143,7 +1157,7 @@ impl Consumer {
                     stream.releases.come_due(&self.config, now, true);
                 }
                 self.flush_releases(now);
-                self.leave_group(now);
+                self.part(now);
             }
             self.finish_stop_if_clear();
             return;
@@ -1247,10 +1261,11 @@ impl Consumer {
         }
         // Reads already answering at once are waited for too, so that what they bring has
         // its delivery count given back; a parked read is not (it may take a beat).
-        // A stop on its way to a failure does not leave the group (see `leave_group`).
-        let leaving =
-            self.leave_due && self.failing.is_none() && (self.link == Link::Up || self.leaving_link);
-        let owed = self.owes() || leaving;
+        // A stop on its way to a failure does not leave the group (see `part`).
+        let parting = (self.leave_due || self.cut.is_some())
+            && self.failing.is_none()
+            && (self.link == Link::Up || self.leaving_link);
+        let owed = self.owes() || parting;
         if self.stop == Stop::Stopping && self.failed.is_none() && self.in_hand.is_empty() && !owed {
             self.reset_link();
             self.link = Link::Closed;
@@ -1286,7 +1301,10 @@ impl Consumer {
 
     fn lose_link(&mut self, now: Instant, reason: Lost) {
         if self.stop == Stop::Stopping {
-            self.leave_due = false; // not worth waiting for a connection
+            // Not worth waiting for a connection: what a cut read brought waits for
+            // `min_idle` (or this consumer's next drain).
+            self.leave_due = false;
+            self.cut = None;
         }
         // A connection the server never answered on counts as a failed connect.
         let was_up = self.ready() && self.heard;

@@ -34,23 +34,101 @@ impl Consumer {
     }
 
     /// At the end of a clean stop, once nothing else is owed (its acks confirmed, so that
-    /// what it holds is known): leaves the group if it holds nothing ([`crate::leave`]).
-    pub(super) fn leave_group(&mut self, now: Instant) {
+    /// what it holds is known), in this order:
+    ///
+    /// 1. a parked read is cut short: behind it the server would hold anything else for up
+    ///    to a beat, so its connection is dropped and the rest goes on a new one. The server
+    ///    may have answered it already, delivering entries that will never arrive;
+    /// 2. on the new connection, what this consumer holds that was delivered since that read
+    ///    was written is given back (`Sent::Held`);
+    /// 3. it leaves the group if it holds nothing ([`crate::leave`]).
+    ///
+    /// With twins allowed, a parked read is dropped without step 2 (the name's pending
+    /// list is shared: what was delivered lately may be the twin's, in its hand).
+    pub(super) fn part(&mut self, now: Instant) {
         let clean = self.failed.is_none() && self.failing.is_none() && self.in_hand.is_empty();
-        if self.leave_due && clean && self.ready() && !self.owes() {
-            if self.parked_read_in_flight() {
-                // Behind the blocked read the server would hold it for up to a beat: the
-                // connection is dropped and the leave goes on a new one.
-                self.reset_link();
-                self.link = Link::Down { retry_at: now };
-                self.leaving_link = true;
-                return;
+        if !clean || !self.ready() || self.owes() {
+            return;
+        }
+        if let Some(since) = self.in_flight.parked_since() {
+            if !self.leave_due && self.config.allow_twins {
+                return; // the stop ends now, the read's connection with it
             }
+            self.cut = Some(since).filter(|_| !self.config.allow_twins);
+            self.reset_link();
+            self.link = Link::Down { retry_at: now };
+            self.leaving_link = true;
+            return;
+        }
+        if let Some(since) = self.cut.take() {
+            for s in 0..self.streams.len() {
+                if self.streams[s].active {
+                    self.ask_held(s as u32, b"-", since, now);
+                }
+            }
+            return;
+        }
+        if self.leave_due {
             self.leave_due = false;
             for s in 0..self.streams.len() {
                 crate::leave::encode(&mut self.out, &self.config, &self.streams[s].key);
                 self.track(Sent::Leave(s as u32), now);
             }
+        }
+    }
+
+    /// A page of what this consumer holds of stream `s`, from `start` on (see [`Self::part`]).
+    fn ask_held(&mut self, s: u32, start: &[u8], since: Instant, now: Instant) {
+        const PAGE: u32 = 1000;
+        commands::counts(&mut self.out, &self.config, &self.streams[s as usize].key, start, b"+", PAGE);
+        self.track(Sent::Held { stream: s, count: PAGE, since }, now);
+    }
+
+    /// What this consumer holds of stream `s` (a page, see [`Self::part`]): the entries
+    /// delivered since the read cut short was written are given back — released on Redis
+    /// 8.8+ (`XNACK … SILENT`: the count that delivery raised taken back), elsewhere their
+    /// count taken back and their idle time set to `min_idle`, so that any consumer's next
+    /// reclaim takes them at once. The rest (entries given `Retry`, or given back already)
+    /// stay as they are. The next page is asked for if this one was full.
+    pub(super) fn on_held(&mut self, s: u32, asked: u32, since: Instant, rows: Vec<reply::Pending>, now: Instant) {
+        // The server dates a delivery after the read was written; its clock counts whole
+        // milliseconds, hence the one more.
+        let window = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX) + 1;
+        if let Some(last) = rows.last().filter(|_| rows.len() as u64 >= u64::from(asked)) {
+            self.ask_held(s, &commands::after(&last.id), since, now);
+        }
+        // Delivered within the window, and not an entry this consumer handed out and left
+        // pending (given `Retry` just before the read went out).
+        let retried = &self.streams[s as usize].retried;
+        let mut cut: Vec<reply::Pending> =
+            rows.into_iter().filter(|p| p.idle_ms <= window && !retried.contains(&p.id)).collect();
+        if cut.is_empty() {
+            return;
+        }
+        if self.dialect.release {
+            let mut released = Acks::default();
+            cut.retain(|p| {
+                let ours = release::surely_ours(&self.config, Duration::from_millis(p.idle_ms));
+                if ours {
+                    released.push(&p.id);
+                }
+                !ours
+            });
+            if !released.is_empty() {
+                self.send(Sent::Release { stream: s, ids: released, silent: true }, now);
+            }
+        }
+        let lease = self.config.lease_threshold();
+        let idle = u64::try_from(self.config.min_idle.as_millis()).unwrap_or(u64::MAX);
+        cut.sort_by_key(|p| p.deliveries);
+        for group in cut.chunk_by(|a, b| a.deliveries == b.deliveries) {
+            let ids: Vec<Bytes> = group.iter().map(|p| p.id.clone()).collect();
+            let least = group.iter().map(|p| p.idle_ms).min().unwrap_or(0);
+            let owned = lease::owned_since(Duration::from_millis(least), lease, self.config.min_idle);
+            let count = group[0].deliveries.saturating_sub(1);
+            let key = &self.streams[s as usize].key;
+            commands::give_back(&mut self.out, &self.config, key, owned, &ids, count, idle.max(least));
+            self.track(Sent::GiveBack, now);
         }
     }
 

@@ -238,6 +238,10 @@ impl Consumer {
                 self.on_lease(s, ids, kept, now);
             }
             Sent::GiveBack => {}
+            Sent::Held { stream, count, since } => {
+                let rows = reply::pending(value).map_err(shape)?;
+                self.on_held(stream, count, since, rows, now);
+            }
             Sent::Health(_, part) => self.on_health(part, value),
             Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
@@ -290,7 +294,7 @@ impl Consumer {
             self.streams[*s as usize].group_made = true;
             return Ok(());
         }
-        if let Sent::GiveBack | Sent::Release { .. } = sent {
+        if let Sent::GiveBack | Sent::Release { .. } | Sent::Held { .. } = sent {
             // Best effort: the counts stay one higher; entries not released are reclaimed
             // after `min_idle`.
             return Ok(());

@@ -34,6 +34,7 @@ impl Consumer {
             | Sent::Role
             | Sent::Wait { .. }
             | Sent::Leave(_)
+            | Sent::Held { .. }
             | Sent::Discard(_) => {}
             Sent::CreateGroup(s) => commands::create_group(out, c, key(s)),
             Sent::Ack(s, acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
