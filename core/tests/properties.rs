@@ -109,7 +109,10 @@ impl Server {
                 for n in ns {
                     out.extend_from_slice(b"*4\r\n");
                     bulk(&mut out, Self::id(n).as_bytes());
-                    let idle = self.touched.get(&n).map_or(0, |at| self.now.saturating_duration_since(*at).as_millis());
+                    let idle = self
+                        .touched
+                        .get(&n)
+                        .map_or(0, |at| self.now.saturating_duration_since(*at).as_millis());
                     out.extend_from_slice(
                         format!("$1\r\nc\r\n:{idle}\r\n:{}\r\n", self.deliveries[&n]).as_bytes(),
                     );

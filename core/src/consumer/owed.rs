@@ -90,7 +90,14 @@ impl Consumer {
     /// count taken back and their idle time set to `min_idle`, so that any consumer's next
     /// reclaim takes them at once. The rest (entries given `Retry`, or given back already)
     /// stay as they are. The next page is asked for if this one was full.
-    pub(super) fn on_held(&mut self, s: u32, asked: u32, since: Instant, rows: Vec<reply::Pending>, now: Instant) {
+    pub(super) fn on_held(
+        &mut self,
+        s: u32,
+        asked: u32,
+        since: Instant,
+        rows: Vec<reply::Pending>,
+        now: Instant,
+    ) {
         // The server dates a delivery after the read was written; its clock counts whole
         // milliseconds, hence the one more.
         let window = u64::try_from(now.saturating_duration_since(since).as_millis()).unwrap_or(u64::MAX) + 1;
