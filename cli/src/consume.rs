@@ -236,9 +236,12 @@ pub struct Args {
     #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = whole::<u64, MIN_IDLE_MS, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
     min_idle_ms: u64,
     /// create the group at ID if it is missing (XGROUP CREATE … MKSTREAM):
-    /// $ (new entries only; the default), 0 (the whole stream), <ms>[-<seq>]
-    #[arg(long, value_name = "ID", num_args = 0..=1, default_missing_value = "$", verbatim_doc_comment)]
-    create_group: Option<String>,
+    /// $ (new entries only), 0 (the whole stream), <ms>[-<seq>]. Without
+    /// ID: $ on each --stream; 0 on the streams --stream-pattern finds (at
+    /// the start or later), so that what was written to a stream before it
+    /// was found is not skipped
+    #[arg(long, value_name = "ID", num_args = 0..=1, verbatim_doc_comment)]
+    create_group: Option<Option<String>>,
     /// if the group or the key is deleted while running, create it again
     /// at the --create-group ID (default: stop with an error, exit 1)
     #[arg(long, verbatim_doc_comment)]
@@ -478,8 +481,12 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         .count(a.count)
         .beat(Duration::from_millis(a.beat_ms))
         .min_idle(Duration::from_millis(a.min_idle_ms));
-    if let Some(start) = &a.create_group {
-        config = config.create_group(start);
+    match &a.create_group {
+        None => {}
+        Some(Some(start)) => config = config.create_group(start).create_added_group(start),
+        // Streams a pattern finds may have been written to before: none of it is skipped.
+        Some(None) if a.stream_pattern.is_some() => config = config.create_group("0"),
+        Some(None) => config = config.create_group("$"),
     }
     if let Some(field) = &a.order_by {
         config = config.order_by(field.as_bytes());

@@ -1345,3 +1345,50 @@ fn a_pattern_finds_streams_made_after_the_start() {
         }
     }
 }
+
+/// `--stream-pattern --create-group` without an ID: a stream found later has its group made
+/// from its first entry, so the entries written to it before the rescan found it are read
+/// (with `$`, as on a `--stream`, they were skipped without a word); one found at the start
+/// is read whole too. An ID given is the start of every group.
+#[test]
+fn a_pattern_reads_a_stream_found_later_from_its_first_entry() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let url = url(&server);
+    let mut early = admin.xadd_n("late:a", 2, 4);
+    for transport in ["mio", "smol"] {
+        let group = format!("g-{transport}");
+        let args = [
+            "consume", "--url", &url, "--stream-pattern", "late:*", "--rescan-ms", "300", "--beat-ms", "200",
+            "--group", &group, "--consumer", "c", "--create-group", "--transport", transport,
+        ];
+        let mut p = Pelican::spawn(&args);
+        let id_of = |line: String| line.split("\"id\":\"").nth(1).and_then(|r| r.split('"').next()).map(String::from);
+        let mut read: Vec<String> = (0..early.len()).filter_map(|_| id_of(p.line())).collect();
+        read.sort();
+        early.sort();
+        assert_eq!(read, early, "the streams found at the start, read whole");
+        // Written in one go, before the next rescan can find the stream.
+        let ids = admin.xadd_n(&format!("late:{transport}"), 4, 4);
+        for id in &ids {
+            let line = p.line();
+            assert!(line.contains(&format!("\"stream\":\"late:{transport}\",\"id\":\"{id}\"")), "{line}");
+        }
+        p.stop();
+        assert_eq!(p.try_line(), None, "nothing else read");
+        early.extend(ids);
+    }
+    // An ID given is every group's start, the later streams' too.
+    let args = [
+        "consume", "--url", &url, "--stream-pattern", "late:*", "--rescan-ms", "300", "--beat-ms", "200",
+        "--group", "g-dollar", "--consumer", "c", "--create-group", "$",
+    ];
+    let mut p = Pelican::spawn(&args);
+    wait_until("the group made at $", || admin.group_exists("late:a", "g-dollar"));
+    admin.xadd_n("late:z", 3, 4);
+    wait_until("late:z found", || admin.group_exists("late:z", "g-dollar"));
+    let after = admin.xadd_n("late:z", 1, 4);
+    assert!(p.line().contains(&format!("\"id\":\"{}\"", after[0])), "only what came after");
+    p.stop();
+    assert_eq!(p.try_line(), None, "nothing else read");
+}

@@ -45,9 +45,13 @@ pub(crate) fn handshake(out: &mut BytesMut, c: &Config) -> Vec<Command> {
     sent
 }
 
-/// `XGROUP CREATE key group <start> MKSTREAM`.
-pub(crate) fn create_group(out: &mut BytesMut, c: &Config, key: &[u8]) {
-    let start = c.create_group.as_deref().unwrap_or(b"$");
+/// `XGROUP CREATE key group <start> MKSTREAM`: `start` is [`Config::create_group`]'s, or
+/// [`Config::create_added_group`]'s for a stream `added` while running.
+pub(crate) fn create_group(out: &mut BytesMut, c: &Config, key: &[u8], added: bool) {
+    let start = match added {
+        true => c.create_added_group.as_deref().unwrap_or(b"0"),
+        false => c.create_group.as_deref().unwrap_or(b"$"),
+    };
     command(out, &[b"XGROUP", b"CREATE", key, &c.group, start, b"MKSTREAM"]);
 }
 

@@ -84,6 +84,12 @@ pub struct Config {
     /// Start id for `XGROUP CREATE key group <id> MKSTREAM` at every handshake (`BUSYGROUP`
     /// counts as success); `None` sends no `XGROUP CREATE`.
     pub create_group: Option<Bytes>,
+    /// With [`create_group`](Self::create_group): the start id of a group made on a stream
+    /// added while the consumer runs ([`Consumer::add_stream`](crate::Consumer::add_stream),
+    /// a transport's `StreamSet::add`, `consume --stream-pattern`'s later finds). `None`, the
+    /// default, is `0`: the whole stream, so that entries written to it before it was added
+    /// (or found) are not skipped — `$` would start after them, without a word.
+    pub create_added_group: Option<Bytes>,
     /// What to do when the group disappears.
     pub on_group_gone: GroupGone,
     /// RESP2 or RESP3.
@@ -430,6 +436,7 @@ impl Config {
             beat: Duration::from_secs(2),
             min_idle: Duration::from_secs(30),
             create_group: None,
+            create_added_group: None,
             on_group_gone: GroupGone::Fail,
             protocol: Protocol::Resp2,
             auth: None,
@@ -568,6 +575,12 @@ impl Config {
     /// the whole stream).
     pub fn create_group(mut self, start: impl AsRef<[u8]>) -> Self {
         self.create_group = Some(bytes(start));
+        self
+    }
+    /// Sets [`Config::create_added_group`]: where a group made on a stream added while running
+    /// starts (`"0"` by default; `"$"` for new entries only).
+    pub fn create_added_group(mut self, start: impl AsRef<[u8]>) -> Self {
+        self.create_added_group = Some(bytes(start));
         self
     }
     /// Sets [`Config::on_group_gone`].
@@ -777,6 +790,9 @@ impl Config {
         }
         if matches!(&self.create_group, Some(start) if start.is_empty()) {
             return Err(EmptyName("create_group start id"));
+        }
+        if matches!(&self.create_added_group, Some(start) if start.is_empty()) {
+            return Err(EmptyName("create_added_group start id"));
         }
         if matches!(&self.create_group, Some(start) if !is_start_id(start)) {
             return Err(BadStartId);

@@ -76,6 +76,9 @@ pub(crate) struct Stream {
     pub(crate) group_made: bool,
     /// Added while running: its group is to be made before its drain.
     pub(crate) make_group: bool,
+    /// Added while running (not in the [`Config`](crate::Config) it started with): its group
+    /// is made at [`Config::create_added_group`](crate::Config::create_added_group).
+    pub(crate) added: bool,
     /// The last new entry read, with [`Config::create_group`](crate::Config::create_group)
     /// set: what a re-created group lost is told from it.
     pub(crate) last_read: Option<Bytes>,
@@ -110,6 +113,7 @@ impl Stream {
             in_hand: 0,
             group_made: false,
             make_group: false,
+            added: false,
             last_read: None,
             releases: Releases::default(),
             retried: Retried::default(),

@@ -135,6 +135,22 @@ fn one_parked_read_serves_every_stream_and_each_entry_is_acked_on_its_own() {
     }
 }
 
+/// A stream added while running has its group made from its first entry (`0`), whatever the
+/// start of the streams the consumer began with: the entries written before it was added (or
+/// found by a pattern) are not skipped. `create_added_group` names another start.
+#[test]
+fn a_stream_added_later_has_its_group_made_from_its_first_entry() {
+    let mut rig = Rig::new(config(Protocol::Resp2).create_group("$"), "redis-7.0");
+    rig.consumer.add_stream("b");
+    let opening = rig.start();
+    assert_eq!(opening[..2], cmds(&["XGROUP CREATE a g $ MKSTREAM", "XGROUP CREATE b g 0 MKSTREAM"]));
+
+    let mut rig = Rig::new(config(Protocol::Resp2).create_group("$").create_added_group("$"), "redis-7.0");
+    rig.consumer.add_stream("b");
+    let opening = rig.start();
+    assert_eq!(opening[..2], cmds(&["XGROUP CREATE a g $ MKSTREAM", "XGROUP CREATE b g $ MKSTREAM"]));
+}
+
 #[test]
 fn a_group_gone_on_one_stream_is_made_again_there_while_the_others_go_on() {
     for protocol in PROTOCOLS {

@@ -568,6 +568,7 @@ impl Consumer {
         let stream = &mut self.streams[s];
         stream.restart_drain();
         stream.claim_at = None;
+        stream.added = true;
         // Made before its drain, which goes out once no read is parked (the answer to a
         // command sent now could wait a beat behind one).
         stream.make_group = self.config.create_group.is_some();

@@ -199,7 +199,10 @@ impl Consumer {
                 if stream.group_made {
                     self.stats.group_recreated += 1;
                     stream.stats.group_recreated += 1;
-                    let start = self.config.create_group.clone().unwrap_or_default();
+                    let start = match stream.added {
+                        true => self.config.create_added_group.clone().unwrap_or_else(|| Bytes::from_static(b"0")),
+                        false => self.config.create_group.clone().unwrap_or_default(),
+                    };
                     let last_read = stream.last_read.clone();
                     self.notices.push_back(Notice::GroupRecreated { start, last_read });
                 }

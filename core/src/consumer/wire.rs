@@ -36,7 +36,7 @@ impl Consumer {
             | Sent::Leave(_)
             | Sent::Held { .. }
             | Sent::Discard(_) => {}
-            Sent::CreateGroup(s) => commands::create_group(out, c, key(s)),
+            Sent::CreateGroup(s) => commands::create_group(out, c, key(s), self.streams[*s as usize].added),
             Sent::Ack(s, acks) => match c.delete_acked.filter(|_| self.dialect.ack_delete) {
                 Some(condition) => acks.encode_ids(out, &[b"XACKDEL", key(s), &c.group, condition.token()]),
                 None => acks.encode(out, key(s), &c.group),
