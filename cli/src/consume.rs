@@ -860,6 +860,9 @@ fn explain(a: &Args, server: &Server, handler: &Handler, failure: &LaneFailure) 
             server.endpoint()
         )),
         Some(pelican::Error::Twin { .. }) => format!("{} (--allow-twins)", failure.message),
+        Some(pelican::Error::CommitRefused { .. }) => {
+            format!("{} (--dead-letter KEY sets such entries aside)", failure.message)
+        }
         Some(pelican::Error::CrossSlot { .. }) => format!(
             "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",
             failure.message

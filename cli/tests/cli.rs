@@ -1359,11 +1359,26 @@ fn a_pattern_reads_a_stream_found_later_from_its_first_entry() {
     for transport in ["mio", "smol"] {
         let group = format!("g-{transport}");
         let args = [
-            "consume", "--url", &url, "--stream-pattern", "late:*", "--rescan-ms", "300", "--beat-ms", "200",
-            "--group", &group, "--consumer", "c", "--create-group", "--transport", transport,
+            "consume",
+            "--url",
+            &url,
+            "--stream-pattern",
+            "late:*",
+            "--rescan-ms",
+            "300",
+            "--beat-ms",
+            "200",
+            "--group",
+            &group,
+            "--consumer",
+            "c",
+            "--create-group",
+            "--transport",
+            transport,
         ];
         let mut p = Pelican::spawn(&args);
-        let id_of = |line: String| line.split("\"id\":\"").nth(1).and_then(|r| r.split('"').next()).map(String::from);
+        let id_of =
+            |line: String| line.split("\"id\":\"").nth(1).and_then(|r| r.split('"').next()).map(String::from);
         let mut read: Vec<String> = (0..early.len()).filter_map(|_| id_of(p.line())).collect();
         read.sort();
         early.sort();
@@ -1380,8 +1395,21 @@ fn a_pattern_reads_a_stream_found_later_from_its_first_entry() {
     }
     // An ID given is every group's start, the later streams' too.
     let args = [
-        "consume", "--url", &url, "--stream-pattern", "late:*", "--rescan-ms", "300", "--beat-ms", "200",
-        "--group", "g-dollar", "--consumer", "c", "--create-group", "$",
+        "consume",
+        "--url",
+        &url,
+        "--stream-pattern",
+        "late:*",
+        "--rescan-ms",
+        "300",
+        "--beat-ms",
+        "200",
+        "--group",
+        "g-dollar",
+        "--consumer",
+        "c",
+        "--create-group",
+        "$",
     ];
     let mut p = Pelican::spawn(&args);
     wait_until("the group made at $", || admin.group_exists("late:a", "g-dollar"));

@@ -85,9 +85,10 @@ fn a_malformed_commit_answer_fails_its_entry_and_writes_nothing() {
 }
 
 /// `--exec` with `--emit-to`: each JSON line the command prints becomes an entry of the
-/// output stream, committed with the ack. Onto a key of another type, each commit is
-/// refused (told), nothing written, the entries pending; output that is not JSON fails the
-/// entry.
+/// output stream, committed with the ack. Onto a key of another type, the commit is refused,
+/// nothing written; without a dead-letter stream to set such entries aside pelican stops
+/// (exit 1, naming the entry and `--dead-letter`) rather than run the command again at every
+/// `--min-idle-ms`; the entries stay pending. Output that is not JSON fails the entry.
 #[test]
 fn exec_emit_to_commits_what_the_command_prints() {
     for (flavor, transport) in [(Flavor::Redis70, "smol"), (Flavor::Redis810, "mio")] {
@@ -107,9 +108,13 @@ fn exec_emit_to_commits_what_the_command_prints() {
         admin.call(&["HSET", "a-hash", "f", "v"]);
         let more = admin.xadd_n("s", 3, 8);
         let mut p = spawn(&url, transport, &["--exec", two_lines, "--emit-to", "a-hash"], &[]);
-        wait_until("the refusals told", || p.stderr().matches("WRONGTYPE a-hash holds a hash").count() == 3);
-        p.stop();
-        assert!(p.stderr().contains("refused, nothing written, the entry stays pending"), "{}", p.stderr());
+        assert_eq!(p.wait().code(), Some(1), "{}", p.stderr());
+        let err = p.stderr();
+        assert!(
+            err.contains(&format!("the commit of entry {} was refused, nothing written: WRONGTYPE", more[0])),
+            "{err}"
+        );
+        assert!(err.contains("(--dead-letter KEY sets such entries aside)"), "{err}");
         assert_eq!(admin.xpending_count("s", "g"), 3);
         assert_eq!(admin.call(&["HLEN", "a-hash"]).as_int(), Some(1));
 

@@ -72,37 +72,40 @@ pub(crate) struct Job {
     pub id: Bytes,
     pub deliveries: u64,
     pub reason: DeadLetterReason,
+    /// What went wrong, if told: a refused commit's text (`pelican-error`).
+    pub error: Option<Bytes>,
 }
 
 /// Appends the `EVAL` for `job`. The dead-letter entry gets the original fields, then
 /// `pelican-stream`, `pelican-group`, `pelican-consumer`, `pelican-id`, `pelican-deliveries`
-/// and `pelican-reason`.
+/// and `pelican-reason` (and `pelican-error`, if the job says what went wrong).
 pub(crate) fn encode(out: &mut BytesMut, config: &Config, key: &[u8], dead_letter: &[u8], job: &Job) {
     let deliveries = Decimal::new(job.deliveries);
     let c = config;
-    command(
-        out,
-        &[
-            b"EVAL",
-            DEAD_LETTER_SCRIPT.as_bytes(),
-            b"2",
-            key,
-            dead_letter,
-            &c.group,
-            &c.consumer,
-            &job.id,
-            b"pelican-stream",
-            key,
-            b"pelican-group",
-            &c.group,
-            b"pelican-consumer",
-            &c.consumer,
-            b"pelican-id",
-            &job.id,
-            b"pelican-deliveries",
-            deliveries.as_bytes(),
-            b"pelican-reason",
-            job.reason.as_str().as_bytes(),
-        ],
-    );
+    let mut args: Vec<&[u8]> = vec![
+        b"EVAL",
+        DEAD_LETTER_SCRIPT.as_bytes(),
+        b"2",
+        key,
+        dead_letter,
+        &c.group,
+        &c.consumer,
+        &job.id,
+        b"pelican-stream",
+        key,
+        b"pelican-group",
+        &c.group,
+        b"pelican-consumer",
+        &c.consumer,
+        b"pelican-id",
+        &job.id,
+        b"pelican-deliveries",
+        deliveries.as_bytes(),
+        b"pelican-reason",
+        job.reason.as_str().as_bytes(),
+    ];
+    if let Some(error) = &job.error {
+        args.extend([&b"pelican-error"[..], error]);
+    }
+    command(out, &args);
 }

@@ -180,6 +180,17 @@ pub enum Error {
         /// The entry's id.
         id: String,
     },
+    /// A [`Verdict::Commit`](crate::Verdict::Commit)'s writes could not be made as they stood
+    /// (a key of another type, a value that is not an integer, another cluster slot…), and no
+    /// [`Config::dead_letter`](crate::Config::dead_letter) is set to put the entry aside: it
+    /// would be refused at every delivery, its handler run again each time. Fatal (after the
+    /// acks earned are confirmed); nothing of the commit was written, the entry stays pending.
+    CommitRefused {
+        /// The entry's id.
+        id: String,
+        /// Why, e.g. `WRONGTYPE out holds a hash, not a stream`.
+        reason: String,
+    },
     /// A reply nested deeper than [`Limits::max_depth`](crate::Limits::max_depth). Fatal.
     TooDeep {
         /// The limit in force.
@@ -291,6 +302,11 @@ impl fmt::Display for Error {
             Error::NoDeadLetter { id } => {
                 write!(f, "entry {id} was given Verdict::DeadLetter, but no dead-letter stream is configured")
             }
+            Error::CommitRefused { id, reason } => write!(
+                f,
+                "the commit of entry {id} was refused, nothing written: {reason}; it would be refused \
+                 at every delivery, and no dead-letter stream is configured to set it aside"
+            ),
             Error::TooDeep { limit } => write!(f, "a reply nested deeper than the limit of {limit}"),
             Error::Timeout { command } => write!(f, "no reply to {command} in time"),
             Error::Moved { command, host, port } => {

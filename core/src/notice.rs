@@ -110,8 +110,13 @@ pub enum Notice {
     },
     /// A [`Verdict::Commit`](crate::Verdict::Commit) could not be made as it stood (a write
     /// that would fail: a key of another type, an `INCRBY` of a non-integer, a key in another
-    /// cluster slot, a write without fields): nothing was written and the entry stays
-    /// pending, to come again ([`Stats::commits_refused`](crate::Stats::commits_refused)).
+    /// cluster slot, a write without fields): nothing was written
+    /// ([`Stats::commits_refused`](crate::Stats::commits_refused)). It counts as a failed
+    /// delivery: the entry stays pending, to come again, and at its last allowed delivery
+    /// ([`Config::max_deliveries`](crate::Config::max_deliveries); at once without a cap) it
+    /// is moved to the dead-letter stream with the refusal's text. Without a dead-letter stream the consumer
+    /// stops instead ([`Error::CommitRefused`](crate::Error::CommitRefused)): it would be
+    /// refused every time.
     CommitRefused {
         /// The entry.
         id: Bytes,
@@ -205,6 +210,10 @@ pub enum DeadLetterReason {
     MaxDeliveries,
     /// The handler said [`Verdict::DeadLetter`](crate::Verdict::DeadLetter).
     Verdict,
+    /// Its [`Verdict::Commit`](crate::Verdict::Commit) was refused at its last allowed
+    /// delivery ([`Config::max_deliveries`](crate::Config::max_deliveries)): its writes
+    /// could not be made as they stood. The dead-letter entry's `pelican-error` says why.
+    CommitRefused,
 }
 
 impl DeadLetterReason {
@@ -213,6 +222,7 @@ impl DeadLetterReason {
         match self {
             DeadLetterReason::MaxDeliveries => "max-deliveries",
             DeadLetterReason::Verdict => "verdict",
+            DeadLetterReason::CommitRefused => "commit-refused",
         }
     }
 }
@@ -314,6 +324,7 @@ impl fmt::Display for Notice {
                 let why = match reason {
                     DeadLetterReason::MaxDeliveries => "past the delivery cap",
                     DeadLetterReason::Verdict => "by the handler's verdict",
+                    DeadLetterReason::CommitRefused => "its commit refused at the last allowed delivery",
                 };
                 let times = if *deliveries == 1 { "delivery" } else { "deliveries" };
                 write!(f, "dead-lettered {} after {deliveries} {times}, {why}", Id(id))
@@ -332,7 +343,7 @@ impl fmt::Display for Notice {
                 Id(id)
             ),
             Notice::CommitRefused { id, reason } => {
-                write!(f, "commit of {} refused, nothing written, the entry stays pending: {reason}", Id(id))
+                write!(f, "commit of {} refused, nothing written (a failed delivery): {reason}", Id(id))
             }
             Notice::Twin { addr, idle } => write!(
                 f,

@@ -114,7 +114,11 @@ fn each_outcome_is_counted_and_told() {
     let refusal = "WRONGTYPE o holds a hash, not a stream";
     let answer =
         format!("*3\r\n:0\r\n*2\r\n$4\r\npeer\r\n:2\r\n{}", String::from_utf8(bulk(refusal)).unwrap());
-    rig.raw(answer.as_bytes()).unwrap();
+    // Without a dead-letter stream to set it aside, a refusal stops the consumer: it would
+    // be refused at every delivery.
+    let stopped = rig.raw(answer.as_bytes()).unwrap_err();
+    assert_eq!(stopped, pelican::Error::CommitRefused { id: "3-0".into(), reason: refusal.into() });
+    assert!(stopped.is_fatal());
     let settled = Notice::CommitFenced { id: "1-0".into(), deliveries: 1, holder: None };
     let taken = Notice::CommitFenced {
         id: "2-0".into(),
@@ -233,4 +237,43 @@ fn a_worker_that_will_commit_is_checked_and_loads_the_script_at_the_start() {
     assert_eq!(rig.sent(), Vec::<Vec<String>>::new(), "nor before the script's");
     rig.raw(&bulk(SHA)).unwrap();
     assert_eq!(rig.sent()[0][..2], ["XREADGROUP", "GROUP"]);
+}
+
+/// With a dead-letter stream, a refused commit is a failed delivery: the entry stays pending
+/// and comes again, and at its last allowed delivery it is moved to the dead-letter stream,
+/// the refusal's text in `pelican-error`.
+#[test]
+fn a_refused_commit_is_a_failed_delivery_and_dead_lettered_at_the_last() {
+    let refusal = "WRONGTYPE o holds a hash, not a stream";
+    let refused = format!("*1\r\n{}", String::from_utf8(bulk(refusal)).unwrap());
+    for (max, dead_lettered) in [(Some(2), false), (Some(1), true), (None, true)] {
+        let config = match max {
+            Some(max) => config(Protocol::Resp2).dead_letter_after(max, "dead"),
+            None => config(Protocol::Resp2).dead_letter("dead"),
+        };
+        let mut rig = Rig::new(config, "redis-7.0");
+        rig.start();
+        rig.reply("dead_letter_check").unwrap();
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.sent();
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent(), [park()]);
+        rig.raw(b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*2\r\n$3\r\n1-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n").unwrap();
+        commit_all(&mut rig);
+        rig.sent();
+        rig.raw(&bulk(SHA)).unwrap();
+        assert_eq!(sent(&mut rig)[0], evalsha(&[("1-0", 1)]));
+        rig.raw(refused.as_bytes()).unwrap();
+        assert_eq!(rig.notice(), Notice::CommitRefused { id: "1-0".into(), reason: refusal.into() });
+        let moves: Vec<Vec<String>> = rig.sent().into_iter().filter(|c| c[0] == "EVAL").collect();
+        match dead_lettered {
+            false => assert!(moves.is_empty(), "max {max:?}: left pending, to come again: {moves:?}"),
+            true => {
+                let [dead] = &moves[..] else { panic!("{moves:?}") };
+                let tail: Vec<&str> = dead[dead.len() - 4..].iter().map(String::as_str).collect();
+                assert_eq!(tail, ["pelican-reason", "commit-refused", "pelican-error", refusal]);
+            }
+        }
+        assert!(rig.consumer.error().is_none());
+    }
 }

@@ -868,7 +868,12 @@ impl Consumer {
                 }
                 let reason = DeadLetterReason::Verdict;
                 let id = self.held.to_bytes(hand.id);
-                self.streams[s].dead_letters.push(Job { id, deliveries: hand.deliveries, reason });
+                self.streams[s].dead_letters.push(Job {
+                    id,
+                    deliveries: hand.deliveries,
+                    reason,
+                    error: None,
+                });
                 self.moves_owed = true;
             }
             Verdict::Commit(writes) => {
@@ -878,8 +883,8 @@ impl Consumer {
                         self.streams[s].commits.push(commit::Job { id, deliveries: hand.deliveries, writes });
                         self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
                     }
-                    // Refused before it is sent; left pending, as a retry is.
-                    Err(reason) => self.refuse_commit(s, id, reason),
+                    // Refused before it is sent.
+                    Err(reason) => self.refuse_commit(s, id, hand.deliveries, reason),
                 }
             }
         }

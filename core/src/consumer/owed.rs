@@ -213,10 +213,27 @@ impl Consumer {
 
     /// A commit that cannot be made as it stands: nothing written, the entry left pending
     /// (it comes back as a retry does).
-    pub(super) fn refuse_commit(&mut self, s: usize, id: Bytes, reason: String) {
+    /// A commit refused as it stood (before it was sent, or by the script): nothing written,
+    /// a failed delivery. The entry stays pending, to come again, until its last allowed
+    /// delivery (at once without a cap), at which it is moved to the dead-letter stream with
+    /// the refusal's text; without a dead-letter stream the consumer stops (after the acks
+    /// earned), since it would be refused every time.
+    pub(super) fn refuse_commit(&mut self, s: usize, id: Bytes, deliveries: u64, reason: String) {
         self.stats.commits_refused += 1;
-        self.streams[s].retried.note(id.clone());
-        self.notices.push_back(Notice::CommitRefused { id, reason });
+        self.notices.push_back(Notice::CommitRefused { id: id.clone(), reason: reason.clone() });
+        match (&self.config.dead_letter, self.config.max_deliveries) {
+            (None, _) => {
+                let id = String::from_utf8_lossy(&id).into_owned();
+                self.fail_after_acks(Error::CommitRefused { id, reason });
+            }
+            // No cap to wait for: set aside at once.
+            (Some(_), max) if max.is_none_or(|max| deliveries >= max) => {
+                let (reason, error) = (DeadLetterReason::CommitRefused, Some(Bytes::from(reason)));
+                self.streams[s].dead_letters.push(Job { id, deliveries, reason, error });
+                self.moves_owed = true;
+            }
+            (Some(_), _) => self.streams[s].retried.note(id),
+        }
     }
 
     /// What the commit script answered for `jobs`.
@@ -248,7 +265,7 @@ impl Consumer {
                     let holder = Some((owner, now));
                     self.notices.push_back(Notice::CommitFenced { id, deliveries, holder });
                 }
-                commit::Outcome::Refused(reason) => self.refuse_commit(s as usize, id, reason),
+                commit::Outcome::Refused(reason) => self.refuse_commit(s as usize, id, deliveries, reason),
             }
         }
         if let Some(condition) =

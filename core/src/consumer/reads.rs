@@ -265,7 +265,12 @@ impl Consumer {
                             if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                                 let (id, deliveries) = (entry.id_bytes(), entry.deliveries);
                                 let reason = DeadLetterReason::MaxDeliveries;
-                                self.streams[s as usize].dead_letters.push(Job { id, deliveries, reason });
+                                self.streams[s as usize].dead_letters.push(Job {
+                                    id,
+                                    deliveries,
+                                    reason,
+                                    error: None,
+                                });
                                 self.moves_owed = true;
                             } else {
                                 self.keep(Buffered { entry, read_at, due, key: None });
@@ -494,7 +499,7 @@ impl Consumer {
                 self.lost(s, entry.id_bytes(), false);
             } else if self.config.max_deliveries.is_some_and(|max| entry.deliveries > max) {
                 let reason = DeadLetterReason::MaxDeliveries;
-                let job = Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason };
+                let job = Job { id: entry.id_bytes(), deliveries: entry.deliveries, reason, error: None };
                 self.streams[s as usize].dead_letters.push(job);
                 self.moves_owed = true;
             } else {

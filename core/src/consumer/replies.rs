@@ -200,7 +200,9 @@ impl Consumer {
                     self.stats.group_recreated += 1;
                     stream.stats.group_recreated += 1;
                     let start = match stream.added {
-                        true => self.config.create_added_group.clone().unwrap_or_else(|| Bytes::from_static(b"0")),
+                        true => {
+                            self.config.create_added_group.clone().unwrap_or_else(|| Bytes::from_static(b"0"))
+                        }
                         false => self.config.create_group.clone().unwrap_or_default(),
                     };
                     let last_read = stream.last_read.clone();
@@ -265,7 +267,7 @@ impl Consumer {
                 1 => {
                     self.stats.dead_lettered += 1;
                     self.streams[s as usize].stats.dead_lettered += 1;
-                    let Job { id, deliveries, reason } = job;
+                    let Job { id, deliveries, reason, .. } = job;
                     self.notices.push_back(Notice::DeadLettered { id, deliveries, reason });
                 }
                 -1 => self.stats.deleted_seen += 1,

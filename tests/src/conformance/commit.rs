@@ -145,9 +145,12 @@ pub fn commit_cut_after_write<T: Transport>(t: Target) {
     each_once(&mut admin, &ids);
 }
 
-/// Writes that would fail are found before any is made: an `XADD` to a hash, an `INCRBY` of
-/// a word. Nothing of the commit is written (not the counter before it), the entry stays
-/// pending; a good commit after them goes through.
+/// Writes that would fail (`XADD` to a hash, `INCRBY` of a word) write nothing, and a
+/// refused commit is a failed delivery: with a dead-letter stream (at most 2 deliveries) each
+/// refused entry comes again once, then is moved there at its last delivery with the
+/// refusal's text (`pelican-error`); without one the consumer stops with
+/// [`pelican::Error::CommitRefused`] rather than run the handler again at every `min_idle`
+/// forever, the entry left pending.
 pub fn commit_refused_writes_nothing<T: Transport>(t: Target) {
     let server = t.start();
     let mut admin = server.admin();
@@ -155,22 +158,38 @@ pub fn commit_refused_writes_nothing<T: Transport>(t: Target) {
     admin.call(&["HSET", "a-hash", "f", "v"]);
     admin.call(&["SET", "a-word", "seven"]);
     let ids = admin.xadd_n(STREAM, 3, 8);
-    let run = T::spawn(
-        server.endpoint(),
-        t.config("c1"),
-        Box::new(move |e: &Entry| match e.id() {
-            id if id == ids[0].as_bytes() => {
-                Verdict::Commit(Writes::new().incr_by(COUNT, 1).add("a-hash", [("k", "v")]))
+    let handled = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let refusing = |ids: Vec<String>, handled: Arc<std::sync::Mutex<Vec<String>>>| -> Handler {
+        Box::new(move |e: &Entry| {
+            handled.lock().unwrap().push(String::from_utf8_lossy(e.id()).into_owned());
+            match e.id() {
+                id if id == ids[0].as_bytes() => {
+                    Verdict::Commit(Writes::new().incr_by(COUNT, 1).add("a-hash", [("k", "v")]))
+                }
+                id if id == ids[1].as_bytes() => {
+                    Verdict::Commit(Writes::new().add(OUT, [("k", "v")]).incr_by("a-word", 1))
+                }
+                _ => stage(e, OUT, COUNT),
             }
-            id if id == ids[1].as_bytes() => {
-                Verdict::Commit(Writes::new().add(OUT, [("k", "v")]).incr_by("a-word", 1))
-            }
-            _ => stage(e, OUT, COUNT),
-        }),
-    );
-    assert!(wait_until(SETTLE, || admin.xlen(OUT) == 1));
+        })
+    };
+    let config = t.config("c1").min_idle(Duration::from_millis(500)).dead_letter_after(2, "dead");
+    let run = T::spawn(server.endpoint(), config, refusing(ids.clone(), handled.clone()));
+    assert!(wait_until(SETTLE, || admin.xlen("dead") == 2), "both set aside");
     let stats = run.finish();
-    assert_eq!((stats.committed, stats.commits_refused), (1, 2), "{stats:?}");
+    assert_eq!((stats.committed, stats.commits_refused, stats.dead_lettered), (1, 4, 2), "{stats:?}");
+    let times = |id: &str| handled.lock().unwrap().iter().filter(|h| *h == id).count();
+    assert_eq!((times(&ids[0]), times(&ids[1]), times(&ids[2])), (2, 2, 1), "each refused handled twice");
+    let dead = admin.xrange("dead");
+    let field = |entry: &crate::admin::StreamEntry, name: &str| {
+        let value = entry.1.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&value).into_owned()
+    };
+    for (id, why) in [(&ids[0], "WRONGTYPE"), (&ids[1], "not hold an integer")] {
+        let entry = dead.iter().find(|e| field(e, "pelican-id") == *id).expect("dead-lettered");
+        assert_eq!(field(entry, "pelican-reason"), "commit-refused");
+        assert!(field(entry, "pelican-error").contains(why), "{}", field(entry, "pelican-error"));
+    }
     assert_eq!(
         admin.call(&["GET", COUNT]).as_text().as_deref(),
         Some("1"),
@@ -178,7 +197,21 @@ pub fn commit_refused_writes_nothing<T: Transport>(t: Target) {
     );
     assert_eq!(admin.call(&["GET", "a-word"]).as_text().as_deref(), Some("seven"));
     assert_eq!(admin.call(&["HLEN", "a-hash"]).as_int(), Some(1));
-    assert_eq!(admin.xpending_count(STREAM, GROUP), 2, "the refused stay pending");
+    assert_eq!(admin.xpending_count(STREAM, GROUP), 0);
+
+    // Without a dead-letter stream: the first refusal stops the consumer, named.
+    let more = admin.xadd_n(STREAM, 3, 8);
+    handled.lock().unwrap().clear();
+    let run = T::spawn(server.endpoint(), t.config("c2"), refusing(more.clone(), handled.clone()));
+    let err = run.join(SETTLE).expect_err("stopped by the refusal");
+    assert!(
+        err.contains(&format!("the commit of entry {} was refused", more[0])) && err.contains("WRONGTYPE"),
+        "{err}"
+    );
+    assert_eq!(times(&more[0]), 1, "not handled again");
+    assert_eq!(admin.call(&["HLEN", "a-hash"]).as_int(), Some(1), "nothing written");
+    let held: Vec<String> = admin.xpending_consumer(STREAM, GROUP, "c2").into_iter().map(|p| p.0).collect();
+    assert!(held.contains(&more[0]), "the refused entry stays pending: {held:?}");
 }
 
 /// A worker without scripting is refused at the start when it says it will commit
