@@ -82,6 +82,9 @@ pub(crate) enum Sent {
     Wait {
         acks: u64,
     },
+    /// `WAIT 0 0` (or `WAITAOF 0 0 0`): how many replicas the master has, in sync, for
+    /// [`Config::ack_wait`](crate::Config::ack_wait) to be told if it asks for more.
+    Replicas,
     /// `CLIENT ID` (`list: false`) or `CLIENT LIST` (`list: true`), looking for twins; at
     /// the first connect (`first`) no read goes out before the answer.
     Twins {
@@ -131,7 +134,7 @@ impl Sent {
             Sent::Twins { .. } => Command::Twins,
             Sent::DeadLetterCheck => Command::DeadLetterCheck,
             Sent::Role => Command::Role,
-            Sent::Wait { .. } => Command::Wait,
+            Sent::Wait { .. } | Sent::Replicas => Command::Wait,
             Sent::Leave(_) => Command::Leave,
         }
     }

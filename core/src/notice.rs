@@ -61,6 +61,20 @@ pub enum Notice {
         /// Replicas asked for.
         wanted: u32,
     },
+    /// The master has fewer replicas in sync than
+    /// [`Config::ack_wait`](crate::Config::ack_wait) asks each batch of acks to reach (told at
+    /// connect, and again when the count changes; `have >= wanted` once it has enough again).
+    /// No batch can reach them: each is counted unreplicated
+    /// ([`Stats::acks_unreplicated`](crate::Stats::acks_unreplicated)) after a wait of 1 ms, a
+    /// round trip per batch for nothing.
+    Replicas {
+        /// Replicas in sync with the master (`WAIT 0 0`).
+        have: u64,
+        /// Replicas asked for.
+        wanted: u32,
+        /// The wait asked for, which a batch would spend without this notice's knowledge.
+        timeout: Duration,
+    },
     /// `XAUTOCLAIM` (or a read with `CLAIM`, Redis 8.4+) took entries from other owners:
     /// idle past `min_idle` (a dead peer's, or one that stopped on a server without
     /// `XNACK`), or released by their owners (`XNACK`, Redis 8.8+: a peer that stopped).
@@ -244,6 +258,9 @@ impl Notice {
     /// True for what an operator should hear about at once (a warning rather than
     /// information): a failed connect, a lost connection, a lost lease, a dead letter.
     pub fn is_trouble(&self) -> bool {
+        if let Notice::Replicas { have, wanted, .. } = self {
+            return *have < u64::from(*wanted);
+        }
         matches!(
             self,
             Notice::ConnectFailed { .. }
@@ -300,6 +317,22 @@ impl fmt::Display for Notice {
             }
             Notice::ConnectionLost { reason, retry_in } => {
                 write!(f, "connection lost: {reason}; reconnecting in {}", Secs(*retry_in))
+            }
+            Notice::Replicas { have, wanted, .. } if *have >= u64::from(*wanted) => {
+                write!(
+                    f,
+                    "the master has {have} replicas in sync again: acks can reach the {wanted} asked for"
+                )
+            }
+            Notice::Replicas { have, wanted, timeout } => {
+                let replicas = if *have == 1 { "replica" } else { "replicas" };
+                write!(
+                    f,
+                    "the master has {have} {replicas} in sync, fewer than the {wanted} each batch of acks is \
+                     to reach: none can, so every batch is counted unreplicated after waiting 1 ms (not \
+                     the {} asked), a round trip per batch for nothing; ask for at most {have}",
+                    Secs(*timeout)
+                )
             }
             Notice::Reclaimed { count, released } => {
                 let entries = |n: u64| if n == 1 { "entry" } else { "entries" };

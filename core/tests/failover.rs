@@ -126,9 +126,21 @@ fn readonly_after_a_role_swap_keeps_the_acks_owed() {
 }
 
 /// Connected to a master, a page of two entries handled: the `XACK` and what follows it.
+/// The master's replicas were counted first (`WAIT 0 0`, or `WAITAOF 0 0 0`): one.
 fn acked(config: Config, flavor: &'static str) -> (Rig, Vec<Vec<String>>) {
     let mut rig = Rig::new(config, flavor);
-    rig.start();
+    let opening = rig.start();
+    match opening.iter().find(|c| c[0].starts_with("WAIT")) {
+        Some(c) if c[0] == "WAIT" => {
+            assert_eq!(c, &cmd("WAIT 0 0"));
+            rig.raw(&fixture(flavor, Protocol::Resp2, "wait_1")).unwrap();
+        }
+        Some(c) => {
+            assert_eq!(c, &cmd("WAITAOF 0 0 0"));
+            rig.raw(b"*2\r\n:0\r\n:1\r\n").unwrap();
+        }
+        None => {}
+    }
     rig.drain_reply("read_pending_page").unwrap();
     rig.handle_all(Verdict::Ack);
     let sent = rig.sent();
@@ -168,6 +180,7 @@ fn acks_wait_for_the_replicas_and_stop_stalling_once_they_are_behind() {
         rig.skip_link_notices();
         rig.advance(Duration::from_secs(10));
         rig.start();
+        rig.raw(&fixture(flavor, Protocol::Resp2, "wait_1")).unwrap(); // the replicas counted
         rig.drain_reply("read_pending_page").unwrap();
         rig.handle_all(Verdict::Ack);
         let sent = rig.sent();
@@ -241,4 +254,31 @@ fn no_sentinel_to_ask_is_nowhere_to_dial() {
     assert_eq!(locator.dial(), None);
     let why = locator.on_sentinel_failed("no sentinel to ask").expect("a round of none is over at once");
     assert!(why.contains("no sentinel named the master"), "{why}");
+}
+
+/// `ack_replicas(2)` on a master with fewer replicas: told at connect with the count and
+/// what it costs (no batch can reach them), and batches wait a moment only, from the first.
+#[test]
+fn asking_for_more_replicas_than_the_master_has_is_told_at_connect() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config(protocol).ack_replicas(2, Duration::from_millis(1000)), flavor);
+        let opening = rig.start();
+        assert_eq!(opening.last(), Some(&cmd("XPENDING s g - + 10 A")), "{opening:?}");
+        assert_eq!(opening[opening.len() - 3], cmd("WAIT 0 0"), "counted before the drain: {opening:?}");
+        rig.raw(&fixture(flavor, Protocol::Resp2, "wait_1")).unwrap();
+        let notice = rig.notice();
+        assert_eq!(notice, Notice::Replicas { have: 1, wanted: 2, timeout: Duration::from_millis(1000) });
+        assert!(notice.is_trouble());
+        assert!(notice.to_string().contains("has 1 replica in sync, fewer than the 2"), "{notice}");
+        rig.drain_reply("read_pending_page").unwrap();
+        rig.handle_all(Verdict::Ack);
+        assert_eq!(rig.sent()[1], cmd("WAIT 2 1"), "the first batch waits a moment, not the timeout");
+        // Counted again at the next connect: the same count is not told twice.
+        rig.consumer.on_disconnected(rig.now);
+        rig.skip_link_notices();
+        rig.advance(Duration::from_secs(10));
+        rig.start();
+        rig.raw(&fixture(flavor, Protocol::Resp2, "wait_1")).unwrap();
+        assert_eq!(rig.consumer.poll_event(), None);
+    });
 }

@@ -162,6 +162,9 @@ pub struct Consumer {
     /// [`Notice::AcksUnreplicated`]): until one makes it, each batch waits only a moment, so
     /// that a replica that is down does not stall every batch for the whole timeout.
     replicas_behind: bool,
+    /// With [`Config::ack_wait`]: the replicas the master had when last counted, if fewer
+    /// than it asks for were told (told again when the count changes).
+    replicas_told: Option<u64>,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
     // ---- the streams ----
@@ -393,6 +396,7 @@ impl Consumer {
             vetting: false,
             told_not_master: None,
             replicas_behind: false,
+            replicas_told: None,
             lease_floor: None,
             stats: Stats::default(),
         };
@@ -628,6 +632,7 @@ impl Consumer {
             crate::encode::command(&mut self.out, &[b"HELLO"]);
             self.track(Sent::Handshake(Command::ServerInfo), now);
         }
+        self.count_replicas(now);
         self.vetting = true;
     }
 

@@ -303,6 +303,41 @@ impl Consumer {
 
     /// A `WAIT`/`WAITAOF` answered: the acks behind it that did not get where they were to
     /// go are counted, and told when that starts.
+    /// With [`Config::ack_wait`]: counts the master's replicas in sync at each connect, with
+    /// the handshake: `WAIT 0 0` answers at once how many replicas acknowledged the
+    /// connection's last write — before any write, every replica in sync (later it would
+    /// count only those that caught up with this connection's writes). A node that refuses it
+    /// (a replica, a server without `WAITAOF`) is told otherwise.
+    pub(super) fn count_replicas(&mut self, now: Instant) {
+        let Some(wait) = self.config.ack_wait.filter(|w| w.replicas() > 0) else { return };
+        match wait {
+            AckWait::Replicas { .. } => crate::encode::command(&mut self.out, &[b"WAIT", b"0", b"0"]),
+            AckWait::Aof { .. } => crate::encode::command(&mut self.out, &[b"WAITAOF", b"0", b"0", b"0"]),
+        }
+        self.track(Sent::Replicas, now);
+    }
+
+    /// How many replicas the master has in sync: fewer than [`Config::ack_wait`] asks for
+    /// is told (again when the count changes), and batches of acks then wait only
+    /// [`REPLICAS_BEHIND_WAIT`] for what cannot come.
+    pub(super) fn on_replicas(&mut self, value: Value) -> Result<(), reply::ShapeError> {
+        let Some(wait) = self.config.ack_wait else { return Ok(()) };
+        let have = match wait {
+            AckWait::Replicas { .. } => reply::count(value)?,
+            AckWait::Aof { .. } => reply::wait_aof(value)?.1,
+        };
+        let wanted = wait.replicas();
+        let short = have < u64::from(wanted);
+        // The first batch need not wait its whole timeout for what cannot come.
+        self.replicas_behind |= short;
+        if (short && self.replicas_told != Some(have)) || (!short && self.replicas_told.is_some()) {
+            self.replicas_told = short.then_some(have);
+            let timeout = wait.timeout();
+            self.notices.push_back(Notice::Replicas { have, wanted, timeout });
+        }
+        Ok(())
+    }
+
     pub(super) fn on_wait(&mut self, acks: u64, value: Value) -> Result<(), reply::ShapeError> {
         let Some(wait) = self.config.ack_wait else { return Ok(()) };
         let (local, replicas) = match wait {
@@ -315,6 +350,10 @@ impl Consumer {
         let wanted = wait.replicas();
         if local && replicas >= u64::from(wanted) {
             self.replicas_behind = false;
+            if self.replicas_told.take().is_some() {
+                // Fewer were told: the count changed.
+                self.notices.push_back(Notice::Replicas { have: replicas, wanted, timeout: wait.timeout() });
+            }
             return Ok(());
         }
         self.stats.acks_unreplicated += acks;

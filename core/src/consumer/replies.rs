@@ -190,6 +190,7 @@ impl Consumer {
             }
             Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
             Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,
+            Sent::Replicas => self.on_replicas(value).map_err(shape)?,
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
             Sent::CreateGroup(s) => {
                 reply::ok(value).map_err(shape)?;
@@ -299,7 +300,7 @@ impl Consumer {
             self.streams[*s as usize].group_made = true;
             return Ok(());
         }
-        if let Sent::GiveBack | Sent::Release { .. } | Sent::Held { .. } = sent {
+        if let Sent::GiveBack | Sent::Release { .. } | Sent::Held { .. } | Sent::Replicas = sent {
             // Best effort: the counts stay one higher; entries not released are reclaimed
             // after `min_idle`.
             return Ok(());

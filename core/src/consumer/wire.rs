@@ -33,6 +33,7 @@ impl Consumer {
             | Sent::Commit(..)
             | Sent::Role
             | Sent::Wait { .. }
+            | Sent::Replicas
             | Sent::Leave(_)
             | Sent::Held { .. }
             | Sent::Discard(_) => {}
