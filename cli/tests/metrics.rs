@@ -188,3 +188,26 @@ fn a_metrics_port_in_use_is_bad_usage() {
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.starts_with(&format!("pelican: --metrics {at}: cannot listen there: ")), "{stderr}");
 }
+
+/// `/healthz` of a consumer pointed at a replica says so, naming its master, not "not
+/// connected" (it is connected, to a node it must not read from).
+#[test]
+fn healthz_on_a_replica_names_it() {
+    let master = Server::start(Flavor::Redis70);
+    let replica = Server::start_with(Flavor::Redis70, Options::default().with_replica_of(master.addr()));
+    let url = format!("redis://{}", replica.addr());
+    let addr = free_addr();
+    let at = addr.to_string();
+    for transport in ["mio", "smol"] {
+        let mut p = Pelican::spawn(&consume(&url, transport, &["--metrics", &at]));
+        wait_until("/healthz names the replica", || health(addr).1.contains("connected to a replica of"));
+        let (status, body) = health(addr);
+        assert_eq!(status, 503);
+        let want = format!(
+            "connected to a replica of {} (link connected), not a master: nothing is read (stream s)\n",
+            master.addr()
+        );
+        assert_eq!(body, want, "{transport}");
+        p.stop();
+    }
+}

@@ -182,6 +182,9 @@ pub enum Notice {
         count: u32,
         /// Why.
         cause: ShrinkCause,
+        /// What a handler took for an entry lately (smoothed), from its hand-out to its
+        /// settle.
+        handler: Duration,
     },
 }
 
@@ -413,13 +416,19 @@ impl fmt::Display for Notice {
                     _ => write!(f, ": entries after {} are delivered again", Id(start)),
                 }
             }
-            Notice::ReadShrunk { count, cause } => {
-                let why = match cause {
-                    ShrinkCause::SlowHandler => "handlers are slow",
-                    ShrinkCause::BigEntries => "entries are big",
-                };
+            Notice::ReadShrunk { count, cause, handler } => {
                 let entries = if *count == 1 { "entry" } else { "entries" };
-                write!(f, "reads shrunk to {count} {entries}: {why}")
+                match cause {
+                    ShrinkCause::SlowHandler => write!(
+                        f,
+                        "reads shrunk to {count} {entries}: handlers are slow ({} an entry, from hand-out \
+                         to verdict)",
+                        Secs(*handler)
+                    ),
+                    ShrinkCause::BigEntries => {
+                        write!(f, "reads shrunk to {count} {entries}: entries are big")
+                    }
+                }
             }
         }
     }
@@ -487,8 +496,17 @@ mod tests {
             reason: DeadLetterReason::Verdict,
         };
         assert_eq!(once.to_string(), "dead-lettered 5-2 after 1 delivery, by the handler's verdict");
-        let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::BigEntries };
+        let shrunk = Notice::ReadShrunk { count: 3, cause: ShrinkCause::BigEntries, handler: Duration::ZERO };
         assert_eq!(shrunk.to_string(), "reads shrunk to 3 entries: entries are big");
+        let slow = Notice::ReadShrunk {
+            count: 1,
+            cause: ShrinkCause::SlowHandler,
+            handler: Duration::from_millis(14),
+        };
+        assert_eq!(
+            slow.to_string(),
+            "reads shrunk to 1 entry: handlers are slow (14 ms an entry, from hand-out to verdict)"
+        );
     }
 
     #[test]

@@ -25,6 +25,9 @@ const BRISK_BYTES_PER_SEC: u128 = 10 << 20;
 const AHEAD_ENTRIES: u32 = 512;
 /// The most reads ahead in flight.
 const MAX_AHEAD: u32 = 4;
+/// Handlers timed before slow handlers are told: one slow first handling (a cold start, a
+/// thread descheduled) shrinks reads at once, for the lease's sake, but is not news.
+const TOLD_AFTER: u32 = 8;
 
 #[derive(Debug)]
 pub(crate) struct Pace {
@@ -50,6 +53,11 @@ pub(crate) struct Pace {
     smooth: u64,
     /// Whether any handler has been timed yet.
     timed: bool,
+    /// Handlers timed (up to [`TOLD_AFTER`]).
+    samples: u32,
+    /// The last handler's time, in nanoseconds: slow handlers are told only while it is slow
+    /// too.
+    last: u64,
     entry_bytes: usize,
     /// The count last reported in a [`Notice::ReadShrunk`] (or `max`).
     reported: u32,
@@ -80,6 +88,8 @@ impl Pace {
             handler: 0,
             smooth: 0,
             timed: false,
+            samples: 0,
+            last: 0,
             entry_bytes: 0,
             reported: max,
             plan: Plan { count: max, cause: None, ahead: 1 },
@@ -91,12 +101,17 @@ impl Pace {
 
     /// A handler took `took` for one entry.
     pub(crate) fn record_handler(&mut self, took: Duration) {
+        self.samples = (self.samples + 1).min(TOLD_AFTER);
         let took = nanos(took);
+        self.last = took;
         self.handler = if took >= self.handler { took } else { self.handler - (self.handler - took) / 8 };
+        // The mean of the first few, then an eighth of each gap: a slow first handling (a
+        // cold start) weighs no more than the others.
+        let weight = u64::from(self.samples.min(TOLD_AFTER));
         self.smooth = match self.timed {
             false => took,
-            true if took >= self.smooth => self.smooth + (took - self.smooth) / 8,
-            true => self.smooth - (self.smooth - took) / 8,
+            true if took >= self.smooth => self.smooth + (took - self.smooth) / weight,
+            true => self.smooth - (self.smooth - took) / weight,
         };
         // The plan depends on both estimates; `smooth` never passes `handler`, so this bound
         // covers both.
@@ -208,17 +223,24 @@ impl Pace {
     /// Growth is not reported; the next fall is measured from where it grew back to (at least
     /// doubled), so that a count wavering around one value does not report every read.
     /// Reads paced to handlers of a few milliseconds are the norm, not news: slow handlers
-    /// are told once reads bring each handler a single entry (10 ms or more each).
+    /// are told once reads bring each handler a single entry (10 ms or more each), by the
+    /// smoothed time of [`TOLD_AFTER`] handlers at least and the last one's (not by one slow
+    /// first handling, which shrinks reads all the same).
     pub(crate) fn next_count(&mut self) -> (u32, Option<Notice>) {
         let (count, cause) = self.count();
         let told = match cause {
-            Some(ShrinkCause::SlowHandler) => count <= self.concurrency,
+            Some(ShrinkCause::SlowHandler) => {
+                count <= self.concurrency
+                    && self.samples >= TOLD_AFTER
+                    && cap(self.horizon, self.last) <= self.concurrency
+            }
             _ => true,
         };
         let notice = match cause {
             Some(cause) if count < self.reported && told => {
                 self.reported = count;
-                Some(Notice::ReadShrunk { count, cause })
+                let handler = Duration::from_nanos(self.smooth);
+                Some(Notice::ReadShrunk { count, cause, handler })
             }
             _ => {
                 if count == self.max || count >= self.reported.saturating_mul(2) {
@@ -250,6 +272,21 @@ mod tests {
 
     const LEASE: Duration = Duration::from_secs(2);
 
+    /// A read shrunk to this many entries, for this cause.
+    fn shrunk(count: u32, cause: ShrinkCause, handler_ms: u64) -> Option<Notice> {
+        Some(Notice::ReadShrunk { count, cause, handler: Duration::from_millis(handler_ms) })
+    }
+
+    /// [`Pace::next_count`], the notice's handler time left out.
+    fn next(pace: &mut Pace) -> (u32, Option<(u32, ShrinkCause)>) {
+        let (count, notice) = pace.next_count();
+        let told = notice.map(|n| match n {
+            Notice::ReadShrunk { count, cause, .. } => (count, cause),
+            other => panic!("{other:?}"),
+        });
+        (count, told)
+    }
+
     #[test]
     fn slow_handlers_shrink_reads_at_once_and_they_grow_back() {
         let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
@@ -259,10 +296,13 @@ mod tests {
         // news; one entry a read (handlers of 10 ms or more) is told, once.
         assert_eq!(pace.next_count(), (10, None));
         pace.record_handler(Duration::from_millis(50));
-        assert_eq!(
-            pace.next_count(),
-            (1, Some(Notice::ReadShrunk { count: 1, cause: ShrinkCause::SlowHandler }))
-        );
+        assert_eq!(pace.next_count(), (1, None), "shrunk at once, told once it is the handlers' pace");
+        for _ in 0..5 {
+            pace.record_handler(Duration::from_millis(50));
+            assert_eq!(pace.next_count(), (1, None));
+        }
+        pace.record_handler(Duration::from_millis(50));
+        assert_eq!(next(&mut pace), (1, Some((1, ShrinkCause::SlowHandler))), "the eighth handler");
         assert_eq!(pace.next_count(), (1, None), "reported once");
         let mut counts = Vec::new();
         for _ in 0..60 {
@@ -272,6 +312,22 @@ mod tests {
         assert!(counts.windows(2).all(|w| w[0].0 <= w[1].0), "grows steadily");
         assert!(counts.iter().all(|(_, n)| n.is_none()), "growth is not reported");
         assert_eq!(counts.last().unwrap().0, 100);
+    }
+
+    /// One slow first handling (a cold start) shrinks reads at once, and they grow back as
+    /// the next ones are quick; it is not told: the handlers are not slow.
+    #[test]
+    fn one_slow_first_handling_is_not_told() {
+        let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
+        pace.record_handler(Duration::from_millis(40));
+        assert_eq!(pace.next_count(), (1, None));
+        let mut counts = Vec::new();
+        for _ in 0..80 {
+            pace.record_handler(Duration::from_micros(80));
+            counts.push(next(&mut pace));
+        }
+        assert!(counts.iter().all(|(_, told)| told.is_none()), "{counts:?}");
+        assert_eq!(counts.last().unwrap().0, 100, "grown back");
     }
 
     #[test]
@@ -297,11 +353,7 @@ mod tests {
     fn big_entries_shrink_reads() {
         let mut pace = Pace::new(100, LEASE, 1 << 20, 1, 100);
         pace.record_read(10 << 20, 100); // 100 KiB each
-        let (count, notice) = pace.next_count();
-        assert_eq!(
-            (count, notice),
-            (10, Some(Notice::ReadShrunk { count: 10, cause: ShrinkCause::BigEntries }))
-        );
+        assert_eq!(pace.next_count(), (10, shrunk(10, ShrinkCause::BigEntries, 0)));
         pace.record_oversized(3);
         assert!(pace.count().0 <= 3);
         pace.record_oversized(0);
@@ -314,10 +366,7 @@ mod tests {
         let mut pace = Pace::new(100, LEASE, 16 << 20, 1, 100);
         pace.record_read(15_000_000, 3);
         pace.record_handler(Duration::from_millis(30));
-        assert_eq!(
-            pace.next_count(),
-            (1, Some(Notice::ReadShrunk { count: 1, cause: ShrinkCause::BigEntries }))
-        );
+        assert_eq!(pace.next_count(), (1, shrunk(1, ShrinkCause::BigEntries, 30)));
         // The same 5 MB taking 2 s each (2.5 MB/s): the handler is slow.
         pace.record_handler(Duration::from_secs(2));
         assert_eq!(pace.count(), (1, Some(ShrinkCause::SlowHandler)));

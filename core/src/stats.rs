@@ -155,6 +155,9 @@ pub struct Snapshot {
     /// The group's health as last asked ([`Config::health_every`](crate::Config::health_every);
     /// `None` until the first answer, or if never asked).
     pub health: Option<crate::GroupHealth>,
+    /// While not connected because the node reached answers as a replica: what it is (`a
+    /// replica of 10.0.0.1:6379`, as [`Notice::NotMaster`](crate::Notice::NotMaster) says).
+    pub not_master: Option<String>,
 }
 
 #[cfg(test)]

@@ -230,7 +230,7 @@ fn a_read_past_read_bytes_is_skipped_and_asked_again_smaller() {
         // Fed in pieces: the first half already tells the read is too big.
         rig.raw(&big[..big.len() / 2]).unwrap();
         rig.raw(&big[big.len() / 2..]).unwrap();
-        let shrunk = Notice::ReadShrunk { count: 1, cause: ShrinkCause::BigEntries };
+        let shrunk = Notice::ReadShrunk { count: 1, cause: ShrinkCause::BigEntries, handler: Duration::ZERO };
         assert_eq!(rig.consumer.poll_event(), Some(Event::Notice(shrunk)), "{flavor} {protocol:?}");
         assert_eq!(rig.consumer.poll_event(), None, "nothing of the skipped reply is handed out");
         // They were delivered to us all the same: the drain gets them, one per read.

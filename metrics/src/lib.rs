@@ -183,8 +183,19 @@ impl Metrics {
         if self.streams.is_empty() {
             return Err("no stream to consume".into());
         }
-        let down: Vec<&str> =
-            self.streams.iter().filter(|(_, read)| !read().connected).map(|(l, _)| &l.stream[..]).collect();
+        let snapshots: Vec<(&str, Snapshot)> =
+            self.streams.iter().map(|(l, read)| (&l.stream[..], read())).collect();
+        // A node that answers as a replica is reached, not read from: said as such.
+        if let Some((stream, role)) =
+            snapshots.iter().find_map(|(s, snap)| Some((*s, snap.not_master.as_ref()?)))
+        {
+            let streams = match snapshots.len() {
+                1 => format!("stream {stream}"),
+                _ => format!("stream {stream} and perhaps others"),
+            };
+            return Err(format!("connected to {role}, not a master: nothing is read ({streams})"));
+        }
+        let down: Vec<&str> = snapshots.iter().filter(|(_, snap)| !snap.connected).map(|(s, _)| *s).collect();
         match &down[..] {
             [] => Ok(()),
             [one] if self.streams.len() == 1 => Err(format!("not connected to the server (stream {one})")),

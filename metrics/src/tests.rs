@@ -213,6 +213,17 @@ fn health_says_why_not() {
     assert_eq!(one.healthy(), Ok(()));
     let two = one.clone().stream(Labels::new("b", "g", "c"), Snapshot::default);
     assert_eq!(two.healthy(), Err("not connected to the server: streams b".into()));
+    // Reached, but a replica: said as such.
+    let replica = || {
+        let mut s = Snapshot::default();
+        s.not_master = Some("a replica of 10.0.0.1:6379".into());
+        s
+    };
+    let on_a_replica = Metrics::new().stream(Labels::new("orders", "g", "c"), replica);
+    assert_eq!(
+        on_a_replica.healthy(),
+        Err("connected to a replica of 10.0.0.1:6379, not a master: nothing is read (stream orders)".into())
+    );
     let stopping = Arc::new(AtomicBool::new(false));
     let s = stopping.clone();
     let checked = one.check(move || if s.load(Relaxed) { Err("stopping".into()) } else { Ok(()) });

@@ -451,7 +451,15 @@ impl Consumer {
             buffered: self.buffered(),
             connected: self.ready(),
             health: self.streams[0].last_health.clone(),
+            not_master: self.not_master().map(str::to_string),
         }
+    }
+
+    /// While not connected because the node reached answers as a replica (a failover's
+    /// old master, a URL naming a replica): what it is, e.g. `a replica of
+    /// 10.0.0.1:6379`.
+    fn not_master(&self) -> Option<&str> {
+        self.told_not_master.as_deref().filter(|_| !self.ready())
     }
 
     /// Brings `last` up to date; true if anything changed. For a driver that publishes
@@ -461,7 +469,8 @@ impl Consumer {
             && self.in_hand.len() == last.in_hand
             && self.buffered() == last.buffered
             && self.ready() == last.connected
-            && self.streams[0].last_health == last.health;
+            && self.streams[0].last_health == last.health
+            && self.not_master() == last.not_master.as_deref();
         if !same {
             *last = self.snapshot();
         }
