@@ -182,5 +182,13 @@ pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: crate::in
         HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", key]),
         HealthPart::Oldest => command(out, &[b"XPENDING", key, &c.group, b"-", b"+", b"1"]),
         HealthPart::Time => command(out, &[b"TIME"]),
+        // Encoded by `beyond`, with the id it needs.
+        HealthPart::Beyond => {}
     }
+}
+
+/// `XRANGE key (<id> + COUNT 1`: the first entry after `id`, if any (the group's health: is
+/// anything left to deliver past its last-delivered id).
+pub(crate) fn beyond(out: &mut BytesMut, key: &[u8], id: &[u8]) {
+    command(out, &[b"XRANGE", key, &after(id), b"+", b"COUNT", b"1"]);
 }

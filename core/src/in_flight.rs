@@ -112,6 +112,9 @@ pub(crate) enum HealthPart {
     Oldest,
     /// `TIME`.
     Time,
+    /// `XRANGE key (<last-delivered-id> + COUNT 1`, asked after `XINFO GROUPS` said the lag is
+    /// above zero: whether anything is left to deliver at all.
+    Beyond,
 }
 
 impl Sent {

@@ -111,12 +111,26 @@ fn group_fields(group: Value) -> Result<Vec<(Value, Value)>> {
     }
 }
 
-/// `XINFO GROUPS key`, for the group `name`: (pending, lag, consumers). `lag` is absent
-/// before Redis 7.0 and nil when the server cannot tell. `None`: no such group.
-pub(crate) fn group_info(value: Value, name: &[u8]) -> Result<Option<(u64, Option<u64>, u64)>> {
+/// An empty array (an `XRANGE` that found nothing).
+pub(crate) fn is_empty(value: &Value) -> bool {
+    matches!(value, Value::Array(items) if items.is_empty())
+}
+
+/// One group's row of `XINFO GROUPS`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct GroupInfo {
+    pub(crate) pending: u64,
+    /// Absent before Redis 7.0, nil when the server cannot tell.
+    pub(crate) lag: Option<u64>,
+    pub(crate) consumers: u64,
+    pub(crate) last_delivered: Option<Bytes>,
+}
+
+/// `XINFO GROUPS key`, for the group `name`. `None`: no such group.
+pub(crate) fn group_info(value: Value, name: &[u8]) -> Result<Option<GroupInfo>> {
     let Value::Array(groups) = value else { return Err(ShapeError("XINFO GROUPS: not an array")) };
     for group in groups {
-        let (mut found, mut pending, mut lag, mut consumers) = (false, None, None, None);
+        let (mut found, mut pending, mut lag, mut consumers, mut last) = (false, None, None, None, None);
         for (key, value) in group_fields(group)? {
             let (Value::Str(key) | Value::Text(key)) = key else { continue };
             match (&key[..], value) {
@@ -124,12 +138,15 @@ pub(crate) fn group_info(value: Value, name: &[u8]) -> Result<Option<(u64, Optio
                 (b"pending", Value::Int(n)) if n >= 0 => pending = Some(n as u64),
                 (b"consumers", Value::Int(n)) if n >= 0 => consumers = Some(n as u64),
                 (b"lag", Value::Int(n)) if n >= 0 => lag = Some(n as u64),
+                (b"last-delivered-id", Value::Str(id) | Value::Text(id)) => last = Some(id),
                 _ => {}
             }
         }
         if found {
             return match (pending, consumers) {
-                (Some(p), Some(c)) => Ok(Some((p, lag, c))),
+                (Some(pending), Some(consumers)) => {
+                    Ok(Some(GroupInfo { pending, lag, consumers, last_delivered: last }))
+                }
                 _ => Err(ShapeError("XINFO GROUPS: no pending or consumers count")),
             };
         }
@@ -353,15 +370,17 @@ pub(crate) mod fixture_tests {
     #[test]
     fn group_health_replies() {
         each(|flavor, load| {
-            let info = group_info(load("xinfo_groups"), b"g").unwrap();
+            let info = group_info(load("xinfo_groups"), b"g")
+                .unwrap()
+                .map(|g| (g.pending, g.lag, g.consumers, g.last_delivered.is_some()));
             let oldest = oldest_pending(load("xpending_extended")).unwrap();
             if flavor == "redis-6.2" {
                 // No lag before 7.0; the deleted 2-0 stays in B's pending list.
-                assert_eq!(info, Some((1, None, 2)), "{flavor}");
+                assert_eq!(info, Some((1, None, 2, true)), "{flavor}");
                 let (id, held, n) = oldest.unwrap();
                 assert_eq!((&id[..], &held.unwrap().0[..], n), (&b"2-0"[..], &b"B"[..], 3));
             } else {
-                assert_eq!(info, Some((0, Some(0), 2)), "{flavor}");
+                assert_eq!(info, Some((0, Some(0), 2, true)), "{flavor}");
                 assert_eq!(oldest, None, "{flavor}");
             }
             assert_eq!(group_info(load("xinfo_groups"), b"other"), Ok(None));

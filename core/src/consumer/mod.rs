@@ -165,6 +165,9 @@ pub struct Consumer {
     /// With [`Config::ack_wait`]: the replicas the master had when last counted, if fewer
     /// than it asks for were told (told again when the count changes).
     replicas_told: Option<u64>,
+    /// The group's lag above zero is being checked (`Some(false)`), and `TIME` answered
+    /// meanwhile (`Some(true)`): the health is told once the check answers.
+    lag_checked: Option<bool>,
     /// Looking for twins (see [`Config::allow_twins`]).
     twins: Twins,
     // ---- the streams ----
@@ -397,6 +400,7 @@ impl Consumer {
             told_not_master: None,
             replicas_behind: false,
             replicas_told: None,
+            lag_checked: None,
             lease_floor: None,
             stats: Stats::default(),
         };
@@ -1313,6 +1317,7 @@ impl Consumer {
         self.script = None;
         self.staged = None;
         self.health = None;
+        self.lag_checked = None;
         self.twins.lost();
         self.out.clear();
         self.tracked_upto = 0;

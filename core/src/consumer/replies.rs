@@ -111,12 +111,19 @@ impl Consumer {
 
     /// One of the three health replies; the last completes the notice. A reply of another
     /// shape drops this round (health is for watching, not worth a connection).
-    pub(super) fn on_health(&mut self, part: HealthPart, value: Value) {
+    pub(super) fn on_health(&mut self, part: HealthPart, value: Value, now: Instant) {
         let Some((s, mut health)) = self.health.take() else { return };
         match part {
             HealthPart::Groups => match reply::group_info(value, &self.config.group) {
-                Ok(Some((pending, lag, consumers))) => {
-                    (health.pending, health.lag, health.consumers) = (pending, lag, consumers);
+                Ok(Some(group)) => {
+                    (health.pending, health.lag, health.consumers) = (group.pending, group.lag, group.consumers);
+                    if let (Some(1..), Some(last)) = (group.lag, &group.last_delivered) {
+                        // Checked: a server may keep a wrong count (Redis 7.0 after a
+                        // failover, see `on_beyond`).
+                        commands::beyond(&mut self.out, &self.streams[s as usize].key, last);
+                        self.track(Sent::Health(s, HealthPart::Beyond), now);
+                        self.lag_checked = Some(false);
+                    }
                 }
                 _ => return,
             },
@@ -143,12 +150,34 @@ impl Consumer {
                         .and_then(|ms| std::str::from_utf8(ms).ok()?.parse::<u64>().ok());
                     oldest.age = Duration::from_millis(now_ms.saturating_sub(id_ms.unwrap_or(now_ms)));
                 }
-                self.streams[s as usize].last_health = Some(health.clone());
-                self.notices.push_back(Notice::Health(health));
+                if self.lag_checked == Some(false) {
+                    self.lag_checked = Some(true); // told once the check answers
+                    self.health = Some((s, health));
+                    return;
+                }
+                self.tell_health(s, health);
+                return;
+            }
+            HealthPart::Beyond => {
+                // The server counts entries the group has not read: with none past its
+                // last-delivered id, a lag above zero is a count gone wrong. Redis 7.0's
+                // replicas do not keep the group's read count (`entries-read`; later servers
+                // replicate it), so after a failover it can stay behind for good. Unknown
+                // is true; a wrong figure would feed alerts and autoscalers.
+                if reply::is_empty(&value) {
+                    health.lag = None;
+                }
+                self.lag_checked = None;
+                self.tell_health(s, health);
                 return;
             }
         }
         self.health = Some((s, health));
+    }
+
+    fn tell_health(&mut self, s: u32, health: GroupHealth) {
+        self.streams[s as usize].last_health = Some(health.clone());
+        self.notices.push_back(Notice::Health(health));
     }
 
     /// How large the reply at the front may grow: reads asking for several entries are held
@@ -248,7 +277,7 @@ impl Consumer {
                 let rows = reply::pending(value).map_err(shape)?;
                 self.on_held(stream, count, since, rows, now);
             }
-            Sent::Health(_, part) => self.on_health(part, value),
+            Sent::Health(_, part) => self.on_health(part, value, now),
             Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetterCheck | Sent::CommitCheck => {
@@ -321,6 +350,7 @@ impl Consumer {
                 self.notices.push_back(Notice::Refused { feature: Notice::HEALTH, reason: text() });
             }
             self.health = None;
+            self.lag_checked = None;
             return Ok(());
         }
         if let Sent::Twins { list, .. } = sent {
