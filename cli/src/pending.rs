@@ -26,7 +26,9 @@ stream KEY:
   - the 10 oldest pending entries, with owner, idle time and delivery count (a released
     entry's owner shows as `(released)`, its idle time as `-`);
   - the group's lag (entries not yet delivered), where the server reports it (XINFO GROUPS,
-    Redis 7+/Valkey; unknown on Redis 6.2, and after some deletions).
+    Redis 7+/Valkey; unknown on Redis 6.2, after some deletions, and where the server's
+    count is wrong: a lag above 0 with no entry past the group's last-delivered id, as
+    Redis 7.0 can keep after a failover).
 Names that are not UTF-8 are shown escaped (\\xNN) in the text, and in base64 in JSON;
 either way, the bytes can be given back as KEY or G.
 
@@ -190,13 +192,21 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
     ])?)?;
     // Lag: Redis 7+ and Valkey report it (nil when the server cannot tell); 6.2 does not.
     let groups = client.call(&[b"XINFO", b"GROUPS", stream])?;
-    let lag = array(&groups)
+    let row = array(&groups)
         .unwrap_or_default()
         .iter()
         .filter_map(|g| array(g))
-        .find(|g| field(g, "name").and_then(bytes) == Some(group))
-        .and_then(|g| field(g, "lag"))
-        .and_then(int);
+        .find(|g| field(g, "name").and_then(bytes) == Some(group));
+    let mut lag = row.and_then(|g| field(g, "lag")).and_then(int);
+    if let (Some(1..), Some(last)) = (lag, row.and_then(|g| field(g, "last-delivered-id")).and_then(bytes)) {
+        // A count gone wrong (Redis 7.0 after a failover) says entries are left with none
+        // past the group's last-delivered id: unknown, rather than wrong.
+        let after = [b"(", last].concat();
+        let beyond = client.call(&[b"XRANGE", stream, &after, b"+", b"COUNT", b"1"])?;
+        if array(&beyond).is_some_and(<[Reply]>::is_empty) {
+            lag = None;
+        }
+    }
     // Released entries are in the total but in no consumer's count.
     let owned: i64 = consumers.iter().map(|c| c.pending).sum();
     Ok(Report {

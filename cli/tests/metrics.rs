@@ -211,3 +211,39 @@ fn healthz_on_a_replica_names_it() {
         p.stop();
     }
 }
+
+/// A lag the server counts wrong — above zero with nothing past the group's last-delivered id,
+/// as Redis 7.0 keeps after a failover (set here with `XGROUP SETID … ENTRIESREAD`) — is
+/// unknown in `/metrics` (no `pelican_group_lag`) and in `pending`, not 3; a true lag is
+/// shown as it is.
+#[test]
+fn a_lag_the_server_counts_wrong_is_unknown() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    admin.call(&["XGROUP", "CREATE", "s", "g", "0", "MKSTREAM"]);
+    let ids = admin.xadd_n("s", 5, 8);
+    admin.call(&["XREADGROUP", "GROUP", "g", "other", "STREAMS", "s", ">"]);
+    let mut ack = vec!["XACK", "s", "g"];
+    ack.extend(ids.iter().map(String::as_str));
+    admin.call(&ack);
+    admin.call(&["XGROUP", "SETID", "s", "g", &ids[4], "ENTRIESREAD", "2"]);
+    let said = admin.call(&["XINFO", "GROUPS", "s"]);
+    assert!(format!("{said:?}").contains(r#"Bulk("lag"), Int(3)"#), "the server says 3: {said:?}");
+    let url = format!("redis://{}", server.addr());
+    let (status, out, err) =
+        support::run(&["pending", "--url", &url, "--stream", "s", "--group", "g", "--json"]);
+    assert!(status.success(), "{err}");
+    assert!(out.contains(r#""lag":null"#), "{out}");
+
+    let addr = free_addr();
+    let at = addr.to_string();
+    let mut p = Pelican::spawn(&consume(&url, "mio", &["--metrics", &at]));
+    wait_until("the group's health asked", || value(&scrape(addr), "pelican_group_pending", None).is_some());
+    assert_eq!(value(&scrape(addr), "pelican_group_lag", None), None, "unknown, not 3");
+    p.stop();
+
+    // A true lag: entries past the last-delivered id, for a group nobody reads.
+    admin.call(&["XGROUP", "CREATE", "s", "idle", "0"]);
+    let (_, out, _) = support::run(&["pending", "--url", &url, "--stream", "s", "--group", "idle", "--json"]);
+    assert!(out.contains(r#""lag":5"#), "{out}");
+}

@@ -116,7 +116,8 @@ impl Consumer {
         match part {
             HealthPart::Groups => match reply::group_info(value, &self.config.group) {
                 Ok(Some(group)) => {
-                    (health.pending, health.lag, health.consumers) = (group.pending, group.lag, group.consumers);
+                    (health.pending, health.lag, health.consumers) =
+                        (group.pending, group.lag, group.consumers);
                     if let (Some(1..), Some(last)) = (group.lag, &group.last_delivered) {
                         // Checked: a server may keep a wrong count (Redis 7.0 after a
                         // failover, see `on_beyond`).
