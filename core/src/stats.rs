@@ -155,6 +155,32 @@ pub struct Snapshot {
     /// The group's health as last asked ([`Config::health_every`](crate::Config::health_every);
     /// `None` until the first answer, or if never asked).
     pub health: Option<crate::GroupHealth>,
+    /// The entry in hand the longest, if any ([`Consumer::oldest_in_hand`](crate::Consumer::oldest_in_hand)):
+    /// a handler that never gives its verdict shows here, its age growing.
+    pub oldest_in_hand: Option<OldestInHand>,
+}
+
+/// The entry a consumer has held the longest without a verdict: which, and since when.
+/// Read with [`Consumer::oldest_in_hand`](crate::Consumer::oldest_in_hand) or in a
+/// [`Snapshot`]; its [`age`](Self::age) is asked with the time now, so a snapshot read
+/// later (by a health check on another thread) still tells the age at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OldestInHand {
+    /// The stream it came from.
+    pub stream: bytes::Bytes,
+    /// Its id.
+    pub id: bytes::Bytes,
+    /// When it was handed out: the time passed to the consumer then (the transports pass
+    /// `Instant::now()`).
+    pub since: std::time::Instant,
+}
+
+impl OldestInHand {
+    /// How long it has been in hand at `now` (zero if `now` is earlier).
+    pub fn age(&self, now: std::time::Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.since)
+    }
 }
 
 #[cfg(test)]
