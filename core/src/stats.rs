@@ -165,7 +165,6 @@ pub struct Snapshot {
 /// [`Snapshot`]; its [`age`](Self::age) is asked with the time now, so a snapshot read
 /// later (by a health check on another thread) still tells the age at that moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct OldestInHand {
     /// The stream it came from.
     pub stream: bytes::Bytes,
