@@ -16,7 +16,8 @@
 //!
 //! A line that cannot be read as an answer (not JSON, no `"id"`, an unknown verdict) fails
 //! an entry rather than being ignored, which would leave the entry in hand for good (see
-//! [`blame`] for which one).
+//! [`blame`] for which one). An answer that never comes (an unflushed stdout) is seen by the
+//! overdue watch (`super::overdue`) and ended by the stop's deadline (`super::deadline`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -362,7 +363,8 @@ impl Pipe {
             },
             Err(e) => format!("was lost ({e})"),
         };
-        let ending = state.finishing || EXITING.load(SeqCst);
+        // Past the stop's deadline the handler was ended on purpose, and that was told.
+        let ending = state.finishing || EXITING.load(SeqCst) || super::deadline::OVERRAN.load(SeqCst);
         let code = status.as_ref().ok().and_then(ExitStatus::code);
         // A failed start: dead soon after its start, without a word (one that lived long
         // enough, idle, is trusted).
