@@ -445,35 +445,13 @@ impl Pipe {
         if text.trim().is_empty() {
             return false;
         }
-        let value = match serde_json::from_str::<serde_json::Value>(text) {
-            Ok(value) => value,
-            // Python's `print(dict)` writes single quotes: the likeliest mistake, named.
-            Err(_) if text.trim_start().starts_with("{'") || text.contains("': ") => {
-                let why =
-                    "not JSON (single quotes: JSON strings take double quotes, as json.dumps writes them)";
-                self.unreadable(shared, text, why, generation);
-                return false;
-            }
-            Err(_) => {
-                self.unreadable(shared, text, "not JSON", generation);
-                return false;
-            }
-        };
-        let why = match value.get("id") {
-            _ if !value.is_object() => Some("not a JSON object"),
-            None => Some("no \"id\""),
-            Some(id) if !id.is_string() => Some("its \"id\" is not a string"),
-            Some(_) => None,
-        };
-        if let Some(why) = why {
-            self.unreadable(shared, text, why, generation);
+        // Read as an answer at once (the usual case, at no more cost than before); only a line
+        // that is not one is looked at again, to say why.
+        let Ok(answer) = serde_json::from_str::<Answer>(text) else {
+            self.unreadable(shared, text, why_not(text), generation);
             return false;
-        }
+        };
         let shown: String = text.chars().take(200).collect();
-        let Ok(answer) = serde_json::from_value::<Answer>(value) else {
-            self.unreadable(shared, text, "not an answer", generation);
-            return false;
-        };
         let verdict = match answer.verdict.as_ref().and_then(serde_json::Value::as_str) {
             Some("ack") => Ok(Verdict::Ack),
             Some("retry") => Ok(Verdict::Retry),
@@ -611,6 +589,27 @@ impl Pipe {
 /// What an answer looks like, for the lines that tell a bad one.
 const EXPECTED: &str = r#"{"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
 
+/// What a line written with single quotes is told.
+const SINGLE_QUOTES: &str =
+    "not JSON (single quotes: JSON strings take double quotes, as json.dumps writes them)";
+
+/// Why `text` is not an answer (`{"id": "…", …}`), in words for the handler's author.
+fn why_not(text: &str) -> &'static str {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        // Python's `print(dict)` writes single quotes: the likeliest mistake, named.
+        return match text.trim_start().starts_with("{'") || text.contains("': ") {
+            true => SINGLE_QUOTES,
+            false => "not JSON",
+        };
+    };
+    match value.get("id") {
+        _ if !value.is_object() => "not a JSON object",
+        None => "no \"id\"",
+        Some(id) if !id.is_string() => "its \"id\" is not a string",
+        Some(_) => "not an answer",
+    }
+}
+
 /// The outstanding entry an unreadable `line` from handler generation `generation` fails,
 /// and why that one: an entry written to that handler whose id the line names (a Python
 /// dict printed with single quotes still holds it; the oldest of those, if it names
@@ -690,8 +689,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{blame, names, next_line, Waiter, MAX_LINE};
+    use super::{blame, names, next_line, why_not, Waiter, MAX_LINE};
     use std::collections::HashMap;
+
+    #[test]
+    fn an_unreadable_line_is_told_why() {
+        assert_eq!(why_not("{'id': '1-0', 'verdict': 'ack'}"), super::SINGLE_QUOTES);
+        assert_eq!(why_not("done"), "not JSON");
+        assert_eq!(why_not("[1]"), "not a JSON object");
+        assert_eq!(why_not(r#"{"verdict":"ack"}"#), "no \"id\"");
+        assert_eq!(why_not(r#"{"id":7}"#), "its \"id\" is not a string");
+    }
 
     #[test]
     fn an_unreadable_line_fails_the_entry_it_names_else_the_only_else_the_oldest() {
