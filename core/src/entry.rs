@@ -284,9 +284,10 @@ pub enum Verdict {
     /// owner-checked, as a stop gives back what it read ahead). Unlike a stop's give-back, its
     /// delivery stays counted: a handler that hangs on an entry every time still brings it to
     /// [`Config::max_deliveries`](crate::Config::max_deliveries). Not held back by
-    /// [`Config::on_retry`](crate::Config::on_retry) (it is no failure of the entry's), and
-    /// not given back at all if a peer took it meanwhile or the connection is down (it stays
-    /// pending, as after a crash).
+    /// [`Config::on_retry`](crate::Config::on_retry) (it is no failure of the entry's). Not
+    /// given back if a peer took it meanwhile; while the connection is down, given back once
+    /// it is up again — unless a stop ends first, and then it stays pending, as after a
+    /// crash.
     GiveBack,
 }
 

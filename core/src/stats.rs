@@ -171,7 +171,7 @@ pub struct OldestInHand {
     /// Its id.
     pub id: bytes::Bytes,
     /// When it was handed out: the time passed to the consumer then (the transports pass
-    /// `Instant::now()`).
+    /// the clock's time).
     pub since: std::time::Instant,
 }
 
