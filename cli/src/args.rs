@@ -19,7 +19,14 @@ pub enum Failure {
     Bad(String),
     /// The work failed (connection, server, handler I/O): the message on stderr, exit 1.
     Failed(String),
+    /// A stop ran out of time (`consume --stop-timeout-ms`): the message on stderr, exit
+    /// [`STOP_TIMED_OUT`].
+    StopTimedOut(String),
 }
+
+/// The exit status of a stop that ran out of time (sysexits' `EX_TEMPFAIL`: what the
+/// handler held was given back, to be handled again).
+pub const STOP_TIMED_OUT: u8 = 75;
 
 /// Every command's help: its usage, what it does, its flags, then the rest.
 pub const TEMPLATE: &str = "{usage-heading} {usage}\n\n{before-help}{all-args}{after-help}";

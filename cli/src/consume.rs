@@ -6,6 +6,7 @@
 //! handler of its own. `mio_lanes` runs the lanes on one `mio::Poll`, `smol_lanes` as tasks on
 //! one executor. A lane that fails for good stops the others.
 
+mod deadline;
 mod discover;
 mod emit;
 mod found;
@@ -14,6 +15,7 @@ mod lane;
 mod metrics;
 mod mio_lanes;
 mod others;
+mod overdue;
 mod pipe;
 mod report;
 mod screen;
@@ -74,17 +76,21 @@ language that loads its model or opens its pool once). Each entry goes to its st
 It answers each on its stdout with one JSON line, in any order:
   {\"id\":\"1700000000000-0\",\"verdict\":\"ack\"}     (or \"retry\", or \"dead-letter\")
 adding \"stream\" (as the entry's line gives it) when several streams are consumed (it may
-always be given). An \"ack\" may carry writes, made with the acknowledgement in one step
+always be given). It must flush its stdout after each answer: into a pipe, Python's print
+buffers, and an answer not flushed never comes (print(json.dumps(answer), flush=True));
+logs go to stderr. An \"ack\" may carry writes, made with the acknowledgement in one step
 (below, exactly-once stages):
   {\"id\":\"…\",\"verdict\":\"ack\",\"emit\":[{\"stream\":\"out\",\"fields\":{\"k\":\"v\"},\"maxlen\":1000}],
    \"writes\":[{\"hset\":\"h\",\"fields\":{\"f\":\"v\"}},{\"incrby\":\"n\",\"by\":1},
               {\"set\":\"k\",\"value\":\"v\",\"ttl_ms\":60000},{\"del\":\"k\"}]}
 (\"minid\" trims by id instead of \"maxlen\"; both approximately). Keys and field values are
 strings; an answer whose writes are malformed (a number for a string, no fields, an unknown
-write) is told on stderr and fails its entry, nothing of it written. Up to --concurrency N entries per stream are outstanding at once. An
-answer for no outstanding entry, or a line that is not such an answer (one longer than
-64 KiB among them), is ignored and told on stderr, at most 5 such lines per 10 s (then how
-many more were); its stderr is pelican's. If it exits within 0.5 s of its start, pelican
+write) is told on stderr and fails its entry, nothing of it written. Up to --concurrency N entries
+per stream are outstanding at once. A line that is not such an answer (not JSON, no \"id\",
+longer than 64 KiB) fails an entry, told with the line: the outstanding one whose id the
+line holds, else the only one, else the oldest written to that handler; an unknown
+verdict fails the entry it names. An answer for no outstanding entry is told and ignored.
+At most 5 such lines per 10 s are told (then how many more were); its stderr is pelican's. If it exits within 0.5 s of its start, pelican
 exits 1 before reading anything. If it exits or dies later, it is started again after a
 backoff (100 ms, doubling to 5 s) and its outstanding entries are held meanwhile (their
 leases renewed; no delivery is counted against them) and written to the next one; an entry
@@ -94,6 +100,11 @@ is down, or failing (its last one died without an answer and this one has not an
 yet), /healthz answers 503 saying so; pelican_handler_restarts_total counts its restarts. A
 stop writes no more entries, waits for the outstanding answers, closes its stdin, gives it
 3 s to exit, then SIGTERM, then after 3 s SIGKILL, and confirms the acks.
+
+An entry in hand longer than --overdue-ms (30000: a command still running, a --pipe answer
+not come, a line stdout does not take) is told on stderr once, with what to check, and
+/healthz answers 503 naming it; it stays in hand. --handler-timeout fails such an entry
+instead (no default: the silence is most often the handler's fault, not the entry's).
 
 Exactly-once stages (--pipe's \"emit\"/\"writes\", --exec with --emit-to KEY): the writes and
 the acknowledgement are made in one server-side step (a script), and only if the entry is
@@ -153,7 +164,11 @@ Signals: SIGINT or SIGTERM stops gracefully: the entries in hand (their commands
 the acknowledgements earned are confirmed by the server, entries read ahead are handed back
 for a peer's next reclaim, the consumer leaves the group if it holds nothing (unless
 --keep-consumer), then pelican exits 0; if the server cannot be reached meanwhile, a line on
-stderr says what pelican waits for. A second signal
+stderr says what pelican waits for. A stop takes at most --stop-timeout-ms (20000, under
+Kubernetes' default 30 s grace): past it the handler is ended (SIGTERM, SIGKILL 3 s later),
+the entries it held are given back unhandled (not acknowledged: released on Redis 8.8+,
+else idle --min-idle-ms for a peer's next reclaim; their delivery counted), and pelican
+exits 75. A second signal
 exits with status 130 once nothing pelican started is left: the running commands' process
 groups get SIGTERM, then SIGKILL if still running 3 s later; the entries in hand, and those
 whose acknowledgements the server has not confirmed, stay pending. The same signal sent
@@ -176,12 +191,13 @@ Metrics (--metrics ADDR): GET /metrics answers in the Prometheus text format, ea
 labelled stream, group and consumer: the consumer's counters of --stats-json (all but handled
 and failed) as pelican_<name>_total, drained, claimed and new as
 pelican_entries_total{source=\"pending\"|\"claimed\"|\"new\"};
-the gauges pelican_in_hand, pelican_buffered, pelican_connected and, from the group's health
+the gauges pelican_in_hand, pelican_in_hand_oldest_age_seconds, pelican_buffered,
+pelican_connected and, from the group's health
 asked every 5 s, pelican_group_pending, pelican_group_lag, pelican_group_consumers and
 pelican_group_oldest_pending_age_seconds, the histogram pelican_handler_duration_seconds, and
 with --pipe pelican_handler_restarts_total (no labels). GET /healthz answers 200 `ok` while
-every stream is connected, no stop is asked and the --pipe handler is up, else 503 and why,
-in one line. Both are served until pelican exits: through a stop, the counters
+every stream is connected, no stop is asked, the --pipe handler is up and no entry is in
+hand past --overdue-ms, else 503 and why, in one line. Both are served until pelican exits: through a stop, the counters
 keep their final values (those --stats-json writes).
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
@@ -190,7 +206,7 @@ another cluster slot; TLS failed: an untrusted, expired or misnamed certificate,
 certificate required, a TLS file that cannot be read, a plaintext port behind rediss:// or
 a TLS port behind redis://), 2 bad usage (a flag, a value the consumer refuses, a bad URL,
 a --stats-json FILE that cannot be written, a --metrics ADDR that cannot be listened on),
-130 a second signal. A server that cannot be reached (refused, down, a host that does not
+75 a stop past --stop-timeout-ms, 130 a second signal. A server that cannot be reached (refused, down, a host that does not
 resolve: hosts are looked up at every connect) is retried, and told every 30 s. A stream that fails stops the others (each
 finishes its entries in hand and confirms its acks); the message names it.";
 
@@ -282,6 +298,18 @@ pub struct Args {
     /// that comes later is ignored)
     #[arg(long, value_name = "MS", value_parser = whole::<u64, 1, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
     handler_timeout: Option<u64>,
+    /// an entry in hand longer than MS (its command running, its --pipe
+    /// answer not come, its line not taken by stdout) is told on stderr and
+    /// makes /healthz answer 503 naming it; it stays in hand. Above the
+    /// longest a handler may rightly take
+    #[arg(long, value_name = "MS", default_value_t = 30_000, value_parser = whole::<u64, 1, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
+    overdue_ms: u64,
+    /// how long a stop (SIGINT, SIGTERM) may wait for the entries in hand
+    /// and the acks owed; past it the handler is ended, what it held is
+    /// given back unhandled (not acked, free for a peer at once), and
+    /// pelican exits 75 (below)
+    #[arg(long, value_name = "MS", default_value_t = 20_000, value_parser = whole::<u64, 1, MAX_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
+    stop_timeout_ms: u64,
     /// with --exec or --pipe: up to N entries at once per stream, each entry
     /// acknowledged as its own command succeeds, in any order (default 1:
     /// one at a time). Printed entries are written one at a time, in order,
@@ -550,6 +578,7 @@ fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
         exec: a.exec.clone(),
         pipe: a.pipe.clone().map(|command| Arc::new(pipe::Pipe::new(command))),
         handler_timeout: a.handler_timeout.map(Duration::from_millis),
+        overdue: Duration::from_millis(a.overdue_ms),
         group: show(a.group.as_bytes()).into_owned(),
         consumer: show(a.consumer.as_bytes()).into_owned(),
         dead_letter: a.dead_letter.is_some(),
@@ -611,8 +640,7 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
             let streams = group.iter().map(|h| h.stream_bytes());
             let config =
                 config(a, target, group[0].stream_bytes(), health && group.len() == 1).streams(streams);
-            let published = a.metrics.is_some().then(metrics::Published::default);
-            Lane { config, handlers: Handlers::new(group), published }
+            Lane { config, handlers: Handlers::new(group), published: metrics::Published::default() }
         })
         .collect()
 }
@@ -633,6 +661,9 @@ pub fn main(args: Args) -> Result<(), Failure> {
     // signal meanwhile is a stop, not death by the signal's default action.
     let every = Handlers::new(handlers.clone());
     signals::on_signals(stop.clone(), every.clone(), screen.clone())?;
+    let limit = Duration::from_millis(args.stop_timeout_ms);
+    deadline::watch(stop.clone(), every.clone(), screen.clone(), limit)
+        .map_err(|e| Failure::Failed(format!("cannot start the stop's deadline thread: {e}")))?;
     if let Some(command) = &args.exec {
         // A typo fails here, not at the first entry.
         found::check("--exec", command).map_err(Failure::Failed)?;
@@ -669,7 +700,12 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let lane_handlers: Vec<Handlers> = lanes.iter().map(|lane| lane.handlers.clone()).collect();
     // Served until this returns; a port that cannot be listened on is told before the
     // consumers connect.
-    let _serving = args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop)).transpose()?;
+    let overdue = shared.overdue;
+    let _serving =
+        args.metrics.as_deref().map(|addr| metrics::serve(addr, &lanes, &stop, overdue)).transpose()?;
+    let watched = lanes.iter().map(|lane| (lane.published.clone(), lane.handlers.clone())).collect();
+    overdue::watch(watched, shared.clone())
+        .map_err(|e| Failure::Failed(format!("cannot start the overdue watch's thread: {e}")))?;
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
     let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&every, &screen));
@@ -889,6 +925,12 @@ fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
         let entries = if concurrency(o) > 1 { "the entries it ran for stay" } else { "the entry stays" };
         return Err(Failure::Failed(format!(
             "stopped: the {flag} command `{command}` cannot be run (exit {code}: {why}); {entries} pending"
+        )));
+    }
+    if deadline::OVERRAN.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(Failure::StopTimedOut(format!(
+            "stopped after --stop-timeout-ms ({} ms): what the handler held was given back unhandled",
+            o.stop_timeout_ms
         )));
     }
     Ok(())

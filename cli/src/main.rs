@@ -41,5 +41,9 @@ fn main() -> ExitCode {
             eprintln!("pelican: {message}");
             ExitCode::from(1)
         }
+        Err(Failure::StopTimedOut(message)) => {
+            eprintln!("pelican: {message}");
+            ExitCode::from(args::STOP_TIMED_OUT)
+        }
     }
 }

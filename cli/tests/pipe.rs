@@ -173,8 +173,9 @@ fn an_unanswered_entry_times_out_then_is_dead_lettered() {
     }
 }
 
-/// Lines that are not answers, and answers for no outstanding entry, are told and ignored;
-/// the entries are still acked by their real answers.
+/// Lines that are not answers while nothing is outstanding (they fail an entry otherwise:
+/// `silence.rs`), and answers for no outstanding entry, are told and ignored; the entries
+/// are still acked by their real answers.
 #[test]
 fn bad_lines_and_unknown_ids_are_told_and_ignored() {
     let server = Server::start(Flavor::Valkey81);
@@ -189,10 +190,19 @@ fn bad_lines_and_unknown_ids_are_told_and_ignored() {
     wait_until("all acked", || all_acked(&mut admin, &last) && p.stderr().contains("9-9"));
     p.stop();
     let err = p.stderr();
-    assert!(err.contains("--pipe: not an answer") && err.contains("not json"), "{err}");
-    assert!(err.contains("an answer for no outstanding entry") && err.contains("9-9"), "{err}");
-    assert!(err.contains("unknown verdict") && err.contains("maybe"), "{err}");
-    assert!(err.contains("--pipe: a line longer than 64 KiB, ignored: xxxx"), "{err}");
+    let nothing = "No entry is outstanding to fail for it; the line:";
+    let expected = r#"expected {"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
+    assert!(
+        err.contains(&format!("--pipe: not an answer: not JSON; {expected}. {nothing} not json")),
+        "{err}"
+    );
+    assert!(err.contains("an answer for no outstanding entry, ignored: {\"id\":\"9-9\""), "{err}");
+    assert!(
+        err.contains("an answer for no outstanding entry (and with an unknown verdict \"maybe\"), ignored"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("--pipe: not an answer: a line longer than 64 KiB; {expected}.")), "{err}");
+    assert!(err.contains(&format!("{nothing} xxxx")), "{err}");
     assert_eq!(admin.xpending_count("s", "g"), 0);
 }
 

@@ -277,6 +277,18 @@ pub enum Verdict {
     /// ([`Notice::CommitRefused`](crate::Notice::CommitRefused)). Batched like acks. See
     /// [`Writes`](crate::Writes) and the guarantee in [`commit`](crate::commit).
     Commit(crate::Writes),
+    /// Not handled, and not failed either: the handler cannot finish it now (its process is
+    /// being stopped past a deadline). It is given back to the group at once, for any
+    /// consumer to take: released (`XNACK … FAIL`, Redis 8.8+) where it is surely still this
+    /// consumer's, else made claimable by a peer's next reclaim (`XCLAIM … JUSTID IDLE`,
+    /// owner-checked, as a stop gives back what it read ahead). Unlike a stop's give-back, its
+    /// delivery stays counted: a handler that hangs on an entry every time still brings it to
+    /// [`Config::max_deliveries`](crate::Config::max_deliveries). Not held back by
+    /// [`Config::on_retry`](crate::Config::on_retry) (it is no failure of the entry's). Not
+    /// given back if a peer took it meanwhile; while the connection is down, given back once
+    /// it is up again — unless a stop ends first, and then it stays pending, as after a
+    /// crash.
+    GiveBack,
 }
 
 #[cfg(test)]

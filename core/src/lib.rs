@@ -135,5 +135,5 @@ pub use error::{Command, Error};
 pub use leave::LEAVE_SCRIPT;
 pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
-pub use stats::{HandlerTimes, Snapshot, Stats, StreamStats};
+pub use stats::{HandlerTimes, OldestInHand, Snapshot, Stats, StreamStats};
 pub use stream::StreamChange;

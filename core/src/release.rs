@@ -85,6 +85,12 @@ impl Releases {
         self.delayed.insert(at, Delayed { due, id: id(), read_at });
     }
 
+    /// An entry in hand given back ([`Verdict::GiveBack`](crate::Verdict::GiveBack)), surely
+    /// still ours: released at once, whatever [`Config::on_retry`] says.
+    pub(crate) fn now(&mut self, bulk: &[u8]) {
+        self.owed.push_bulk(bulk, false);
+    }
+
     /// When the next delayed release is due.
     pub(crate) fn next_due(&self) -> Option<Instant> {
         self.delayed.front().map(|d| d.due)

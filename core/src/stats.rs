@@ -158,6 +158,31 @@ pub struct Snapshot {
     /// While not connected because the node reached answers as a replica: what it is (`a
     /// replica of 10.0.0.1:6379`, as [`Notice::NotMaster`](crate::Notice::NotMaster) says).
     pub not_master: Option<String>,
+    /// The entry in hand the longest, if any ([`Consumer::oldest_in_hand`](crate::Consumer::oldest_in_hand)):
+    /// a handler that never gives its verdict shows here, its age growing.
+    pub oldest_in_hand: Option<OldestInHand>,
+}
+
+/// The entry a consumer has held the longest without a verdict: which, and since when.
+/// Read with [`Consumer::oldest_in_hand`](crate::Consumer::oldest_in_hand) or in a
+/// [`Snapshot`]; its [`age`](Self::age) is asked with the time now, so a snapshot read
+/// later (by a health check on another thread) still tells the age at that moment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OldestInHand {
+    /// The stream it came from.
+    pub stream: bytes::Bytes,
+    /// Its id.
+    pub id: bytes::Bytes,
+    /// When it was handed out: the time passed to the consumer then (the transports pass
+    /// the clock's time).
+    pub since: std::time::Instant,
+}
+
+impl OldestInHand {
+    /// How long it has been in hand at `now` (zero if `now` is earlier).
+    pub fn age(&self, now: std::time::Instant) -> std::time::Duration {
+        now.saturating_duration_since(self.since)
+    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,22 @@ fn a_retry_can_stay_pending_or_wait_before_its_release() {
     assert!(pelican::Consumer::new(too_long).is_err(), "past the lease it may not be ours");
 }
 
+/// An entry given back (a stop past its deadline) is released at once with its delivery
+/// counted (`FAIL`), even where retries stay pending: it is no failure of the entry's.
+#[test]
+fn an_entry_given_back_is_released_at_once_its_delivery_counted() {
+    for protocol in PROTOCOLS {
+        let mut rig = parked(config(protocol).on_retry(OnRetry::StayPending));
+        rig.reply("read_new").unwrap();
+        rig.entry();
+        rig.settle(Verdict::GiveBack);
+        let sent = rig.sent();
+        assert_eq!(sent[0], cmd("XNACK s g FAIL IDS 1 1-0"), "{protocol:?}");
+        rig.reply("xnack_fail").unwrap();
+        assert_eq!((rig.consumer.stats().released, rig.consumer.stats().retried), (1, 0));
+    }
+}
+
 #[test]
 fn a_retry_held_past_the_lease_is_not_released() {
     // Held long without a driver renewing it: a peer may own it now, and XNACK checks no owner.

@@ -355,6 +355,37 @@ fn stop_mid_batch_finishes_the_entry_and_confirms_acks() {
     });
 }
 
+/// A stop that can wait no longer for its handler (a deadline passed, the handler ended):
+/// the entry in hand, given `GiveBack`, is given back idle `min_idle` for a peer's next
+/// reclaim, with its delivery kept (the handler had it), nothing acked; then the stop ends.
+/// Meanwhile it is the oldest in hand, its age counted from its hand-out.
+#[test]
+fn an_entry_given_back_keeps_its_delivery_and_is_free_for_a_peer() {
+    each(|flavor, protocol| {
+        let mut rig = parked(flavor, protocol);
+        assert_eq!(rig.consumer.oldest_in_hand(), None);
+        rig.reply("read_new").unwrap();
+        let handed = rig.now;
+        let first = rig.entry();
+        let oldest = rig.consumer.oldest_in_hand().expect("one in hand");
+        assert_eq!((&oldest.stream[..], &oldest.id[..], oldest.since), (&b"s"[..], first.id(), handed));
+        rig.advance(Duration::from_secs(5));
+        assert_eq!(oldest.age(rig.now), Duration::from_secs(5));
+        assert_eq!(rig.consumer.snapshot().oldest_in_hand.as_ref(), Some(&oldest));
+        rig.consumer.stop();
+        assert_eq!(rig.sent(), [give_back("A", &["2-0", "3-0"], 0, 0)]);
+        rig.settle(Verdict::GiveBack);
+        assert_eq!(rig.consumer.oldest_in_hand(), None);
+        assert_eq!(rig.sent(), [give_back("A", &["1-0"], 1, 0)], "{flavor} {protocol:?}");
+        assert_eq!(rig.consumer.poll_event(), None, "not stopped before the give-backs are answered");
+        rig.reply("lease_all").unwrap();
+        rig.reply("lease_all").unwrap();
+        assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
+        let stats = rig.consumer.stats();
+        assert_eq!((stats.acked, stats.retried, stats.new), (0, 0, 1));
+    });
+}
+
 #[test]
 fn stop_between_entries_of_a_batch_sends_the_acks_settled_so_far() {
     each(|flavor, protocol| {

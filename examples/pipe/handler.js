@@ -31,6 +31,9 @@ async function handle(entry) {
   return FAIL && Object.prototype.hasOwnProperty.call(fields, FAIL) ? "retry" : "ack";
 }
 
+// One line per answer, written as it is made: Node holds nothing back waiting for a flush (a
+// write to a pipe is made at once on Linux, queued and made as soon as it can be elsewhere),
+// unlike Python's print into a pipe. Logs go to stderr (console.error), never to stdout.
 function answer(entry, verdict) {
   process.stdout.write(JSON.stringify({ stream: entry.stream, id: entry.id, verdict }) + "\n");
 }

@@ -7,6 +7,10 @@ and is answered on stdout with one JSON line, in any order:
   {"stream": "orders", "id": "1700000000000-0", "verdict": "ack"}   (or "retry", or "dead-letter")
 ("stream" is needed only when several streams are consumed; this example always echoes it).
 
+Flush stdout after each answer (`sys.stdout.flush()`, or `print(..., flush=True)`): into a
+pipe Python buffers what it writes, and an answer left in the buffer never reaches pelican,
+which holds its entry until --overdue-ms tells so. Logs go to stderr, never to stdout.
+
     pelican consume --stream orders --group billing --consumer w1 --create-group \
         --pipe 'python3 examples/pipe/handler.py' --concurrency 64
 
@@ -51,6 +55,7 @@ def write_held():
     """Writes the answers held, newest first: out of order whenever more than one is."""
     while held:
         sys.stdout.write(json.dumps(held.pop()) + "\n")
+    # Into a pipe stdout is block-buffered: without this the answers would wait there.
     sys.stdout.flush()
 
 

@@ -2,6 +2,7 @@
 //! `prometheus-client`'s text encoder (the Prometheus text format, version 0.0.4).
 
 use std::fmt;
+use std::time::Instant;
 
 use pelican::{HandlerTimes, Snapshot, Stats};
 use prometheus_client::collector::Collector;
@@ -84,35 +85,40 @@ pub(crate) const COUNTERS: [CounterDef; 19] = [
     }),
 ];
 
-/// A gauge: its name, its help, and how to read it from a snapshot (`None`: not known, so
-/// not exported for that stream).
-type GaugeDef = (&'static str, &'static str, fn(&Snapshot) -> Option<f64>);
+/// A gauge: its name, its help, and how to read it from a snapshot at the scrape's time
+/// (`None`: not known, so not exported for that stream).
+type GaugeDef = (&'static str, &'static str, fn(&Snapshot, Instant) -> Option<f64>);
 
 /// The gauges. The group's come from [`Snapshot::health`], which is known only once the
 /// consumer asks for it ([`pelican::Config::health_every`]) and the server answers.
-pub(crate) const GAUGES: [GaugeDef; 7] = [
-    ("pelican_in_hand", "Entries handed out and not yet settled.", |s| Some(s.in_hand as f64)),
-    ("pelican_buffered", "Entries read and waiting to be handed out.", |s| Some(s.buffered as f64)),
-    ("pelican_connected", "1 while a connection to the server is up, else 0.", |s| {
+pub(crate) const GAUGES: [GaugeDef; 8] = [
+    ("pelican_in_hand", "Entries handed out and not yet settled.", |s, _| Some(s.in_hand as f64)),
+    (
+        "pelican_in_hand_oldest_age_seconds",
+        "How long the entry in hand the longest has waited for its handler's verdict; 0 when none is in hand.",
+        |s, now| Some(s.oldest_in_hand.as_ref().map_or(0.0, |o| o.age(now).as_secs_f64())),
+    ),
+    ("pelican_buffered", "Entries read and waiting to be handed out.", |s, _| Some(s.buffered as f64)),
+    ("pelican_connected", "1 while a connection to the server is up, else 0.", |s, _| {
         Some(if s.connected { 1.0 } else { 0.0 })
     }),
     (
         "pelican_group_pending",
         "Entries delivered to the group's consumers and not yet acknowledged (all consumers), as last asked.",
-        |s| s.health.as_ref().map(|h| h.pending as f64),
+        |s, _| s.health.as_ref().map(|h| h.pending as f64),
     ),
     (
         "pelican_group_lag",
         "Entries in the stream not yet delivered to the group, as last asked (Redis 7+/Valkey; absent when the server cannot tell).",
-        |s| s.health.as_ref().and_then(|h| h.lag).map(|lag| lag as f64),
+        |s, _| s.health.as_ref().and_then(|h| h.lag).map(|lag| lag as f64),
     ),
-    ("pelican_group_consumers", "The group's consumers, as last asked.", |s| {
+    ("pelican_group_consumers", "The group's consumers, as last asked.", |s, _| {
         s.health.as_ref().map(|h| h.consumers as f64)
     }),
     (
         "pelican_group_oldest_pending_age_seconds",
         "Age of the group's oldest pending entry (server time less its id's time), as last asked; 0 when nothing is pending.",
-        |s| s.health.as_ref().map(|h| h.oldest.as_ref().map_or(0.0, |o| o.age.as_secs_f64())),
+        |s, _| s.health.as_ref().map(|h| h.oldest.as_ref().map_or(0.0, |o| o.age.as_secs_f64())),
     ),
 ];
 
@@ -125,6 +131,8 @@ pub(crate) const HISTOGRAM: &str = "pelican_handler_duration_seconds";
 pub(crate) struct Scrape {
     pub(crate) rows: Vec<(Labels, Snapshot)>,
     pub(crate) counters: Vec<(String, String, u64)>,
+    /// When the snapshots were read: ages are counted to it.
+    pub(crate) now: Instant,
 }
 
 impl Scrape {
@@ -160,7 +168,7 @@ impl Collector for Scrape {
         }
         for (name, help, get) in GAUGES {
             let values: Vec<(&Labels, f64)> =
-                self.rows.iter().filter_map(|(labels, s)| Some((labels, get(s)?))).collect();
+                self.rows.iter().filter_map(|(labels, s)| Some((labels, get(s, self.now)?))).collect();
             if values.is_empty() {
                 continue; // a family with no sample is left out
             }

@@ -53,7 +53,10 @@
 //! | `pelican_commits_fenced_total` | commits fenced off (no longer this consumer's delivery): nothing written |
 //! | `pelican_commits_refused_total` | commits refused as they stood (a write would fail): nothing written |
 //!
-//! Gauges: `pelican_in_hand`, `pelican_buffered`, `pelican_connected` (1 or 0), and, once
+//! Gauges: `pelican_in_hand`, `pelican_in_hand_oldest_age_seconds` (how long the entry in
+//! hand the longest has waited for its verdict, 0 when none is: a handler gone silent shows
+//! as a line that climbs; [`Metrics::overdue_after`] makes it unhealthy past a limit),
+//! `pelican_buffered`, `pelican_connected` (1 or 0), and, once
 //! the group's health is known ([`pelican::Config::health_every`]), `pelican_group_pending`,
 //! `pelican_group_lag` (Redis 7+/Valkey, when the server can tell),
 //! `pelican_group_consumers` and `pelican_group_oldest_pending_age_seconds` (0 when nothing
@@ -69,6 +72,7 @@ mod serve;
 
 use std::net::ToSocketAddrs;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use pelican::Snapshot;
 
@@ -121,6 +125,8 @@ pub struct Metrics {
     streams: Vec<(Labels, Read)>,
     checks: Vec<Check>,
     counters: Vec<Extra>,
+    /// An entry in hand longer than this makes the consumer unhealthy.
+    overdue: Option<Duration>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -151,6 +157,17 @@ impl Metrics {
         self
     }
 
+    /// Makes an entry in hand longer than `limit` unhealthy ([`healthy`](Self::healthy) names
+    /// it and how long it has waited): a handler that has gone silent — it never answers,
+    /// hangs, or writes to a pipe nobody reads — holds its entry for good, while its lease is
+    /// renewed and the connection looks well. Set it above the longest a handler may
+    /// rightly take. Without it, an entry may be in hand any time; the age shows in
+    /// `pelican_in_hand_oldest_age_seconds` either way.
+    pub fn overdue_after(mut self, limit: Duration) -> Metrics {
+        self.overdue = Some(limit);
+        self
+    }
+
     /// Adds a counter of the application's own, without labels (e.g. the restarts of a
     /// handler process every stream shares): `name` without `_total` (the encoder adds it),
     /// `read` its value now.
@@ -170,12 +187,13 @@ impl Metrics {
         let rows = self.streams.iter().map(|(labels, read)| (labels.clone(), read())).collect();
         let counters =
             self.counters.iter().map(|(name, help, read)| (name.clone(), help.clone(), read())).collect();
-        encode::Scrape { rows, counters }.text()
+        encode::Scrape { rows, counters, now: Instant::now() }.text()
     }
 
-    /// `Ok` while every check passes and every stream's consumer is connected; else why
-    /// not, in one line: the first check that fails, or the streams not connected (no
-    /// stream at all is unhealthy too: nothing is consumed).
+    /// `Ok` while every check passes, every stream's consumer is connected and, with
+    /// [`overdue_after`](Self::overdue_after), no entry has been in hand longer than its limit;
+    /// else why not, in one line: the first check that fails, the streams not connected, or
+    /// the entry in hand the longest (no stream at all is unhealthy too: nothing is consumed).
     pub fn healthy(&self) -> Result<(), String> {
         for check in &self.checks {
             check()?;
@@ -183,23 +201,38 @@ impl Metrics {
         if self.streams.is_empty() {
             return Err("no stream to consume".into());
         }
-        let snapshots: Vec<(&str, Snapshot)> =
-            self.streams.iter().map(|(l, read)| (&l.stream[..], read())).collect();
+        let snapshots: Vec<(&Labels, Snapshot)> = self.streams.iter().map(|(l, read)| (l, read())).collect();
         // A node that answers as a replica is reached, not read from: said as such.
-        if let Some((stream, role)) =
-            snapshots.iter().find_map(|(s, snap)| Some((*s, snap.not_master.as_ref()?)))
+        if let Some((labels, role)) =
+            snapshots.iter().find_map(|(l, snap)| Some((*l, snap.not_master.as_ref()?)))
         {
             let streams = match snapshots.len() {
-                1 => format!("stream {stream}"),
-                _ => format!("stream {stream} and perhaps others"),
+                1 => format!("stream {}", labels.stream),
+                _ => format!("stream {} and perhaps others", labels.stream),
             };
             return Err(format!("connected to {role}, not a master: nothing is read ({streams})"));
         }
-        let down: Vec<&str> = snapshots.iter().filter(|(_, snap)| !snap.connected).map(|(s, _)| *s).collect();
+        let down: Vec<&str> =
+            snapshots.iter().filter(|(_, s)| !s.connected).map(|(l, _)| &l.stream[..]).collect();
         match &down[..] {
-            [] => Ok(()),
-            [one] if self.streams.len() == 1 => Err(format!("not connected to the server (stream {one})")),
-            several => Err(format!("not connected to the server: streams {}", several.join(", "))),
+            [] => {}
+            [one] if self.streams.len() == 1 => {
+                return Err(format!("not connected to the server (stream {one})"))
+            }
+            several => return Err(format!("not connected to the server: streams {}", several.join(", "))),
+        }
+        let Some(limit) = self.overdue else { return Ok(()) };
+        let now = Instant::now();
+        let oldest = snapshots.iter().filter_map(|(_, s)| s.oldest_in_hand.as_ref()).min_by_key(|o| o.since);
+        match oldest.filter(|o| o.age(now) > limit) {
+            None => Ok(()),
+            Some(o) => Err(format!(
+                "entry {} of stream {} has been in hand for {} s with no verdict from its handler (the limit is {} s)",
+                String::from_utf8_lossy(&o.id),
+                String::from_utf8_lossy(&o.stream),
+                o.age(now).as_secs(),
+                seconds(limit)
+            )),
         }
     }
 
@@ -211,6 +244,12 @@ impl Metrics {
     pub fn serve(&self, addr: impl ToSocketAddrs) -> std::io::Result<Serving> {
         Serving::start(self.clone(), addr)
     }
+}
+
+/// A limit in seconds, as short as it can be written (`30`, `0.5`).
+fn seconds(d: Duration) -> String {
+    let text = format!("{:.3}", d.as_secs_f64());
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The `Content-Type` of [`Metrics::encode`]'s text: the Prometheus text format, 0.0.4.

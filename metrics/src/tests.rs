@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use pelican::{GroupHealth, OldestPending, Snapshot};
+use pelican::{GroupHealth, OldestInHand, OldestPending, Snapshot};
 use prometheus_parse::{Sample, Scrape, Value};
 
 use super::*;
@@ -230,6 +230,32 @@ fn health_says_why_not() {
     assert_eq!(checked.healthy(), Ok(()));
     stopping.store(true, Relaxed);
     assert_eq!(checked.healthy(), Err("stopping".into()));
+}
+
+/// An entry in hand past the limit makes the consumer unhealthy, naming it and its wait;
+/// its age is a gauge either way (0 with nothing in hand).
+#[test]
+fn an_entry_in_hand_too_long_is_unhealthy_and_its_age_a_gauge() {
+    let since = std::time::Instant::now() - Duration::from_secs(40);
+    let mut held = busy();
+    held.oldest_in_hand = Some(OldestInHand { stream: Bytes::from("orders"), id: Bytes::from("7-0"), since });
+    let held = move || held.clone();
+    let metrics =
+        Metrics::new().stream(Labels::new("orders", "g", "c"), held).stream(Labels::new("b", "g", "c"), busy);
+    let scrape = parse(&metrics.encode());
+    let age = value(&scrape, "pelican_in_hand_oldest_age_seconds", "orders");
+    assert!((40.0..60.0).contains(&age), "{age}");
+    assert_eq!(value(&scrape, "pelican_in_hand_oldest_age_seconds", "b"), 0.0);
+    assert_eq!(metrics.healthy(), Ok(()), "no limit, no verdict on it");
+    let limited = metrics.clone().overdue_after(Duration::from_secs(30));
+    let said = limited.healthy().unwrap_err();
+    assert!(
+        said.starts_with("entry 7-0 of stream orders has been in hand for 4")
+            && said.ends_with("with no verdict from its handler (the limit is 30 s)"),
+        "{said}"
+    );
+    assert_eq!(metrics.overdue_after(Duration::from_millis(60_500)).healthy(), Ok(()));
+    assert_eq!(super::seconds(Duration::from_millis(2500)), "2.5");
 }
 
 /// Sends `request` as it is and returns the whole answer (the server closes the

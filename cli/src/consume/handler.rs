@@ -74,6 +74,8 @@ impl Counters {
 pub struct StopAll {
     requested: AtomicBool,
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// For [`StopAll::wait`]: set with `requested`, under the lock, so no wait misses it.
+    asked: (Mutex<bool>, std::sync::Condvar),
 }
 
 impl StopAll {
@@ -82,6 +84,18 @@ impl StopAll {
         self.requested.store(true, SeqCst);
         if let Some(wake) = self.wake.get() {
             wake();
+        }
+        let (asked, told) = &self.asked;
+        *asked.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        told.notify_all();
+    }
+
+    /// Blocks until a stop is asked (for the stop's deadline, on a thread of its own).
+    pub fn wait(&self) {
+        let (asked, told) = &self.asked;
+        let mut asked = asked.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*asked {
+            asked = told.wait(asked).unwrap_or_else(PoisonError::into_inner);
         }
     }
 
@@ -104,6 +118,8 @@ pub struct Shared {
     pub pipe: Option<Arc<super::pipe::Pipe>>,
     /// `--handler-timeout`: an entry not settled in time is a failure.
     pub handler_timeout: Option<std::time::Duration>,
+    /// `--overdue-ms`: an entry in hand longer is told, and makes `/healthz` 503.
+    pub overdue: std::time::Duration,
     /// The group, for the command's environment.
     pub group: String,
     /// This consumer's name (every lane's).
@@ -215,6 +231,12 @@ impl Handler {
             (Some(command), _) => self.run(command, entry),
             (None, Some(pipe)) => pipe.call(&self.shared, &self.stream_bytes, entry),
             (None, None) => self.print(entry),
+        };
+        // Past the stop's deadline the handler was ended before it could finish: the entry
+        // was not handled, and goes back for a peer at once (no failure of the entry's).
+        let verdict = match verdict {
+            Verdict::Retry if super::deadline::OVERRAN.load(SeqCst) => Verdict::GiveBack,
+            verdict => verdict,
         };
         self.count(entry, verdict)
     }
@@ -429,10 +451,10 @@ impl Handler {
 
     /// A command killed by a signal (the OOM killer, a `kill` from elsewhere, a crash) is
     /// told, with `--quiet` too: its entry stays pending with no other word of why. Not the
-    /// commands a second signal ends: that exit says so itself.
+    /// commands a second signal or the stop's deadline ends: those say so themselves.
     fn tell_killed(&self, entry: &Entry, status: ExitStatus) {
         let Some(signal) = status.signal() else { return };
-        if EXITING.load(SeqCst) {
+        if EXITING.load(SeqCst) || super::deadline::OVERRAN.load(SeqCst) {
             return;
         }
         let prefix = self.lane_prefix();

@@ -71,8 +71,8 @@ pub struct Lane {
     pub config: Config,
     /// Each stream's handler (its stream, counters and running command).
     pub handlers: Handlers,
-    /// Where its snapshots are published for `--metrics` (`None` without it).
-    pub published: Option<Published>,
+    /// Where its snapshots are published, for `--metrics` and the overdue watch.
+    pub published: Published,
 }
 
 impl Lane {

@@ -4,11 +4,13 @@
 //! The server reads each lane's latest snapshot from a [`Published`] slot. A smol lane's
 //! runner publishes its own (its `StatsHandle`); a mio lane is driven here, by the CLI, so
 //! it publishes through a [`Publisher`] after each drive that changed something — one short
-//! lock then, as the transports' stats handles do, and nothing at all without `--metrics`.
+//! lock then, as the transports' stats handles do. The snapshots are published without
+//! `--metrics` too: the overdue watch (`super::overdue`) reads them.
 //! Served until pelican exits: through a graceful stop, the counters keep their last values
 //! and `/healthz` answers 503 `stopping`.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 use pelican::{Consumer, Snapshot};
 use pelican_metrics::{Labels, Metrics, Serving};
@@ -27,7 +29,7 @@ pub struct Published(Arc<OnceLock<Read>>);
 
 impl Published {
     /// The lane's latest snapshot.
-    fn read(&self) -> Snapshot {
+    pub fn read(&self) -> Snapshot {
         self.0.get().map_or_else(Snapshot::default, |read| read())
     }
 
@@ -62,18 +64,19 @@ impl Publisher {
 }
 
 /// Starts serving the lanes' metrics on `addr`: every lane must have its [`Published`]
-/// slot. Healthy while no stop is asked and every lane is connected. A port that cannot
-/// be listened on is bad usage (exit 2), told before any connection.
-pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>) -> Result<Serving, Failure> {
+/// slot. Healthy while no stop is asked, every lane is connected and no entry has been in
+/// hand longer than `overdue`. A port that cannot be listened on is bad usage (exit 2),
+/// told before any connection.
+pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>, overdue: Duration) -> Result<Serving, Failure> {
     let mut metrics = Metrics::new();
     for lane in lanes {
-        let Some(published) = lane.published.clone() else { continue };
+        let published = lane.published.clone();
         let shared = &lane.handlers.first().shared;
         let labels = Labels::new(lane.name(), shared.group.clone(), shared.consumer.clone());
         metrics = metrics.stream(labels, move || published.read());
     }
     let stop = stop.clone();
-    let mut metrics = metrics.check(move || match stop.is_requested() {
+    let mut metrics = metrics.overdue_after(overdue).check(move || match stop.is_requested() {
         true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
         false => Ok(()),
     });

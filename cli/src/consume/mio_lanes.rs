@@ -208,8 +208,8 @@ struct Running {
     waker: Arc<Waker>,
     tell: Box<dyn FnMut(&Notice) + Send>,
     outcome: Option<Outcome>,
-    /// Publishes the consumer's snapshots for `--metrics`.
-    publisher: Option<Publisher>,
+    /// Publishes the consumer's snapshots for `--metrics` and the overdue watch.
+    publisher: Publisher,
 }
 
 impl Running {
@@ -247,7 +247,7 @@ impl Running {
             waker: waker.clone(),
             tell,
             outcome: None,
-            publisher: lane.published.as_ref().map(|published| published.publisher()),
+            publisher: lane.published.publisher(),
         };
         // The first worker now: a lane that cannot start one cannot run at all.
         running.add_worker().map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))?;
@@ -313,9 +313,7 @@ impl Running {
         }
         // The lane's entries read and waiting, shown as its first stream's.
         self.handlers.first().watch.set_buffered(self.driver.consumer().buffered());
-        if let Some(publisher) = &mut self.publisher {
-            publisher.publish(self.driver.consumer());
-        }
+        self.publisher.publish(self.driver.consumer());
         match status {
             Ok(Status::Running) => false,
             Ok(Status::Stopped) => {

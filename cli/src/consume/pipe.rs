@@ -13,6 +13,11 @@
 //! anything [`FAILED_STARTS`] times in a row, stops pelican with exit 1. While it is down
 //! or failing, [`Pipe::health`] says so. At the end of the run ([`Pipe::finish`]) its stdin
 //! is closed and it is given time to exit, then SIGTERM, then SIGKILL.
+//!
+//! A line that cannot be read as an answer (not JSON, no `"id"`, an unknown verdict) fails
+//! an entry rather than being ignored, which would leave the entry in hand for good (see
+//! [`blame`] for which one). An answer that never comes (an unflushed stdout) is seen by the
+//! overdue watch (`super::overdue`) and ended by the stop's deadline (`super::deadline`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -56,9 +61,10 @@ const TELL_WINDOW: Duration = Duration::from_secs(10);
 pub struct Pipe {
     command: String,
     state: Mutex<State>,
-    /// Outstanding entries by (stream as JSON, id): the handler generation they were written
-    /// to, and where their outcome goes.
-    waiting: Mutex<HashMap<Key, (u64, Sender<Outcome>)>>,
+    /// Outstanding entries by (stream as JSON, id).
+    waiting: Mutex<HashMap<Key, Waiter>>,
+    /// Lines written to handlers so far: each outstanding entry's place in that order.
+    written: AtomicU64,
     /// The running handler's pid (0: none), for a second signal to end.
     pid: AtomicU32,
     /// Handlers started after the first.
@@ -94,6 +100,14 @@ struct Running {
 /// An outstanding entry: its stream as the lines write it (JSON), and its id.
 type Key = (String, String);
 
+/// An outstanding entry's wait: the handler generation its line was written to, when (its
+/// place among the lines written), and where its outcome goes.
+struct Waiter {
+    generation: u64,
+    written: u64,
+    tx: Sender<Outcome>,
+}
+
 /// What an outstanding entry gets: its verdict, or the news that the handler it was
 /// written to is gone.
 enum Outcome {
@@ -101,11 +115,12 @@ enum Outcome {
     Died,
 }
 
-/// One answer line.
+/// One answer line (its `"id"` known to be a string).
 #[derive(Deserialize)]
 struct Answer {
     id: String,
-    verdict: String,
+    #[serde(default)]
+    verdict: Option<serde_json::Value>,
     #[serde(default)]
     stream: Option<serde_json::Value>,
     /// Entries to add with the ack, in one step (see [`super::emit`]).
@@ -131,6 +146,7 @@ impl Pipe {
             command,
             state: Mutex::default(),
             waiting: Mutex::default(),
+            written: AtomicU64::new(0),
             pid: AtomicU32::new(0),
             restarts: AtomicU64::new(0),
             tells: Mutex::default(),
@@ -217,7 +233,8 @@ impl Pipe {
             {
                 let mut state = lock(&self.state);
                 let Some(generation) = self.started(&mut state, shared) else { return Verdict::Retry };
-                lock(&self.waiting).insert(key.clone(), (generation, tx));
+                let written = self.written.fetch_add(1, Relaxed);
+                lock(&self.waiting).insert(key.clone(), Waiter { generation, written, tx });
                 let running = state.running.as_mut().expect("started");
                 // A failed write: it is gone, and its reader tells this entry so.
                 let _ = running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush());
@@ -312,7 +329,7 @@ impl Pipe {
             match next_line(&mut lines, &mut line) {
                 Ok(None) | Err(_) => break,
                 Ok(Some(true)) => {
-                    if self.answer(shared, &line) && !answered {
+                    if self.answer(shared, &line, generation) && !answered {
                         answered = true;
                         let mut state = lock(&self.state);
                         state.failed_starts = 0;
@@ -320,14 +337,9 @@ impl Pipe {
                     }
                 }
                 Ok(Some(false)) => {
-                    let shown: String = String::from_utf8_lossy(&line).chars().take(200).collect();
-                    self.tell_bad(
-                        shared,
-                        format_args!(
-                            "pelican: --pipe: a line longer than {} KiB, ignored: {shown}…",
-                            MAX_LINE / 1024
-                        ),
-                    );
+                    let text = String::from_utf8_lossy(&line);
+                    let why = format!("a line longer than {} KiB", MAX_LINE / 1024);
+                    self.unreadable(shared, &text, &why, generation);
                 }
             }
         }
@@ -336,8 +348,8 @@ impl Pipe {
         let orphans: Vec<Sender<Outcome>> = {
             let mut waiting = lock(&self.waiting);
             let keys: Vec<_> =
-                waiting.iter().filter(|(_, (g, _))| *g == generation).map(|(k, _)| k.clone()).collect();
-            keys.into_iter().filter_map(|k| waiting.remove(&k)).map(|(_, tx)| tx).collect()
+                waiting.iter().filter(|(_, w)| w.generation == generation).map(|(k, _)| k.clone()).collect();
+            keys.into_iter().filter_map(|k| waiting.remove(&k)).map(|w| w.tx).collect()
         };
         let mut state = lock(&self.state);
         if state.running.as_ref().is_some_and(|r| r.generation == generation) {
@@ -351,7 +363,8 @@ impl Pipe {
             },
             Err(e) => format!("was lost ({e})"),
         };
-        let ending = state.finishing || EXITING.load(SeqCst);
+        // Past the stop's deadline the handler was ended on purpose, and that was told.
+        let ending = state.finishing || EXITING.load(SeqCst) || super::deadline::OVERRAN.load(SeqCst);
         let code = status.as_ref().ok().and_then(ExitStatus::code);
         // A failed start: dead soon after its start, without a word (one that lived long
         // enough, idle, is trusted).
@@ -407,7 +420,7 @@ impl Pipe {
         if tells.since.is_none_or(|since| now.duration_since(since) >= TELL_WINDOW) {
             if tells.untold > 0 {
                 shared.screen.tell(format_args!(
-                    "pelican: --pipe: {} more lines like these were ignored in {} s, untold",
+                    "pelican: --pipe: {} more lines like these in {} s, untold",
                     tells.untold,
                     TELL_WINDOW.as_secs()
                 ));
@@ -422,52 +435,57 @@ impl Pipe {
         }
     }
 
-    /// One line from the handler; true if it settled an entry. Anything else is told on
-    /// stderr (rate-limited) and ignored.
-    fn answer(&self, shared: &Shared, line: &[u8]) -> bool {
+    /// One line from handler generation `generation`; true if it is a well-formed answer
+    /// that settled an entry. A line that cannot be read fails an entry (see
+    /// [`unreadable`](Self::unreadable)); an unknown verdict fails the entry it names; an
+    /// answer for no outstanding entry is ignored. Each is told on stderr (rate-limited).
+    fn answer(&self, shared: &Shared, line: &[u8], generation: u64) -> bool {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
             return false;
         }
-        let shown: String = text.chars().take(200).collect();
+        // Read as an answer at once (the usual case, at no more cost than before); only a line
+        // that is not one is looked at again, to say why.
         let Ok(answer) = serde_json::from_str::<Answer>(text) else {
-            self.tell_bad(shared, format_args!(
-                "pelican: --pipe: not an answer ({{\"id\": …, \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}}), ignored: {shown}"
-            ));
+            self.unreadable(shared, text, why_not(text), generation);
             return false;
         };
-        let verdict = match answer.verdict.as_str() {
-            "ack" => Verdict::Ack,
-            "retry" => Verdict::Retry,
-            "dead-letter" if shared.dead_letter => Verdict::DeadLetter,
+        let shown: String = text.chars().take(200).collect();
+        let verdict = match answer.verdict.as_ref().and_then(serde_json::Value::as_str) {
+            Some("ack") => Ok(Verdict::Ack),
+            Some("retry") => Ok(Verdict::Retry),
+            Some("dead-letter") if shared.dead_letter => Ok(Verdict::DeadLetter),
             // Without a dead-letter stream it is a failure, as --exec's 65 is.
-            "dead-letter" => Verdict::Retry,
-            _ => {
-                self.tell_bad(shared, format_args!("pelican: --pipe: unknown verdict, ignored: {shown}"));
-                return false;
-            }
+            Some("dead-letter") => Ok(Verdict::Retry),
+            Some(_) => Err(format!(
+                "an unknown verdict {}",
+                answer.verdict.as_ref().map(ToString::to_string).unwrap_or_default()
+            )),
+            None if answer.verdict.is_some() => Err("a \"verdict\" that is not a string".to_string()),
+            None => Err("no \"verdict\"".to_string()),
         };
         // Writes ride only with an ack, and are read whole before anything is sent: a bad
         // one fails the entry (it stays pending), nothing of it written.
-        let verdict = match (&answer.emit, &answer.writes) {
-            (None, None) => verdict,
-            _ if verdict != Verdict::Ack => {
+        let verdict = match (verdict, &answer.emit, &answer.writes) {
+            (Err(why), ..) => Err(why),
+            (Ok(verdict), None, None) => Ok(verdict),
+            (Ok(verdict), ..) if verdict != Verdict::Ack => {
                 let why = "\"emit\"/\"writes\" go with \"verdict\": \"ack\"";
                 shared.screen.tell(format_args!(
                     "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
                     answer.id
                 ));
-                Verdict::Retry
+                Ok(Verdict::Retry)
             }
-            (emit, writes) => match super::emit::from_answer(emit.as_ref(), writes.as_ref()) {
-                Ok(writes) => Verdict::Commit(writes),
+            (Ok(_), emit, writes) => match super::emit::from_answer(emit.as_ref(), writes.as_ref()) {
+                Ok(writes) => Ok(Verdict::Commit(writes)),
                 Err(why) => {
                     shared.screen.tell(format_args!(
                         "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
                         answer.id
                     ));
-                    Verdict::Retry
+                    Ok(Verdict::Retry)
                 }
             },
         };
@@ -490,20 +508,57 @@ impl Pipe {
                 }
             }
         };
-        match key.and_then(|k| waiting.remove(&k)) {
-            Some((_, tx)) => {
-                let _ = tx.send(Outcome::Verdict(verdict));
+        let found = key.and_then(|k| waiting.remove(&k));
+        drop(waiting);
+        match (found, verdict) {
+            (Some(waiter), Ok(verdict)) => {
+                let _ = waiter.tx.send(Outcome::Verdict(verdict));
                 true
             }
-            None => {
-                drop(waiting);
+            (Some(waiter), Err(why)) => {
+                // The entry it names fails: ignored, the line would leave it in hand for good.
+                let _ = waiter.tx.send(Outcome::Verdict(Verdict::Retry));
+                self.tell_bad(shared, format_args!(
+                    "pelican: --pipe: {} failed and stays pending: its answer has {why}; expected {EXPECTED}; the line: {shown}",
+                    answer.id
+                ));
+                false
+            }
+            (None, verdict) => {
+                let also = verdict.err().map(|why| format!(" (and with {why})")).unwrap_or_default();
                 self.tell_bad(
                     shared,
-                    format_args!("pelican: --pipe: an answer for no outstanding entry, ignored: {shown}"),
+                    format_args!(
+                        "pelican: --pipe: an answer for no outstanding entry{also}, ignored: {shown}"
+                    ),
                 );
                 false
             }
         }
+    }
+
+    /// A line from handler generation `generation` that cannot be read as an answer (`why`
+    /// not): it fails the entry [`blame`] picks, told with the line. With nothing outstanding
+    /// it is told and ignored.
+    fn unreadable(&self, shared: &Shared, text: &str, why: &str, generation: u64) {
+        let shown: String = text.trim_end().chars().take(200).collect();
+        let more = if text.chars().nth(200).is_some() { "…" } else { "" };
+        let failed = {
+            let mut waiting = lock(&self.waiting);
+            let picked = blame(&waiting, text, generation);
+            picked.and_then(|(key, how)| Some((waiting.remove(&key)?, key, how)))
+        };
+        let Some((waiter, (stream, id), how)) = failed else {
+            self.tell_bad(shared, format_args!(
+                "pelican: --pipe: not an answer: {why}; expected {EXPECTED}. No entry is outstanding to fail for it; the line: {shown}{more}"
+            ));
+            return;
+        };
+        let _ = waiter.tx.send(Outcome::Verdict(Verdict::Retry));
+        let of = if shared.several { format!(" of stream {stream}") } else { String::new() };
+        self.tell_bad(shared, format_args!(
+            "pelican: --pipe: not an answer: {why}; expected {EXPECTED}. {id}{of} failed for it ({how}) and stays pending; the line: {shown}{more}"
+        ));
     }
 
     /// The end of the run (every entry settled): closes the handler's stdin, gives it
@@ -529,6 +584,58 @@ impl Pipe {
         }
         let _ = reader.join();
     }
+}
+
+/// What an answer looks like, for the lines that tell a bad one.
+const EXPECTED: &str = r#"{"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
+
+/// What a line written with single quotes is told.
+const SINGLE_QUOTES: &str =
+    "not JSON (single quotes: JSON strings take double quotes, as json.dumps writes them)";
+
+/// Why `text` is not an answer (`{"id": "…", …}`), in words for the handler's author.
+fn why_not(text: &str) -> &'static str {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+        // Python's `print(dict)` writes single quotes: the likeliest mistake, named.
+        return match text.trim_start().starts_with("{'") || text.contains("': ") {
+            true => SINGLE_QUOTES,
+            false => "not JSON",
+        };
+    };
+    match value.get("id") {
+        _ if !value.is_object() => "not a JSON object",
+        None => "no \"id\"",
+        Some(id) if !id.is_string() => "its \"id\" is not a string",
+        Some(_) => "not an answer",
+    }
+}
+
+/// The outstanding entry an unreadable `line` from handler generation `generation` fails,
+/// and why that one: an entry written to that handler whose id the line names (a Python
+/// dict printed with single quotes still holds it; the oldest of those, if it names
+/// several), else the only one written to it, else the oldest written to it. `None`:
+/// nothing outstanding there.
+fn blame(waiting: &HashMap<Key, Waiter>, line: &str, generation: u64) -> Option<(Key, String)> {
+    let mut theirs: Vec<(&Key, &Waiter)> =
+        waiting.iter().filter(|(_, w)| w.generation == generation).collect();
+    theirs.sort_by_key(|(_, w)| w.written);
+    let named = theirs.iter().find(|((_, id), _)| names(line, id));
+    let (how, (key, _)) = match (named, &theirs[..]) {
+        (Some(named), _) => ("named in the line".to_string(), named),
+        (None, []) => return None,
+        (None, [only]) => ("the only entry outstanding".to_string(), only),
+        (None, [oldest, ..]) => (format!("the oldest of {} outstanding", theirs.len()), oldest),
+    };
+    Some(((*key).clone(), how))
+}
+
+/// Whether `line` holds `id` as a whole (not as part of a longer id: `1-0` is not in `11-0`).
+fn names(line: &str, id: &str) -> bool {
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '-');
+    !id.is_empty()
+        && line.match_indices(id).any(|(at, _)| {
+            !part(line[..at].chars().next_back()) && !part(line[at + id.len()..].chars().next())
+        })
 }
 
 /// Reads one line (its newline kept) into `line`, keeping at most [`MAX_LINE`] bytes of it:
@@ -582,7 +689,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{next_line, MAX_LINE};
+    use super::{blame, names, next_line, why_not, Waiter, MAX_LINE};
+    use std::collections::HashMap;
+
+    #[test]
+    fn an_unreadable_line_is_told_why() {
+        assert_eq!(why_not("{'id': '1-0', 'verdict': 'ack'}"), super::SINGLE_QUOTES);
+        assert_eq!(why_not("done"), "not JSON");
+        assert_eq!(why_not("[1]"), "not a JSON object");
+        assert_eq!(why_not(r#"{"verdict":"ack"}"#), "no \"id\"");
+        assert_eq!(why_not(r#"{"id":7}"#), "its \"id\" is not a string");
+    }
+
+    #[test]
+    fn an_unreadable_line_fails_the_entry_it_names_else_the_only_else_the_oldest() {
+        assert!(names("{'id': '1-0', 'verdict': 'ack'}", "1-0"));
+        assert!(!names("{'id': '11-0'}", "1-0") && !names("{'id': '1-01'}", "1-0") && !names("x", ""));
+        let mut waiting = HashMap::new();
+        let mut add = |id: &str, generation, written| {
+            let (tx, _) = std::sync::mpsc::channel();
+            waiting.insert(("\"s\"".to_string(), id.to_string()), Waiter { generation, written, tx });
+        };
+        add("5-0", 2, 7);
+        add("3-0", 2, 9);
+        add("1-0", 1, 1); // written to a handler that died since
+        let blamed =
+            |line: &str, generation| blame(&waiting, line, generation).map(|((_, id), how)| (id, how));
+        assert_eq!(blamed("{'id': '3-0'}", 2), Some(("3-0".into(), "named in the line".into())));
+        assert_eq!(
+            blamed("{\"verdict\":\"ack\"}", 2),
+            Some(("5-0".into(), "the oldest of 2 outstanding".into()))
+        );
+        assert_eq!(blamed("oops", 1), Some(("1-0".into(), "the only entry outstanding".into())));
+        assert_eq!(blamed("oops", 3), None);
+    }
 
     fn lines(bytes: &[u8]) -> Vec<(usize, bool)> {
         // A small buffer: lines arrive in several pieces.

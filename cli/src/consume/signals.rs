@@ -114,7 +114,7 @@ pub fn on_signals(stop: Arc<StopAll>, every: Handlers, screen: Arc<Screen>) -> R
 
 /// The entries in hand over all lanes, and in words ("the entry in hand", "the 3 entries in
 /// hand"; `None` for none).
-fn in_hand(handlers: &[Arc<Handler>]) -> (usize, Option<String>) {
+pub(super) fn in_hand(handlers: &[Arc<Handler>]) -> (usize, Option<String>) {
     let n = handlers.iter().map(|h| h.in_hand()).sum();
     let words = match n {
         0 => None,
@@ -126,7 +126,7 @@ fn in_hand(handlers: &[Arc<Handler>]) -> (usize, Option<String>) {
 
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).
 /// Called with [`EXITING`] set, so no other command starts (see [`Handler::children`]).
-fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
+pub(super) fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
     let pipe = handlers.first().and_then(|h| h.shared.pipe.as_ref()?.pid());
     handlers
         .iter()
@@ -139,7 +139,7 @@ fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
 /// SIGTERM to each group; SIGKILL to those with a process left after [`GRACE`]; then waits
 /// (bounded) until the groups are empty and each command is reaped by its handler. A group
 /// once found empty is not signalled again: its id may be reused.
-fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
+pub(super) fn end_commands(groups: &[Pid], handlers: &[Arc<Handler>]) {
     for &group in groups {
         let _ = kill_process_group(group, Signal::TERM);
     }

@@ -152,10 +152,8 @@ fn runner(lane: &Lane, net: &Net, several: bool) -> Result<Runner, Failure> {
     if let Some((tls, host)) = &net.tls {
         runner = runner.tls(tls.clone(), host);
     }
-    if let Some(published) = &lane.published {
-        let stats = runner.stats_handle();
-        published.follow(move || stats.get());
-    }
+    let stats = runner.stats_handle();
+    lane.published.follow(move || stats.get());
     Ok(runner)
 }
 

@@ -38,7 +38,7 @@ use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::release;
 use crate::reply::{self, Role};
-use crate::stats::{Snapshot, Stats};
+use crate::stats::{OldestInHand, Snapshot, Stats};
 use crate::stream::{Next, Stream, CURSOR_START, DRAIN_START};
 use crate::stream_reply::{self, Item, Span};
 use crate::twins::{Outcome, Twins};
@@ -456,6 +456,7 @@ impl Consumer {
             connected: self.ready(),
             health: self.streams[0].last_health.clone(),
             not_master: self.not_master().map(str::to_string),
+            oldest_in_hand: self.oldest_in_hand(),
         }
     }
 
@@ -466,9 +467,21 @@ impl Consumer {
         self.told_not_master.as_deref().filter(|_| !self.ready())
     }
 
+    /// The entry in hand the longest (handed out, not yet settled), with when it was handed
+    /// out; `None` while nothing is in hand. Its [`age`](OldestInHand::age) at a time passed
+    /// in tells a handler that has gone silent: the consumer renews its lease however long
+    /// it takes, so the group no longer sees it. A walk of the entries in hand.
+    pub fn oldest_in_hand(&self) -> Option<OldestInHand> {
+        let h = self.in_hand.iter().min_by_key(|h| h.handed_at)?;
+        let stream = self.streams[h.stream as usize].key.clone();
+        Some(OldestInHand { stream, id: self.held.to_bytes(h.id), since: h.handed_at })
+    }
+
     /// Brings `last` up to date; true if anything changed. For a driver that publishes
     /// snapshots only when they change (compared without copying the counters first).
     pub fn refresh_snapshot(&self, last: &mut Snapshot) -> bool {
+        // The oldest entry in hand is not compared (a walk): it changes only with a hand-out
+        // or a settle, which change the counters, or with the number in hand.
         let same = self.stats == last.stats
             && self.in_hand.len() == last.in_hand
             && self.buffered() == last.buffered
@@ -905,6 +918,7 @@ impl Consumer {
                     Err(reason) => self.refuse_commit(s, id, hand.deliveries, reason),
                 }
             }
+            Verdict::GiveBack => self.give_back_in_hand(s, hand.id, hand.deliveries, hand.read_at, now),
         }
         self.held.tidy(self.in_hand.iter_mut().map(|h| &mut h.id));
         // One at a time, after a slow handler the next one is likely slow too, and its ack

@@ -428,6 +428,36 @@ impl Consumer {
         }
     }
 
+    /// An entry in hand given [`Verdict::GiveBack`]: released where surely still ours (Redis
+    /// 8.8+, `XNACK … FAIL`: its delivery counted), else given back as the read-ahead is, with
+    /// its delivery kept (the handler had it). One a peer took (`read_at` gone) is not ours
+    /// to give.
+    pub(super) fn give_back_in_hand(
+        &mut self,
+        s: usize,
+        id: HeldId,
+        deliveries: u64,
+        read_at: Option<Instant>,
+        now: Instant,
+    ) {
+        let Some(read_at) = read_at else { return };
+        if self.dialect.release && release::surely_ours(&self.config, now.saturating_duration_since(read_at))
+        {
+            self.streams[s].releases.now(self.held.bulk(id));
+            self.releasing = true;
+            return;
+        }
+        // `give_back_of` gives back one delivery (the read's, for entries never handed out):
+        // one more than this entry's, so that its own stays counted.
+        let no_fields: [(&[u8], &[u8]); 0] = [];
+        let mut entry =
+            Entry::new(self.held.id(id), no_fields, Source::Pending).with_deliveries(deliveries + 1);
+        entry.stream = s as u32;
+        let due = read_at;
+        self.streams[s].returns.push(Buffered { entry, read_at, due, key: None });
+        self.moves_owed = true;
+    }
+
     pub(super) fn flush_dead_letters(&mut self, now: Instant) {
         let mut n = 0;
         for s in 0..self.streams.len() {
