@@ -4,7 +4,6 @@
 //! consumer's socket.
 
 use std::io;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -42,7 +41,6 @@ pub(crate) enum ScoutError {
 #[derive(Debug)]
 pub(crate) struct Scout {
     sentinel: HostPort,
-    addr: SocketAddr,
     socket: Socket,
     session: SentinelSession,
     tls: Option<Tls>,
@@ -72,7 +70,6 @@ impl Scout {
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE).map_err(failed)?;
         Ok(Scout {
             sentinel: sentinel.clone(),
-            addr,
             socket: Socket::Connecting(stream),
             session,
             tls: tls.cloned(),
@@ -117,7 +114,7 @@ impl Scout {
                         Socket::Securing(Conn::Tls(stream, Box::new(session)))
                     }
                 },
-                Err(e) => return Err(ScoutError::Failed(format!("{}: {e}", self.addr))),
+                Err(e) => return Err(ScoutError::Failed(e.to_string())),
             },
             other => other,
         };
@@ -168,7 +165,8 @@ impl Scout {
         let rustls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
         match (rustls, &self.tls) {
             (Some(e), Some(tls)) => ScoutError::Tls(tls.explain(e, &self.sentinel.host)),
-            _ => ScoutError::Failed(format!("{}: {err}", self.addr)),
+            // The sentinel's address is the locator's to name (it names each once).
+            _ => ScoutError::Failed(err.to_string()),
         }
     }
 

@@ -734,6 +734,13 @@ impl Runner {
             }
             Wake::Rewatch => {
                 self.locator.on_rewatch();
+                if let Some(sentinel) = self.locator.sentinel().cloned() {
+                    if self.locator.admit(&sentinel, now).is_err() {
+                        // Dialled too often lately: opened again later, the locator says when.
+                        self.locator.on_watch_lost(now);
+                        return Ok(());
+                    }
+                }
                 if let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel()) {
                     let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
                     let (resolver, timeout) = (self.resolver.clone(), self.connect_timeout);
@@ -798,7 +805,7 @@ impl Runner {
     fn on_answer(&mut self, answer: SentinelAnswer, now: Instant) {
         let to = match &answer {
             SentinelAnswer::Master(at) | SentinelAnswer::Switched(at) => at.to_string(),
-            SentinelAnswer::Unknown => String::new(),
+            SentinelAnswer::Unknown { .. } => String::new(),
         };
         match self.locator.on_answer(answer) {
             Found::Moved { from } => {
@@ -860,6 +867,9 @@ impl Runner {
                 }
             };
             let Some(session) = self.locator.session() else { return Ok(None) };
+            if !self.admitted(&sentinel).await {
+                return Ok(None); // a stop request
+            }
             // A watch cannot ask (it is subscribed): another connection asks.
             self.scout = None;
             let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
@@ -901,6 +911,9 @@ impl Runner {
             ("", Some(peer)) => peer.ip().to_string(),
             _ => node.host.clone(),
         };
+        if !self.admitted(&HostPort::new(host.as_str(), node.port)).await {
+            return Ok(None); // a stop request
+        }
         let addr = match self.resolver.resolve(&host, node.port).await {
             Ok(addrs) => addrs[self.attempts % addrs.len()],
             Err(e) => {
@@ -961,6 +974,27 @@ impl Runner {
         };
         self.consumer.on_connected(Instant::now());
         Ok(Some(conn))
+    }
+
+    /// Waits until the locator lets a connect to `to` go ([`Locator::admit`]: its ceiling
+    /// on dials); false if a stop request came first.
+    async fn admitted(&mut self, to: &HostPort) -> bool {
+        loop {
+            let Err(at) = self.locator.admit(to, Instant::now()) else { return true };
+            let waited = future::or(
+                async {
+                    Timer::at(at).await;
+                    true
+                },
+                async {
+                    self.stop.beyond(self.told).await;
+                    false
+                },
+            );
+            if !waited.await {
+                return false;
+            }
+        }
     }
 
     /// A connect attempt failed, or was `cut_short` by its timeout or a stop request: the

@@ -70,14 +70,14 @@ pub(crate) async fn ask(
     let asked = async {
         let failed = |e: std::io::Error| ScoutError::Failed(e.to_string());
         let addr = resolver.resolve(&sentinel.host, sentinel.port).await.map_err(failed)?[0];
-        let stream =
-            TcpStream::connect(addr).await.map_err(|e| ScoutError::Failed(format!("{addr}: {e}")))?;
+        // The sentinel's address is the locator's to name (it names each once).
+        let stream = TcpStream::connect(addr).await.map_err(failed)?;
         let _ = stream.set_nodelay(true);
         let mut conn = match &tls {
             None => Conn::Plain(stream),
             Some(tls) => conn::secure(stream, tls, &sentinel.host).await.map_err(|e| match e {
                 HandshakeError::Tls(err) => ScoutError::Tls(err),
-                HandshakeError::Io => ScoutError::Failed(format!("{addr}: the TLS handshake failed")),
+                HandshakeError::Io => ScoutError::Failed("the TLS handshake failed".into()),
             })?,
         };
         while let Some(bytes) = session.poll_transmit() {
