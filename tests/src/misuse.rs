@@ -164,22 +164,20 @@ pub struct Window {
 pub const WINDOW: Duration = Duration::from_secs(5);
 
 impl Window {
-    /// Counts with `count` (a running total) from now over [`WINDOW`]: the client must have
-    /// started just before.
-    pub fn measure(mut count: impl FnMut() -> u64) -> Window {
-        Window::measure_for(WINDOW, &mut count)
-    }
-
-    /// [`Window::measure`] over `length`.
-    pub fn measure_for(length: Duration, mut count: impl FnMut() -> u64) -> Window {
-        let start = Instant::now();
+    /// Counts with `count` (a running total) over [`WINDOW`] from a client's start: `start`
+    /// starts it (after a first count, so that its first connections are counted), and its
+    /// result is returned with the window.
+    pub fn around<T>(mut count: impl FnMut() -> u64, start: impl FnOnce() -> T) -> (Window, T) {
         let at_start = count();
-        thread::sleep(Duration::from_secs(1).saturating_sub(start.elapsed()));
+        let began = Instant::now();
+        let started = start();
+        thread::sleep(Duration::from_secs(1).saturating_sub(began.elapsed()));
         let at_first = count();
         let second = Instant::now();
-        thread::sleep(length.saturating_sub(start.elapsed()));
+        thread::sleep(WINDOW.saturating_sub(began.elapsed()));
         let at_end = count();
-        Window { first: at_first - at_start, after: at_end - at_first, rest: second.elapsed() }
+        let window = Window { first: at_first - at_start, after: at_end - at_first, rest: second.elapsed() };
+        (window, started)
     }
 
     /// The connections in the whole window.

@@ -80,8 +80,7 @@ fn watch<T: Transport>(
 ) -> (Window, Told, Option<Result<pelican::Stats, String>>) {
     let told = Told::default();
     let to = Endpoint { notices: Some(told.sink()), ..to };
-    let run = T::spawn(to, config, never());
-    let window = Window::measure(count);
+    let (window, run) = Window::around(count, || T::spawn(to, config, never()));
     let ended = match run.is_finished() {
         true => Some(run.join(GIVES_UP)),
         false => {
