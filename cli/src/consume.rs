@@ -34,7 +34,7 @@ use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 use crate::args::{Failure, TEMPLATE};
 use crate::name::show;
 use crate::number::whole;
-use crate::server::{login_refused, Server, ServerArgs};
+use crate::server::{login_refused, sentinel_named_as_node, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
 use lane::{Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
@@ -862,6 +862,11 @@ fn explain(a: &Args, server: &Server, handler: &Handler, failure: &LaneFailure) 
         Some(pelican::Error::Twin { .. }) => format!("{} (--allow-twins)", failure.message),
         Some(pelican::Error::CommitRefused { .. }) => {
             format!("{} (--dead-letter KEY sets such entries aside)", failure.message)
+        }
+        Some(pelican::Error::IsSentinel) => {
+            let services = crate::client::sentinel_services(server);
+            let addr = server.endpoint().to_string();
+            server.host_failed(sentinel_named_as_node(&addr, server.tls.is_some(), services.as_deref()))
         }
         Some(pelican::Error::CrossSlot { .. }) => format!(
             "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",

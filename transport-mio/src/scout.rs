@@ -15,6 +15,15 @@ use crate::conn::Conn;
 use crate::driver::connect_outcome;
 use crate::resolve::Resolver;
 
+/// Why a sentinel that hung up failed, however it hung up.
+const CLOSED: &str = "the sentinel closed the connection";
+
+/// Whether `err` is the peer hanging up (a reset, a broken pipe, an end of stream).
+fn closed(err: &io::Error) -> bool {
+    use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(err.kind(), ConnectionReset | BrokenPipe | ConnectionAborted | UnexpectedEof)
+}
+
 /// Size of one read: a sentinel says little.
 const READ_CHUNK: usize = 4 * 1024;
 
@@ -143,7 +152,7 @@ impl Scout {
         let mut answers = Vec::new();
         while let Socket::Up(conn) = &mut self.socket {
             match conn.read(&mut buf) {
-                Ok(0) => return Err(ScoutError::Failed("the sentinel closed the connection".into())),
+                Ok(0) => return Err(ScoutError::Failed(CLOSED.into())),
                 Ok(n) => {
                     self.session.handle_input(&buf[..n]).map_err(|e| ScoutError::Failed(e.to_string()))?;
                     answers.extend(std::iter::from_fn(|| self.session.poll_answer()));
@@ -165,6 +174,8 @@ impl Scout {
         let rustls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
         match (rustls, &self.tls) {
             (Some(e), Some(tls)) => ScoutError::Tls(tls.explain(e, &self.sentinel.host)),
+            // A reset and an end of stream are the same to a reader: one reason, told once.
+            _ if closed(err) => ScoutError::Failed(CLOSED.into()),
             // The sentinel's address is the locator's to name (it names each once).
             _ => ScoutError::Failed(err.to_string()),
         }

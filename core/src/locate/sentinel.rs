@@ -79,16 +79,16 @@ impl fmt::Display for SentinelError {
             SentinelError::Protocol(detail) => write!(f, "{detail}"),
             SentinelError::Login { message, given: false } => write!(
                 f,
-                "it wants a password ({message}): give the sentinels' own with Sentinels::auth \
-                 (their requirepass, not the data nodes')"
+                "it wants a password ({message}): give the sentinels' own (their requirepass, not \
+                 the data nodes') with Sentinels::auth"
             ),
             SentinelError::Login { message, given: true } if message.contains("without any password") => {
                 write!(f, "it has no password ({message}): leave Sentinels::auth out")
             }
             SentinelError::Login { message, given: true } => write!(
                 f,
-                "it refused the login ({message}): check the sentinels' own user and password \
-                 given with Sentinels::auth (their requirepass, not the data nodes')"
+                "it refused the login ({message}): check the sentinels' own password (their \
+                 requirepass, not the data nodes'), and user if any, given with Sentinels::auth"
             ),
             SentinelError::NotSentinel { role: Some(role), .. } => write!(
                 f,
