@@ -128,6 +128,7 @@ impl Client {
     /// failover may be under way).
     pub fn connect(server: &Server, name: &str) -> Result<Client, String> {
         let give_up = Instant::now() + FIND_MASTER;
+        let mut backoff = backoff(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let (node, host) = match server.endpoint() {
                 Endpoint::Sentinel(_) => {
@@ -146,7 +147,7 @@ impl Client {
                 NodeRole::Replica
                     if matches!(server.endpoint(), Endpoint::Sentinel(_)) && Instant::now() < give_up =>
                 {
-                    thread::sleep(Duration::from_millis(200));
+                    thread::sleep(backoff.next_delay());
                 }
                 NodeRole::Sentinel => {
                     // Refused before anything is sent to it as to a data node.
@@ -555,6 +556,15 @@ fn resolve(node: &HostPort) -> Result<Vec<SocketAddr>, String> {
         true => Err(format!("{} resolves to no address", node.host)),
         false => Ok(addrs),
     }
+}
+
+/// The core's backoff (the one every consumer reconnect goes through), for a one-shot
+/// command's retries: seeded by the process and the time, so that many runs spread.
+pub fn backoff(min: Duration, max: Duration) -> pelican::Backoff {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    pelican::Backoff::new(min, max, u64::from(std::process::id()) << 32 | u64::from(nanos))
 }
 
 /// With a node URL: the services the node watches if it is a sentinel (its `ROLE`), asked on

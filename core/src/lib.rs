@@ -122,6 +122,7 @@ mod stream;
 mod stream_reply;
 mod twins;
 
+pub use backoff::Backoff;
 pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
