@@ -115,6 +115,7 @@ mod oracle;
 mod pace;
 mod release;
 mod reply;
+pub mod retell;
 pub mod retire;
 mod retried;
 mod stats;

@@ -179,6 +179,8 @@ pub struct Driver {
     tls_name: String,
     /// A dial the locator held back ([`Locator::admit`]): not before then.
     held: Option<Instant>,
+    /// Failed connects told to the log so far (each reason once, then every 30 s).
+    retell: pelican::retell::Retell,
 }
 
 impl Driver {
@@ -206,6 +208,7 @@ impl Driver {
             heard: false,
             tls_name: String::new(),
             held: None,
+            retell: pelican::retell::Retell::new(),
         }
     }
 
@@ -896,7 +899,9 @@ impl Driver {
                         let _ = self.flush();
                     }
                     Event::Notice(notice) => {
-                        log_notice(&self.name(), &notice);
+                        if let Some(line) = self.retell.line(&notice, Instant::now()) {
+                            log_notice(&self.name(), &notice, &line);
+                        }
                         observe(notice)
                     }
                     Event::Stopped => {
@@ -992,15 +997,16 @@ fn keep_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
     notices.push_back(notice);
 }
 
-/// A notice through the `log` facade: trouble (a lost connection, a lost lease, a dead
-/// letter) as a warning, the rest as information; the group's health at debug level.
-fn log_notice(stream: &str, notice: &Notice) {
+/// A notice through the `log` facade, as `line` tells it: trouble (a lost connection, a lost
+/// lease, a dead letter) as a warning, the rest as information; the group's health at debug
+/// level.
+fn log_notice(stream: &str, notice: &Notice, line: &str) {
     let level = match notice {
         _ if notice.is_trouble() => log::Level::Warn,
         Notice::Health(_) => log::Level::Debug,
         _ => log::Level::Info,
     };
-    log::log!(level, "{stream}: {notice}");
+    log::log!(level, "{stream}: {line}");
 }
 
 /// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still

@@ -102,6 +102,8 @@ pub struct Runner {
     attempts: usize,
     /// With Sentinel: a question to a sentinel under way, or the watch kept open.
     scout: Option<Scout>,
+    /// Failed connects told to the log so far (each reason once, then every 30 s).
+    retell: pelican::retell::Retell,
     /// How host names are looked up.
     resolver: Resolver,
     connect_timeout: Duration,
@@ -209,6 +211,7 @@ impl Runner {
             peer: None,
             attempts: 0,
             scout: None,
+            retell: pelican::retell::Retell::new(),
             resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
@@ -626,7 +629,10 @@ impl Runner {
             Notice::Health(_) => log::Level::Debug,
             _ => log::Level::Info,
         };
-        log::log!(level, "{}: {notice}", self.name());
+        // A connect failing again for the same reason: told once, then every 30 s.
+        if let Some(line) = self.retell.line(notice, Instant::now()) {
+            log::log!(level, "{}: {line}", self.name());
+        }
         if let Some(observer) = self.observer.as_mut() {
             observer(notice);
         }
