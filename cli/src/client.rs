@@ -561,9 +561,8 @@ fn resolve(node: &HostPort) -> Result<Vec<SocketAddr>, String> {
 /// The core's backoff (the one every consumer reconnect goes through), for a one-shot
 /// command's retries: seeded by the process and the time, so that many runs spread.
 pub fn backoff(min: Duration, max: Duration) -> pelican::Backoff {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     pelican::Backoff::new(min, max, u64::from(std::process::id()) << 32 | u64::from(nanos))
 }
 

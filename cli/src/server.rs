@@ -266,7 +266,8 @@ mod tests {
     fn library_fixes_in_flags() {
         let told = "127.0.0.1:26379: it wants a password (NOAUTH Authentication required.): give the \
                     sentinels' own (their requirepass, not the data nodes') with Sentinels::auth";
-        assert!(in_flags(told).ends_with("not the data nodes') with --sentinel-password (or ?sentinel_password= in the URL)"));
+        assert!(in_flags(told)
+            .ends_with("not the data nodes') with --sentinel-password (or ?sentinel_password= in the URL)"));
         let told = "it is a data node (a master), not a sentinel: name the sentinels' addresses, or give \
                     the node's own address (a node, not Sentinels) to connect to it directly";
         assert!(in_flags(told).ends_with("or give that address in a redis:// URL to use the node itself"));

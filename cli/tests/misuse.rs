@@ -113,7 +113,9 @@ fn a_wrong_sentinel_password() {
         keeps_trying(&format!("{transport}: a wrong sentinel password"), seen, &says);
     }
     let mut at = Connections::at(&lone.sentinel);
-    one_shots_fail("a wrong sentinel password", &url, &["--sentinel-password", "wrong"], &says, || at.total());
+    one_shots_fail("a wrong sentinel password", &url, &["--sentinel-password", "wrong"], &says, || {
+        at.total()
+    });
 }
 
 #[test]
@@ -183,9 +185,10 @@ fn every_sentinel_down() {
 #[test]
 fn a_node_that_refuses_the_login() {
     let node = Server::start_with(FLAVOR, Options::default().with_requirepass("s3cret"));
-    for (url, said) in
-        [(format!("redis://{}", node.addr()), "NOAUTH"), (format!("redis://:wrong@{}", node.addr()), "WRONGPASS")]
-    {
+    for (url, said) in [
+        (format!("redis://{}", node.addr()), "NOAUTH"),
+        (format!("redis://:wrong@{}", node.addr()), "WRONGPASS"),
+    ] {
         for transport in ["mio", "smol"] {
             let mut at = Connections::at(&node);
             let (window, _, err, exited) = consume_counted(&url, transport, &[], || at.total());

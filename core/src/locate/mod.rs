@@ -51,7 +51,9 @@ use crate::config::Auth;
 use pace::Pace;
 
 pub use pace::{DIAL_BURST, DIAL_SPACING};
-pub use role::{read_node_role, read_replica_of, read_sentinel_services, NodeRole, MASTER_REQUEST, ROLE_REQUEST};
+pub use role::{
+    read_node_role, read_replica_of, read_sentinel_services, NodeRole, MASTER_REQUEST, ROLE_REQUEST,
+};
 pub use sentinel::{SentinelAnswer, SentinelError, SentinelSession};
 
 /// A host name or IP address and a port.

@@ -501,14 +501,20 @@ mod tests {
             let err = s.handle_input(&cat(&[said.noauth, said.noauth])).unwrap_err();
             assert!(matches!(&err, SentinelError::Login { given: false, .. }), "{flavor}: {err:?}");
             let text = err.to_string();
-            assert!(text.starts_with("it wants a password (NOAUTH") && text.contains("Sentinels::auth"), "{text}");
+            assert!(
+                text.starts_with("it wants a password (NOAUTH") && text.contains("Sentinels::auth"),
+                "{text}"
+            );
             assert!(!s.answered(), "{flavor}: a refusal is no answer");
             // A wrong one: the login's refusal is the cause, told once the question's reply is in.
             let mut s = session(true);
             s.handle_input(&cat(&[said.wrongpass, said.noauth])).unwrap();
             let err = s.handle_input(said.noauth).unwrap_err();
             let text = err.to_string();
-            assert!(text.starts_with("it refused the login (WRONGPASS") && text.contains("Sentinels::auth"), "{text}");
+            assert!(
+                text.starts_with("it refused the login (WRONGPASS") && text.contains("Sentinels::auth"),
+                "{text}"
+            );
             assert!(!s.answered());
         }
         // One given to a sentinel that wants none, which then answers anyway.
@@ -534,7 +540,8 @@ mod tests {
             assert!(err.to_string().starts_with("it is a data node (a master)"), "{flavor}: {err}");
             // ROLE refused: not a sentinel, what it is untold.
             let mut s = session(false);
-            let err = s.handle_input(&cat(&[b"-NOAUTH Authentication required.\r\n", said.on_node])).unwrap_err();
+            let err =
+                s.handle_input(&cat(&[b"-NOAUTH Authentication required.\r\n", said.on_node])).unwrap_err();
             assert!(err.to_string().starts_with("it is not a sentinel (it does not know SENTINEL"), "{err}");
         }
     }
@@ -550,7 +557,10 @@ mod tests {
             b"HTTP/1.1 400\r\n",
         ] {
             let mut s = session(false);
-            assert!(matches!(s.handle_input(&cat(&[role, reply])), Err(SentinelError::Protocol(_))), "{reply:?}");
+            assert!(
+                matches!(s.handle_input(&cat(&[role, reply])), Err(SentinelError::Protocol(_))),
+                "{reply:?}"
+            );
         }
         // Bytes that are not RESP at all, from the first.
         let mut s = session(false);

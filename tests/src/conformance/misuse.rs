@@ -26,7 +26,10 @@ fn on_every_flavor(name: &str, story: fn(Flavor, Protocol)) {
         .map(|&flavor| {
             let label = format!("{name} on {}", flavor.name());
             let protocol = if flavor == Flavor::Redis62 { Protocol::Resp2 } else { Protocol::Resp3 };
-            (label.clone(), thread::Builder::new().name(label).spawn(move || story(flavor, protocol)).unwrap())
+            (
+                label.clone(),
+                thread::Builder::new().name(label).spawn(move || story(flavor, protocol)).unwrap(),
+            )
         })
         .collect();
     let failed: Vec<String> =
@@ -54,7 +57,9 @@ impl Told {
         let all = self.0.lock().unwrap();
         all.iter()
             .filter_map(|n| match n {
-                Notice::ConnectFailed { reason, .. } | Notice::ConnectionLost { reason, .. } => Some(reason.clone()),
+                Notice::ConnectFailed { reason, .. } | Notice::ConnectionLost { reason, .. } => {
+                    Some(reason.clone())
+                }
                 _ => None,
             })
             .collect()
@@ -208,10 +213,9 @@ pub fn misuse_sentinels_down<T: Transport>() {
 pub fn misuse_node_refuses_the_login<T: Transport>() {
     on_every_flavor("misuse_node_refuses_the_login", |flavor, protocol| {
         let node = Server::start_with(flavor, Options::default().with_requirepass("s3cret"));
-        for (config, said) in [
-            (config(protocol), "NOAUTH"),
-            (config(protocol).auth(None::<&str>, "wrong"), "WRONGPASS"),
-        ] {
+        for (config, said) in
+            [(config(protocol), "NOAUTH"), (config(protocol).auth(None::<&str>, "wrong"), "WRONGPASS")]
+        {
             let mut at = Connections::at(&node);
             let (window, _told, ended) = watch::<T>(Endpoint::new(node.addr()), config, || at.total());
             window.assert_paced(&format!("{flavor}: a node that refuses the login"));
