@@ -559,11 +559,17 @@ fn resolve(node: &HostPort) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// The core's backoff (the one every consumer reconnect goes through), for a one-shot
-/// command's retries: seeded by the process and the time, so that many runs spread.
+/// command's retries, jittered by [`seed`].
 pub fn backoff(min: Duration, max: Duration) -> pelican::Backoff {
+    pelican::Backoff::new(min, max, seed())
+}
+
+/// A seed for the backoff's jitter of this process: its id and the time, so that processes
+/// started together (a fleet of workers restarted at once) spread their retries.
+pub fn seed() -> u64 {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    pelican::Backoff::new(min, max, u64::from(std::process::id()) << 32 | u64::from(nanos))
+    u64::from(std::process::id()) << 32 | u64::from(nanos)
 }
 
 /// With a node URL: the services the node watches if it is a sentinel (its `ROLE`), asked on

@@ -480,7 +480,9 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         .apply(Config::new(stream, a.group.as_bytes(), a.consumer.as_bytes()))
         .count(a.count)
         .beat(Duration::from_millis(a.beat_ms))
-        .min_idle(Duration::from_millis(a.min_idle_ms));
+        .min_idle(Duration::from_millis(a.min_idle_ms))
+        // Each process its own jitter: workers restarted together reconnect spread out.
+        .seed(crate::client::seed());
     match &a.create_group {
         None => {}
         Some(Some(start)) => config = config.create_group(start).create_added_group(start),
