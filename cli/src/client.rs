@@ -15,7 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use pelican::locate::{
-    read_node_role, read_replica_of, Dial, Found, NodeRole, SentinelAnswer, MASTER_REQUEST, ROLE_REQUEST,
+    read_node_role, read_replica_of, read_sentinel_services, Dial, Found, NodeRole, SentinelAnswer,
+    MASTER_REQUEST, ROLE_REQUEST,
 };
 use pelican::{Endpoint, HostPort, Locator};
 
@@ -24,7 +25,7 @@ use pelican_tls::Tls;
 use redis_protocol::resp2::decode::decode;
 pub use redis_protocol::resp2::types::OwnedFrame as Reply;
 
-use crate::server::{login_refused, tls_message, Server};
+use crate::server::{in_flags, login_refused, sentinel_named_as_node, tls_message, Server};
 
 /// How long a connect, a write or a reply may take.
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -127,6 +128,7 @@ impl Client {
     /// failover may be under way).
     pub fn connect(server: &Server, name: &str) -> Result<Client, String> {
         let give_up = Instant::now() + FIND_MASTER;
+        let mut backoff = backoff(Duration::from_millis(100), Duration::from_secs(1));
         loop {
             let (node, host) = match server.endpoint() {
                 Endpoint::Sentinel(_) => {
@@ -145,7 +147,13 @@ impl Client {
                 NodeRole::Replica
                     if matches!(server.endpoint(), Endpoint::Sentinel(_)) && Instant::now() < give_up =>
                 {
-                    thread::sleep(Duration::from_millis(200));
+                    thread::sleep(backoff.next_delay());
+                }
+                NodeRole::Sentinel => {
+                    // Refused before anything is sent to it as to a data node.
+                    let services = client.services();
+                    let tls = server.tls.is_some();
+                    return Err(sentinel_named_as_node(&node.to_string(), tls, services.as_deref()));
                 }
                 NodeRole::Replica => {
                     let of = client.master_of().map(|m| format!(" (of {m})")).unwrap_or_default();
@@ -198,6 +206,12 @@ impl Client {
         read_node_role(&reply)
             .map(|role| role.unwrap_or(NodeRole::Unknown))
             .map_err(|e| format!("HELLO: {e}"))
+    }
+
+    /// The services a sentinel watches (its `ROLE`: `None` if refused, or not a sentinel).
+    fn services(&mut self) -> Option<Vec<String>> {
+        self.write(&[MASTER_REQUEST]).ok()?;
+        read_sentinel_services(&self.read_raw().ok()?)
     }
 
     /// The master a replica names (`ROLE`, which needs `@admin`: `None` if refused).
@@ -544,6 +558,28 @@ fn resolve(node: &HostPort) -> Result<Vec<SocketAddr>, String> {
     }
 }
 
+/// The core's backoff (the one every consumer reconnect goes through), for a one-shot
+/// command's retries, jittered by [`seed`].
+pub fn backoff(min: Duration, max: Duration) -> pelican::Backoff {
+    pelican::Backoff::new(min, max, seed())
+}
+
+/// A seed for the backoff's jitter of this process: its id and the time, so that processes
+/// started together (a fleet of workers restarted at once) spread their retries.
+pub fn seed() -> u64 {
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    u64::from(std::process::id()) << 32 | u64::from(nanos)
+}
+
+/// With a node URL: the services the node watches if it is a sentinel (its `ROLE`), asked on
+/// a connection of its own; `None` if it cannot be reached or does not say.
+pub fn sentinel_services(server: &Server) -> Option<Vec<String>> {
+    let Endpoint::Node(node) = server.endpoint() else { return None };
+    let mut client = Client::connect_node_at(server, node, &server.target.tls_host(), "pelican:hint").ok()?;
+    client.services()
+}
+
 /// The master the sentinels name: each asked in turn (`pelican::locate` says what to ask and
 /// what the answers mean), over TLS where the URL says, every wait bounded.
 fn find_master(server: &Server) -> Result<HostPort, String> {
@@ -557,12 +593,12 @@ fn find_master(server: &Server) -> Result<HostPort, String> {
         match ask_sentinel(server, &sentinel, session) {
             Ok(answer) => {
                 if let Found::Failed(Some(all)) = locator.on_answer(answer) {
-                    return Err(all);
+                    return Err(in_flags(&all));
                 }
             }
             Err(why) => {
                 if let Some(all) = locator.on_sentinel_failed(why) {
-                    return Err(all);
+                    return Err(in_flags(&all));
                 }
             }
         }

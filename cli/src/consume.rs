@@ -36,7 +36,7 @@ use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 use crate::args::{Failure, TEMPLATE};
 use crate::name::show;
 use crate::number::whole;
-use crate::server::{login_refused, Server, ServerArgs};
+use crate::server::{login_refused, sentinel_named_as_node, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared, StopAll};
 use lane::{Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
@@ -508,7 +508,9 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         .apply(Config::new(stream, a.group.as_bytes(), a.consumer.as_bytes()))
         .count(a.count)
         .beat(Duration::from_millis(a.beat_ms))
-        .min_idle(Duration::from_millis(a.min_idle_ms));
+        .min_idle(Duration::from_millis(a.min_idle_ms))
+        // Each process its own jitter: workers restarted together reconnect spread out.
+        .seed(crate::client::seed());
     match &a.create_group {
         None => {}
         Some(Some(start)) => config = config.create_group(start).create_added_group(start),
@@ -898,6 +900,11 @@ fn explain(a: &Args, server: &Server, handler: &Handler, failure: &LaneFailure) 
         Some(pelican::Error::Twin { .. }) => format!("{} (--allow-twins)", failure.message),
         Some(pelican::Error::CommitRefused { .. }) => {
             format!("{} (--dead-letter KEY sets such entries aside)", failure.message)
+        }
+        Some(pelican::Error::IsSentinel) => {
+            let services = crate::client::sentinel_services(server);
+            let addr = server.endpoint().to_string();
+            server.host_failed(sentinel_named_as_node(&addr, server.tls.is_some(), services.as_deref()))
         }
         Some(pelican::Error::CrossSlot { .. }) => format!(
             "{} (--dead-letter '%s:dead' gives each stream its own: {{orders}}:dead for the stream {{orders}})",

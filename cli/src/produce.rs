@@ -151,9 +151,11 @@ const CHUNK: u64 = 1000;
 /// fewer, the biggest alone. Values are not copied into the pipeline.
 const CHUNK_BYTES: usize = 4 << 20;
 
-/// The waits before each try to connect again after a lost connection: about 6 s in all,
-/// well inside the default IDMP window of 100 s.
-const RECONNECT_DELAYS_MS: [u64; 6] = [100, 200, 400, 800, 1600, 3200];
+/// The tries to connect again after a lost connection, each after the backoff's wait (100 ms
+/// doubling to 3.2 s, jittered): 3 to 6 s in all, well inside the default IDMP window of 100 s.
+const RECONNECT_TRIES: usize = 6;
+const RECONNECT_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_millis(3200);
 
 /// Lost connections in a row, with no reply read between them, before the run gives up.
 const MAX_LOST_IN_A_ROW: u32 = 5;
@@ -576,11 +578,13 @@ impl Run {
         Ok(())
     }
 
-    /// A new connection to the server, tried a few times with growing waits.
+    /// A new connection to the server, tried a few times with growing waits (the core's
+    /// backoff, jittered).
     fn reconnect(&self) -> Result<Client, String> {
         let mut last = String::new();
-        for delay in RECONNECT_DELAYS_MS {
-            thread::sleep(Duration::from_millis(delay));
+        let mut backoff = crate::client::backoff(RECONNECT_MIN, RECONNECT_MAX);
+        for _ in 0..RECONNECT_TRIES {
+            thread::sleep(backoff.next_delay());
             match Client::connect(&self.server, NAME) {
                 Ok(client) => return Ok(client),
                 Err(e) => last = e,

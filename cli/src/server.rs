@@ -165,6 +165,32 @@ pub fn tls_message(err: &TlsError) -> String {
     format!("{err}{flag}")
 }
 
+/// A library's text in the command line's words: where the library names its own API as the
+/// fix (the sentinels' login), the flag or URL part that does it here.
+pub fn in_flags(text: &str) -> String {
+    text.replace("Sentinels::auth", "--sentinel-password (or ?sentinel_password= in the URL)").replace(
+        "give the node's own address (a node, not Sentinels) to connect to it directly",
+        "give that address in a redis:// URL to use the node itself",
+    )
+}
+
+/// What to say of `addr`, named as a data node, that turned out to be a sentinel watching
+/// `services` (if it said which): the `redis+sentinel://` URL that names it as one.
+pub fn sentinel_named_as_node(addr: &str, tls: bool, services: Option<&[String]>) -> String {
+    let scheme = if tls { "rediss+sentinel" } else { "redis+sentinel" };
+    let url = |service: &str| format!("{scheme}://{addr}/{service}");
+    let fix = match services {
+        Some([one]) => format!("use {}", url(one)),
+        Some([]) => format!("it watches no service yet; a sentinel's URL is {}", url("SERVICE")),
+        Some(many) => {
+            let names: Vec<String> = many.iter().map(|n| format!("{n:?}")).collect();
+            format!("use {}, SERVICE one of those it watches: {}", url("SERVICE"), names.join(", "))
+        }
+        None => format!("use {}, SERVICE the name of the service it watches", url("SERVICE")),
+    };
+    format!("{addr} is a sentinel, not a data node: {fix}")
+}
+
 /// A login that `who` (the server) refused, told with its fix, if the server's error
 /// `text` is one: a password wanted (`NOAUTH`), a wrong one (`WRONGPASS`), one given to a
 /// server that has none.
@@ -234,6 +260,26 @@ mod tests {
             Failure::Failed(message) => assert!(message.contains("/no/such/ca.pem"), "{message}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn library_fixes_in_flags() {
+        let told = "127.0.0.1:26379: it wants a password (NOAUTH Authentication required.): give the \
+                    sentinels' own (their requirepass, not the data nodes') with Sentinels::auth";
+        assert!(in_flags(told)
+            .ends_with("not the data nodes') with --sentinel-password (or ?sentinel_password= in the URL)"));
+        let told = "it is a data node (a master), not a sentinel: name the sentinels' addresses, or give \
+                    the node's own address (a node, not Sentinels) to connect to it directly";
+        assert!(in_flags(told).ends_with("or give that address in a redis:// URL to use the node itself"));
+        assert_eq!(in_flags("anything else"), "anything else");
+        let one = ["mymaster".to_string()];
+        assert_eq!(
+            sentinel_named_as_node("127.0.0.1:26379", false, Some(&one)),
+            "127.0.0.1:26379 is a sentinel, not a data node: use redis+sentinel://127.0.0.1:26379/mymaster"
+        );
+        let two = ["a".to_string(), "b".to_string()];
+        assert!(sentinel_named_as_node("h:1", true, Some(&two))
+            .ends_with("use rediss+sentinel://h:1/SERVICE, SERVICE one of those it watches: \"a\", \"b\""));
     }
 
     #[test]

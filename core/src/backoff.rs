@@ -1,10 +1,15 @@
 //! Reconnect delays: exponential, capped, with jitter from a caller-supplied seed (the core
-//! has no randomness or clock of its own).
+//! has no randomness or clock of its own). The consumer's reconnects go through one
+//! ([`Config::backoff`](crate::Config::backoff)); a client of its own (the command line's
+//! one-shot commands) retries through the same.
 
 use std::time::Duration;
 
+/// Delays between attempts: between half and all of `min · 2^failures`, capped at `max`
+/// ("equal jitter", from the seed given: give each process its own, so that a herd of them
+/// spreads).
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     min: Duration,
     max: Duration,
     failures: u32,
@@ -12,13 +17,14 @@ pub(crate) struct Backoff {
 }
 
 impl Backoff {
-    pub(crate) fn new(min: Duration, max: Duration, seed: u64) -> Backoff {
+    /// Starting at `min`, at most `max`, jittered from `seed`.
+    pub fn new(min: Duration, max: Duration, seed: u64) -> Backoff {
         Backoff { min, max, failures: 0, rng: seed }
     }
 
     /// The delay before the next attempt: between half and all of `min · 2^failures`, capped
     /// at `max`. Equal jitter keeps a floor while spreading a herd of reconnecting consumers.
-    pub(crate) fn next_delay(&mut self) -> Duration {
+    pub fn next_delay(&mut self) -> Duration {
         let ceiling = self.min.saturating_mul(1 << self.failures.min(20)).min(self.max);
         self.failures = self.failures.saturating_add(1);
         let half = ceiling / 2;
@@ -27,7 +33,7 @@ impl Backoff {
     }
 
     /// The connection proved healthy: start again from `min`.
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.failures = 0;
     }
 

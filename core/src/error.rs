@@ -222,6 +222,10 @@ pub enum Error {
         /// it would not say (`ROLE` needs `@admin`).
         role: String,
     },
+    /// The server is a sentinel (its `HELLO` said `mode sentinel`), not a data node: nothing
+    /// is sent to it as to one. Fatal: name it among [`Sentinels`](crate::Sentinels), with
+    /// the name of the service it watches, to be led to that service's master.
+    IsSentinel,
     /// Keys of one command hash to different cluster slots: the dead-letter stream must share
     /// the stream's slot for the atomic move. Give both a common hash tag, e.g. `{orders}`
     /// and `{orders}:dead`. Fatal.
@@ -315,6 +319,10 @@ impl fmt::Display for Error {
             Error::NotMaster { role } => {
                 write!(f, "connected to {role}, not a master: nothing is read from it")
             }
+            Error::IsSentinel => f.write_str(
+                "the server is a sentinel, not a data node: name it among the Sentinels, with the name \
+                 of the service it watches, to be led to that service's master",
+            ),
             Error::CrossSlot { command, message } => write!(
                 f,
                 "{command} refused: {message}; in a cluster the stream and its dead-letter stream must \

@@ -115,6 +115,7 @@ mod oracle;
 mod pace;
 mod release;
 mod reply;
+pub mod retell;
 pub mod retire;
 mod retried;
 mod stats;
@@ -122,6 +123,7 @@ mod stream;
 mod stream_reply;
 mod twins;
 
+pub use backoff::Backoff;
 pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,

@@ -88,6 +88,21 @@ fn a_replica_is_never_read_from_and_told_once() {
 }
 
 #[test]
+fn a_sentinel_is_refused_at_once() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config(protocol), flavor);
+        let err = connect_to(&mut rig, "sentinel_hello").unwrap_err();
+        assert_eq!(err, Error::IsSentinel, "{flavor} {protocol:?}");
+        assert!(err.is_fatal());
+        assert!(err.to_string().starts_with("the server is a sentinel, not a data node"), "{err}");
+        assert_eq!(rig.consumer.poll_transmit(), None, "{flavor} {protocol:?}: nothing sent to it");
+        assert!(!rig.consumer.snapshot().connected);
+        let told: Vec<Event> = std::iter::from_fn(|| rig.consumer.poll_event()).collect();
+        assert!(!told.iter().any(|e| matches!(e, Event::Notice(Notice::Connected { .. }))), "{told:?}");
+    });
+}
+
+#[test]
 fn a_replica_that_will_not_say_its_master_is_refused_all_the_same() {
     each(|flavor, protocol| {
         let mut rig = Rig::new(config(protocol), flavor);
@@ -221,7 +236,8 @@ fn the_sentinels_answers_as_captured() {
         let sentinels = Sentinels::new("mymaster", [HostPort::new("127.0.0.1", 26379)]);
         let raw = |name: &str| fixture(flavor, Protocol::Resp2, name);
         let mut session = SentinelSession::new(&sentinels);
-        let mut bytes = raw("sentinel_master_addr");
+        let mut bytes = raw("sentinel_role");
+        bytes.extend(raw("sentinel_master_addr"));
         bytes.extend(raw("sentinel_subscribe"));
         session.handle_input(&bytes).unwrap();
         let Some(SentinelAnswer::Master(master)) = session.poll_answer() else {
@@ -241,10 +257,12 @@ fn the_sentinels_answers_as_captured() {
         );
 
         let mut session = SentinelSession::new(&Sentinels::new("nosuch", sentinels.nodes.clone()));
-        let mut bytes = raw("sentinel_master_addr_unknown");
+        let mut bytes = raw("sentinel_role");
+        bytes.extend(raw("sentinel_master_addr_unknown"));
         bytes.extend(raw("sentinel_subscribe"));
         session.handle_input(&bytes).unwrap();
-        assert_eq!(session.poll_answer(), Some(SentinelAnswer::Unknown), "{flavor}");
+        let watched = Some(vec!["mymaster".to_string()]);
+        assert_eq!(session.poll_answer(), Some(SentinelAnswer::Unknown { watched }), "{flavor}");
     }
 }
 

@@ -3,7 +3,9 @@
 //! RESP2 and RESP3 (and over TLS on the flavors that serve it, [`Flavor::TLS`]). Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
 //! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
 //! handlers and of big entries are in [`handlers`]; stories of many entries in hand at once
-//! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`].
+//! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`]; a consumer
+//! pointed slightly wrong (a sentinel's password missing, a data node named as a sentinel…),
+//! which must never flood, in [`misuse`] (the tests' names start with `misuse_`).
 //!
 //! A transport's test file instantiates the whole suite with one line:
 //! `pelican_tests::conformance_suite!(MyTransport);`
@@ -25,6 +27,7 @@ pub mod failover;
 pub mod handlers;
 pub mod in_hand;
 pub mod many_streams;
+pub mod misuse;
 pub mod redis8;
 pub mod stops;
 pub mod tls;
@@ -34,6 +37,7 @@ pub use failover::*;
 pub use handlers::*;
 pub use in_hand::*;
 pub use many_streams::*;
+pub use misuse::*;
 pub use redis8::*;
 pub use stops::*;
 pub use tls::*;
@@ -818,6 +822,10 @@ macro_rules! conformance_suite {
             cluster_master_killed, sentinel_master_killed, sentinel_failover_twice,
             sentinel_start_while_master_down, pointed_at_a_replica, moving_primary_endpoint,
             sentinel_over_tls, cluster_commit_hash_tags);
+        $crate::conformance_suite!(@once $t; misuse_sentinel_wants_a_password,
+            misuse_sentinel_wrong_password, misuse_sentinel_at_a_data_node, misuse_node_at_a_sentinel,
+            misuse_unknown_service, misuse_sentinels_down, misuse_node_refuses_the_login,
+            misuse_no_backoff_still_paced);
     };
     (@once $t:ty; $($name:ident),*) => {
         $(

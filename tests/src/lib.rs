@@ -26,11 +26,16 @@
 //!
 //! - [`conformance`]: the scenario suite every transport must pass, on every server and
 //!   protocol (`conformance_suite!(MyTransport)` instantiates it).
+//!
+//! - [`misuse`]: what the misuse stories (a client pointed slightly wrong) count with: a
+//!   lone sentinel, a refused port, a listener that counts and drops, a server's count of
+//!   connections, and the bound they are held to.
 
 pub mod admin;
 pub mod certs;
 pub mod cluster;
 pub mod conformance;
+pub mod misuse;
 pub mod proxy;
 pub mod sentinel;
 pub mod server;

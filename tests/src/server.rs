@@ -268,6 +268,9 @@ impl Options {
 /// A lookup of host names in place of the system's (a primary endpoint that moves).
 pub type Lookup = std::sync::Arc<dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync>;
 
+/// Where a consumer's notices are passed, as they come.
+pub type NoticeSink = std::sync::Arc<dyn Fn(&pelican::Notice) + Send + Sync>;
+
 /// Where a consumer connects, and how.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -281,12 +284,21 @@ pub struct Endpoint {
     pub connect_timeout: Option<std::time::Duration>,
     /// How host names are looked up; `None`: the system's resolver.
     pub lookup: Option<Lookup>,
+    /// Where the consumer's notices go too (a transport's `on_notice`), if anywhere.
+    pub notices: Option<NoticeSink>,
 }
 
 impl Endpoint {
     /// `at`, in plaintext, with the transport's defaults.
     pub fn new(at: impl Into<pelican::Endpoint>) -> Endpoint {
-        Endpoint { at: at.into(), fallbacks: Vec::new(), tls: None, connect_timeout: None, lookup: None }
+        Endpoint {
+            at: at.into(),
+            fallbacks: Vec::new(),
+            tls: None,
+            connect_timeout: None,
+            lookup: None,
+            notices: None,
+        }
     }
 }
 
@@ -298,6 +310,7 @@ impl fmt::Debug for Endpoint {
             .field("tls", &self.tls.as_ref().map(|(_, host)| host))
             .field("connect_timeout", &self.connect_timeout)
             .field("lookup", &self.lookup.is_some())
+            .field("notices", &self.notices.is_some())
             .finish()
     }
 }

@@ -177,6 +177,10 @@ pub struct Driver {
     heard: bool,
     /// The host name the current connection was dialled by (for the certificate check).
     tls_name: String,
+    /// A dial the locator held back ([`Locator::admit`]): not before then.
+    held: Option<Instant>,
+    /// Failed connects told to the log so far (each reason once, then every 30 s).
+    retell: pelican::retell::Retell,
 }
 
 impl Driver {
@@ -203,6 +207,8 @@ impl Driver {
             quiet: 0,
             heard: false,
             tls_name: String::new(),
+            held: None,
+            retell: pelican::retell::Retell::new(),
         }
     }
 
@@ -335,9 +341,14 @@ impl Driver {
         let link = match &self.link {
             Link::Connecting { deadline, .. } | Link::Securing { deadline, .. } => Some(*deadline),
             Link::Up { .. } => self.consumer.poll_timeout(),
-            // Before the first connect the consumer has no deadline: it wants one at once.
+            // A sentinel is being asked where to connect: its answer (an event) or its
+            // deadline brings the next step, not the consumer's past connect time.
+            Link::Idle if self.asking() => None,
+            // Before the first connect the consumer has no deadline: it wants one at once. A
+            // dial the locator held back waits for its time.
             Link::Idle if self.consumer.wants_connection() => {
-                Some(self.consumer.poll_timeout().unwrap_or_else(Instant::now))
+                let due = self.consumer.poll_timeout().unwrap_or_else(Instant::now);
+                Some(self.held.map_or(due, |held| held.max(due)))
             }
             Link::Idle => self.consumer.poll_timeout(),
         };
@@ -509,7 +520,7 @@ impl Driver {
     fn on_answer(&mut self, registry: &Registry, answer: SentinelAnswer, now: Instant) {
         let to = match &answer {
             SentinelAnswer::Master(at) | SentinelAnswer::Switched(at) => Some(at.clone()),
-            SentinelAnswer::Unknown => None,
+            SentinelAnswer::Unknown { .. } => None,
         };
         match self.locator.on_answer(answer) {
             // Connected where the sentinels said (or about to be): nothing changes.
@@ -552,12 +563,26 @@ impl Driver {
             && self.consumer.error().is_none()
     }
 
+    /// True while a sentinel is being asked where the consumer is to connect.
+    fn asking(&self) -> bool {
+        self.scout.as_ref().is_some_and(|scout| !scout.answered())
+    }
+
     /// Opens a connection to the sentinel the locator names, to ask (and then watch).
     fn start_scout(&mut self, registry: &Registry, now: Instant) {
         let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel().cloned())
         else {
             return;
         };
+        if let Err(at) = self.locator.admit(&sentinel, now) {
+            match self.locator.master() {
+                // A watch: opened again later, the locator says when.
+                Some(_) => self.locator.on_watch_lost(now),
+                // The consumer's connect: it waits.
+                None => self.held = Some(at),
+            }
+            return;
+        }
         let tls = self.tls.as_ref().map(|(tls, _)| tls);
         log::debug!("{}: asking sentinel {sentinel}", self.name());
         let resolver = &self.resolver;
@@ -578,6 +603,10 @@ impl Driver {
     fn advance_link(&mut self, registry: &Registry, now: Instant) {
         match std::mem::replace(&mut self.link, Link::Idle) {
             Link::Idle => {
+                if self.held.is_some_and(|held| now < held) {
+                    return; // the locator's ceiling: not yet
+                }
+                self.held = None;
                 if self.consumer.connect_due(now) {
                     self.connect(registry, now);
                 }
@@ -692,6 +721,10 @@ impl Driver {
             ("", Some(peer)) => peer.ip().to_string(),
             _ => node.host.clone(),
         };
+        if let Err(at) = self.locator.admit(&HostPort::new(host.as_str(), node.port), now) {
+            self.held = Some(at);
+            return;
+        }
         let to = match self.resolver.resolve(&host, node.port) {
             Ok(addrs) => addrs[self.attempts % addrs.len()],
             Err(e) => {
@@ -866,7 +899,9 @@ impl Driver {
                         let _ = self.flush();
                     }
                     Event::Notice(notice) => {
-                        log_notice(&self.name(), &notice);
+                        if let Some(line) = self.retell.line(&notice, Instant::now()) {
+                            log_notice(&self.name(), &notice, &line);
+                        }
                         observe(notice)
                     }
                     Event::Stopped => {
@@ -962,15 +997,16 @@ fn keep_notice(notices: &mut VecDeque<Notice>, notice: Notice) {
     notices.push_back(notice);
 }
 
-/// A notice through the `log` facade: trouble (a lost connection, a lost lease, a dead
-/// letter) as a warning, the rest as information; the group's health at debug level.
-fn log_notice(stream: &str, notice: &Notice) {
+/// A notice through the `log` facade, as `line` tells it: trouble (a lost connection, a lost
+/// lease, a dead letter) as a warning, the rest as information; the group's health at debug
+/// level.
+fn log_notice(stream: &str, notice: &Notice, line: &str) {
     let level = match notice {
         _ if notice.is_trouble() => log::Level::Warn,
         Notice::Health(_) => log::Level::Debug,
         _ => log::Level::Info,
     };
-    log::log!(level, "{stream}: {notice}");
+    log::log!(level, "{stream}: {line}");
 }
 
 /// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still

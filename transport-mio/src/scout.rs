@@ -4,7 +4,6 @@
 //! consumer's socket.
 
 use std::io;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -15,6 +14,15 @@ use pelican_tls::{Tls, TlsError};
 use crate::conn::Conn;
 use crate::driver::connect_outcome;
 use crate::resolve::Resolver;
+
+/// Why a sentinel that hung up failed, however it hung up.
+const CLOSED: &str = "the sentinel closed the connection";
+
+/// Whether `err` is the peer hanging up (a reset, a broken pipe, an end of stream).
+fn closed(err: &io::Error) -> bool {
+    use io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    matches!(err.kind(), ConnectionReset | BrokenPipe | ConnectionAborted | UnexpectedEof)
+}
 
 /// Size of one read: a sentinel says little.
 const READ_CHUNK: usize = 4 * 1024;
@@ -42,7 +50,6 @@ pub(crate) enum ScoutError {
 #[derive(Debug)]
 pub(crate) struct Scout {
     sentinel: HostPort,
-    addr: SocketAddr,
     socket: Socket,
     session: SentinelSession,
     tls: Option<Tls>,
@@ -72,7 +79,6 @@ impl Scout {
         registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE).map_err(failed)?;
         Ok(Scout {
             sentinel: sentinel.clone(),
-            addr,
             socket: Socket::Connecting(stream),
             session,
             tls: tls.cloned(),
@@ -117,7 +123,7 @@ impl Scout {
                         Socket::Securing(Conn::Tls(stream, Box::new(session)))
                     }
                 },
-                Err(e) => return Err(ScoutError::Failed(format!("{}: {e}", self.addr))),
+                Err(e) => return Err(ScoutError::Failed(e.to_string())),
             },
             other => other,
         };
@@ -146,7 +152,7 @@ impl Scout {
         let mut answers = Vec::new();
         while let Socket::Up(conn) = &mut self.socket {
             match conn.read(&mut buf) {
-                Ok(0) => return Err(ScoutError::Failed("the sentinel closed the connection".into())),
+                Ok(0) => return Err(ScoutError::Failed(CLOSED.into())),
                 Ok(n) => {
                     self.session.handle_input(&buf[..n]).map_err(|e| ScoutError::Failed(e.to_string()))?;
                     answers.extend(std::iter::from_fn(|| self.session.poll_answer()));
@@ -168,7 +174,10 @@ impl Scout {
         let rustls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
         match (rustls, &self.tls) {
             (Some(e), Some(tls)) => ScoutError::Tls(tls.explain(e, &self.sentinel.host)),
-            _ => ScoutError::Failed(format!("{}: {err}", self.addr)),
+            // A reset and an end of stream are the same to a reader: one reason, told once.
+            _ if closed(err) => ScoutError::Failed(CLOSED.into()),
+            // The sentinel's address is the locator's to name (it names each once).
+            _ => ScoutError::Failed(err.to_string()),
         }
     }
 

@@ -23,6 +23,9 @@ fn runner(to: Endpoint, config: Config) -> Runner {
     if let Some(lookup) = to.lookup {
         runner = runner.resolve_with(move |host, port| lookup(host, port));
     }
+    if let Some(sink) = to.notices {
+        runner = runner.on_notice(move |notice| sink(notice));
+    }
     runner
 }
 

@@ -102,6 +102,8 @@ pub struct Runner {
     attempts: usize,
     /// With Sentinel: a question to a sentinel under way, or the watch kept open.
     scout: Option<Scout>,
+    /// Failed connects told to the log so far (each reason once, then every 30 s).
+    retell: pelican::retell::Retell,
     /// How host names are looked up.
     resolver: Resolver,
     connect_timeout: Duration,
@@ -209,6 +211,7 @@ impl Runner {
             peer: None,
             attempts: 0,
             scout: None,
+            retell: pelican::retell::Retell::new(),
             resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
@@ -626,7 +629,10 @@ impl Runner {
             Notice::Health(_) => log::Level::Debug,
             _ => log::Level::Info,
         };
-        log::log!(level, "{}: {notice}", self.name());
+        // A connect failing again for the same reason: told once, then every 30 s.
+        if let Some(line) = self.retell.line(notice, Instant::now()) {
+            log::log!(level, "{}: {line}", self.name());
+        }
         if let Some(observer) = self.observer.as_mut() {
             observer(notice);
         }
@@ -734,6 +740,13 @@ impl Runner {
             }
             Wake::Rewatch => {
                 self.locator.on_rewatch();
+                if let Some(sentinel) = self.locator.sentinel().cloned() {
+                    if self.locator.admit(&sentinel, now).is_err() {
+                        // Dialled too often lately: opened again later, the locator says when.
+                        self.locator.on_watch_lost(now);
+                        return Ok(());
+                    }
+                }
                 if let (Some(session), Some(sentinel)) = (self.locator.session(), self.locator.sentinel()) {
                     let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
                     let (resolver, timeout) = (self.resolver.clone(), self.connect_timeout);
@@ -798,7 +811,7 @@ impl Runner {
     fn on_answer(&mut self, answer: SentinelAnswer, now: Instant) {
         let to = match &answer {
             SentinelAnswer::Master(at) | SentinelAnswer::Switched(at) => at.to_string(),
-            SentinelAnswer::Unknown => String::new(),
+            SentinelAnswer::Unknown { .. } => String::new(),
         };
         match self.locator.on_answer(answer) {
             Found::Moved { from } => {
@@ -860,6 +873,9 @@ impl Runner {
                 }
             };
             let Some(session) = self.locator.session() else { return Ok(None) };
+            if !self.admitted(&sentinel).await {
+                return Ok(None); // a stop request
+            }
             // A watch cannot ask (it is subscribed): another connection asks.
             self.scout = None;
             let tls = self.tls.as_ref().map(|(tls, _)| tls.clone());
@@ -901,6 +917,9 @@ impl Runner {
             ("", Some(peer)) => peer.ip().to_string(),
             _ => node.host.clone(),
         };
+        if !self.admitted(&HostPort::new(host.as_str(), node.port)).await {
+            return Ok(None); // a stop request
+        }
         let addr = match self.resolver.resolve(&host, node.port).await {
             Ok(addrs) => addrs[self.attempts % addrs.len()],
             Err(e) => {
@@ -961,6 +980,27 @@ impl Runner {
         };
         self.consumer.on_connected(Instant::now());
         Ok(Some(conn))
+    }
+
+    /// Waits until the locator lets a connect to `to` go ([`Locator::admit`]: its ceiling
+    /// on dials); false if a stop request came first.
+    async fn admitted(&mut self, to: &HostPort) -> bool {
+        loop {
+            let Err(at) = self.locator.admit(to, Instant::now()) else { return true };
+            let waited = future::or(
+                async {
+                    Timer::at(at).await;
+                    true
+                },
+                async {
+                    self.stop.beyond(self.told).await;
+                    false
+                },
+            );
+            if !waited.await {
+                return false;
+            }
+        }
     }
 
     /// A connect attempt failed, or was `cut_short` by its timeout or a stop request: the

@@ -17,6 +17,19 @@ use smol::Timer;
 use crate::conn::{self, Conn, HandshakeError};
 use crate::resolve::Resolver;
 
+/// Why a sentinel that hung up failed, however it hung up.
+const CLOSED: &str = "the sentinel closed the connection";
+
+/// Why an I/O error ended a sentinel's connection: a reset and an end of stream are the same
+/// to a reader (one reason, told once); the sentinel's address is the locator's to name.
+fn why(err: &std::io::Error) -> String {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match err.kind() {
+        ConnectionReset | BrokenPipe | ConnectionAborted | UnexpectedEof => CLOSED.into(),
+        _ => err.to_string(),
+    }
+}
+
 /// Why a sentinel could not be asked, or stopped watching.
 #[derive(Debug)]
 pub(crate) enum ScoutError {
@@ -68,16 +81,16 @@ pub(crate) async fn ask(
     timeout: Duration,
 ) -> Asked {
     let asked = async {
-        let failed = |e: std::io::Error| ScoutError::Failed(e.to_string());
+        let failed = |e: std::io::Error| ScoutError::Failed(why(&e));
         let addr = resolver.resolve(&sentinel.host, sentinel.port).await.map_err(failed)?[0];
-        let stream =
-            TcpStream::connect(addr).await.map_err(|e| ScoutError::Failed(format!("{addr}: {e}")))?;
+        // The sentinel's address is the locator's to name (it names each once).
+        let stream = TcpStream::connect(addr).await.map_err(failed)?;
         let _ = stream.set_nodelay(true);
         let mut conn = match &tls {
             None => Conn::Plain(stream),
             Some(tls) => conn::secure(stream, tls, &sentinel.host).await.map_err(|e| match e {
                 HandshakeError::Tls(err) => ScoutError::Tls(err),
-                HandshakeError::Io => ScoutError::Failed(format!("{addr}: the TLS handshake failed")),
+                HandshakeError::Io => ScoutError::Failed("the TLS handshake failed".into()),
             })?,
         };
         while let Some(bytes) = session.poll_transmit() {
@@ -115,9 +128,9 @@ impl Watch {
             if let Some(answer) = self.heard.pop_front() {
                 return Ok(answer);
             }
-            let n = self.conn.read(&mut self.buf).await.map_err(|e| e.to_string())?;
+            let n = self.conn.read(&mut self.buf).await.map_err(|e| why(&e))?;
             if n == 0 {
-                return Err("the sentinel closed the connection".into());
+                return Err(CLOSED.into());
             }
             self.session.handle_input(&self.buf[..n]).map_err(|e| e.to_string())?;
             self.heard.extend(std::iter::from_fn(|| self.session.poll_answer()));

@@ -242,7 +242,8 @@ pub fn teller(lane: &Lane, several: bool) -> impl FnMut(&Notice) + Send + 'stati
         }
         let Some(line) = failing.line(notice) else { return };
         if !quiet {
-            screen.tell(format_args!("pelican: {prefix}{line}"));
+            // The library names its API as the fix; here, the flags.
+            screen.tell(format_args!("pelican: {prefix}{}", crate::server::in_flags(&line)));
         }
     }
 }

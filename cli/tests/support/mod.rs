@@ -123,6 +123,14 @@ impl Pelican {
         let _ = self.child.wait();
     }
 
+    /// Its exit code if it has exited (-1 for a signal), without waiting.
+    pub fn try_exited(&mut self) -> Option<i32> {
+        let status = self.child.try_wait().expect("try_wait")?;
+        // Let the stderr reader catch up with the last words.
+        thread::sleep(Duration::from_millis(20));
+        Some(status.code().unwrap_or(-1))
+    }
+
     /// Waits (bounded) for it to exit.
     pub fn wait(&mut self) -> ExitStatus {
         self.wait_within(WAIT)

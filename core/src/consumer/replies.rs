@@ -18,6 +18,9 @@ impl Consumer {
     /// whether the node is a master.
     pub(super) fn learn_hello(&mut self, hello: Option<Hello>, now: Instant) -> Result<(), Error> {
         let hello = hello.unwrap_or_default();
+        if hello.mode.as_deref() == Some(b"sentinel") {
+            return Err(Error::IsSentinel); // before anything is sent to it as to a data node
+        }
         let (dialect, server) = match &hello.server {
             Some((server, version)) => (
                 Dialect::of(server, version),

@@ -27,7 +27,19 @@
 //! may mean a failover), on a new session (a subscribed one cannot ask). A node that is a
 //! replica is never read from: the consumer checks each node's role itself
 //! ([`Error::NotMaster`](crate::Error::NotMaster)).
+//!
+//! # When to dial
+//!
+//! A transport dials only when told: the consumer's connection when
+//! [`Consumer::connect_due`](crate::Consumer::connect_due) says so (its backoff paces failed
+//! connects, logins, node checks and whole rounds of sentinels alike), a lost watch when
+//! [`Locator::rewatch_at`] has come (the watch's own backoff). And every TCP connect it opens
+//! — to a node, a sentinel, a node a cluster redirect names — asks [`Locator::admit`] first:
+//! a hard ceiling of [`DIAL_BURST`] dials to one address at once, then one every
+//! [`DIAL_SPACING`], which no misconfiguration (a backoff of a millisecond, a failure path that
+//! forgets the backoff) gets past. A dial refused there waits until the instant it gives.
 
+mod pace;
 mod role;
 mod sentinel;
 
@@ -36,8 +48,12 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
 use crate::config::Auth;
+use pace::Pace;
 
-pub use role::{read_node_role, read_replica_of, NodeRole, MASTER_REQUEST, ROLE_REQUEST};
+pub use pace::{DIAL_BURST, DIAL_SPACING};
+pub use role::{
+    read_node_role, read_replica_of, read_sentinel_services, NodeRole, MASTER_REQUEST, ROLE_REQUEST,
+};
 pub use sentinel::{SentinelAnswer, SentinelError, SentinelSession};
 
 /// A host name or IP address and a port.
@@ -300,6 +316,8 @@ pub struct Locator {
     /// was lost, and the backoff between such tries.
     rewatch_at: Option<Instant>,
     rewatch: Backoff,
+    /// The ceiling on dials, per address.
+    pace: Pace,
 }
 
 /// How long a lost watch waits before the first try to open it again, and at most.
@@ -318,7 +336,16 @@ impl Locator {
             failures: Vec::new(),
             rewatch_at: None,
             rewatch: Backoff::new(REWATCH_MIN, REWATCH_MAX, 0x5e47),
+            pace: Pace::default(),
         }
+    }
+
+    /// Whether a TCP connect to `to` may be opened at `now`: `Ok` (it is counted), or
+    /// `Err(at)`: not before `at` — wait until then (a timer), and ask again. Every connect a
+    /// transport opens asks first, to a node, a sentinel, or a node a redirect names (see
+    /// [When to dial](self#when-to-dial)).
+    pub fn admit(&mut self, to: &HostPort, now: Instant) -> Result<(), Instant> {
+        self.pace.admit(to, now)
     }
 
     /// The endpoint it locates.
@@ -412,8 +439,16 @@ impl Locator {
                 None => Found::Master,
                 Some(_) => Found::Same,
             },
-            SentinelAnswer::Unknown => {
-                let why = format!("it watches no service named {:?}", sentinels.service);
+            SentinelAnswer::Unknown { watched } => {
+                let watches = match watched.as_deref() {
+                    None => String::new(),
+                    Some([]) => " (it watches none)".to_string(),
+                    Some(names) => {
+                        let names: Vec<String> = names.iter().map(|n| format!("{n:?}")).collect();
+                        format!(" (it watches {})", names.join(", "))
+                    }
+                };
+                let why = format!("it watches no service named {:?}{watches}", sentinels.service);
                 Found::Failed(self.on_sentinel_failed(why))
             }
         }
@@ -452,9 +487,11 @@ impl Locator {
         }
     }
 
-    /// When a lost watch may be opened again (`None`: now, or no watch was lost).
+    /// When a lost watch may be opened again (`None`: now, or no watch was lost): after the
+    /// watch's backoff, and once the sentinel it asks may be dialled ([`admit`](Self::admit)).
     pub fn rewatch_at(&self) -> Option<Instant> {
-        self.rewatch_at
+        let ceiling = self.sentinel().and_then(|s| self.pace.earliest(s));
+        self.rewatch_at.map(|at| ceiling.map_or(at, |c| c.max(at)))
     }
 
     /// A watch is being opened again: clears [`rewatch_at`](Self::rewatch_at).
@@ -519,13 +556,14 @@ mod tests {
         assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s1:26379")));
         assert_eq!(locator.on_sentinel_failed("connection refused"), None);
         assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s2:26379")));
-        assert_eq!(locator.on_answer(SentinelAnswer::Unknown), Found::Failed(None));
+        let watched = Some(vec!["other".to_string()]);
+        assert_eq!(locator.on_answer(SentinelAnswer::Unknown { watched }), Found::Failed(None));
         assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s3:26379")));
         let why = locator.on_sentinel_failed("timed out").unwrap();
         assert_eq!(
             why,
             "no sentinel named the master of \"mymaster\": s1:26379: connection refused; \
-             s2:26379: it watches no service named \"mymaster\"; s3:26379: timed out"
+             s2:26379: it watches no service named \"mymaster\" (it watches \"other\"); s3:26379: timed out"
         );
         // The next round starts where this one ended, and the one that answers is kept.
         assert_eq!(locator.dial().unwrap(), Dial::Sentinel(&hp("s1:26379")));

@@ -1,7 +1,9 @@
 //! Whether a node is a master, for clients of their own (the command line's): ask
 //! [`ROLE_REQUEST`], read the answer with [`read_node_role`]; a replica's master, to name it:
-//! ask [`MASTER_REQUEST`], read the answer with [`read_replica_of`]. The consumer asks the
-//! same itself at every connect (its handshake's `HELLO`, then `ROLE` of a replica).
+//! ask [`MASTER_REQUEST`], read the answer with [`read_replica_of`]; a sentinel's services,
+//! to name them: ask [`MASTER_REQUEST`] too, read the answer with [`read_sentinel_services`].
+//! The consumer asks the same itself at every connect (its handshake's `HELLO`, then `ROLE`
+//! of a replica).
 
 use crate::config::{Limits, Protocol};
 use crate::decode::{Decoder, Frame, Value};
@@ -24,6 +26,9 @@ pub enum NodeRole {
     /// It does not say (a server without `HELLO`, a proxy): its writes will tell. A
     /// cluster's replica is this too: it redirects a stream command to its master (`MOVED`).
     Unknown,
+    /// A sentinel (its `HELLO` says `mode sentinel`): no data node at all. Name it among
+    /// the sentinels of a service instead.
+    Sentinel,
 }
 
 /// The role in the RESP2 reply to [`ROLE_REQUEST`], sans-IO: `Ok(None)` until the reply is
@@ -42,6 +47,7 @@ pub fn read_node_role(bytes: &[u8]) -> Result<Option<NodeRole>, String> {
         Value::Error(text) if text.starts_with(b"ERR unknown command") => Ok(Some(NodeRole::Unknown)),
         Value::Error(text) => Err(String::from_utf8_lossy(&text).into_owned()),
         value => Ok(Some(match hello_fields(value) {
+            Some(hello) if hello.mode.as_deref() == Some(b"sentinel") => NodeRole::Sentinel,
             Some(hello) if hello.is_standalone_replica() => NodeRole::Replica,
             Some(hello) if hello.role.as_deref() == Some(b"master") => NodeRole::Master,
             _ => NodeRole::Unknown,
@@ -64,6 +70,30 @@ pub fn read_replica_of(bytes: &[u8]) -> Option<HostPort> {
         Ok(Role::Replica { master, .. }) => Some(master),
         _ => None,
     }
+}
+
+/// The services a sentinel watches, from its RESP2 reply to [`MASTER_REQUEST`]
+/// (`[sentinel, [<names>]]`), sans-IO: `None` until `bytes` hold the whole reply, and for
+/// any reply but a sentinel's.
+pub fn read_sentinel_services(bytes: &[u8]) -> Option<Vec<String>> {
+    let mut decoder = Decoder::new(Limits::default());
+    decoder.extend(bytes);
+    let Ok(Some(Frame::Reply(value))) = decoder.next(Protocol::Resp2) else { return None };
+    sentinel_names(&value)
+}
+
+/// A sentinel's `ROLE`: `[sentinel, [<names>]]`, the names of the services it watches.
+pub(crate) fn sentinel_names(value: &Value) -> Option<Vec<String>> {
+    let Value::Array(items) = value else { return None };
+    let [Value::Str(kind) | Value::Text(kind), Value::Array(names)] = &items[..] else { return None };
+    if &kind[..] != b"sentinel" {
+        return None;
+    }
+    let name = |v: &Value| match v {
+        Value::Str(b) | Value::Text(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        _ => None,
+    };
+    names.iter().map(name).collect()
 }
 
 #[cfg(test)]

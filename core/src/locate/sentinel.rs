@@ -1,11 +1,18 @@
 //! One conversation with one sentinel, sans-IO: where is the service's master, and then
 //! (subscribed to `+switch-master`) where it moves when a failover ends.
 //!
-//! Always RESP2, which every sentinel speaks: `[AUTH …]`, `SENTINEL get-master-addr-by-name
-//! <service>` (`[host, port]`, or nil for a service it does not watch), `SUBSCRIBE
-//! +switch-master`, pipelined in one write. The subscription is registered right after the
-//! answer, so a failover that ends after the answer is heard as a message:
+//! Always RESP2, which every sentinel speaks: `[AUTH …]`, `ROLE`, `SENTINEL
+//! get-master-addr-by-name <service>` (`[host, port]`, or nil for a service it does not
+//! watch), `SUBSCRIBE +switch-master`, pipelined in one write. The subscription is registered
+//! right after the answer, so a failover that ends after the answer is heard as a message:
 //! `["message", "+switch-master", "<service> <old host> <old port> <new host> <new port>"]`.
+//!
+//! `ROLE` is asked only to name what went wrong: a sentinel answers `[sentinel, [<names>]]`,
+//! the services it watches (told when the one asked for is not among them); a data node
+//! answers `[master, …]` or `[slave, host, port, …]`, and it is told as a data node rather
+//! than as a server that does not know `SENTINEL`. Refused (`NOAUTH`, `NOPERM`), it names
+//! nothing. A refused login is told once the question's reply is in too, so that a data node
+//! given a sentinel's password is still told as a data node.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -23,7 +30,10 @@ pub enum SentinelAnswer {
     /// The service's master is there (the answer to the question).
     Master(HostPort),
     /// The sentinel watches no service of that name (the answer to the question).
-    Unknown,
+    Unknown {
+        /// The services it does watch, as its `ROLE` named them (`None`: it did not say).
+        watched: Option<Vec<String>>,
+    },
     /// A failover of the service ended: its master is now there (heard later, on the
     /// subscription).
     Switched(HostPort),
@@ -43,16 +53,51 @@ pub enum SentinelError {
     },
     /// Its bytes are not RESP, or not the shape a sentinel answers with.
     Protocol(String),
+    /// It wants a login and was given none (`NOAUTH`, `given` false), or refused the one
+    /// given (`WRONGPASS`, or none is configured: `given` true). Its fix is
+    /// [`Sentinels::auth`]: the sentinels' own credentials, not the data nodes'.
+    Login {
+        /// The sentinel's error text.
+        message: String,
+        /// Whether a login was given.
+        given: bool,
+    },
+    /// It is no sentinel: it does not know `SENTINEL`. `role`: what its `ROLE` said it is
+    /// (`a master`, `a replica of 10.0.0.1:6379 (link connected)`), if it said.
+    NotSentinel {
+        /// What it is, if it said.
+        role: Option<String>,
+        /// Its error text.
+        message: String,
+    },
 }
 
 impl fmt::Display for SentinelError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SentinelError::Refused { command, message } if message.starts_with("ERR unknown command") => {
-                write!(f, "it refused {command} ({message}): is it a sentinel?")
-            }
             SentinelError::Refused { command, message } => write!(f, "it refused {command}: {message}"),
             SentinelError::Protocol(detail) => write!(f, "{detail}"),
+            SentinelError::Login { message, given: false } => write!(
+                f,
+                "it wants a password ({message}): give the sentinels' own (their requirepass, not \
+                 the data nodes') with Sentinels::auth"
+            ),
+            SentinelError::Login { message, given: true } if message.contains("without any password") => {
+                write!(f, "it has no password ({message}): leave Sentinels::auth out")
+            }
+            SentinelError::Login { message, given: true } => write!(
+                f,
+                "it refused the login ({message}): check the sentinels' own password (their \
+                 requirepass, not the data nodes'), and user if any, given with Sentinels::auth"
+            ),
+            SentinelError::NotSentinel { role: Some(role), .. } => write!(
+                f,
+                "it is a data node ({role}), not a sentinel: name the sentinels' addresses, or \
+                 give the node's own address (a node, not Sentinels) to connect to it directly"
+            ),
+            SentinelError::NotSentinel { role: None, message } => {
+                write!(f, "it is not a sentinel (it does not know SENTINEL: {message})")
+            }
         }
     }
 }
@@ -63,6 +108,7 @@ impl std::error::Error for SentinelError {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Awaiting {
     Auth,
+    Role,
     Master,
     Subscribed,
 }
@@ -71,10 +117,20 @@ impl Awaiting {
     fn command(self) -> &'static str {
         match self {
             Awaiting::Auth => "AUTH",
+            Awaiting::Role => "ROLE",
             Awaiting::Master => "SENTINEL get-master-addr-by-name",
             Awaiting::Subscribed => "SUBSCRIBE +switch-master",
         }
     }
+}
+
+/// What `ROLE` said the server is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Seen {
+    /// A sentinel watching these services.
+    Sentinel(Vec<String>),
+    /// A data node: `a master`, `a replica of …`.
+    Node(String),
 }
 
 /// The channel a sentinel announces ended failovers on.
@@ -92,6 +148,12 @@ pub struct SentinelSession {
     awaiting: VecDeque<Awaiting>,
     answers: VecDeque<SentinelAnswer>,
     failed: Option<SentinelError>,
+    /// The question's answer came (a master, or none of that name).
+    answered: bool,
+    /// The login's refusal, told with the question's reply.
+    login_refused: Option<String>,
+    /// What `ROLE` said, if it did.
+    seen: Option<Seen>,
 }
 
 impl SentinelSession {
@@ -99,7 +161,7 @@ impl SentinelSession {
     /// its commands are ready to write.
     pub fn new(sentinels: &Sentinels) -> SentinelSession {
         let mut out = BytesMut::with_capacity(128);
-        let mut awaiting = VecDeque::with_capacity(3);
+        let mut awaiting = VecDeque::with_capacity(4);
         if let Some(auth) = &sentinels.auth {
             match &auth.user {
                 Some(user) => command(&mut out, &[b"AUTH", user, &auth.password]),
@@ -108,9 +170,10 @@ impl SentinelSession {
             awaiting.push_back(Awaiting::Auth);
         }
         let service = Bytes::copy_from_slice(sentinels.service.as_bytes());
+        command(&mut out, &[b"ROLE"]);
         command(&mut out, &[b"SENTINEL", b"get-master-addr-by-name", &service]);
         command(&mut out, &[b"SUBSCRIBE", SWITCH_MASTER]);
-        awaiting.extend([Awaiting::Master, Awaiting::Subscribed]);
+        awaiting.extend([Awaiting::Role, Awaiting::Master, Awaiting::Subscribed]);
         SentinelSession {
             service,
             out,
@@ -118,6 +181,9 @@ impl SentinelSession {
             awaiting,
             answers: VecDeque::new(),
             failed: None,
+            answered: false,
+            login_refused: None,
+            seen: None,
         }
     }
 
@@ -132,9 +198,10 @@ impl SentinelSession {
         let _ = self.out.split_to(written.min(self.out.len()));
     }
 
-    /// True once the question is answered (the session now only watches).
+    /// True once the question is answered (the session now only watches). A refusal is no
+    /// answer: a session that failed before its answer was asking, not watching.
     pub fn answered(&self) -> bool {
-        !self.awaiting.contains(&Awaiting::Master)
+        self.answered
     }
 
     /// Bytes read from the sentinel. An `Err` (sticky) means the connection is done.
@@ -187,20 +254,47 @@ impl SentinelSession {
         };
         if let Value::Error(text) = &value {
             let message = String::from_utf8_lossy(text).into_owned();
-            return Err(SentinelError::Refused { command: awaiting.command(), message });
+            return match awaiting {
+                // Told with the question's reply (see the module docs).
+                Awaiting::Auth => {
+                    self.login_refused = Some(message);
+                    Ok(())
+                }
+                // It names nothing, then.
+                Awaiting::Role => Ok(()),
+                Awaiting::Master => Err(self.refused(message)),
+                Awaiting::Subscribed => Err(SentinelError::Refused { command: awaiting.command(), message }),
+            };
+        }
+        if awaiting == Awaiting::Master {
+            if let Some(message) = self.login_refused.take() {
+                // A server that wants no login took the question anyway: the login is still
+                // wrong.
+                return Err(SentinelError::Login { message, given: true });
+            }
         }
         match awaiting {
             Awaiting::Auth => {}
-            Awaiting::Master => self.answers.push_back(match value {
-                Value::Nil => SentinelAnswer::Unknown,
-                Value::Array(items) => match &items[..] {
-                    [Value::Str(host), Value::Str(port)] => {
-                        SentinelAnswer::Master(host_port(host, port).ok_or_else(|| shape("the master"))?)
+            Awaiting::Role => self.seen = seen(value),
+            Awaiting::Master => {
+                self.answers.push_back(match value {
+                    Value::Nil => {
+                        let watched = match self.seen.take() {
+                            Some(Seen::Sentinel(names)) => Some(names),
+                            _ => None,
+                        };
+                        SentinelAnswer::Unknown { watched }
                     }
+                    Value::Array(items) => match &items[..] {
+                        [Value::Str(host), Value::Str(port)] => {
+                            SentinelAnswer::Master(host_port(host, port).ok_or_else(|| shape("the master"))?)
+                        }
+                        _ => return Err(shape("the master")),
+                    },
                     _ => return Err(shape("the master")),
-                },
-                _ => return Err(shape("the master")),
-            }),
+                });
+                self.answered = true;
+            }
             Awaiting::Subscribed => match value {
                 Value::Array(items) if matches!(items.first(), Some(Value::Str(kind)) if &kind[..] == b"subscribe") =>
                     {}
@@ -208,6 +302,39 @@ impl SentinelSession {
             },
         }
         Ok(())
+    }
+}
+
+impl SentinelSession {
+    /// Why the question was refused, in the light of the login's reply and `ROLE`'s.
+    fn refused(&mut self, message: String) -> SentinelError {
+        // A server looks a command up before it asks for a login: not knowing `SENTINEL`
+        // comes first, whatever the login did.
+        if message.starts_with("ERR unknown command") {
+            let role = match self.seen.take() {
+                Some(Seen::Node(role)) => Some(role),
+                _ => None,
+            };
+            return SentinelError::NotSentinel { role, message };
+        }
+        if let Some(login) = self.login_refused.take() {
+            return SentinelError::Login { message: login, given: true };
+        }
+        if message.starts_with("NOAUTH") {
+            return SentinelError::Login { message, given: false };
+        }
+        SentinelError::Refused { command: Awaiting::Master.command(), message }
+    }
+}
+
+/// What a `ROLE` reply says the server is; `None` for a shape of no known kind.
+fn seen(value: Value) -> Option<Seen> {
+    if let Some(names) = super::role::sentinel_names(&value) {
+        return Some(Seen::Sentinel(names));
+    }
+    match crate::reply::role(value).ok()? {
+        crate::reply::Role::Other(_) => None,
+        role => Some(Seen::Node(role.to_string())),
     }
 }
 
@@ -239,6 +366,47 @@ fn host_port(host: &[u8], port: &[u8]) -> Option<HostPort> {
 mod tests {
     use super::*;
 
+    /// A reply captured from a real server (`core/tests/fixtures`).
+    macro_rules! fixture {
+        ($flavor:literal, $name:literal) => {
+            &include_bytes!(concat!("../../tests/fixtures/", $flavor, "/resp2/", $name, ".resp"))[..]
+        };
+    }
+
+    const FLAVORS: [&str; 4] = ["redis-6.2", "redis-7.0", "valkey-8.1", "redis-8.10"];
+
+    /// Each server's replies to what a session asks: `ROLE` on a sentinel, on a data node
+    /// (a master), `SENTINEL get-master-addr-by-name` known, unknown, on a data node, refused
+    /// for want of a login, a wrong login, `SUBSCRIBE`.
+    struct Said {
+        role: &'static [u8],
+        role_master: &'static [u8],
+        master: &'static [u8],
+        unknown: &'static [u8],
+        on_node: &'static [u8],
+        noauth: &'static [u8],
+        wrongpass: &'static [u8],
+        subscribe: &'static [u8],
+    }
+
+    fn said() -> [Said; 4] {
+        macro_rules! of {
+            ($flavor:literal) => {
+                Said {
+                    role: fixture!($flavor, "sentinel_role"),
+                    role_master: fixture!($flavor, "role_master"),
+                    master: fixture!($flavor, "sentinel_master_addr"),
+                    unknown: fixture!($flavor, "sentinel_master_addr_unknown"),
+                    on_node: fixture!($flavor, "sentinel_on_node"),
+                    noauth: fixture!($flavor, "sentinel_noauth"),
+                    wrongpass: fixture!($flavor, "sentinel_wrongpass"),
+                    subscribe: fixture!($flavor, "sentinel_subscribe"),
+                }
+            };
+        }
+        [of!("redis-6.2"), of!("redis-7.0"), of!("valkey-8.1"), of!("redis-8.10")]
+    }
+
     fn session(auth: bool) -> SentinelSession {
         let mut sentinels = Sentinels::new("mymaster", [HostPort::new("127.0.0.1", 26379)]);
         if auth {
@@ -251,26 +419,36 @@ mod tests {
         std::iter::from_fn(|| s.poll_answer()).collect()
     }
 
+    fn cat(parts: &[&[u8]]) -> Vec<u8> {
+        parts.concat()
+    }
+
     #[test]
     fn asks_then_watches() {
         let mut s = session(false);
         assert_eq!(
             s.poll_transmit().unwrap(),
-            &b"*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$8\r\nmymaster\r\n\
+            &b"*1\r\n$4\r\nROLE\r\n*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$8\r\nmymaster\r\n\
                *2\r\n$9\r\nSUBSCRIBE\r\n$14\r\n+switch-master\r\n"[..]
         );
         s.advance_transmit(1000);
         assert_eq!(s.poll_transmit(), None);
-        let reply = b"*2\r\n$9\r\n127.0.0.1\r\n$4\r\n7601\r\n*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n";
-        // Any split of the bytes gives the same answers.
-        for cut in 0..reply.len() {
-            let mut s = session(false);
-            s.handle_input(&reply[..cut]).unwrap();
-            s.handle_input(&reply[cut..]).unwrap();
-            assert_eq!(answers(&mut s), [SentinelAnswer::Master(HostPort::new("127.0.0.1", 7601))]);
-            assert!(s.answered());
+        for (flavor, said) in FLAVORS.iter().zip(said()) {
+            let reply = cat(&[said.role, said.master, said.subscribe]);
+            let master = read_master(said.master);
+            // Any split of the bytes gives the same answers.
+            for cut in 0..reply.len() {
+                let mut s = session(false);
+                s.handle_input(&reply[..cut]).unwrap();
+                assert_eq!(s.answered(), cut >= said.role.len() + said.master.len(), "{flavor} {cut}");
+                s.handle_input(&reply[cut..]).unwrap();
+                assert_eq!(answers(&mut s), [SentinelAnswer::Master(master.clone())], "{flavor}");
+                assert!(s.answered());
+            }
         }
-        s.handle_input(reply).unwrap();
+        let mut s = session(false);
+        let said = &said()[1];
+        s.handle_input(&cat(&[said.role, said.master, said.subscribe])).unwrap();
         let _ = answers(&mut s);
         let message = |text: &str| {
             format!("*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{text}\r\n", text.len())
@@ -286,29 +464,91 @@ mod tests {
         assert!(s.handle_input(b"").is_err(), "an error is sticky");
     }
 
-    #[test]
-    fn logs_in_first_and_tells_an_unknown_service() {
-        let mut s = session(true);
-        assert!(s
-            .poll_transmit()
-            .unwrap()
-            .starts_with(b"*3\r\n$4\r\nAUTH\r\n$7\r\nwatcher\r\n$6\r\ns3cret\r\n"));
-        s.handle_input(b"+OK\r\n*-1\r\n").unwrap();
-        assert_eq!(answers(&mut s), [SentinelAnswer::Unknown]);
-        let mut s = session(true);
-        let refused = s.handle_input(b"-WRONGPASS invalid username-password pair or user is disabled.\r\n");
-        assert_eq!(
-            refused.unwrap_err().to_string(),
-            "it refused AUTH: WRONGPASS invalid username-password pair or user is disabled."
-        );
+    /// The master a fixture of `SENTINEL get-master-addr-by-name` names.
+    fn read_master(bytes: &[u8]) -> HostPort {
         let mut s = session(false);
-        let err =
-            s.handle_input(b"-ERR unknown command 'SENTINEL', with args beginning with: \r\n").unwrap_err();
-        assert!(err.to_string().ends_with("is it a sentinel?"), "{err}");
+        s.handle_input(&cat(&[b"*-1\r\n", bytes])).unwrap();
+        match answers(&mut s).pop() {
+            Some(SentinelAnswer::Master(at)) => at,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unknown_service_is_told_with_those_watched() {
+        for (flavor, said) in FLAVORS.iter().zip(said()) {
+            let mut s = session(true);
+            assert!(s
+                .poll_transmit()
+                .unwrap()
+                .starts_with(b"*3\r\n$4\r\nAUTH\r\n$7\r\nwatcher\r\n$6\r\ns3cret\r\n*1\r\n$4\r\nROLE\r\n"));
+            s.handle_input(&cat(&[b"+OK\r\n", said.role, said.unknown])).unwrap();
+            let watched = Some(vec!["mymaster".to_string()]);
+            assert_eq!(answers(&mut s), [SentinelAnswer::Unknown { watched }], "{flavor}");
+            assert!(s.answered(), "{flavor}: answered, though not as hoped");
+            // ROLE refused: it names none.
+            let mut s = session(false);
+            s.handle_input(&cat(&[b"-NOPERM no\r\n", said.unknown])).unwrap();
+            assert_eq!(answers(&mut s), [SentinelAnswer::Unknown { watched: None }], "{flavor}");
+        }
+    }
+
+    #[test]
+    fn a_login_wanted_or_refused_names_its_fix() {
+        for (flavor, said) in FLAVORS.iter().zip(said()) {
+            // No login given: every command refused.
+            let mut s = session(false);
+            let err = s.handle_input(&cat(&[said.noauth, said.noauth])).unwrap_err();
+            assert!(matches!(&err, SentinelError::Login { given: false, .. }), "{flavor}: {err:?}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with("it wants a password (NOAUTH") && text.contains("Sentinels::auth"),
+                "{text}"
+            );
+            assert!(!s.answered(), "{flavor}: a refusal is no answer");
+            // A wrong one: the login's refusal is the cause, told once the question's reply is in.
+            let mut s = session(true);
+            s.handle_input(&cat(&[said.wrongpass, said.noauth])).unwrap();
+            let err = s.handle_input(said.noauth).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with("it refused the login (WRONGPASS") && text.contains("Sentinels::auth"),
+                "{text}"
+            );
+            assert!(!s.answered());
+        }
+        // One given to a sentinel that wants none, which then answers anyway.
+        let mut s = session(true);
+        let nopass = b"-ERR AUTH <password> called without any password configured for the default user. \
+                       Are you sure your configuration is correct?\r\n";
+        let said = &said()[1];
+        let err = s.handle_input(&cat(&[nopass, said.role, said.master])).unwrap_err();
+        assert!(err.to_string().starts_with("it has no password"), "{err}");
+    }
+
+    #[test]
+    fn a_data_node_is_told_as_one() {
+        for (flavor, said) in FLAVORS.iter().zip(said()) {
+            let mut s = session(false);
+            let err = s.handle_input(&cat(&[said.role_master, said.on_node])).unwrap_err();
+            let text = err.to_string();
+            assert!(text.starts_with("it is a data node (a master), not a sentinel"), "{flavor}: {text}");
+            // Given a login it has no use for: still a data node first.
+            let mut s = session(true);
+            let nopass = b"-ERR AUTH <password> called without any password configured\r\n";
+            let err = s.handle_input(&cat(&[nopass, said.role_master, said.on_node])).unwrap_err();
+            assert!(err.to_string().starts_with("it is a data node (a master)"), "{flavor}: {err}");
+            // ROLE refused: not a sentinel, what it is untold.
+            let mut s = session(false);
+            let err =
+                s.handle_input(&cat(&[b"-NOAUTH Authentication required.\r\n", said.on_node])).unwrap_err();
+            assert!(err.to_string().starts_with("it is not a sentinel (it does not know SENTINEL"), "{err}");
+        }
     }
 
     #[test]
     fn odd_shapes_are_errors() {
+        let role = said()[1].role;
         for reply in [
             &b"+OK\r\n"[..],
             b"*1\r\n$1\r\nh\r\n",
@@ -317,7 +557,13 @@ mod tests {
             b"HTTP/1.1 400\r\n",
         ] {
             let mut s = session(false);
-            assert!(matches!(s.handle_input(reply), Err(SentinelError::Protocol(_))), "{reply:?}");
+            assert!(
+                matches!(s.handle_input(&cat(&[role, reply])), Err(SentinelError::Protocol(_))),
+                "{reply:?}"
+            );
         }
+        // Bytes that are not RESP at all, from the first.
+        let mut s = session(false);
+        assert!(matches!(s.handle_input(b"HTTP/1.1 400\r\n"), Err(SentinelError::Protocol(_))));
     }
 }
