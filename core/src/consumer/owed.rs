@@ -227,7 +227,7 @@ impl Consumer {
                 self.fail_after_acks(Error::CommitRefused { id, reason });
             }
             // No cap to wait for: set aside at once.
-            (Some(_), max) if max.is_none_or(|max| deliveries >= max) => {
+            (Some(_), max) if max.map_or(true, |max| deliveries >= max) => {
                 let (reason, error) = (DeadLetterReason::CommitRefused, Some(Bytes::from(reason)));
                 self.streams[s].dead_letters.push(Job { id, deliveries, reason, error });
                 self.moves_owed = true;
