@@ -245,8 +245,9 @@ pub fn commit_needs_scripting<T: Transport>(t: Target) {
 }
 
 /// In a cluster: a stage whose keys share the stream's hash tag commits; a commit naming a
-/// key in another slot is refused (nothing written, the entry pending), and a worker that
-/// declares such a key is refused at the start.
+/// key in another slot is refused (nothing written, the entry set aside in the dead-letter
+/// stream, which shares the tag), and a worker that declares such a key is refused at the
+/// start.
 pub fn cluster_commit_hash_tags<T: Transport>() {
     on_every_cluster("cluster_commit_hash_tags", |cluster, protocol| {
         let stream = "{stage}in";
@@ -268,20 +269,21 @@ pub fn cluster_commit_hash_tags<T: Transport>() {
         let far = ids[0].clone();
         let run = T::spawn(
             to,
-            config().commit_to([out, count]),
+            config().commit_to([out, count]).dead_letter("{stage}dead"),
             Box::new(move |e: &Entry| match e.id() == far.as_bytes() {
                 true => Verdict::Commit(Writes::new().add("elsewhere", [("k", "v")])),
                 false => stage(e, out, count),
             }),
         );
         assert!(wait_until(SETTLE, || cluster.admin_for(stream).xlen(out) == 19));
+        assert!(wait_until(SETTLE, || cluster.admin_for(stream).xlen("{stage}dead") == 1));
         let stats = run.finish();
-        assert_eq!((stats.committed, stats.commits_refused), (19, 1), "{stats:?}");
+        assert_eq!((stats.committed, stats.commits_refused, stats.dead_lettered), (19, 1, 1), "{stats:?}");
         let mut admin = cluster.admin_for(stream);
         let got = admin.count_by_field(out, "input");
         assert!(got.values().all(|n| *n == 1) && got.len() == 19 && !got.contains_key(&ids[0]), "{got:?}");
         assert_eq!(admin.call(&["GET", count]).as_text().as_deref(), Some("19"));
-        assert_eq!(admin.xpending_count(stream, GROUP), 1);
+        assert_eq!(admin.xpending_count(stream, GROUP), 0);
     });
 }
 
