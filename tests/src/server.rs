@@ -419,6 +419,10 @@ impl Server {
                 }
                 Err(LaunchError::PortTaken(why)) => {
                     refused.push((server.ports(), why));
+                    // A sentinel's configuration names its port and is written once (it
+                    // keeps what it learns there for its restarts): the next port needs a
+                    // new one, or every attempt would ask for the port just refused.
+                    let _ = fs::remove_file(server.dir.join(SENTINEL_CONFIG_FILE));
                     server.port = 0;
                     server.tls_port = tls.then_some(0);
                     server.bus_port = cluster.then_some(0);
