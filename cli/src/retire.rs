@@ -171,6 +171,7 @@ fn table(consumers: &[ConsumerState], dry_run: bool) -> String {
             (Decision::Pending, _) => format!("kept: holds {} pending", c.pending),
             (Decision::Connected, _) => "kept: connected".to_string(),
             (Decision::Recent, _) => format!("kept: idle only {idle}"),
+            (other, _) => format!("kept ({other:?})"),
         };
         let pad = width - name.width();
         out += &format!("  {name}{:pad$}  {:>9}  {:>12}  {decision}\n", "", c.pending, idle);

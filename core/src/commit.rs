@@ -133,6 +133,7 @@ impl Writes {
     }
 
     /// Adds an entry to the stream `stream`.
+    #[must_use]
     pub fn add<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         self,
         stream: impl AsRef<[u8]>,
@@ -142,6 +143,7 @@ impl Writes {
     }
 
     /// Adds an entry to the stream `stream`, trimming it.
+    #[must_use]
     pub fn add_trimmed<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         self,
         stream: impl AsRef<[u8]>,
@@ -152,6 +154,7 @@ impl Writes {
     }
 
     /// Sets fields of the hash `hash`.
+    #[must_use]
     pub fn hset<K: AsRef<[u8]>, V: AsRef<[u8]>>(
         self,
         hash: impl AsRef<[u8]>,
@@ -161,26 +164,31 @@ impl Writes {
     }
 
     /// Adds `by` to the integer at `counter`.
+    #[must_use]
     pub fn incr_by(self, counter: impl AsRef<[u8]>, by: i64) -> Writes {
         self.with(Write::IncrBy { key: key(counter), by })
     }
 
     /// Sets `name` to `value`.
+    #[must_use]
     pub fn set(self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Writes {
         self.with(Write::Set { key: key(name), value: key(value), ttl: None })
     }
 
     /// Sets `name` to `value`, expiring after `ttl`.
+    #[must_use]
     pub fn set_expiring(self, name: impl AsRef<[u8]>, value: impl AsRef<[u8]>, ttl: Duration) -> Writes {
         self.with(Write::Set { key: key(name), value: key(value), ttl: Some(ttl) })
     }
 
     /// Deletes `name`.
+    #[must_use]
     pub fn delete(self, name: impl AsRef<[u8]>) -> Writes {
         self.with(Write::Delete { key: key(name) })
     }
 
     /// Adds a write.
+    #[must_use]
     pub fn with(mut self, write: Write) -> Writes {
         self.writes.push(write);
         self

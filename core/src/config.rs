@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 /// The wire protocol spoken on the connection, fixed at the handshake.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Protocol {
     /// RESP2: `AUTH`, `SELECT` and `CLIENT SETNAME` as separate commands.
     #[default]
@@ -18,6 +19,7 @@ pub enum Protocol {
 /// What to do when the server says the group (or the whole key) is gone: a `NOGROUP` reply,
 /// or `UNBLOCKED … no longer exists` while parked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GroupGone {
     /// Fail with [`Error::GroupGone`](crate::Error::GroupGone) (fatal).
     #[default]
@@ -29,6 +31,7 @@ pub enum GroupGone {
 
 /// Credentials sent at the handshake.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Auth {
     /// ACL user name; `None` means the `default` user.
     pub user: Option<Bytes>,
@@ -45,6 +48,7 @@ impl fmt::Debug for Auth {
 /// Bounds on what the decoder accepts from the server, so that bad or hostile bytes cost
 /// bounded memory and stack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Largest reply frame in bytes (default 512 MiB, the server's own bulk limit). A reply
     /// that declares or reaches more is an error at once, not a wait for bytes that never come.
@@ -59,9 +63,26 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// Sets [`Limits::max_frame`].
+    #[must_use]
+    pub fn max_frame(mut self, bytes: usize) -> Limits {
+        self.max_frame = bytes;
+        self
+    }
+
+    /// Sets [`Limits::max_depth`].
+    #[must_use]
+    pub fn max_depth(mut self, depth: usize) -> Limits {
+        self.max_depth = depth;
+        self
+    }
+}
+
 /// A consumer's configuration. Start from [`Config::new`] and adjust with the builder methods
 /// or the public fields; [`Consumer::new`](crate::Consumer::new) validates it.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Config {
     /// The stream key (the first, where [`Config::streams`] names more).
     pub stream: Bytes,
@@ -219,6 +240,7 @@ pub struct Config {
 /// replica that is down (or a master left without one after a failover) costs one timeout,
 /// not one per batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AckWait {
     /// `WAIT replicas timeout` after each batch: until that many replicas have it.
     Replicas {
@@ -260,6 +282,7 @@ impl AckWait {
 /// What a [`Verdict::Retry`](crate::Verdict::Retry) does with its entry. On servers without
 /// `XNACK` (before Redis 8.8, Valkey) every choice is [`OnRetry::StayPending`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum OnRetry {
     /// Released at once (`XNACK … FAIL`: its delivery count kept): the next read of any
     /// consumer of the group — a peer, or this one — takes it again, without waiting
@@ -281,6 +304,7 @@ pub enum OnRetry {
 /// [`Config::delete_acked`]: what `XACKDEL` does with an acked entry that other groups of the
 /// stream still reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeleteAcked {
     /// Delete it; the other groups keep their references (`KEEPREF`): they read it as a
     /// deleted entry.
@@ -322,6 +346,7 @@ impl DeleteAcked {
 /// - An entry a peer reclaims (a lease lost, a consumer that died) is handled by that peer,
 ///   in its own order, possibly beside this consumer's later entries of the same key.
 #[derive(Clone)]
+#[non_exhaustive]
 pub enum OrderBy {
     /// The value of this field is the key.
     Field(Bytes),
@@ -469,60 +494,70 @@ impl Config {
 
     /// Sets [`Config::ack_wait`] to [`AckWait::Replicas`]: each ack batch waits until
     /// `replicas` replicas have it, at most `timeout`.
+    #[must_use]
     pub fn ack_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.ack_wait = Some(AckWait::Replicas { replicas, timeout });
         self
     }
 
     /// Sets [`Config::ack_wait`].
+    #[must_use]
     pub fn ack_wait(mut self, wait: AckWait) -> Self {
         self.ack_wait = Some(wait);
         self
     }
 
     /// Sets [`Config::on_retry`].
+    #[must_use]
     pub fn on_retry(mut self, on_retry: OnRetry) -> Self {
         self.on_retry = on_retry;
         self
     }
 
     /// Sets [`Config::delete_acked`]: acks delete their entries (`XACKDEL`, Redis 8.2+).
+    #[must_use]
     pub fn delete_acked(mut self, condition: DeleteAcked) -> Self {
         self.delete_acked = Some(condition);
         self
     }
 
     /// Sets [`Config::classic_verbs`]: only the classic stream verbs, whatever the server.
+    #[must_use]
     pub fn classic_verbs(mut self) -> Self {
         self.classic_verbs = true;
         self
     }
 
     /// Sets [`Config::concurrency`]: up to `n` entries in hand at once.
+    #[must_use]
     pub fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = n;
         self
     }
 
     /// Sets [`Config::most_in_hand`]: at most `n` entries in hand over all the streams.
+    #[must_use]
     pub fn most_in_hand(mut self, n: u32) -> Self {
         self.most_in_hand = Some(n);
         self
     }
 
     /// Sets [`Config::start_count`].
+    #[must_use]
     pub fn start_count(mut self, n: u32) -> Self {
         self.start_count = Some(n);
         self
     }
 
     /// Orders entries by the value of `field` ([`Config::order_by`], [`OrderBy::Field`]).
+    #[must_use]
     pub fn order_by(mut self, field: impl AsRef<[u8]>) -> Self {
         self.order_by = Some(OrderBy::Field(bytes(field)));
         self
     }
 
     /// Orders entries by the key `key` gives ([`Config::order_by`], [`OrderBy::Key`]).
+    #[must_use]
     pub fn order_by_key(
         mut self,
         key: impl Fn(&crate::Entry) -> Option<Bytes> + Send + Sync + 'static,
@@ -533,6 +568,7 @@ impl Config {
 
     /// Sets [`Config::allow_twins`]: start and run beside another live connection under this
     /// consumer's name.
+    #[must_use]
     pub fn allow_twins(mut self) -> Self {
         self.allow_twins = true;
         self
@@ -540,6 +576,7 @@ impl Config {
 
     /// Sets [`Config::leave_on_stop`]: `false` keeps the consumer in the group after a stop
     /// (for a fixed name, e.g. a StatefulSet's pod, that comes back to its own entries).
+    #[must_use]
     pub fn leave_on_stop(mut self, leave: bool) -> Self {
         self.leave_on_stop = leave;
         self
@@ -551,60 +588,71 @@ impl Config {
     }
 
     /// Sets [`Config::health_every`].
+    #[must_use]
     pub fn health_every(mut self, interval: Duration) -> Self {
         self.health_every = Some(interval);
         self
     }
 
     /// Sets [`Config::count`].
+    #[must_use]
     pub fn count(mut self, count: u32) -> Self {
         self.count = count;
         self
     }
     /// Sets [`Config::beat`].
+    #[must_use]
     pub fn beat(mut self, beat: Duration) -> Self {
         self.beat = beat;
         self
     }
     /// Sets [`Config::min_idle`].
+    #[must_use]
     pub fn min_idle(mut self, min_idle: Duration) -> Self {
         self.min_idle = min_idle;
         self
     }
     /// Sets [`Config::create_group`] to `Some(start)` (`"$"` for new entries only, `"0"` for
     /// the whole stream).
+    #[must_use]
     pub fn create_group(mut self, start: impl AsRef<[u8]>) -> Self {
         self.create_group = Some(bytes(start));
         self
     }
     /// Sets [`Config::create_added_group`]: where a group made on a stream added while running
     /// starts (`"0"` by default; `"$"` for new entries only).
+    #[must_use]
     pub fn create_added_group(mut self, start: impl AsRef<[u8]>) -> Self {
         self.create_added_group = Some(bytes(start));
         self
     }
     /// Sets [`Config::on_group_gone`].
+    #[must_use]
     pub fn on_group_gone(mut self, policy: GroupGone) -> Self {
         self.on_group_gone = policy;
         self
     }
     /// Sets [`Config::protocol`].
+    #[must_use]
     pub fn protocol(mut self, protocol: Protocol) -> Self {
         self.protocol = protocol;
         self
     }
     /// Sets [`Config::auth`].
+    #[must_use]
     pub fn auth(mut self, user: Option<impl AsRef<[u8]>>, password: impl AsRef<[u8]>) -> Self {
         self.auth = Some(Auth { user: user.map(bytes), password: bytes(password) });
         self
     }
     /// Sets [`Config::client_name`].
+    #[must_use]
     pub fn client_name(mut self, name: impl AsRef<[u8]>) -> Self {
         self.client_name = Some(bytes(name));
         self
     }
 
     /// Sends no connection name (see [`Config::client_name`]).
+    #[must_use]
     pub fn no_client_name(mut self) -> Self {
         self.client_name = None;
         self
@@ -616,6 +664,7 @@ impl Config {
     /// entry's stream is [`Entry::stream`](crate::Entry::stream). The group and the consumer
     /// name are the same on each. In a cluster the streams must share a hash slot (a hash
     /// tag: `{tenants}:a`, `{tenants}:b`). An empty list changes nothing.
+    #[must_use]
     pub fn streams<K: AsRef<[u8]>>(mut self, streams: impl IntoIterator<Item = K>) -> Self {
         let mut keys: Vec<Bytes> = Vec::new();
         for key in streams {
@@ -637,44 +686,52 @@ impl Config {
     }
 
     /// Sets [`Config::db`].
+    #[must_use]
     pub fn db(mut self, db: u32) -> Self {
         self.db = db;
         self
     }
     /// Sets [`Config::read_grace`].
+    #[must_use]
     pub fn read_grace(mut self, grace: Duration) -> Self {
         self.read_grace = grace;
         self
     }
     /// Sets [`Config::backoff_min`] and [`Config::backoff_max`].
+    #[must_use]
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.backoff_min = min;
         self.backoff_max = max;
         self
     }
     /// Sets [`Config::seed`].
+    #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
         self.seed = seed;
         self
     }
     /// Sets [`Config::limits`].
+    #[must_use]
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Sets [`Config::ack_delay`].
+    #[must_use]
     pub fn ack_delay(mut self, delay: Duration) -> Self {
         self.ack_delay = delay;
         self
     }
     /// Sets [`Config::lease`].
+    #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
     /// Sets [`Config::max_deliveries`] and [`Config::dead_letter`]: an entry delivered more
     /// than `max` times is moved to the stream `key`.
+    #[must_use]
     pub fn dead_letter_after(mut self, max: u64, key: impl AsRef<[u8]>) -> Self {
         self.max_deliveries = Some(max);
         self.dead_letter = Some(bytes(key));
@@ -682,17 +739,20 @@ impl Config {
     }
     /// Sets [`Config::dead_letter`] (for [`Verdict::DeadLetter`](crate::Verdict::DeadLetter)
     /// alone, without a cap on deliveries).
+    #[must_use]
     pub fn dead_letter(mut self, key: impl AsRef<[u8]>) -> Self {
         self.dead_letter = Some(bytes(key));
         self
     }
     /// Sets [`Config::commit_to`]: commits will be made, writing these keys (and maybe
     /// others not known in advance).
+    #[must_use]
     pub fn commit_to<K: AsRef<[u8]>>(mut self, keys: impl IntoIterator<Item = K>) -> Self {
         self.commit_to = Some(keys.into_iter().map(bytes).collect());
         self
     }
     /// Sets [`Config::read_bytes`].
+    #[must_use]
     pub fn read_bytes(mut self, bytes: usize) -> Self {
         self.read_bytes = bytes;
         self

@@ -20,6 +20,7 @@ use bytes::Bytes;
 /// answer `HELLO` is taken for a classic one. [`Config::classic_verbs`](crate::Config::classic_verbs)
 /// keeps the classic loop whatever the server speaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Dialect {
     /// `XREADGROUP … CLAIM <min-idle>`.
     pub claim_in_read: bool,

@@ -9,6 +9,7 @@ use crate::encode::Decimal;
 
 /// Which path brought an entry to this consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Source {
     /// This consumer's own pending entries list, drained at (re)start: its own backlog.
     Pending,
@@ -19,12 +20,25 @@ pub enum Source {
     New,
 }
 
+impl Source {
+    /// Its name in the command line's output and in the `--pipe` lines: `pending`, `claimed`
+    /// or `new`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Pending => "pending",
+            Source::Claimed => "claimed",
+            Source::New => "new",
+        }
+    }
+}
+
 /// A stream entry handed to the application.
 ///
 /// It holds its part of the server's reply as it arrived (one reference-counted [`Bytes`],
 /// no copy) and reads the id and the fields from it when asked: [`id`](Self::id),
 /// [`fields`](Self::fields), [`field`](Self::field). Cloning it is cheap.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Entry {
     /// The entry's bytes in the reply: the id's bulk string, then the fields' array header
     /// and the fields' bulk strings (RESP). Offsets into it are `u32` (an entry is less than
@@ -111,6 +125,7 @@ impl Entry {
     }
 
     /// The same entry with another delivery count, for tests of handlers.
+    #[must_use]
     pub fn with_deliveries(mut self, deliveries: u64) -> Entry {
         self.deliveries = deliveries;
         self

@@ -189,7 +189,8 @@ pub enum Notice {
 }
 
 /// A group's state on the server, as `XINFO GROUPS`, `XPENDING` and `TIME` tell it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GroupHealth {
     /// Entries delivered to the group's consumers and not yet acknowledged (all consumers).
     pub pending: u64,
@@ -203,7 +204,8 @@ pub struct GroupHealth {
 }
 
 /// The oldest entry of a group's pending list.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OldestPending {
     /// Its id.
     pub id: Bytes,

@@ -99,6 +99,7 @@ pub const CLIENT_NAME: &str = "pelican:retire";
 
 /// What was decided for a consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// Removed (in a dry run: would be): idle long enough, nothing pending, not connected.
     Retired,

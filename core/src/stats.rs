@@ -109,6 +109,7 @@ impl Stats {
 /// A histogram of handler times, in the buckets Prometheus uses for durations by default
 /// (5 ms to 10 s, and more): what a `…_duration_seconds` histogram exports.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HandlerTimes {
     /// Handlers timed in each bucket: `counts[i]` took at most [`HandlerTimes::BOUNDS`]`[i]`
     /// (and more than the bound before); the last counts those past every bound.
@@ -168,6 +169,7 @@ pub struct Snapshot {
 /// [`Snapshot`]; its [`age`](Self::age) is asked with the time now, so a snapshot read
 /// later (by a health check on another thread) still tells the age at that moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct OldestInHand {
     /// The stream it came from.
     pub stream: bytes::Bytes,
@@ -179,6 +181,16 @@ pub struct OldestInHand {
 }
 
 impl OldestInHand {
+    /// The entry `id` of `stream`, in hand since `since` (what a driver of its own, or a
+    /// test of a health check, reports).
+    pub fn new(
+        stream: impl Into<bytes::Bytes>,
+        id: impl Into<bytes::Bytes>,
+        since: std::time::Instant,
+    ) -> Self {
+        OldestInHand { stream: stream.into(), id: id.into(), since }
+    }
+
     /// How long it has been in hand at `now` (zero if `now` is earlier).
     pub fn age(&self, now: std::time::Instant) -> std::time::Duration {
         now.saturating_duration_since(self.since)

@@ -23,6 +23,7 @@ pub(crate) const CURSOR_START: &[u8] = b"0-0";
 /// A change to a running consumer's streams ([`Consumer::change_streams`](crate::Consumer::change_streams)),
 /// as a driver queues them from other threads.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StreamChange {
     /// Read this stream too ([`Consumer::add_stream`](crate::Consumer::add_stream)).
     Add(Bytes),

@@ -253,7 +253,7 @@ fn a_read_past_read_bytes_is_skipped_and_asked_again_smaller() {
 #[test]
 fn a_single_entry_past_the_frame_limit_is_named_in_the_error() {
     each(|flavor, protocol| {
-        let limits = Limits { max_frame: 1500, ..Limits::default() };
+        let limits = Limits::default().max_frame(1500);
         let mut rig = Rig::new(config(protocol).count(1).limits(limits).read_bytes(1024), flavor);
         start(&mut rig);
         let page = rig.fixture("read_pending_big_one");

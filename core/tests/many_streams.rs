@@ -30,7 +30,7 @@ fn read_reply(protocol: Protocol, streams: &[(&str, &[(&str, &str)])]) -> Vec<u8
     let bulk = |s: &str| format!("${}\r\n{s}\r\n", s.len());
     let mut out = match protocol {
         Protocol::Resp2 => format!("*{}\r\n", streams.len()),
-        Protocol::Resp3 => format!("%{}\r\n", streams.len()),
+        _ => format!("%{}\r\n", streams.len()),
     };
     for (key, entries) in streams {
         if protocol == Protocol::Resp2 {

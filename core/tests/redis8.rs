@@ -40,7 +40,7 @@ fn parked(config: Config) -> Rig {
             assert_eq!(hello, ["HELLO"]);
             rig.consumer.handle_input(&rig.fixture("hello_info"), rig.now).unwrap();
         }
-        Protocol::Resp3 => {
+        _ => {
             assert_eq!(hello, ["HELLO", "3"]);
             rig.consumer.handle_input(&rig.fixture("hello"), rig.now).unwrap();
         }

@@ -80,6 +80,7 @@ pub use serve::Serving;
 
 /// What a stream's samples are labelled with: `stream`, `group`, `consumer`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Labels {
     /// The stream's key, as text (escape names that are not UTF-8 as you show them
     /// elsewhere).
@@ -145,6 +146,7 @@ impl Metrics {
     /// Adds a stream's consumer: `read` returns its latest snapshot (a transport's
     /// `StatsHandle::get`). It is called once per scrape and per health check, from the
     /// thread that asks, so it should not wait on the consumer's loop.
+    #[must_use]
     pub fn stream(mut self, labels: Labels, read: impl Fn() -> Snapshot + Send + Sync + 'static) -> Metrics {
         self.streams.push((labels, Arc::new(read)));
         self
@@ -152,6 +154,7 @@ impl Metrics {
 
     /// Adds a health check of the application's own, asked by [`healthy`](Self::healthy)
     /// before the streams' connections: `Err(why)` makes it unhealthy (e.g. `stopping`).
+    #[must_use]
     pub fn check(mut self, check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Metrics {
         self.checks.push(Arc::new(check));
         self
@@ -163,6 +166,7 @@ impl Metrics {
     /// renewed and the connection looks well. Set it above the longest a handler may
     /// rightly take. Without it, an entry may be in hand any time; the age shows in
     /// `pelican_in_hand_oldest_age_seconds` either way.
+    #[must_use]
     pub fn overdue_after(mut self, limit: Duration) -> Metrics {
         self.overdue = Some(limit);
         self
@@ -171,6 +175,7 @@ impl Metrics {
     /// Adds a counter of the application's own, without labels (e.g. the restarts of a
     /// handler process every stream shares): `name` without `_total` (the encoder adds it),
     /// `read` its value now.
+    #[must_use]
     pub fn counter(
         mut self,
         name: impl Into<String>,

@@ -138,16 +138,18 @@ fn handler_times_are_a_histogram_in_the_default_buckets() {
 #[test]
 fn the_group_gauges_follow_its_health() {
     let mut known = busy();
-    let oldest = OldestPending {
-        id: Bytes::from_static(b"1-0"),
-        age: Duration::from_millis(2500),
-        idle: Some(Duration::from_secs(1)),
-        deliveries: 2,
-        owner: Some(Bytes::from_static(b"w1")),
+    let mut oldest = OldestPending::default();
+    (oldest.id, oldest.age, oldest.idle) =
+        (Bytes::from_static(b"1-0"), Duration::from_millis(2500), Some(Duration::from_secs(1)));
+    (oldest.deliveries, oldest.owner) = (2, Some(Bytes::from_static(b"w1")));
+    let health = |pending, lag, consumers, oldest| {
+        let mut health = GroupHealth::default();
+        (health.pending, health.lag, health.consumers, health.oldest) = (pending, lag, consumers, oldest);
+        health
     };
-    known.health = Some(GroupHealth { pending: 12, lag: Some(300), consumers: 3, oldest: Some(oldest) });
+    known.health = Some(health(12, Some(300), 3, Some(oldest)));
     let mut quiet = busy();
-    quiet.health = Some(GroupHealth { pending: 0, lag: None, consumers: 1, oldest: None });
+    quiet.health = Some(health(0, None, 1, None));
     let metrics = Metrics::new()
         .stream(Labels::new("a", "g", "c"), move || known.clone())
         .stream(Labels::new("b", "g", "c"), move || quiet.clone())
@@ -238,7 +240,7 @@ fn health_says_why_not() {
 fn an_entry_in_hand_too_long_is_unhealthy_and_its_age_a_gauge() {
     let since = std::time::Instant::now() - Duration::from_secs(40);
     let mut held = busy();
-    held.oldest_in_hand = Some(OldestInHand { stream: Bytes::from("orders"), id: Bytes::from("7-0"), since });
+    held.oldest_in_hand = Some(OldestInHand::new("orders", "7-0", since));
     let held = move || held.clone();
     let metrics =
         Metrics::new().stream(Labels::new("orders", "g", "c"), held).stream(Labels::new("b", "g", "c"), busy);

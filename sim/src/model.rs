@@ -14,6 +14,7 @@ pub(crate) type Fields = Vec<(Bytes, Bytes)>;
 
 /// One pending entry, as the inspection API reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PendingEntry {
     /// The entry's id.
     pub id: EntryId,
@@ -31,6 +32,7 @@ pub struct PendingEntry {
 /// who read it as a new entry, when, and whether a claim moved it on since. The servers keep
 /// no such record; the simulator keeps it beside the pending entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Origin {
     /// The consumer whose read of new entries (`XREADGROUP … >`) delivered it.
     pub read_by: Vec<u8>,
@@ -896,6 +898,7 @@ pub(crate) enum Value {
 /// An entry acked by pelican's commit script, its writes made with it: the simulator's
 /// record (the servers keep none), for test checks ([`Sim::commits`](crate::Sim::commits)).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Commit {
     /// The consumed stream.
     pub stream: Vec<u8>,

@@ -2,6 +2,7 @@
 
 /// The shape of `XAUTOCLAIM` replies, and what it does with deleted pending entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ClaimShape {
     /// Redis 6.2: `[cursor, claimed]`; a deleted pending entry is claimed like any other
     /// (count +1, moved to the claimer's PEL) and answered as a bare nil (`$-1`), or as its
@@ -15,6 +16,7 @@ pub enum ClaimShape {
 /// What a client parked on `XREADGROUP … BLOCK … >` gets when its stream key is deleted
 /// (`DEL`, `FLUSHALL`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum KeyDeletedWhileParked {
     /// Redis 6.2: nothing; it stays parked until its timeout (then nil), unless the key is
     /// recreated and written to first.
@@ -29,6 +31,7 @@ pub enum KeyDeletedWhileParked {
 /// What a parked client gets when its group is destroyed (`XGROUP DESTROY`), or when its key
 /// is recreated without the group and written to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum GroupGoneWhileParked {
     /// Redis 6.2 and 7.0: `-NOGROUP the consumer group this client was blocked on no longer
     /// exists`.
@@ -44,6 +47,7 @@ pub enum GroupGoneWhileParked {
 /// options of `XREADGROUP`, `XADD` and `XTRIM`); all on ([`Redis8Verbs::REDIS_8_10`]) in
 /// [`SimOptions::redis810`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Redis8Verbs {
     /// `XACKDEL`, and the `KEEPREF|DELREF|ACKED` options of `XADD` and `XTRIM`.
     pub ackdel: bool,
@@ -70,6 +74,7 @@ impl Redis8Verbs {
 /// [`SimOptions::redis70`], [`SimOptions::valkey81`] (the [`Default`]) or
 /// [`SimOptions::redis810`] and adjust.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SimOptions {
     /// `XAUTOCLAIM` reply shape and deleted-entry handling.
     pub claim_shape: ClaimShape,
@@ -167,6 +172,7 @@ impl SimOptions {
     }
 
     /// Gives the server a replica `lag_ms` behind (see [`SimOptions::replica_lag_ms`]).
+    #[must_use]
     pub fn with_replica(mut self, lag_ms: u64) -> SimOptions {
         self.replica_lag_ms = Some(lag_ms);
         self
@@ -180,6 +186,7 @@ impl SimOptions {
     }
 
     /// Sets [`SimOptions::requirepass`].
+    #[must_use]
     pub fn with_requirepass(mut self, pass: &str) -> SimOptions {
         self.requirepass = Some(pass.to_string());
         self

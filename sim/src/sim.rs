@@ -16,6 +16,7 @@ pub type StreamEntry = (EntryId, Vec<(Vec<u8>, Vec<u8>)>);
 
 /// What a key holds ([`Sim::value`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Stored {
     /// A stream: its entries in id order.
     Stream(Vec<StreamEntry>),
@@ -27,6 +28,7 @@ pub enum Stored {
 
 /// What becomes of the old master's clients in a failover ([`Sim::failover_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum OldMaster {
     /// Every connection to it closes: it died (`kill -9`, a lost host), or Sentinel demoted
     /// it, which kills its clients (`CLIENT KILL TYPE normal`) so that they look for the new

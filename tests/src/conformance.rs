@@ -88,6 +88,7 @@ impl Running {
     }
 
     /// How the transport adds (`true`) and removes streams while it runs.
+    #[must_use]
     pub fn with_stream_set(mut self, change: impl Fn(&str, bool) + Send + Sync + 'static) -> Running {
         self.streams = Some(Box::new(change));
         self
@@ -342,8 +343,10 @@ pub fn dead_peer<T: Transport>(t: Target) {
     let mut admin = server.admin();
     create_group(&mut admin);
     let ids = admin.xadd_n(STREAM, 30, 8);
-    assert_eq!(hold(&mut admin, "dead"), 30);
+    // Before the read is sent: the server counts idle time from its delivery, which comes
+    // after (taken after the answer, a slow round trip made the reclaim look early).
     let held_at = Instant::now();
+    assert_eq!(hold(&mut admin, "dead"), 30);
     let min_idle = Duration::from_millis(600);
     let seen = Seen::default();
     let run = T::spawn(server.endpoint(), t.config("c1").min_idle(min_idle), seen.acking());
@@ -351,7 +354,7 @@ pub fn dead_peer<T: Transport>(t: Target) {
     let took = held_at.elapsed();
     run.finish();
     // The server counts idle time in whole milliseconds.
-    assert!(took + Duration::from_millis(5) >= min_idle, "reclaimed before min_idle: {took:?}");
+    assert!(took + Duration::from_millis(2) >= min_idle, "reclaimed before min_idle: {took:?}");
     assert!(took < min_idle + Duration::from_millis(200) + Duration::from_secs(3), "too slow: {took:?}");
     assert_eq!(seen.ids(), set(&ids));
     assert!(seen.all().iter().all(|(_, s)| *s == Source::Claimed));

@@ -211,48 +211,56 @@ pub struct Tls {
 
 impl Options {
     /// Turns on AOF persistence (see [`Options::aof`]).
+    #[must_use]
     pub fn with_aof(mut self) -> Options {
         self.aof = true;
         self
     }
 
     /// Sets `requirepass` (see [`Options::requirepass`]).
+    #[must_use]
     pub fn with_requirepass(mut self, pass: &str) -> Options {
         self.requirepass = Some(pass.to_string());
         self
     }
 
     /// Serves TLS too (see [`Options::tls`]).
+    #[must_use]
     pub fn with_tls(mut self, tls: Tls) -> Options {
         self.tls = Some(tls);
         self
     }
 
     /// Starts as a replica of `master` (see [`Options::replica_of`]).
+    #[must_use]
     pub fn with_replica_of(mut self, master: SocketAddr) -> Options {
         self.replica_of = Some(master);
         self
     }
 
     /// Runs as a sentinel (see [`Options::sentinel`]).
+    #[must_use]
     pub fn with_sentinel(mut self, watch: Watch) -> Options {
         self.sentinel = Some(watch);
         self
     }
 
     /// Runs in cluster mode (see [`Options::cluster`]).
+    #[must_use]
     pub fn with_cluster(mut self) -> Options {
         self.cluster = true;
         self
     }
 
     /// Sets how the node logs in to its master (see [`Options::master_login`]).
+    #[must_use]
     pub fn with_master_login(mut self, user: Option<&str>, pass: &str) -> Options {
         self.master_login = Some((user.map(str::to_string), pass.to_string()));
         self
     }
 
     /// Adds an ACL user rule line (see [`Options::acl_users`]).
+    #[must_use]
     pub fn with_acl_user(mut self, rule: &str) -> Options {
         self.acl_users.push(rule.to_string());
         self
@@ -260,6 +268,7 @@ impl Options {
 
     /// Adds a user `name` with password `pass` and every permission
     /// (`name on >pass ~* &* +@all`).
+    #[must_use]
     pub fn with_full_user(self, name: &str, pass: &str) -> Options {
         self.with_acl_user(&format!("{name} on >{pass} ~* &* +@all"))
     }

@@ -33,6 +33,7 @@ impl TlsConfig {
 
     /// Trust the certificates in this PEM file instead of the system roots (`redis-cli
     /// --cacert`), e.g. a private CA.
+    #[must_use]
     pub fn ca_file(mut self, path: impl Into<PathBuf>) -> TlsConfig {
         self.ca_file = Some(path.into());
         self
@@ -40,6 +41,7 @@ impl TlsConfig {
 
     /// Present this certificate chain and private key (PEM files; `redis-cli --cert` and
     /// `--key`) to servers that ask for one (`tls-auth-clients yes`).
+    #[must_use]
     pub fn client_cert(mut self, cert: impl Into<PathBuf>, key: impl Into<PathBuf>) -> TlsConfig {
         self.client_cert = Some((cert.into(), key.into()));
         self
@@ -47,6 +49,7 @@ impl TlsConfig {
 
     /// **Accept any server certificate, for tests only**: the connection is encrypted but
     /// anyone in the path can pose as the server. Never the default; never for production.
+    #[must_use]
     pub fn dangerously_accept_any_server_certificate(mut self) -> TlsConfig {
         self.skip_verification = true;
         self

@@ -35,6 +35,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// What a [`Driver`] reports after [`Driver::drive`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
+#[non_exhaustive]
 pub enum Status {
     /// Still working: drive it again on its token's next event or at
     /// [`Driver::next_deadline`], whichever comes first.
@@ -217,6 +218,7 @@ impl Driver {
     /// name the redirect gives). With Sentinel, `host` is not used: each node is checked by
     /// the host the sentinels name it by, each sentinel by its own. A certificate or
     /// handshake failure is fatal ([`DriveError::Tls`]): retrying would not fix it.
+    #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Driver {
         self.tls = Some((tls, host.into()));
         self
@@ -225,6 +227,7 @@ impl Driver {
     /// Adds nodes to try, in turn, after a connect to the endpoint's node failed: a
     /// cluster's other nodes (masters and replicas: any of them leads on with `MOVED`), so
     /// that a stream whose node died finds its slot's new master. Not with Sentinel.
+    #[must_use]
     pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Driver {
         self.locator.add_fallbacks(nodes);
         self
@@ -235,6 +238,7 @@ impl Driver {
     /// service registry), or a resolver with a cache and a timeout. It is called at every
     /// connect, for the node and for each sentinel asked; an `Err` or no address is a failed
     /// connect, retried after the consumer's backoff.
+    #[must_use]
     pub fn resolve_with(
         mut self,
         lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
@@ -244,12 +248,14 @@ impl Driver {
     }
 
     /// [`fallbacks`](Self::fallbacks), by address.
+    #[must_use]
     pub fn fallback_addrs(self, addrs: impl IntoIterator<Item = SocketAddr>) -> Driver {
         self.fallbacks(addrs.into_iter().map(|a| HostPort::new(a.ip().to_string(), a.port())))
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Driver {
         self.connect_timeout = timeout;
         self

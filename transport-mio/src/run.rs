@@ -122,6 +122,7 @@ impl Runner {
     ///     .tls(tls, "redis.example.com");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
         self.driver = self.driver.tls(tls, host);
         self
@@ -129,12 +130,14 @@ impl Runner {
 
     /// Adds nodes to try in turn after a connect to the endpoint's node failed: a cluster's
     /// other nodes (see [`Driver::fallbacks`]).
+    #[must_use]
     pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = pelican::HostPort>) -> Runner {
         self.driver = self.driver.fallbacks(nodes);
         self
     }
 
     /// [`fallbacks`](Self::fallbacks), by address.
+    #[must_use]
     pub fn fallback_addrs(mut self, addrs: impl IntoIterator<Item = std::net::SocketAddr>) -> Runner {
         self.driver = self.driver.fallback_addrs(addrs);
         self
@@ -142,6 +145,7 @@ impl Runner {
 
     /// Looks host names up with `lookup` instead of the system's resolver (see
     /// [`Driver::resolve_with`]).
+    #[must_use]
     pub fn resolve_with(
         mut self,
         lookup: impl Fn(&str, u16) -> io::Result<Vec<std::net::SocketAddr>> + Send + Sync + 'static,
@@ -152,6 +156,7 @@ impl Runner {
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT)).
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Runner {
         self.driver = self.driver.connect_timeout(timeout);
         self
@@ -173,6 +178,7 @@ impl Runner {
 
     /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
     /// letters, smaller reads, health) as it happens, on the running thread.
+    #[must_use]
     pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
         self.observer = Some(Box::new(observer));
         self

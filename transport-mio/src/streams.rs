@@ -143,6 +143,7 @@ impl Streams {
     /// Connects every stream over TLS, checking that the server's certificate names `host`
     /// (see [`Runner::tls`](crate::Runner::tls)). In a cluster the streams then start at the
     /// node given and follow `MOVED` to their masters.
+    #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Streams {
         self.tls = Some((tls, host.into()));
         self
@@ -151,6 +152,7 @@ impl Streams {
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]); it bounds the question of where each stream is served
     /// too.
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Streams {
         self.connect_timeout = timeout;
         self
@@ -158,6 +160,7 @@ impl Streams {
 
     /// Calls `observer` with each stream's [`Notice`]s, and the stream, as they happen, on
     /// the running thread.
+    #[must_use]
     pub fn on_notice(mut self, observer: impl FnMut(&Bytes, &Notice) + Send + 'static) -> Streams {
         self.observer = Some(Box::new(observer));
         self

@@ -245,6 +245,7 @@ impl Runner {
     ///     .tls(tls, "redis.example.com");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
         self.tls = Some((tls, host.into()));
         self
@@ -253,6 +254,7 @@ impl Runner {
     /// Adds nodes to try, in turn, after a connect to the endpoint's node failed: a
     /// cluster's other nodes (any of them leads on with `MOVED`), so that a stream whose node
     /// died finds its slot's new master. Not with Sentinel.
+    #[must_use]
     pub fn fallbacks(mut self, nodes: impl IntoIterator<Item = HostPort>) -> Runner {
         self.locator.add_fallbacks(nodes);
         self
@@ -263,6 +265,7 @@ impl Runner {
     /// a cache and a timeout. It is called at every connect, for the node and for each
     /// sentinel asked; an `Err` or no address is a failed connect, retried after the
     /// consumer's backoff.
+    #[must_use]
     pub fn resolve_with(
         mut self,
         lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
@@ -272,12 +275,14 @@ impl Runner {
     }
 
     /// [`fallbacks`](Self::fallbacks), by address.
+    #[must_use]
     pub fn fallback_addrs(self, addrs: impl IntoIterator<Item = SocketAddr>) -> Runner {
         self.fallbacks(addrs.into_iter().map(|a| HostPort::new(a.ip().to_string(), a.port())))
     }
 
     /// Sets how long a TCP connect may take before it counts as a failed attempt (default
     /// [`DEFAULT_CONNECT_TIMEOUT`]).
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Runner {
         self.connect_timeout = timeout;
         self
@@ -285,6 +290,7 @@ impl Runner {
 
     /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
     /// letters, smaller reads, health) as it happens, inside [`run`](Self::run).
+    #[must_use]
     pub fn on_notice(mut self, observer: impl FnMut(&Notice) + Send + 'static) -> Runner {
         self.observer = Some(Box::new(observer));
         self

@@ -134,6 +134,7 @@ impl Streams {
     /// Connects every stream over TLS, checking that the server's certificate names `host`
     /// (see [`Runner::tls`]). In a cluster the streams then start at the node given and
     /// follow `MOVED` to their masters.
+    #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Streams {
         let host = host.into();
         self.runners = self.runners.into_iter().map(|runner| runner.tls(tls.clone(), host.clone())).collect();
@@ -144,6 +145,7 @@ impl Streams {
     /// Sets how long a TCP connect (and a TLS handshake) may take before it counts as
     /// failed (default [`DEFAULT_CONNECT_TIMEOUT`]); it bounds the question of where each
     /// stream is served too.
+    #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Streams {
         self.runners = self.runners.into_iter().map(|runner| runner.connect_timeout(timeout)).collect();
         self.connect_timeout = timeout;
@@ -152,6 +154,7 @@ impl Streams {
 
     /// Calls `observer` with each stream's [`Notice`]s, and the stream, as they happen,
     /// inside [`run`](Self::run).
+    #[must_use]
     pub fn on_notice(mut self, observer: impl FnMut(&Bytes, &Notice) + Send + 'static) -> Streams {
         // Shared by the runners, each calling it in turn inside the one future: the lock is
         // never contended.

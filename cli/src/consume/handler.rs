@@ -273,6 +273,7 @@ impl Handler {
             Source::Pending => c.drained.fetch_add(1, Relaxed),
             Source::Claimed => c.claimed.fetch_add(1, Relaxed),
             Source::New => c.new.fetch_add(1, Relaxed),
+            _ => 0, // a path this build does not count apart
         };
         if matches!(verdict, Verdict::Ack | Verdict::Commit(_)) {
             c.earned.fetch_add(1, Relaxed);
@@ -313,11 +314,7 @@ impl Handler {
     }
 
     fn run(&self, command: &str, entry: &Entry) -> Verdict {
-        let source = match entry.source {
-            Source::Pending => "pending",
-            Source::Claimed => "claimed",
-            Source::New => "new",
-        };
+        let source = entry.source.as_str();
         let shared = &self.shared;
         // What the command writes on the terminal starts on a clean line. Not under the
         // slot: a second signal must never wait on the screen to take it.

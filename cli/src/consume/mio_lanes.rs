@@ -315,11 +315,12 @@ impl Running {
         self.handlers.first().watch.set_buffered(self.driver.consumer().buffered());
         self.publisher.publish(self.driver.consumer());
         match status {
-            Ok(Status::Running) => false,
             Ok(Status::Stopped) => {
                 self.outcome = Some(Ok(self.driver.consumer().stats().clone()));
                 false
             }
+            Ok(_) => false, // running
+
             Err(e) => {
                 self.outcome = Some(Err(failure(e)));
                 true

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use pelican::{Entry, Source, Verdict};
+use pelican::{Entry, Verdict};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::Deserialize;
 
@@ -670,12 +670,7 @@ fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Opt
 /// An entry's line for the handler: what `consume` prints, with its delivery count and
 /// where it came from.
 fn line(stream: &[u8], entry: &Entry) -> String {
-    let source = match entry.source {
-        Source::Pending => "pending",
-        Source::Claimed => "claimed",
-        Source::New => "new",
-    };
-    json::pipe_line(stream, entry, source)
+    json::pipe_line(stream, entry, entry.source.as_str())
 }
 
 /// A stream as the lines write it (a JSON string, or `{"base64":…}`).

@@ -410,7 +410,11 @@ mod tests {
     fn progress_shows_the_group_and_an_outage() {
         let lane = |name: &str| (name.to_string(), Arc::new(counters(0, 0)), Arc::<Watch>::default());
         let lanes = vec![lane("a"), lane("b")];
-        let health = |pending, lag| GroupHealth { pending, lag, consumers: 2, oldest: None };
+        let health = |pending, lag| {
+            let mut health = GroupHealth::default();
+            (health.pending, health.lag, health.consumers) = (pending, lag, 2);
+            health
+        };
         *lanes[0].2.health.lock().unwrap() = Some(health(3, Some(10)));
         assert_eq!(
             progress_line(0.0, &lanes[..1]),

@@ -15,6 +15,7 @@ pub enum RedirectKind {
 
 /// A parsed `MOVED <slot> <host>:<port>` or `ASK <slot> <host>:<port>` error.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Redirect {
     /// `MOVED` or `ASK`.
     pub kind: RedirectKind,

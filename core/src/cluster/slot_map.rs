@@ -13,6 +13,7 @@ type Result<T> = std::result::Result<T, ShapeError>;
 
 /// A master node, as the cluster describes it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Node {
     /// The endpoint the server gave (an IP address, or a host name when the cluster prefers
     /// them), else its `ip`. Empty when the server knew neither (a node that has met no

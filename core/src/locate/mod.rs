@@ -116,6 +116,7 @@ impl fmt::Display for HostPort {
 
 /// The sentinels that watch a service, and how to log in to them.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Sentinels {
     /// The sentinels, asked in turn; the one that answered last is asked first.
     pub nodes: Vec<HostPort>,
@@ -135,6 +136,7 @@ impl Sentinels {
     }
 
     /// Logs in to the sentinels as `user` (`None`: their `default` user) with `password`.
+    #[must_use]
     pub fn auth(mut self, user: Option<impl AsRef<[u8]>>, password: impl AsRef<[u8]>) -> Sentinels {
         self.auth = Some(Auth {
             user: user.map(|u| bytes::Bytes::copy_from_slice(u.as_ref())),
@@ -223,6 +225,7 @@ impl From<(String, u16)> for Endpoint {
 
 /// A `host:port` text that does not name a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EndpointError {
     /// The text given.
     pub text: String,

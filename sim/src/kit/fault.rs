@@ -11,6 +11,7 @@ use super::rng::Rng;
 /// so is one that needs the server while it is down ([`Fault::ServerRestart`]), as reported
 /// in [`FaultRecord::applied`](super::FaultRecord::applied).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum Fault {
     /// The consumer's process dies: its state, the entries in hand (whose handlers already
     /// ran: their side effects stay, their verdicts are lost) and its acks not yet confirmed. A new
@@ -152,6 +153,7 @@ pub enum Fault {
 /// A [`Fault`] without its parameters: to pick which faults a world draws at random
 /// ([`World::random_faults`](super::World::random_faults)) and to count them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum FaultKind {
     /// [`Fault::Crash`].
     Crash,

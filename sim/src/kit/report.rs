@@ -13,6 +13,7 @@ use crate::{PendingEntry, Sim, Stored};
 
 /// One time an entry was handed to a handler.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Handling {
     /// The consumer's name.
     pub consumer: String,
@@ -63,6 +64,7 @@ impl fmt::Display for Handling {
             Source::New => "new",
             Source::Pending => "drained",
             Source::Claimed => "reclaimed",
+            _ => "delivered",
         };
         match &self.verdict {
             Verdict::Commit(writes) => {
@@ -84,6 +86,7 @@ impl fmt::Display for Handling {
 
 /// How an entry ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Fate {
     /// A handler's `Ack` reached a consumer (and nothing is left pending at quiescence).
     Acked,
@@ -107,6 +110,7 @@ pub enum Fate {
 
 /// The story of one entry.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EntryReport {
     /// Its id (`1-0`, `2-0`, … in the order added).
     pub id: String,
@@ -233,6 +237,7 @@ impl From<Record> for EntryReport {
 
 /// A fault of the run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FaultRecord {
     /// When it happened (virtual ms).
     pub at_ms: u64,
@@ -247,6 +252,7 @@ pub struct FaultRecord {
 
 /// An entry of the dead-letter stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeadLetter {
     /// Its id in the dead-letter stream.
     pub id: String,
@@ -262,6 +268,7 @@ pub struct DeadLetter {
 
 /// What the server holds when the run ends.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServerState {
     /// The ids left in the stream.
     pub stream: Vec<String>,
@@ -284,6 +291,7 @@ pub struct ServerState {
 /// handling after that handling ran, or at the whole group (a destroyed group, a server
 /// restart) after the entry was added.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Duplicates {
     /// How many.
     pub total: u64,
@@ -551,6 +559,7 @@ impl fmt::Display for Violation {
 /// about, and the world to replay (its [`Display`](fmt::Display) prints the seed, the
 /// violations, those stories and the code of the world).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Failure {
     /// The world, with drawn entries and faults written out: it fails the same way again.
     pub world: Box<World>,

@@ -7,6 +7,7 @@ use super::world::World;
 
 /// A failing world found by [`search`]: the first one, and the smallest it shrank to.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Found {
     /// The first world that failed, as it failed.
     pub first: Failure,

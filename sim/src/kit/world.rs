@@ -16,6 +16,7 @@ use crate::SimOptions;
 /// the ids `1-0`, `2-0`, … in the order of the list (which must not go back in time: an
 /// entry due before the one ahead of it is added right after it).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct NewEntry {
     /// When it is added (virtual ms).
     pub at_ms: u64,
@@ -546,6 +547,7 @@ impl fmt::Display for World {
                  std::time::Duration::from_millis({}) }})",
                 timeout.as_millis()
             )?,
+            Some(other) => write!(f, "\n    .ack_wait({other:?})")?,
         }
         if let Some(ms) = self.confirm_adds_ms {
             write!(f, "\n    .confirm_adds({ms})")?;

@@ -193,7 +193,7 @@ pub fn entry_too_large_is_named<T: Transport>(t: Target) {
     let small = admin.xadd(STREAM, &[("f", "small")]);
     let big = admin.xadd(STREAM, &[("f".as_bytes(), vec![b'x'; 2 << 20])]);
     let seen = Seen::default();
-    let limits = Limits { max_frame: 1 << 20, ..Limits::default() };
+    let limits = Limits::default().max_frame(1 << 20);
     let run = T::spawn(server.endpoint(), t.config("c1").limits(limits).read_bytes(64 << 10), seen.acking());
     let err = run.join(SETTLE).expect_err("an entry over the frame limit is an error");
     assert!(err.contains(&big) && err.contains("max_frame"), "{err}");
