@@ -62,7 +62,7 @@ fn exactly_once<S>(report: &Report<S>, anew: bool) -> Result<(), String> {
 /// Every fault kind but a destroyed group (which delivers the stream anew, commits again
 /// and so writes again: what no fencing can tell).
 fn kinds_but_destroy() -> Vec<FaultKind> {
-    FaultKind::ALL.into_iter().filter(|k| *k != FaultKind::DestroyGroup).collect()
+    FaultKind::ALL.iter().copied().filter(|k| *k != FaultKind::DestroyGroup).collect()
 }
 
 #[test]

@@ -205,7 +205,7 @@ fn nothing_is_lost_under_every_fault() {
     // Worlds per server imitated (the seed draws it; a quarter run on Redis 8.10).
     let mut servers: BTreeMap<String, u64> = BTreeMap::new();
     for &seed in &seeds {
-        let report = run(seed, &FaultKind::ALL);
+        let report = run(seed, FaultKind::ALL);
         *servers.entry(report.world.server_options().server_version.clone()).or_default() += 1;
         let seen = shapes.entry(shape(seed)).or_default();
         seen.0 += 1;
@@ -286,7 +286,7 @@ fn duplicates_per_fault() {
     let clean: u64 = seeds.iter().map(|&s| run(s, &[]).duplicates().total).sum();
     assert_eq!(clean, 0, "no faults, no duplicates");
     let mut lines = Vec::new();
-    for kind in FaultKind::ALL {
+    for kind in FaultKind::ALL.iter().copied() {
         let (mut dups, mut count) = (0u64, 0u64);
         for &seed in &seeds {
             let report = run(seed ^ 0xfa17, &[kind]);

@@ -249,8 +249,11 @@ impl World {
     /// of a kind picked uniformly (list a kind twice to draw it twice as often) with its
     /// parameters drawn. The report's [`world`](Report::world) has them written out.
     #[must_use]
-    pub fn random_faults(mut self, kinds: impl IntoIterator<Item = FaultKind>) -> World {
-        self.random_faults = kinds.into_iter().collect();
+    pub fn random_faults(
+        mut self,
+        kinds: impl IntoIterator<Item = impl std::borrow::Borrow<FaultKind>>,
+    ) -> World {
+        self.random_faults = kinds.into_iter().map(|k| *k.borrow()).collect();
         self
     }
 
