@@ -6,7 +6,8 @@
 //! time since the reply that delivered (or last renewed) it. The server's idle time for an
 //! entry still ours is at least that long, so it is claimed (idle reset, delivery count
 //! unchanged); an entry a peer took had its idle time reset by the peer's claim at least
-//! `min_idle` later than our read, so it is skipped and stays the peer's. `PROTOCOL.md` 8b.
+//! `min_idle` later than our read, so it is skipped and stays the peer's (the repository's
+//! `PROTOCOL.md`, item 8b).
 
 use std::time::Duration;
 

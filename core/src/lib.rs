@@ -80,10 +80,39 @@
 //!
 //! ## Protocol facts it relies on
 //!
-//! Written down in the repository's `PROTOCOL.md` notes and pinned by tests against replies
-//! captured from Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10: both `XAUTOCLAIM` reply shapes,
-//! `[id, nil]` for deleted pending entries, `NOGROUP`/`UNBLOCKED` when the group is gone,
-//! `XACK` counting 0 for an entry a peer took first, RESP3 maps.
+//! Redis and Valkey versions do not all answer alike, and the core is written against what
+//! they were seen to answer: Redis 6.2.14, 7.0.15 and 8.10.2 and Valkey 8.1.8, in RESP2 and
+//! RESP3. Each fact is written down in `PROTOCOL.md` at the root of the pelican repository
+//! (the `repository` of this crate's metadata), numbered, with the captured replies or the
+//! tests against real servers that pin it; the code's comments cite it by number. Those a
+//! user of this crate meets:
+//!
+//! - **The drain** reads the pending list by id, which is exclusive; the page past the end is
+//!   an empty list, never nil; and each such read is a delivery: it raises the entry's count
+//!   by one (items 1–2), so [`Entry::deliveries`] counts the drain's own read.
+//! - **Deleted entries**: a pending entry whose message was deleted (`XDEL`, `XTRIM`) reads
+//!   as `[id, nil]` on every server until it is acked; it is acked away, never handed out, and
+//!   counted in [`Stats::deleted_seen`] (item 3).
+//! - **`XAUTOCLAIM`** answers `[cursor, claimed]` on Redis 6.2 (a deleted entry claimed is a
+//!   bare nil there, its id moved into the claimer's pending list) and `[cursor, claimed,
+//!   deleted_ids]` on 7.0+ and Valkey; the shape is told by its length. It scans at most
+//!   `COUNT` × 10 entries a call, so the cursor is carried across beats (items 5–7).
+//! - **Leases**: `XCLAIM … JUSTID` with an idle time a little under the time since the read
+//!   renews the entries still this consumer's and skips one a peer took meanwhile (item 8b).
+//! - **Parking**: a command pipelined behind a parked `XREADGROUP … BLOCK` waits for it, so
+//!   nothing is written behind one; a parked read ends up to ~100 ms late, hence
+//!   [`Config::read_grace`] (items 10–11).
+//! - **A group that is gone**: a parked read gets `NOGROUP …`, or on Redis 7.0 `UNBLOCKED the
+//!   stream key no longer exists`, which a cluster slot migration causes too, so that one is
+//!   only transient (items 12, 23); [`Config::on_group_gone`] says what follows.
+//! - **`XACK`** answers how many it removed: 0 for an entry a peer took first, counted in
+//!   [`Stats::lost_to_peer`] (item 15).
+//! - **RESP3** answers reads with a map of streams whose entries' fields stay flat arrays
+//!   (item 19).
+//! - **Group health**: Redis 7.0 can keep a group's `lag` wrong after a failover, so a lag is
+//!   checked before it is told (item 20, [`GroupHealth`]).
+//! - **Redis 8's verbs** (`XREADGROUP … CLAIM`, `XNACK`, `XACKDEL`, `MAXSIZE`) are used where
+//!   `HELLO` names a server that has them ([`Dialect`], items 37–41).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -1,6 +1,6 @@
 //! Typed replies for the stream commands, parsed from [`Value`]s of either protocol.
-//! Shapes are those observed on Redis 6.2, 7.0 and Valkey 8.1 (PROTOCOL.md); anything else is
-//! a [`ShapeError`], never a panic.
+//! Shapes are those observed on Redis 6.2, 7.0, 8.10 and Valkey 8.1 (written down, item by
+//! item, in the repository's `PROTOCOL.md`); anything else is a [`ShapeError`], never a panic.
 
 use bytes::Bytes;
 

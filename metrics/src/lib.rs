@@ -1,4 +1,5 @@
-//! Prometheus metrics and a health check for pelican consumers.
+//! Prometheus metrics and a health check for [`pelican`] consumers (of Redis/Valkey Streams
+//! consumer groups), run by either transport, `pelican-mio` or `pelican-smol`.
 //!
 //! A [`Metrics`] reads each stream's consumer through a function that returns its
 //! [`Snapshot`] — a transport's `StatsHandle::get` (`pelican-mio`, `pelican-smol`), or

@@ -1,5 +1,5 @@
-//! Command semantics on the model, one test per behaviour (PROTOCOL.md item numbers in the
-//! names where one applies).
+//! Command semantics on the model, one test per behaviour (the item numbers of the repository's
+//! `PROTOCOL.md` in the names where one applies: `p3_…` pins item 3).
 
 mod common;
 

@@ -774,7 +774,7 @@ pub fn on_every_target(name: &str, scenario: fn(Target)) {
             targets.push(Target { flavor, protocol, tls: None });
         }
     }
-    // Only the Redis 7.0 and 8.10 binaries serve TLS (PROTOCOL.md, TLS).
+    // Only the Redis 7.0 and 8.10 binaries serve TLS (PROTOCOL.md 27).
     let tls = |client_auth| Some(Tls { client_auth, ..Tls::default() });
     for flavor in Flavor::TLS {
         for (protocol, tls) in

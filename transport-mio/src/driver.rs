@@ -842,7 +842,7 @@ impl Driver {
                 return Err(DriveError::Tls(explained));
             }
         }
-        // A TLS port resets a plaintext client before a word (PROTOCOL.md, TLS).
+        // A TLS port resets a plaintext client before a word (PROTOCOL.md 28).
         let reset = matches!(err.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe);
         if self.tls.is_none() && !self.heard && reset {
             self.quiet += 1;

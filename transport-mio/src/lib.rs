@@ -1,7 +1,11 @@
 //! # pelican-mio
 //!
-//! Drives [`pelican`] consumers over [`mio`] sockets. Thin: sockets, readiness, timers and
-//! reconnects; everything about the protocol is the core's.
+//! Drives [`pelican`] consumers over [`mio`] sockets: consumers of Redis/Valkey Streams
+//! consumer groups that drain their own pending entries at every (re)connect, reclaim dead
+//! peers' idle entries, park on a blocking read and settle each entry by the application's
+//! verdict. The transport for blocking code and for your own `mio` event loop
+//! (`pelican-smol` is the async one). Thin: sockets, readiness, timers and reconnects;
+//! everything about the protocol is the core's.
 //!
 //! - [`run`]: the common case. Blocks the calling thread consuming one stream, reconnecting
 //!   with the consumer's backoff, until stopped or failed for good.

@@ -1,7 +1,11 @@
 //! # pelican-smol
 //!
-//! Drives [`pelican`] consumers over [`smol`]'s async sockets, with async handlers. Thin:
-//! sockets, timers and reconnects; everything about the protocol is the core's.
+//! Drives [`pelican`] consumers over [`smol`]'s async sockets, with async handlers: consumers
+//! of Redis/Valkey Streams consumer groups that drain their own pending entries at every
+//! (re)connect, reclaim dead peers' idle entries, park on a blocking read and settle each
+//! entry by the application's verdict. The async transport (`pelican-mio` serves blocking
+//! code and `mio` event loops). Thin: sockets, timers and reconnects; everything about the
+//! protocol is the core's.
 //!
 //! - [`run`]: consume one stream until the consumer fails for good (or a handler panics),
 //!   handing each entry to an async handler and settling it with the verdict it returns.

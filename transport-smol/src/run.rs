@@ -778,7 +778,7 @@ impl Runner {
                     self.link = None;
                     return Err(RunError::Tls(err));
                 }
-                // A TLS port resets a plaintext client before a word (PROTOCOL.md, TLS).
+                // A TLS port resets a plaintext client before a word (PROTOCOL.md 28).
                 let reset = matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe);
                 if self.tls.is_none() && !self.heard && reset {
                     self.quiet += 1;
