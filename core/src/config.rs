@@ -132,8 +132,12 @@ pub struct Config {
     pub backoff_min: Duration,
     /// Longest reconnect delay. Default 5 s.
     pub backoff_max: Duration,
-    /// Seed for the reconnect jitter (the core has no randomness of its own).
-    pub seed: u64,
+    /// Seed for the reconnect jitter (the core has no randomness of its own). `None`, the
+    /// default: the driver's — the transports give each consumer a seed of its own process
+    /// ([`Consumer::reseed`](crate::Consumer::reseed)), so that a fleet restarted at once
+    /// does not reconnect in step; a driver that gives none gets a fixed one. `Some`: this
+    /// one, whatever the driver (for runs that must repeat).
+    pub seed: Option<u64>,
     /// Decoder bounds.
     pub limits: Limits,
     /// How long an earned ack may wait to share its `XACK` with the next ones (default 5 ms).
@@ -470,7 +474,7 @@ impl Config {
             read_grace: Duration::from_secs(2),
             backoff_min: Duration::from_millis(100),
             backoff_max: Duration::from_secs(5),
-            seed: 0x5eed,
+            seed: None,
             limits: Limits::default(),
             ack_delay: Duration::from_millis(5),
             lease: None,
@@ -704,10 +708,10 @@ impl Config {
         self.backoff_max = max;
         self
     }
-    /// Sets [`Config::seed`].
+    /// Sets [`Config::seed`]: this jitter whatever the driver.
     #[must_use]
     pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
+        self.seed = Some(seed);
         self
     }
     /// Sets [`Config::limits`].

@@ -191,6 +191,13 @@ pub enum Error {
         /// Why, e.g. `WRONGTYPE out holds a hash, not a stream`.
         reason: String,
     },
+    /// The consumer dropped this connection itself: a stop cut a parked read short rather
+    /// than wait up to a beat for it, and goes on on a new connection
+    /// ([`Consumer::stop`](crate::Consumer::stop)). Close the socket and connect again now
+    /// ([`Consumer::wants_connection`](crate::Consumer::wants_connection) is true). Returned
+    /// once, by the first `handle_input` or `handle_timeout` after the drop, for a driver that
+    /// did not look at `wants_connection` before reading again. Not fatal.
+    Dropped,
     /// A reply nested deeper than [`Limits::max_depth`](crate::Limits::max_depth). Fatal.
     TooDeep {
         /// The limit in force.
@@ -268,6 +275,7 @@ impl Error {
             self,
             Error::Unavailable { .. }
                 | Error::Protocol { .. }
+                | Error::Dropped
                 | Error::Timeout { .. }
                 | Error::Moved { .. }
                 | Error::NotMaster { .. }
@@ -310,6 +318,9 @@ impl fmt::Display for Error {
                 f,
                 "the commit of entry {id} was refused, nothing written: {reason}; it would be refused \
                  at every delivery, and no dead-letter stream is configured to set it aside"
+            ),
+            Error::Dropped => f.write_str(
+                "the consumer dropped this connection (a stop cut its parked read short): connect again",
             ),
             Error::TooDeep { limit } => write!(f, "a reply nested deeper than the limit of {limit}"),
             Error::Timeout { command } => write!(f, "no reply to {command} in time"),

@@ -37,43 +37,117 @@
 //!
 //! ## Run loop
 //!
-//! A minimal blocking driver over any byte stream (a real one also reconnects, see
-//! [`Consumer::wants_connection`], and sets the socket's read timeout from
-//! [`Consumer::poll_timeout`]):
+//! A driver does four things, in this order, every turn; a driver that skips one can hang or
+//! strand entries, so the example does each. `examples/std-driver` in the repository is the
+//! same loop over `std`'s `TcpStream`, with a stop flag and its tests against real servers.
+//!
+//! 1. **Connect when the consumer says** — [`Consumer::wants_connection`] is true at the
+//!    start, after a lost connection, *and while a connection is open* when a stop drops a
+//!    parked one to finish on a new one: drop the socket then. Connect once
+//!    [`Consumer::connect_due`], and tell [`Consumer::on_connected`] (or
+//!    [`Consumer::on_disconnected_because`] if the connect failed).
+//! 2. **Write** what [`Consumer::poll_transmit`] gives, then **handle every event**
+//!    ([`Consumer::poll_event`]): entries (settle each with its verdict), notices, `Stopped`.
+//!    Settles queue more to write: go round again while there is.
+//! 3. **Wait for input until [`Consumer::poll_timeout`]** ([`Consumer::timeout_from`] gives it
+//!    as a read timeout: never zero, a deadline already past is due at once), then feed what
+//!    came to [`Consumer::handle_input`], or call [`Consumer::handle_timeout`].
+//! 4. **On an `Err`** from either, drop the socket; a fatal one ([`Error::is_fatal`]) ends
+//!    the consumer, any other is followed by a reconnect (rule 1).
 //!
 //! ```no_run
-//! use std::io::{Read, Write};
-//! use std::time::Instant;
-//! use pelican::{Config, Consumer, Event, Verdict};
+//! use std::io::{self, Read, Write};
+//! use std::time::{Duration, Instant};
+//! use pelican::{Config, Consumer, Entry, Error, Event, Stats, Verdict};
 //!
-//! fn drive(
-//!     stream: &mut (impl Read + Write),
-//!     clock: impl Fn() -> Instant,
-//!     mut handle: impl FnMut(&pelican::Entry) -> Verdict,
-//! ) -> Result<(), pelican::Error> {
-//!     let mut consumer = Consumer::new(Config::new("orders", "billing", "worker-1")).unwrap();
-//!     consumer.on_connected(clock());
+//! /// What the driver needs of its environment: a socket it can open, read with a timeout
+//! /// and write (a TCP stream, a TLS stream…), a clock and a way to wait.
+//! trait Env {
+//!     type Socket: Read + Write;
+//!     fn connect(&mut self) -> io::Result<Self::Socket>;
+//!     fn set_read_timeout(&mut self, socket: &Self::Socket, wait: Option<Duration>) -> io::Result<()>;
+//!     fn now(&self) -> Instant;
+//!     fn sleep(&self, wait: Duration);
+//!     fn stop_asked(&self) -> bool;
+//! }
+//!
+//! fn run<E: Env>(env: &mut E, config: Config, mut handle: impl FnMut(&Entry) -> Verdict) -> Result<Stats, Error> {
+//!     let mut consumer = Consumer::new(config).expect("a valid config");
+//!     consumer.reseed(0x1234_5678); // your process's own randomness: reconnects not in step
+//!     let (mut socket, mut stopping) = (None, false);
 //!     let mut buf = vec![0u8; 64 * 1024];
 //!     loop {
-//!         while let Some(bytes) = consumer.poll_transmit() {
-//!             let n = stream.write(bytes).expect("write");
-//!             consumer.advance_transmit(n);
+//!         let now = env.now();
+//!         if env.stop_asked() && !stopping {
+//!             stopping = true;
+//!             consumer.stop(); // ends after the entries in hand, between two of them
+//!         }
+//!         // 1. Connect when the consumer says, dropping an open socket it no longer wants.
+//!         if consumer.wants_connection() {
+//!             socket = None;
+//!             if consumer.connect_due(now) {
+//!                 match env.connect() {
+//!                     Ok(s) => {
+//!                         socket = Some(s);
+//!                         consumer.on_connected(now);
+//!                     }
+//!                     Err(e) => consumer.on_disconnected_because(now, e),
+//!                 }
+//!             }
+//!         }
+//!         // 2. Write, then every event.
+//!         if let Some(s) = socket.as_mut() {
+//!             while let Some(bytes) = consumer.poll_transmit() {
+//!                 match s.write(bytes) {
+//!                     Ok(n) => consumer.advance_transmit(n),
+//!                     Err(e) => {
+//!                         consumer.on_disconnected_because(now, e);
+//!                         break;
+//!                     }
+//!                 }
+//!             }
 //!         }
 //!         while let Some(event) = consumer.poll_event() {
 //!             match event {
 //!                 Event::Entry(entry) => {
 //!                     let verdict = handle(&entry);
-//!                     consumer.settle(entry.id(), verdict, clock());
+//!                     consumer.settle_entry(&entry, verdict, env.now());
 //!                 }
-//!                 Event::Stopped => return Ok(()),
-//!                 _ => {}
+//!                 Event::Stopped => return Ok(consumer.stats().clone()),
+//!                 _ => {} // notices: log them
 //!             }
 //!         }
-//!         if consumer.poll_transmit().is_some() {
-//!             continue; // settling earned acks and the next read: write them first
+//!         if consumer.wants_connection() || (socket.is_some() && consumer.poll_transmit().is_some()) {
+//!             continue;
 //!         }
-//!         let n = stream.read(&mut buf).expect("read");
-//!         consumer.handle_input(&buf[..n], clock())?;
+//!         // 3. Wait for input until the next deadline.
+//!         let wait = consumer.timeout_from(env.now());
+//!         let Some(s) = socket.as_mut() else {
+//!             env.sleep(wait.unwrap_or(Duration::from_millis(100)));
+//!             continue;
+//!         };
+//!         let read = env.set_read_timeout(s, wait).and_then(|()| s.read(&mut buf));
+//!         let outcome = match read {
+//!             Ok(n) if n > 0 => consumer.handle_input(&buf[..n], env.now()),
+//!             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+//!                 consumer.handle_timeout(env.now())
+//!             }
+//!             // Closed by the server (0 bytes), or broken: the consumer schedules a reconnect.
+//!             lost => {
+//!                 socket = None;
+//!                 let why = lost.err().map_or("the server closed the connection".into(), |e| e.to_string());
+//!                 consumer.on_disconnected_because(env.now(), why);
+//!                 Ok(())
+//!             }
+//!         };
+//!         // 4. An error ends the connection (the consumer has scheduled what follows); a fatal
+//!         // one ends the consumer.
+//!         if let Err(e) = outcome {
+//!             socket = None;
+//!             if e.is_fatal() {
+//!                 return Err(e);
+//!             }
+//!         }
 //!     }
 //! }
 //! ```

@@ -189,3 +189,27 @@ fn no_leave_on_an_abandon_or_a_stop_without_a_connection() {
     assert_eq!(rig.consumer.poll_event(), Some(Event::Stopped));
     assert!(!rig.consumer.wants_connection());
 }
+
+/// A driver that reads on after the stop dropped its parked connection (it did not look at
+/// `wants_connection`) is told by its next call: `Error::Dropped`, not fatal, once; the
+/// report of that socket closing changes nothing, and the stop goes on on a new connection.
+#[test]
+fn a_driver_that_reads_on_after_the_drop_is_told() {
+    let mut rig = parked(config(Protocol::Resp2), "redis-7.0");
+    rig.consumer.stop();
+    assert!(rig.consumer.wants_connection());
+    assert_eq!(rig.consumer.poll_timeout(), Some(rig.now), "due at once");
+    let err = rig.consumer.handle_timeout(rig.now).unwrap_err();
+    assert_eq!(err, pelican::Error::Dropped);
+    assert!(!err.is_fatal());
+    assert_eq!(rig.consumer.handle_timeout(rig.now), Ok(()), "told once");
+    // The parked read's late reply on the old socket, then its close, told by the driver.
+    rig.reply("read_new").unwrap();
+    rig.consumer.on_disconnected(rig.now);
+    assert!(rig.consumer.connect_due(rig.now), "still at once: the stop goes on");
+    let handshake = rig.start();
+    rig.fresh = false;
+    assert_eq!(handshake.last(), Some(&held()));
+    rig.reply("pending_counts_empty").unwrap();
+    assert_eq!(rig.sent(), [leave()]);
+}

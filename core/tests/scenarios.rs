@@ -906,3 +906,72 @@ fn a_lag_the_server_counts_wrong_is_told_unknown() {
         assert_eq!(rig.consumer.snapshot().health.and_then(|h| h.lag), None);
     }
 }
+
+/// Caught up is more than parked: drained, swept, and the last read of new entries short. A
+/// full read (a backlog) parks between batches without being caught up; the read that comes
+/// back short is.
+#[test]
+fn caught_up_is_parked_with_nothing_left_to_read() {
+    each(|flavor, protocol| {
+        let mut rig = Rig::new(config("A", protocol).count(3), flavor);
+        rig.start();
+        assert!(!rig.consumer.is_caught_up(), "draining");
+        rig.drain_reply("read_pending_empty").unwrap();
+        assert!(!rig.consumer.is_caught_up(), "sweeping");
+        rig.sent();
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        assert!(rig.consumer.is_parked() && rig.consumer.is_caught_up(), "{flavor} {protocol:?}");
+        // Three entries for three asked: more may wait on the server.
+        rig.reply("read_new").unwrap();
+        assert!(!rig.consumer.is_caught_up(), "a full read: a backlog");
+        rig.handle_all(Verdict::Ack);
+        // Answered as they come: the reads ahead find nothing, the acks are confirmed.
+        for _ in 0..4 {
+            for command in rig.sent() {
+                match (command[0].as_str(), command.len()) {
+                    ("XACK", n) => rig.raw(format!(":{}\r\n", n - 3).as_bytes()).unwrap(),
+                    ("XREADGROUP", _) if command.contains(&"BLOCK".to_string()) => {}
+                    _ => rig.reply("read_new_nil").unwrap(),
+                }
+            }
+        }
+        assert!(rig.consumer.is_parked(), "{flavor} {protocol:?}");
+        assert!(rig.consumer.is_caught_up(), "{flavor} {protocol:?}: the next came back short");
+    });
+}
+
+/// The wait a blocking driver sets from `poll_timeout`: never zero, even for a deadline past.
+#[test]
+fn the_wait_from_now_is_at_least_a_millisecond() {
+    let mut rig = Rig::new(config("A", Protocol::Resp2), "redis-7.0");
+    rig.start();
+    let due = rig.consumer.poll_timeout().expect("the drain's deadline");
+    assert_eq!(rig.consumer.timeout_from(due - Duration::from_millis(5)), Some(Duration::from_millis(5)));
+    assert_eq!(rig.consumer.timeout_from(due + Duration::from_secs(1)), Some(Duration::from_millis(1)));
+}
+
+/// The driver's seed spreads reconnects (processes restarted together do not retry in step);
+/// `Config::seed` pins them whatever the driver says.
+#[test]
+fn reconnect_jitter_follows_the_drivers_seed_unless_the_config_names_one() {
+    let delays = |config: Config, seed: u64| {
+        let mut consumer = pelican::Consumer::new(config).unwrap();
+        consumer.reseed(seed);
+        let mut now = origin();
+        (0..4)
+            .map(|_| {
+                consumer.on_connected(now);
+                consumer.on_disconnected(now);
+                let at = consumer.poll_timeout().unwrap();
+                let delay = at - now;
+                now = at;
+                delay
+            })
+            .collect::<Vec<_>>()
+    };
+    let plain = || Config::new("s", "g", "A").no_client_name();
+    assert_ne!(delays(plain(), 1), delays(plain(), 2), "each driver's seed its own delays");
+    assert_eq!(delays(plain(), 1), delays(plain(), 1));
+    assert_eq!(delays(plain().seed(7), 1), delays(plain().seed(7), 2), "the config's seed wins");
+}

@@ -188,11 +188,16 @@ impl Driver {
     /// A driver for `consumer`, connecting to `endpoint` (a `SocketAddr`, a `(host, port)`,
     /// a [`HostPort`], [`Sentinels`](pelican::Sentinels)…), registering its sockets under
     /// `token`. Nothing happens until the first [`drive`](Self::drive).
-    pub fn new(endpoint: impl Into<Endpoint>, consumer: Consumer, token: Token) -> Driver {
+    pub fn new(endpoint: impl Into<Endpoint>, mut consumer: Consumer, token: Token) -> Driver {
+        // Each driver's jitter its own (unless `Config::seed` names one): a fleet restarted
+        // at once does not reconnect in step.
+        consumer.reseed(crate::seed());
+        let mut locator = Locator::new(endpoint.into());
+        locator.reseed(crate::seed());
         Driver {
             consumer,
             token,
-            locator: Locator::new(endpoint.into()),
+            locator,
             peer: None,
             attempts: 0,
             scout: None,

@@ -204,10 +204,15 @@ impl Runner {
         Ok(Runner::with_endpoint(consumer, crate::resolve::endpoint(addr)?))
     }
 
-    pub(crate) fn with_endpoint(consumer: Consumer, endpoint: Endpoint) -> Runner {
+    pub(crate) fn with_endpoint(mut consumer: Consumer, endpoint: Endpoint) -> Runner {
+        // Each runner's jitter its own (unless `Config::seed` names one): a fleet restarted
+        // at once does not reconnect in step.
+        consumer.reseed(crate::seed());
+        let mut locator = Locator::new(endpoint);
+        locator.reseed(crate::seed());
         Runner {
             consumer,
-            locator: Locator::new(endpoint),
+            locator,
             peer: None,
             attempts: 0,
             scout: None,
@@ -319,6 +324,7 @@ impl Runner {
     pub(crate) fn lead_to(&mut self, home: SocketAddr, nodes: &[HostPort]) {
         let Endpoint::Node(node) = self.locator.endpoint().clone() else { return };
         self.locator = Locator::new(home.into());
+        self.locator.reseed(crate::seed());
         self.locator.add_fallbacks(std::iter::once(node).chain(nodes.iter().cloned()));
     }
 

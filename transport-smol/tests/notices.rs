@@ -68,3 +68,31 @@ fn connects_losses_and_health_are_told() {
     stop.stop();
     thread.join().unwrap();
 }
+
+/// Two consumers pointed at a port nobody listens on retry at their own delays (each runner
+/// seeds its jitter from this process's randomness); `Config::seed` pins them.
+#[test]
+fn reconnect_delays_differ_between_runners_unless_seeded() {
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap(); // freed at once
+    let delays = |config: Config| {
+        let (stop, thread, seen) =
+            start(closed, config.backoff(Duration::from_millis(20), Duration::from_secs(5)));
+        let failed = |n: &Notice| matches!(n, Notice::ConnectFailed { .. });
+        wait_for("four failed connects", || seen.lock().unwrap().iter().filter(|n| failed(n)).count() >= 4);
+        stop.stop();
+        thread.join().unwrap();
+        let seen = seen.lock().unwrap();
+        let delays: Vec<Duration> = seen
+            .iter()
+            .filter_map(|n| match n {
+                Notice::ConnectFailed { retry_in, .. } => Some(*retry_in),
+                _ => None,
+            })
+            .take(4)
+            .collect();
+        delays
+    };
+    let config = || Config::new("s", "g", "c").no_client_name();
+    assert_ne!(delays(config()), delays(config()), "each runner its own jitter");
+    assert_eq!(delays(config().seed(9)), delays(config().seed(9)), "Config::seed pins it");
+}

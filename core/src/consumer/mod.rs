@@ -78,6 +78,12 @@ pub enum Event {
 ///   for bytes to write, [`poll_event`](Self::poll_event) for entries, notices and `Stopped`,
 ///   [`poll_timeout`](Self::poll_timeout) for the next deadline.
 ///
+/// First, at every turn, the driver MUST ask [`wants_connection`](Self::wants_connection) —
+/// also while its socket is open: a stop drops a parked connection to finish on a new one.
+/// If it is true, close the socket, and connect once [`connect_due`](Self::connect_due). A
+/// driver that reads on instead is told by its next `handle_input` or `handle_timeout`
+/// ([`Error::Dropped`]). The crate docs' run loop does all of this, in order.
+///
 /// After every call of the first three groups the driver MUST drain the outputs: write what
 /// `poll_transmit` gives, handle every `poll_event`, and re-arm its timer from `poll_timeout`.
 /// Handing out an entry can queue bytes too (with [`Config::concurrency`] above 1, the next
@@ -92,6 +98,12 @@ pub enum Event {
 /// An `Err` from `handle_input` or `handle_timeout` means the connection is done: the driver
 /// MUST close it. If [`Error::is_fatal`] is false the consumer has already scheduled a
 /// reconnect for `poll_timeout`; a fatal error is sticky and returned again by later calls.
+///
+/// [`poll_timeout`](Self::poll_timeout) may be in the past (work due at once): wait no longer
+/// ([`timeout_from`](Self::timeout_from) gives a read timeout of at least 1 ms). A driver
+/// SHOULD seed the reconnect jitter from its own randomness ([`reseed`](Self::reseed)), as
+/// the transports do. [`is_caught_up`](Self::is_caught_up) tells a batch job when everything
+/// there was is handled.
 ///
 /// # Leases, delivery counts, dead letters, big entries
 ///
@@ -237,6 +249,11 @@ pub struct Consumer {
     /// stop's new connection, what this consumer holds that was delivered since is given
     /// back before it leaves.
     cut: Option<Instant>,
+    /// The consumer dropped the connection (a stop's cut) and the driver has not connected
+    /// again since: the next `handle_input` or `handle_timeout` says so ([`Error::Dropped`]:
+    /// `Some(false)` until it has), and the driver's first report of that socket closing
+    /// changes nothing.
+    dropped: Option<bool>,
     /// Dead-letter moves or give-backs were queued since the last flush (a walk of every
     /// stream is then worth it; not at every turn).
     moves_owed: bool,
@@ -315,6 +332,9 @@ enum Lost {
 /// How long an ack batch waits for the replicas while they are behind (the last wait ran
 /// out): long enough for replicas that answer at once, short enough not to stall reads.
 const REPLICAS_BEHIND_WAIT: Duration = Duration::from_millis(1);
+/// The jitter's seed when neither [`Config::seed`] nor the driver ([`Consumer::reseed`])
+/// gives one.
+const FALLBACK_SEED: u64 = 0x5eed;
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
@@ -346,11 +366,16 @@ impl Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
             cut: None,
+            dropped: None,
             left: (None, None),
             moves_owed: false,
             releasing: false,
             decoder: Decoder::new(config.limits),
-            backoff: Backoff::new(config.backoff_min, config.backoff_max, config.seed),
+            backoff: Backoff::new(
+                config.backoff_min,
+                config.backoff_max,
+                config.seed.unwrap_or(FALLBACK_SEED),
+            ),
             pace: Pace::new(
                 config.count,
                 config.lease_threshold(),
@@ -522,8 +547,10 @@ impl Consumer {
         }
     }
 
-    /// True while parked: connected, caught up (nothing in hand, buffered or owed), waiting
-    /// on the blocking read for new entries. A stop now ends at once.
+    /// True while parked: connected, nothing in hand, buffered or owed, and a blocking read
+    /// for new entries in flight. It says nothing of what waits on the server: a consumer
+    /// parks between batches of a backlog too. [`is_caught_up`](Self::is_caught_up) says
+    /// that there is nothing more to read.
     pub fn is_parked(&self) -> bool {
         self.link == Link::Up
             && self.in_hand.is_empty()
@@ -532,6 +559,22 @@ impl Consumer {
             && !self.streams.iter().any(Stream::owes_settles)
             && self.in_flight.len() == 1
             && self.in_flight.parked()
+    }
+
+    /// True when nothing is left to read as of the server's last answers: parked
+    /// ([`is_parked`](Self::is_parked)), every stream's own pending list drained since this
+    /// connection opened, its last sweep of idle entries (`XAUTOCLAIM`) finished, and its
+    /// last read of new entries short of what it asked (the server had no more). A batch job
+    /// that exits once caught up has handled everything that was there when it looked (what
+    /// arrives later, or goes idle at a peer later, is the next run's); a driver that
+    /// stopped at [`is_parked`](Self::is_parked) instead would leave a backlog behind.
+    pub fn is_caught_up(&self) -> bool {
+        self.is_parked()
+            && self.streams.iter().filter(|s| s.active).all(|s| {
+                matches!(s.next, Next::Beat)
+                    && (self.dialect.claim_in_read || &s.cursor[..] == CURSOR_START)
+                    && !s.backlog
+            })
     }
 
     /// True once `Stopped` has been produced (or is ready for `poll_event`).
@@ -648,6 +691,7 @@ impl Consumer {
         }
         self.heard = false;
         self.connected_before = true;
+        self.dropped = None;
         self.link = Link::Up;
         for command in commands::handshake(&mut self.out, &self.config) {
             self.track(Sent::Handshake(command), now);
@@ -715,6 +759,9 @@ impl Consumer {
     /// connect, a TLS failure…): the reason is carried by the notice it produces.
     pub fn on_disconnected_because(&mut self, now: Instant, reason: impl fmt::Display) {
         self.tick(now);
+        if self.dropped.take().is_some() && matches!(self.link, Link::Down { .. }) {
+            return; // the socket the consumer dropped itself, closed: a new one is due now
+        }
         if self.link != Link::Up {
             // A connect failed: the node a redirect named may be gone (a failover).
             self.redirect = None;
@@ -742,6 +789,9 @@ impl Consumer {
         self.tick(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
+        }
+        if self.tell_dropped() {
+            return Err(Error::Dropped);
         }
         if self.link != Link::Up || self.is_stopped() {
             return Ok(());
@@ -813,6 +863,9 @@ impl Consumer {
         self.tick(now);
         if let Some(e) = &self.failed {
             return Err(e.clone());
+        }
+        if self.tell_dropped() {
+            return Err(Error::Dropped);
         }
         if self.link == Link::Up {
             let late = self.in_flight.iter().find(|c| c.deadline <= now).map(|c| c.sent.command());
@@ -1139,9 +1192,32 @@ impl Consumer {
         self.next_handout().is_none() && self.buffer.len() < self.pace.count().0 as usize
     }
 
+    /// [`poll_timeout`](Self::poll_timeout) as a wait from `now`, at least 1 ms: what a
+    /// blocking socket's read timeout takes (`set_read_timeout` refuses zero). A deadline
+    /// already past — which `poll_timeout` often is, when a call brought work due at once —
+    /// gives 1 ms: wait no longer, then call [`handle_timeout`](Self::handle_timeout) (or
+    /// connect, if [`connect_due`](Self::connect_due)). `None`: no deadline; wait for input.
+    #[must_use]
+    pub fn timeout_from(&self, now: Instant) -> Option<Duration> {
+        self.poll_timeout().map(|at| at.saturating_duration_since(now).max(Duration::from_millis(1)))
+    }
+
+    /// The jitter of reconnects, seeded from the driver's randomness (the core has none):
+    /// unless [`Config::seed`] names a seed, the transports call this with one of their own
+    /// process, so that consumers restarted at once (a fleet, a deploy) do not reconnect in
+    /// step. A driver of its own SHOULD too, right after [`new`](Self::new) — e.g. with
+    /// `std::hash::BuildHasher::hash_one(&std::collections::hash_map::RandomState::new(), 0)`;
+    /// without it every process waits the same delays. Does nothing if `Config::seed` is set.
+    pub fn reseed(&mut self, seed: u64) {
+        if self.config.seed.is_none() {
+            self.backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max, seed);
+        }
+    }
+
     /// The next deadline: while connected, the earliest of a reply overdue, an ack to write
     /// and a lease to renew; while disconnected, when to connect again. `None`: no deadline
-    /// (finished, or waiting on the application only).
+    /// (finished, or waiting on the application only). It may be in the past (work due at
+    /// once): see [`timeout_from`](Self::timeout_from).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
         if !self.is_live() {
@@ -1315,6 +1391,16 @@ impl Consumer {
                 None => self.stop = Stop::Stopped { reported: false },
             }
         }
+    }
+
+    /// Whether the consumer dropped the connection and the driver is yet to hear of it
+    /// (then it has).
+    fn tell_dropped(&mut self) -> bool {
+        let untold = self.dropped == Some(false) && matches!(self.link, Link::Down { .. });
+        if untold {
+            self.dropped = Some(true);
+        }
+        untold
     }
 
     fn restart_drain(&mut self) {

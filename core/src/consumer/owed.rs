@@ -58,6 +58,7 @@ impl Consumer {
             self.reset_link();
             self.link = Link::Down { retry_at: now };
             self.leaving_link = true;
+            self.dropped = Some(false);
             return;
         }
         if let Some(since) = self.cut.take() {

@@ -351,6 +351,13 @@ impl Locator {
         self.pace.admit(to, now)
     }
 
+    /// Seeds the jitter of its waits (a lost watch opened again) from the driver's
+    /// randomness, as [`Consumer::reseed`](crate::Consumer::reseed) does the consumer's: the
+    /// transports give each a seed of their process.
+    pub fn reseed(&mut self, seed: u64) {
+        self.rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, seed);
+    }
+
     /// The endpoint it locates.
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
