@@ -205,6 +205,7 @@ impl Runner {
     }
 
     pub(crate) fn with_endpoint(consumer: Consumer, endpoint: Endpoint) -> Runner {
+        let changes = Arc::new(Changes::new(&consumer));
         Runner {
             consumer,
             locator: Locator::new(endpoint),
@@ -215,7 +216,7 @@ impl Runner {
             resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
-            changes: Arc::default(),
+            changes,
             told: Request::Run,
             observer: None,
             link: None,
@@ -298,7 +299,7 @@ impl Runner {
     /// A handle that adds streams to the running consumer and removes them, from any
     /// thread or task (see [`Config::streams`](pelican::Config::streams)).
     pub fn stream_set(&self) -> StreamSet {
-        StreamSet::new(self.changes.clone())
+        StreamSet::new(&self.changes, self.stop.clone())
     }
 
     /// Shares `stop` with this runner: one handle stops every runner given it (the streams
