@@ -815,6 +815,7 @@ macro_rules! conformance_suite {
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
             retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request,
             commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting,
+            commit_counts_per_key,
             many_streams_one_connection, many_streams_crash_restart, many_streams_one_group_gone,
             many_streams_one_deleted_and_made_again, many_streams_added_and_removed,
             stops_under_load_strand_nothing);
