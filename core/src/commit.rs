@@ -294,6 +294,46 @@ impl Write {
         }
     }
 
+    /// The whole command, as a client sends it on its own, outside a commit (nothing checked
+    /// first): `XADD key [MAXLEN|MINID ~ n] * field value …`, `HSET key field value …`,
+    /// `INCRBY key by`, `HINCRBY key field by`, `SET key value [PX ms]`, `DEL key`. For
+    /// what a commit is not: a test's model of a handler that writes its output itself.
+    pub fn args(&self) -> Vec<Bytes> {
+        let word = Bytes::from_static;
+        let number = |n: i64| Bytes::from(n.to_string());
+        let mut args = vec![word(self.command().as_bytes()), self.key().clone()];
+        let pairs = |args: &mut Vec<Bytes>, fields: &[(Bytes, Bytes)]| {
+            for (f, v) in fields {
+                args.extend([f.clone(), v.clone()]);
+            }
+        };
+        match self {
+            Write::Add { fields, trim, .. } => {
+                match trim {
+                    Some(Trim::MaxLen(n)) => {
+                        args.extend([word(b"MAXLEN"), word(b"~"), Bytes::from(n.to_string())])
+                    }
+                    Some(Trim::MinId(id)) => args.extend([word(b"MINID"), word(b"~"), id.clone()]),
+                    None => {}
+                }
+                args.push(word(b"*"));
+                pairs(&mut args, fields);
+            }
+            Write::HashSet { fields, .. } => pairs(&mut args, fields),
+            Write::IncrBy { by, .. } => args.push(number(*by)),
+            Write::HashIncrBy { field, by, .. } => args.extend([field.clone(), number(*by)]),
+            Write::Set { value, ttl, .. } => {
+                args.push(value.clone());
+                if let Some(ttl) = ttl {
+                    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                    args.extend([word(b"PX"), Bytes::from(ms.to_string())]);
+                }
+            }
+            Write::Delete { .. } => {}
+        }
+        args
+    }
+
     /// The command it becomes: `XADD`, `HSET`, `INCRBY`, `HINCRBY`, `SET` or `DEL`.
     pub fn command(&self) -> &'static str {
         match self {
@@ -745,6 +785,35 @@ mod tests {
         assert!(Writes::new().delete("").check(None).is_err());
         assert!(Writes::new().hincr_by("", "f", 1).check(None).is_err());
         assert!(Writes::new().hincr_by("far", "f", 1).check(Some(slot)).is_err());
+    }
+
+    #[test]
+    fn each_write_is_a_command_of_its_own() {
+        let shown =
+            |w: &Write| w.args().iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>();
+        let writes = Writes::new()
+            .add_trimmed("o", [("k", "v")], Trim::MaxLen(10))
+            .add_trimmed("o", [("k", "v")], Trim::MinId(Bytes::from_static(b"5-0")))
+            .add("o", [("a", "1"), ("b", "2")])
+            .hset("h", [("f", "v")])
+            .incr_by("n", -2)
+            .hincr_by("h", "f", 3)
+            .set("k", "v")
+            .set_expiring("k", "v", Duration::from_secs(2))
+            .delete("k");
+        let all: Vec<Vec<String>> = writes.iter().map(shown).collect();
+        let expected: [&[&str]; 9] = [
+            &["XADD", "o", "MAXLEN", "~", "10", "*", "k", "v"],
+            &["XADD", "o", "MINID", "~", "5-0", "*", "k", "v"],
+            &["XADD", "o", "*", "a", "1", "b", "2"],
+            &["HSET", "h", "f", "v"],
+            &["INCRBY", "n", "-2"],
+            &["HINCRBY", "h", "f", "3"],
+            &["SET", "k", "v"],
+            &["SET", "k", "v", "PX", "2000"],
+            &["DEL", "k"],
+        ];
+        assert_eq!(all, expected.map(|c| c.iter().map(|a| a.to_string()).collect::<Vec<_>>()));
     }
 
     #[test]
