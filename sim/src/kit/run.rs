@@ -31,7 +31,8 @@ pub struct HandlerCtx<'a> {
 #[derive(Debug)]
 struct App<'a> {
     sim: &'a mut Sim,
-    conn: ConnId,
+    /// Made at the first write (a world whose handlers write nothing plays as it did).
+    conn: &'a mut Option<ConnId>,
     /// The server is down (a restart): nothing reaches it.
     down: bool,
     /// Each write the server made, with the replication offset right after it.
@@ -98,7 +99,7 @@ impl HandlerCtx<'_> {
         for write in writes {
             let args = write.args();
             let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-            let conn = app.conn;
+            let conn = app.conn();
             app.sim.input(conn, &encode(&args));
             let reply = app.sim.output(conn);
             if let Some(error) = reply.strip_prefix(b"-") {
@@ -170,6 +171,23 @@ struct Node {
     fail_next: bool,
     dead_letter_next: bool,
     slow_next: Option<u64>,
+}
+
+impl App<'_> {
+    /// The connection: a new one (to the master) if there is none or it closed.
+    fn conn(&mut self) -> ConnId {
+        match self.conn.filter(|&c| !self.sim.is_closed(c)) {
+            Some(conn) => conn,
+            None => {
+                if let Some(old) = self.conn.take() {
+                    self.sim.disconnect(old);
+                }
+                let conn = self.sim.connect();
+                *self.conn = Some(conn);
+                conn
+            }
+        }
+    }
 }
 
 /// A write a handler made itself ([`HandlerCtx::write`]).
@@ -564,21 +582,6 @@ where
             self.producer = self.sim.connect();
         }
         self.producer
-    }
-
-    /// The handlers' connection: a new one (to the master) if there is none or it closed.
-    fn app_conn(&mut self) -> ConnId {
-        match self.app.filter(|&c| !self.sim.is_closed(c)) {
-            Some(conn) => conn,
-            None => {
-                if let Some(old) = self.app.take() {
-                    self.sim.disconnect(old);
-                }
-                let conn = self.sim.connect();
-                self.app = Some(conn);
-                conn
-            }
-        }
     }
 
     /// One command on the producer's connection; its reply (empty if it parked).
@@ -1179,7 +1182,6 @@ where
                 entry.deliveries
             )
         });
-        let conn = self.app_conn();
         let down = self.is_down();
         let node = &mut self.nodes[i];
         let ctx = HandlerCtx {
@@ -1189,7 +1191,7 @@ where
             now_ms: now,
             in_hand: node.work.len() + 1,
             took: Cell::new(None),
-            app: RefCell::new(App { sim: &mut self.sim, conn, down, made: Vec::new() }),
+            app: RefCell::new(App { sim: &mut self.sim, conn: &mut self.app, down, made: Vec::new() }),
         };
         let (verdict, by_handler) = if std::mem::take(&mut node.dead_letter_next) {
             (Verdict::DeadLetter, false)
