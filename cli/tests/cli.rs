@@ -1346,6 +1346,58 @@ fn a_pattern_finds_streams_made_after_the_start() {
     }
 }
 
+/// `--stream-pattern` past the most streams one connection reads: 4,096 found at the start
+/// fill one, every entry read; a stream made later is told, not read (it was dropped without
+/// a word), and the others go on.
+#[test]
+fn a_pattern_past_the_most_streams_says_which_is_not_read() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let most = pelican::MAX_STREAMS.to_string();
+    let make = "for i = 0, tonumber(ARGV[1]) - 1 do redis.call('XADD', 'm:' .. i, '*', 'a', '1') end";
+    admin.cmd(&["EVAL", make, "0", &most]);
+    let url = url(&server);
+    for transport in ["mio", "smol"] {
+        let group = format!("g-{transport}");
+        let args = [
+            "consume",
+            "--url",
+            &url,
+            "--stream-pattern",
+            "m:*",
+            "--rescan-ms",
+            "200",
+            "--group",
+            &group,
+            "--consumer",
+            "c",
+            "--create-group",
+            "0",
+            "--transport",
+            transport,
+        ];
+        let mut p = Pelican::spawn(&args);
+        // One entry each, and m:7's added by the run before.
+        for _ in 0..pelican::MAX_STREAMS + usize::from(transport == "smol") {
+            p.line();
+        }
+        let over = format!("m:{most}");
+        admin.xadd_n(&over, 1, 4);
+        let told = format!(
+            "stream {over} matches --stream-pattern, but every connection reads {most} streams already, the \
+             most one reads; restart pelican to read it"
+        );
+        wait_until("the stream past the most told", || p.stderr().contains(&told));
+        // The others go on.
+        let id = admin.xadd_n("m:7", 1, 4).remove(0);
+        assert!(p.line().contains(&format!("\"stream\":\"m:7\",\"id\":\"{id}\"")), "{transport}");
+        p.stop();
+        assert_eq!(p.try_line(), None, "{transport}: the stream past the most not read");
+        assert!(!admin.group_exists(&over, &group), "{transport}");
+        admin.cmd(&["DEL", &over]);
+    }
+}
+
 /// `--stream-pattern --create-group` without an ID: a stream found later has its group made
 /// from its first entry, so the entries written to it before the rescan found it are read
 /// (with `$`, as on a `--stream`, they were skipped without a word); one found at the start

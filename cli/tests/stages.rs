@@ -1,6 +1,8 @@
 //! Exactly-once stages from the command line, against real servers: a `--pipe` handler whose
 //! answers carry their output (`"emit"`, `"writes"`), killed mid-run, every input written
-//! once; a malformed answer failing its entry with nothing written; `--exec … --emit-to`
+//! once; counts per key in a hash (`"hincrby"`), a field holding a word or about to
+//! overflow refusing its entry's whole commit; a malformed answer failing its entry with
+//! nothing written; `--exec … --emit-to`
 //! committing what the command prints, a key of another type refused per entry, output that
 //! is not JSON failing the entry.
 
@@ -57,6 +59,59 @@ fn a_pipe_stage_writes_each_output_once() {
         let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
         assert_eq!(s.get("committed").num(), 600.0, "{flavor} {transport}: {}", p.stderr());
         assert_eq!(s.get("commits_fenced").num(), 0.0);
+    }
+}
+
+/// Each answer counts its entry's customer in a hash (`"hincrby"`) with its output and the
+/// total: 40 entries over three customers, each counted once; two customers' fields hold
+/// what cannot be added to (a word, a number 1 short of the limit): their entries' commits
+/// are refused whole — no output, no total, no count — and set aside in the dead-letter
+/// stream with the refusal's text.
+#[test]
+fn a_pipe_stage_counts_per_key_in_a_hash() {
+    for (flavor, transport) in [(Flavor::Redis62, "mio"), (Flavor::Redis810, "smol")] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.call(&["HSET", "out:by-customer", "word", "seven", "full", "9223372036854775807"]);
+        let customers = ["c1", "c2", "c3", "c1", "word", "c2", "c1", "full"];
+        let mut good = 0;
+        for i in 0..40 {
+            let customer = customers[i % customers.len()];
+            let n = i.to_string();
+            admin.xadd("s", &[("customer", customer), ("n", n.as_str())]);
+            good += usize::from(customer.starts_with('c'));
+        }
+        let url = format!("redis://{}", server.addr());
+        let extra = ["--pipe", &handler(), "--concurrency", "4", "--dead-letter", "dead"];
+        let env = [("HANDLER_EMIT", "out"), ("HANDLER_COUNT_BY", "customer")];
+        let mut p = spawn(&url, transport, &extra, &env);
+        wait_until("every entry settled", || admin.xlen("out") == good as i64 && admin.xlen("dead") == 10);
+        wait_until("nothing pending", || admin.xpending_count("s", "g") == 0);
+        p.stop();
+        let mut count = |field: &str| admin.call(&["HGET", "out:by-customer", field]).as_text();
+        assert_eq!(
+            [count("c1"), count("c2"), count("c3")],
+            [Some("15".into()), Some("10".into()), Some("5".into())],
+            "{flavor} {transport}: {}",
+            p.stderr()
+        );
+        assert_eq!(count("word").as_deref(), Some("seven"), "refused whole");
+        assert_eq!(count("full").as_deref(), Some("9223372036854775807"), "refused whole");
+        assert_eq!(admin.call(&["GET", "out:count"]).as_text(), Some(good.to_string()), "no total for them");
+        let dead = admin.xrange("dead");
+        let field = |e: &pelican_tests::admin::StreamEntry, name: &str| {
+            let value = e.1.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&value).into_owned()
+        };
+        for entry in &dead {
+            assert_eq!(field(entry, "pelican-reason"), "commit-refused");
+            let why = field(entry, "pelican-error");
+            match field(entry, "customer").as_str() {
+                "word" => assert!(why.contains("field word does not hold an integer"), "{why}"),
+                "full" => assert!(why.contains("HINCRBY out:by-customer full would overflow"), "{why}"),
+                other => panic!("{other} set aside: {why}"),
+            }
+        }
     }
 }
 

@@ -10,8 +10,8 @@
 //! Why a script and not `MULTI`: a transaction cannot check the owner, and does not roll
 //! back — a write that fails inside it (`WRONGTYPE`) would still let the ack run. Nor does a
 //! script roll back, so it first checks that every write will succeed (each key's type, an
-//! `INCRBY`'s integer and its overflow, and on 7.0+ the user's permissions) and only then
-//! writes: an entry's writes are made whole or not at all.
+//! `INCRBY`'s or `HINCRBY`'s integer and its overflow, and on 7.0+ the user's permissions)
+//! and only then writes: an entry's writes are made whole or not at all.
 //!
 //! Why `SCRIPT LOAD` + `EVALSHA` and not a function library (7.0+): scripts work on every
 //! server pelican supports (6.2 has no functions), need no `FUNCTION LOAD` (an admin's
@@ -60,8 +60,9 @@ pub struct Writes {
 }
 
 /// One write of a [`Writes`]. A small set, chosen for what a stage writes: entries for the
-/// next stage (`XADD`), a view of the latest state (`HSET`, `SET`), counts (`INCRBY`), and
-/// clearing (`DEL`). Each can be checked to succeed before anything is written.
+/// next stage (`XADD`), a view of the latest state (`HSET`, `SET`), counts (`INCRBY`, and
+/// per-key counts in one hash: `HINCRBY`), and clearing (`DEL`). Each can be checked to
+/// succeed before anything is written.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Write {
@@ -86,6 +87,16 @@ pub enum Write {
     IncrBy {
         /// The counter.
         key: Bytes,
+        /// How much to add (may be negative).
+        by: i64,
+    },
+    /// `HINCRBY key field by`: the key must hold a hash (or nothing: made), the field an
+    /// integer (or nothing: 0).
+    HashIncrBy {
+        /// The hash.
+        key: Bytes,
+        /// The counter's field.
+        field: Bytes,
         /// How much to add (may be negative).
         by: i64,
     },
@@ -167,6 +178,12 @@ impl Writes {
     #[must_use]
     pub fn incr_by(self, counter: impl AsRef<[u8]>, by: i64) -> Writes {
         self.with(Write::IncrBy { key: key(counter), by })
+    }
+
+    /// Adds `by` to the integer in `field` of the hash `hash` (a count per key in one hash:
+    /// `hincr_by("{orders}:per-customer", customer, 1)`).
+    pub fn hincr_by(self, hash: impl AsRef<[u8]>, field: impl AsRef<[u8]>, by: i64) -> Writes {
+        self.with(Write::HashIncrBy { key: key(hash), field: key(field), by })
     }
 
     /// Sets `name` to `value`.
@@ -279,17 +296,59 @@ impl Write {
             Write::Add { key, .. }
             | Write::HashSet { key, .. }
             | Write::IncrBy { key, .. }
+            | Write::HashIncrBy { key, .. }
             | Write::Set { key, .. }
             | Write::Delete { key } => key,
         }
     }
 
-    /// The command it becomes: `XADD`, `HSET`, `INCRBY`, `SET` or `DEL`.
+    /// The whole command, as a client sends it on its own, outside a commit (nothing checked
+    /// first): `XADD key [MAXLEN|MINID ~ n] * field value …`, `HSET key field value …`,
+    /// `INCRBY key by`, `HINCRBY key field by`, `SET key value [PX ms]`, `DEL key`. For
+    /// what a commit is not: a test's model of a handler that writes its output itself.
+    pub fn args(&self) -> Vec<Bytes> {
+        let word = Bytes::from_static;
+        let number = |n: i64| Bytes::from(n.to_string());
+        let mut args = vec![word(self.command().as_bytes()), self.key().clone()];
+        let pairs = |args: &mut Vec<Bytes>, fields: &[(Bytes, Bytes)]| {
+            for (f, v) in fields {
+                args.extend([f.clone(), v.clone()]);
+            }
+        };
+        match self {
+            Write::Add { fields, trim, .. } => {
+                match trim {
+                    Some(Trim::MaxLen(n)) => {
+                        args.extend([word(b"MAXLEN"), word(b"~"), Bytes::from(n.to_string())])
+                    }
+                    Some(Trim::MinId(id)) => args.extend([word(b"MINID"), word(b"~"), id.clone()]),
+                    None => {}
+                }
+                args.push(word(b"*"));
+                pairs(&mut args, fields);
+            }
+            Write::HashSet { fields, .. } => pairs(&mut args, fields),
+            Write::IncrBy { by, .. } => args.push(number(*by)),
+            Write::HashIncrBy { field, by, .. } => args.extend([field.clone(), number(*by)]),
+            Write::Set { value, ttl, .. } => {
+                args.push(value.clone());
+                if let Some(ttl) = ttl {
+                    let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+                    args.extend([word(b"PX"), Bytes::from(ms.to_string())]);
+                }
+            }
+            Write::Delete { .. } => {}
+        }
+        args
+    }
+
+    /// The command it becomes: `XADD`, `HSET`, `INCRBY`, `HINCRBY`, `SET` or `DEL`.
     pub fn command(&self) -> &'static str {
         match self {
             Write::Add { .. } => "XADD",
             Write::HashSet { .. } => "HSET",
             Write::IncrBy { .. } => "INCRBY",
+            Write::HashIncrBy { .. } => "HINCRBY",
             Write::Set { .. } => "SET",
             Write::Delete { .. } => "DEL",
         }
@@ -309,8 +368,8 @@ fn is_id(id: &[u8]) -> bool {
 /// every key written; `ARGV` = group, consumer, the lowest and highest id of the entries,
 /// how many entries, then for each entry: id, delivery count, number of writes, and each
 /// write as `op, key index, n, n arguments` — `a` (`XADD`: trim kind or empty, trim value,
-/// field/value pairs), `h` (`HSET`: pairs), `i` (`INCRBY`: by), `s` (`SET`: value, `PX`
-/// milliseconds or empty), `d` (`DEL`). Answers, for each entry: 1 (committed), 0 (no
+/// field/value pairs), `h` (`HSET`: pairs), `i` (`INCRBY`: by), `k` (`HINCRBY`: field, by),
+/// `s` (`SET`: value, `PX` milliseconds or empty), `d` (`DEL`). Answers, for each entry: 1 (committed), 0 (no
 /// longer pending: settled already), `[owner, deliveries]` (pending to another consumer, or
 /// delivered again since), or an error text (a write would fail: nothing written).
 /// Published so that simulators can recognise it.
@@ -318,13 +377,15 @@ fn is_id(id: &[u8]) -> bool {
 /// Lean on purpose (it runs for every entry of a fast stage): one `XPENDING` for the whole
 /// batch's range of this consumer's entries (an entry it misses is asked after alone), one
 /// `TYPE` per key per batch, one `XACK` for all, and an undo list rather than a table per
-/// entry for what the checks follow.
+/// entry for what the checks follow (hash fields are followed only through an entry with an
+/// `HINCRBY`, each asked with `HGET` once).
 pub const COMMIT_SCRIPT: &str = "\
 local stream, group, me = KEYS[1], ARGV[1], ARGV[2]
 local acl = redis.acl_check_cmd
 -- Each write's command, as redis.acl_check_cmd wants it: with arguments of the right number.
-local probes = {a = {'XADD', '*', 'f', 'v'}, h = {'HSET', 'f', 'v'}, i = {'INCRBY', '1'}, s = {'SET', 'v'}, d = {'DEL'}}
-local allowed = {a = {}, h = {}, i = {}, s = {}, d = {}}
+local probes = {a = {'XADD', '*', 'f', 'v'}, h = {'HSET', 'f', 'v'}, i = {'INCRBY', '1'}, k = {'HINCRBY', 'f', '1'},
+                s = {'SET', 'v'}, d = {'DEL'}}
+local allowed = {a = {}, h = {}, i = {}, k = {}, s = {}, d = {}}
 local function integer(s)
   if s and #s <= 20 and (s == '0' or string.match(s, '^%-?[1-9]%d*$')) then return tonumber(s) end
   return false
@@ -347,10 +408,20 @@ local function refuse(why)
   undos = 0
   return why
 end
+-- For an entry with an HINCRBY (only: following every HSET costs): what its writes so far
+-- left each hash's fields (a string as HSET set it, a number after an HINCRBY), and the
+-- hashes they made or emptied (no other field). Per entry: the server has the rest.
+local hv, fresh = {}, {}
+local function fields_of(key)
+  local fields = hv[key]
+  if not fields then fields = {}; hv[key] = fields end
+  return fields
+end
 -- The entry's writes as check read them (op, key, first and last argument), for apply.
 local w_op, w_key, w_first, w_last = {}, {}, {}, {}
-local function check(at, n)
+local function check(at, n, follow)
   undos = 0
+  if follow then hv, fresh = {}, {} end
   for w = 1, n do
     local op, key, argc = ARGV[at], KEYS[tonumber(ARGV[at + 1])], tonumber(ARGV[at + 2])
     w_op[w], w_key[w], w_first[w], w_last[w] = op, key, at + 3, at + 2 + argc
@@ -372,7 +443,32 @@ local function check(at, n)
       if kind ~= want then
         if kind ~= 'none' then return refuse('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a ' .. want) end
         change(key, want, ints[key])
+        if follow then hv[key], fresh[key] = {}, true end
       end
+      if follow and op == 'h' then
+        local fields = fields_of(key)
+        for f = at + 3, at + 2 + argc, 2 do fields[ARGV[f]] = ARGV[f + 1] end
+      end
+    elseif op == 'k' then
+      if kind ~= 'hash' and kind ~= 'none' then
+        return refuse('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not a hash')
+      end
+      local field, fields = ARGV[at + 3], fields_of(key)
+      local value = fields[field]
+      if value == nil then
+        if kind == 'none' or fresh[key] then value = 0 else value = redis.call('HGET', key, field) or '0' end
+      end
+      if type(value) == 'string' then value = integer(value) end
+      if value == false then return refuse('ERR ' .. key .. ' field ' .. field .. ' does not hold an integer') end
+      local sum = value + tonumber(ARGV[at + 4])
+      if sum >= 9.2e18 or sum <= -9.2e18 then
+        return refuse('ERR HINCRBY ' .. key .. ' ' .. field .. ' would overflow')
+      end
+      if kind == 'none' then
+        change(key, 'hash', ints[key])
+        fresh[key] = true
+      end
+      fields[field] = sum
     elseif op == 'i' then
       if kind ~= 'string' and kind ~= 'none' then
         return refuse('WRONGTYPE ' .. key .. ' holds a ' .. kind .. ', not an integer')
@@ -389,6 +485,7 @@ local function check(at, n)
       change(key, 'string', integer(ARGV[at + 3]))
     else
       change(key, 'none', 0)
+      if follow then hv[key], fresh[key] = {}, true end
     end
     at = at + 3 + argc
   end
@@ -407,6 +504,8 @@ local function apply(n)
       redis.call('HSET', key, unpack(ARGV, first, last))
     elseif op == 'i' then
       redis.call('INCRBY', key, ARGV[first])
+    elseif op == 'k' then
+      redis.call('HINCRBY', key, ARGV[first], ARGV[first + 1])
     elseif op == 's' then
       if ARGV[first + 1] == '' then
         redis.call('SET', key, ARGV[first])
@@ -426,9 +525,12 @@ for _, p in ipairs(range) do mine[p[1]] = p[4] end
 local results, acked, i, argc, acks = {}, {}, 6, #ARGV, 0
 while i <= argc do
   local id, deliveries, n = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
-  local first = i + 3
+  local first, follow = i + 3, false
   i = first
-  for _ = 1, n do i = i + 3 + tonumber(ARGV[i + 2]) end
+  for _ = 1, n do
+    if ARGV[i] == 'k' then follow = true end
+    i = i + 3 + tonumber(ARGV[i + 2])
+  end
   -- An entry committed earlier in this batch is settled (its ack goes at the end).
   local count, owner = mine[id], me
   if count == false then count = nil elseif count == nil then
@@ -441,7 +543,7 @@ while i <= argc do
   elseif owner ~= me or count ~= deliveries then
     result = {owner, count}
   else
-    result = check(first, n)
+    result = check(first, n, follow)
     if result == nil then
       apply(n)
       acks = acks + 1
@@ -468,7 +570,7 @@ if redis.acl_check_cmd then
   for k = 2, #KEYS do
     local key = KEYS[k]
     for _, c in ipairs({{'XADD', key, '*', 'f', 'v'}, {'HSET', key, 'f', 'v'}, {'INCRBY', key, '1'},
-                        {'SET', key, 'v'}, {'DEL', key}}) do
+                        {'HINCRBY', key, 'f', '1'}, {'SET', key, 'v'}, {'DEL', key}}) do
       needs[#needs + 1] = c
     end
   end
@@ -542,6 +644,7 @@ pub(crate) fn encode(out: &mut BytesMut, config: &Config, stream: &[u8], sha: &[
                 Write::Add { fields, .. } => (b"a", 2 + 2 * fields.len()),
                 Write::HashSet { fields, .. } => (b"h", 2 * fields.len()),
                 Write::IncrBy { .. } => (b"i", 1),
+                Write::HashIncrBy { .. } => (b"k", 2),
                 Write::Set { .. } => (b"s", 2),
                 Write::Delete { .. } => (b"d", 0),
             };
@@ -576,6 +679,10 @@ pub(crate) fn encode(out: &mut BytesMut, config: &Config, stream: &[u8], sha: &[
                     }
                 }
                 Write::IncrBy { by, .. } => arg(&mut argv, by.to_string().as_bytes()),
+                Write::HashIncrBy { field, by, .. } => {
+                    arg(&mut argv, field);
+                    arg(&mut argv, by.to_string().as_bytes());
+                }
                 Write::Set { value, ttl, .. } => {
                     arg(&mut argv, value);
                     match ttl {
@@ -663,8 +770,13 @@ mod tests {
 
     #[test]
     fn writes_are_checked_before_they_are_sent() {
-        let ok = Writes::new().add("{s}:out", [("k", "v")]).incr_by("{s}:n", -3).delete("{s}:x");
-        assert_eq!(ok.len(), 3);
+        let ok = Writes::new()
+            .add("{s}:out", [("k", "v")])
+            .incr_by("{s}:n", -3)
+            .hincr_by("{s}:per", "k", 2)
+            .delete("{s}:x");
+        assert_eq!(ok.len(), 4);
+        assert_eq!(ok.iter().map(Write::command).collect::<Vec<_>>(), ["XADD", "INCRBY", "HINCRBY", "DEL"]);
         assert_eq!(ok.check(None), Ok(()));
         let slot = crate::cluster::key_slot(b"{s}");
         assert_eq!(ok.check(Some(slot)), Ok(()));
@@ -679,6 +791,37 @@ mod tests {
         assert!(fine.check(None).is_ok());
         assert!(Writes::new().set_expiring("k", "v", Duration::from_micros(10)).check(None).is_err());
         assert!(Writes::new().delete("").check(None).is_err());
+        assert!(Writes::new().hincr_by("", "f", 1).check(None).is_err());
+        assert!(Writes::new().hincr_by("far", "f", 1).check(Some(slot)).is_err());
+    }
+
+    #[test]
+    fn each_write_is_a_command_of_its_own() {
+        let shown =
+            |w: &Write| w.args().iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>();
+        let writes = Writes::new()
+            .add_trimmed("o", [("k", "v")], Trim::MaxLen(10))
+            .add_trimmed("o", [("k", "v")], Trim::MinId(Bytes::from_static(b"5-0")))
+            .add("o", [("a", "1"), ("b", "2")])
+            .hset("h", [("f", "v")])
+            .incr_by("n", -2)
+            .hincr_by("h", "f", 3)
+            .set("k", "v")
+            .set_expiring("k", "v", Duration::from_secs(2))
+            .delete("k");
+        let all: Vec<Vec<String>> = writes.iter().map(shown).collect();
+        let expected: [&[&str]; 9] = [
+            &["XADD", "o", "MAXLEN", "~", "10", "*", "k", "v"],
+            &["XADD", "o", "MINID", "~", "5-0", "*", "k", "v"],
+            &["XADD", "o", "*", "a", "1", "b", "2"],
+            &["HSET", "h", "f", "v"],
+            &["INCRBY", "n", "-2"],
+            &["HINCRBY", "h", "f", "3"],
+            &["SET", "k", "v"],
+            &["SET", "k", "v", "PX", "2000"],
+            &["DEL", "k"],
+        ];
+        assert_eq!(all, expected.map(|c| c.iter().map(|a| a.to_string()).collect::<Vec<_>>()));
     }
 
     #[test]
@@ -688,14 +831,20 @@ mod tests {
         let jobs = [
             Job { id: Bytes::from_static(b"1-0"), deliveries: 1, writes: w.clone() },
             Job { id: Bytes::from_static(b"2-0"), deliveries: 3, writes: Writes::new().incr_by("o2", 5) },
+            Job {
+                id: Bytes::from_static(b"3-0"),
+                deliveries: 1,
+                writes: Writes::new().hincr_by("o", "f", -7),
+            },
         ];
         let mut out = BytesMut::new();
         encode(&mut out, &config, &config.stream, b"sha", &jobs);
         let args = args(&out);
         let expected = [
-            "EVALSHA", "sha", "4", "s", "o", "t", "o2", "g", "c", "1-0", "2-0", "2", //
+            "EVALSHA", "sha", "4", "s", "o", "t", "o2", "g", "c", "1-0", "3-0", "3", //
             "1-0", "1", "2", "a", "2", "4", "", "", "k", "v", "s", "3", "2", "1", "2000", //
-            "2-0", "3", "1", "i", "4", "1", "5",
+            "2-0", "3", "1", "i", "4", "1", "5", //
+            "3-0", "1", "1", "k", "2", "2", "f", "-7",
         ];
         assert_eq!(args, expected);
     }

@@ -26,7 +26,9 @@ What the example does is set by the environment (for trying it out, and for the 
   HANDLER_EMIT       a stream: each "ack" carries its output, committed with the ack in one
                      step — an entry {"input": <id>} added to it, and 1 added to <stream>:count
                      (an exactly-once stage); HANDLER_BAD_EMIT, a field name: entries with it
-                     get a malformed output (a number for a field value), which fails them
+                     get a malformed output (a number for a field value), which fails them;
+                     HANDLER_COUNT_BY, a field name: 1 is added too to that field's value in
+                     the hash <stream>:by-<field> (a count per key, HINCRBY)
 Real handlers do their work where `verdict()` is, and answer when it is done.
 """
 
@@ -43,6 +45,7 @@ POISON = os.environ.get("HANDLER_POISON")
 SILENT = os.environ.get("HANDLER_SILENT")
 EMIT = os.environ.get("HANDLER_EMIT")
 BAD_EMIT = os.environ.get("HANDLER_BAD_EMIT")
+COUNT_BY = os.environ.get("HANDLER_COUNT_BY")
 
 # How often the answers held back by HANDLER_SHUFFLE are given, whatever comes.
 HOLD = 0.05
@@ -74,6 +77,9 @@ def answer(entry, verdict):
         value = 7 if BAD_EMIT and isinstance(fields, dict) and BAD_EMIT in fields else entry["id"]
         reply["emit"] = [{"stream": EMIT, "fields": {"input": value}}]
         reply["writes"] = [{"incrby": EMIT + ":count", "by": 1}]
+        if COUNT_BY and isinstance(fields, dict) and COUNT_BY in fields:
+            by = EMIT + ":by-" + COUNT_BY
+            reply["writes"].append({"hincrby": by, "field": fields[COUNT_BY], "by": 1})
     with out:
         held.append(reply)
         if len(held) > SHUFFLE:

@@ -1,5 +1,6 @@
 //! Strings and hashes, what pelican's commits write: `SET [PX ms|EX s]`, `GET`, `INCRBY`,
-//! `HSET`, `HGETALL`, and `TYPE`, `EXISTS`, with the servers' replies and `WRONGTYPE`.
+//! `HSET`, `HINCRBY`, `HGET`, `HGETALL`, and `TYPE`, `EXISTS`, with the servers' replies and
+//! `WRONGTYPE`.
 
 use crate::command::{eq, reply, CmdResult, Ctx, Signal, NOT_INT, SYNTAX};
 use crate::model::Value;
@@ -99,6 +100,54 @@ pub(crate) fn hset(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         }
     }
     reply(Reply::Int(added))
+}
+
+/// `HINCRBY key field by`: the field holds an integer (or nothing: 0), a new field goes
+/// last. The increment is read first (`NOT_INT` before `WRONGTYPE`), as the servers do.
+pub(crate) fn hincrby(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let by = strict_i64(&args[3]).ok_or(NOT_INT)?;
+    let key = &args[1];
+    ctx.db.expire(key, ctx.now);
+    if ctx.db.streams.contains_key(key) {
+        return Err(WRONGTYPE.into());
+    }
+    let fields = match ctx.db.values.get_mut(key) {
+        None => return hincrby_new(ctx, key, &args[2], by),
+        Some(Value::Str { .. }) => return Err(WRONGTYPE.into()),
+        Some(Value::Hash(fields)) => fields,
+    };
+    let (now, at) = match fields.iter().position(|(f, _)| *f == args[2]) {
+        Some(at) => (strict_i64(&fields[at].1).ok_or("ERR hash value is not an integer")?, Some(at)),
+        None => (0, None),
+    };
+    let sum = now.checked_add(by).ok_or("ERR increment or decrement would overflow")?;
+    let text = sum.to_string().into_bytes();
+    match at {
+        Some(at) => fields[at].1 = text,
+        None => fields.push((args[2].clone(), text)),
+    }
+    reply(Reply::Int(sum))
+}
+
+/// `HINCRBY` of a key that holds nothing: a hash of one field.
+fn hincrby_new(ctx: &mut Ctx<'_>, key: &[u8], field: &[u8], by: i64) -> CmdResult {
+    let fields = vec![(field.to_vec(), by.to_string().into_bytes())];
+    ctx.db.values.insert(key.to_vec(), Value::Hash(fields));
+    reply(Reply::Int(by))
+}
+
+/// `HGET key field`: the field's value, or nil.
+pub(crate) fn hget(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let key = &args[1];
+    match ctx.db.value(key, ctx.now) {
+        _ if ctx.db.streams.contains_key(key) => Err(WRONGTYPE.into()),
+        Some(Value::Str { .. }) => Err(WRONGTYPE.into()),
+        Some(Value::Hash(fields)) => match fields.iter().find(|(f, _)| *f == args[2]) {
+            Some((_, v)) => reply(Reply::Bulk(v.clone())),
+            None => reply(Reply::NilBulk),
+        },
+        None => reply(Reply::NilBulk),
+    }
 }
 
 /// `HGETALL key`: a map (RESP3) or a flat array of fields and values, in the order set.

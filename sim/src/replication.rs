@@ -107,6 +107,7 @@ pub(crate) fn is_write(name: &str) -> bool {
             | "set"
             | "incrby"
             | "hset"
+            | "hincrby"
     )
 }
 

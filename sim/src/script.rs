@@ -6,7 +6,7 @@
 //! restart empties it, and a promoted replica has what was loaded on it, not what was loaded
 //! on its master (Redis 7.0+ no longer propagate `SCRIPT LOAD`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::command::{eq, execute, lossy, reply, CmdResult, Ctx, Outcome, NOT_INT};
 use crate::id::{parse_i64, EntryId};
@@ -129,12 +129,25 @@ enum Int {
     Is(f64),
 }
 
-/// The script's `kinds`/`ints` tables and the undo list of the entry being checked.
+/// What an entry's writes so far left a hash field (the script's `hv[key][field]`).
+#[derive(Clone, Debug, PartialEq)]
+enum Field {
+    /// A string, as `HSET` set it (read with `integer` when an `HINCRBY` needs it).
+    Text(Vec<u8>),
+    /// A number, after an `HINCRBY`.
+    Number(f64),
+}
+
+/// The script's `kinds`/`ints` tables and the undo list of the entry being checked; for an
+/// entry with an `HINCRBY`, its `hv` (each hash's fields its writes set) and `fresh` (the
+/// hashes they made or emptied) tables.
 #[derive(Default)]
 struct Tracked {
     kinds: BTreeMap<Vec<u8>, &'static str>,
     ints: BTreeMap<Vec<u8>, Int>,
     undo: Vec<(Vec<u8>, Option<&'static str>, Int)>,
+    hv: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Field>>,
+    fresh: BTreeSet<Vec<u8>>,
 }
 
 impl Tracked {
@@ -160,6 +173,12 @@ impl Tracked {
     }
 }
 
+/// The hash at `key` is made or emptied by the entry's writes: no field but those they set.
+fn made_fresh(t: &mut Tracked, key: &[u8]) {
+    t.hv.insert(key.to_vec(), BTreeMap::new());
+    t.fresh.insert(key.to_vec());
+}
+
 /// One write of an entry as the check reads it: op, key, its arguments.
 struct Write<'a> {
     op: &'a [u8],
@@ -176,8 +195,9 @@ fn malformed() -> String {
 /// asked alone; per entry 0 (not pending), `[owner, deliveries]` (another owner, or another
 /// delivery count), a refusal's text (a write would fail: the entry's writes checked in
 /// order against each key's type, `TYPE` asked once per key per batch and followed through
-/// the writes made, an `INCRBY`'s integer as a double within ±9.2e18), or 1 (its writes
-/// made); one `XACK` of the committed at the end. The sim has no ACL: every write is allowed.
+/// the writes made, an `INCRBY`'s integer as a double within ±9.2e18, an `HINCRBY`'s field
+/// likewise, asked with `HGET` unless the entry's writes set it), or 1 (its writes made);
+/// one `XACK` of the committed at the end. The sim has no ACL: every write is allowed.
 /// Each committed entry is recorded ([`Sim::commits`](crate::Sim::commits)).
 pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     let n = crate::script::numkeys(args)?;
@@ -224,8 +244,9 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
         };
         let deliveries = lua_number(deliveries);
         let writes = lua_number(writes).ok_or_else(malformed)?;
-        // The entry's writes, as the script skips over them.
+        // The entry's writes, as the script skips over them (noting an HINCRBY).
         let mut entry = Vec::new();
+        let mut follow = false;
         i += 3;
         for _ in 0..writes.max(0.0) as u64 {
             let (Some(op), Some(k), Some(argc)) = (arg(i), arg(i + 1), arg(i + 2)) else {
@@ -238,6 +259,7 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
                 .and_then(|k| keys.get(k as usize - 1))
                 .ok_or_else(malformed)?;
             let write_args = argv.get(i + 2..i + 2 + argc).ok_or_else(malformed)?;
+            follow |= op == b"k";
             entry.push(Write { op, key, args: write_args });
             i += 3 + argc;
         }
@@ -272,7 +294,7 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             Some(count) if owner != *me || deliveries != Some(count as f64) => {
                 Reply::Array(vec![Reply::Bulk(owner), Reply::Int(count)])
             }
-            Some(_) => match check(ctx, &mut tracked, &entry)? {
+            Some(_) => match check(ctx, &mut tracked, &entry, follow)? {
                 Some(why) => Reply::Bulk(why.into_bytes()),
                 None => {
                     apply(ctx, &entry)?;
@@ -299,8 +321,17 @@ pub(crate) fn commit(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 
 /// The script's `check`: whether each write would succeed, followed through the writes
 /// before it; `Some(why)` (the entry's changes to what is followed undone) if one would not.
-fn check(ctx: &mut Ctx<'_>, t: &mut Tracked, entry: &[Write<'_>]) -> Result<Option<String>, String> {
+fn check(
+    ctx: &mut Ctx<'_>,
+    t: &mut Tracked,
+    entry: &[Write<'_>],
+    follow: bool,
+) -> Result<Option<String>, String> {
     t.undo.clear();
+    if follow {
+        t.hv.clear();
+        t.fresh.clear();
+    }
     for w in entry {
         let key = w.key;
         let shown = lossy(key);
@@ -324,7 +355,51 @@ fn check(ctx: &mut Ctx<'_>, t: &mut Tracked, entry: &[Write<'_>]) -> Result<Opti
                     }
                     let int = t.int(key);
                     t.change(key, want, int);
+                    if follow {
+                        made_fresh(t, key);
+                    }
                 }
+                if follow && w.op == b"h" {
+                    let fields = t.hv.entry(key.to_vec()).or_default();
+                    for pair in w.args.chunks(2) {
+                        let value = pair.get(1).cloned().unwrap_or_default();
+                        fields.insert(pair[0].clone(), Field::Text(value));
+                    }
+                }
+            }
+            b"k" => {
+                if kind != "hash" && kind != "none" {
+                    return Ok(t.refuse(format!("WRONGTYPE {shown} holds a {kind}, not a hash")));
+                }
+                let [field, by, ..] = w.args else { return Err(malformed()) };
+                let known = t.hv.get(key).and_then(|fields| fields.get(field)).cloned();
+                let value = match known {
+                    Some(value) => value,
+                    None if kind == "none" || t.fresh.contains(key) => Field::Number(0.0),
+                    None => match call(ctx, vec![b"HGET".to_vec(), key.to_vec(), field.clone()])? {
+                        Reply::Bulk(s) => Field::Text(s),
+                        _ => Field::Text(b"0".to_vec()),
+                    },
+                };
+                let value = match value {
+                    Field::Number(n) => Some(n),
+                    Field::Text(s) => integer(&s),
+                };
+                let Some(value) = value else {
+                    let field = lossy(field);
+                    return Ok(t.refuse(format!("ERR {shown} field {field} does not hold an integer")));
+                };
+                let sum = value + lua_number(by).ok_or_else(malformed)?;
+                if sum >= 9.2e18 || sum <= -9.2e18 {
+                    let field = lossy(field);
+                    return Ok(t.refuse(format!("ERR HINCRBY {shown} {field} would overflow")));
+                }
+                if kind == "none" {
+                    let int = t.int(key);
+                    t.change(key, "hash", int);
+                    t.fresh.insert(key.to_vec());
+                }
+                t.hv.entry(key.to_vec()).or_default().insert(field.clone(), Field::Number(sum));
             }
             b"i" => {
                 if kind != "string" && kind != "none" {
@@ -352,7 +427,12 @@ fn check(ctx: &mut Ctx<'_>, t: &mut Tracked, entry: &[Write<'_>]) -> Result<Opti
                 let value = w.args.first().and_then(|v| integer(v)).map_or(Int::Not, Int::Is);
                 t.change(key, "string", value);
             }
-            b"d" => t.change(key, "none", Int::Is(0.0)),
+            b"d" => {
+                t.change(key, "none", Int::Is(0.0));
+                if follow {
+                    made_fresh(t, key);
+                }
+            }
             // 7.0+ fail on an unknown op (its ACL probe), 6.2 would take it for a DEL:
             // pelican sends none.
             _ => return Err(malformed()),
@@ -379,6 +459,10 @@ fn apply(ctx: &mut Ctx<'_>, entry: &[Write<'_>]) -> Result<(), String> {
             }
             b"h" => [vec![b"HSET".to_vec(), key], a.to_vec()].concat(),
             b"i" => vec![b"INCRBY".to_vec(), key, a.first().cloned().ok_or_else(malformed)?],
+            b"k" => {
+                let [field, by, ..] = a else { return Err(malformed()) };
+                vec![b"HINCRBY".to_vec(), key, field.clone(), by.clone()]
+            }
             b"s" => {
                 let [value, ms, ..] = a else { return Err(malformed()) };
                 match ms.is_empty() {

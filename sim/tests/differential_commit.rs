@@ -6,8 +6,12 @@
 //! (`[owner, count]`), refused writes (an `XADD` onto a hash, an `INCRBY` of a word: the
 //! refusal's text, nothing of the entry written), an `INCRBY` followed through an entry's
 //! `SET` and `DEL`, `MAXLEN ~` trimming a stream of 150 entries, one entry twice in one batch
-//! (the second finds it settled), the check at connect, and the writes read back (`XRANGE`,
-//! `GET`, `HGETALL`, `TYPE`, `XPENDING`).
+//! (the second finds it settled), `HINCRBY` (a hash made by it, a field followed through an
+//! entry's `HSET` and `DEL` and across a batch's entries; refused: a field holding a word,
+//! set before or by the entry's own `HSET`, an overflow, a string, a stream — nothing of the
+//! entry written), the check at connect, and the writes read back (`XRANGE`, `GET`,
+//! `HGETALL`, `HGET`, `TYPE`, `XPENDING`); and `HINCRBY`/`HGET` sent as they are, errors
+//! included.
 //!
 //! Normalisations (both sides): ids made by the clock (`XADD … *` inside the script, nine
 //! digits or more before the dash) are numbered by first appearance in each reply; the idle
@@ -58,10 +62,10 @@ fn story(sha: &str) -> Vec<Vec<String>> {
     };
     let stage = |id: &'static str| vec![W("a", "out", vec!["", "", "input", id]), W("i", "n", vec!["1"])];
     let mut script = vec![w("FLUSHALL"), w("SCRIPT FLUSH"), w("XGROUP CREATE s g 0 MKSTREAM")];
-    for n in 1..=8 {
+    for n in 1..=16 {
         script.push(w(&format!("XADD s {n}-0 f v{n}")));
     }
-    script.push(w("XREADGROUP GROUP g A COUNT 8 STREAMS s >"));
+    script.push(w("XREADGROUP GROUP g A COUNT 16 STREAMS s >"));
     script.push(evalsha(&[("1-0", 1, stage("1-0"))], "A")); // NOSCRIPT
     script.push(vec!["SCRIPT".into(), "LOAD".into(), pelican::COMMIT_SCRIPT.into()]);
     script.push(vec!["SCRIPT".into(), "EXISTS".into(), sha.into(), "0000".into()]);
@@ -114,14 +118,94 @@ fn story(sha: &str) -> Vec<Vec<String>> {
     // copies of an entry that a destroyed group delivered again, both in hand in turn): the
     // first commits, the second finds it settled (0).
     script.push(evalsha(&[("4-0", 1, stage("4-0")), ("4-0", 1, stage("4-0"))], "A"));
+    // HINCRBY as the stage sends it.
+    script.push(w("HSET counts word seven big 9199999999999999999"));
+    script.push(w("HSET tmp d 100"));
+    script.push(evalsha(
+        &[
+            // Made by the HINCRBYs: a=5, b=-1.
+            (
+                "9-0",
+                1,
+                vec![
+                    W("k", "per", vec!["a", "2"]),
+                    W("k", "per", vec!["a", "3"]),
+                    W("k", "per", vec!["b", "-1"]),
+                ],
+            ),
+            // a (asked after 9-0 was made) 15; c set by HSET, then 8; tmp deleted, then d 5
+            // (not 105).
+            (
+                "10-0",
+                1,
+                vec![
+                    W("k", "per", vec!["a", "10"]),
+                    W("h", "per", vec!["c", "7"]),
+                    W("k", "per", vec!["c", "1"]),
+                    W("d", "tmp", vec![]),
+                    W("k", "tmp", vec!["d", "4"]),
+                    W("k", "tmp", vec!["d", "1"]),
+                ],
+            ),
+            // Refused: a word (n not written), an overflow (new not made), the entry's own
+            // HSET of a word, a string, a stream.
+            ("11-0", 1, vec![W("i", "n", vec!["1"]), W("k", "counts", vec!["word", "1"])]),
+            ("12-0", 1, vec![W("k", "counts", vec!["new", "1"]), W("k", "counts", vec!["big", "1000"])]),
+            ("13-0", 1, vec![W("h", "per2", vec!["a", "x"]), W("k", "per2", vec!["a", "1"])]),
+            ("14-0", 1, vec![W("k", "m", vec!["f", "1"])]),
+            ("15-0", 1, vec![W("k", "out", vec!["f", "1"])]),
+            // Near the bound, and a negative sum.
+            (
+                "16-0",
+                1,
+                vec![
+                    W("k", "counts", vec!["big", "-9199999999999999999"]),
+                    W("k", "counts", vec!["neg", "-5"]),
+                ],
+            ),
+        ],
+        "A",
+    ));
+    script.extend([
+        w("HGETALL per"),
+        w("HGETALL counts"),
+        w("EXISTS per2"),
+        w("GET n"),
+        w("HGETALL tmp"),
+        w("HGET tmp d"),
+        w("HGET per a"),
+        w("HGET nothing f"),
+        w("TYPE per"),
+        w("XPENDING s g"),
+    ]);
+    // Sent as they are: the servers' own errors.
+    script.extend([
+        w("HINCRBY counts word 1"),
+        w("HINCRBY counts neg x"),
+        w("HINCRBY counts neg 1.5"),
+        w("HINCRBY m f 1"),
+        w("HINCRBY out f 1"),
+        w("HGET m f"),
+        w("HGET out f"),
+        w("HINCRBY counts big 9223372036854775807"),
+        w("HSET counts top 9223372036854775807"),
+        w("HINCRBY counts top 1"),
+        w("HINCRBY counts top -1"),
+        w("HINCRBY counts fresh -9223372036854775808"),
+        w("HINCRBY counts fresh -1"),
+        w("HINCRBY counts"),
+        w("HGET counts"),
+        w("HINCRBY brand-new f 12"),
+        w("HGETALL brand-new"),
+    ]);
     script.extend([
         w("XRANGE out - +"),
         w("XRANGE big 140-0 +"),
         w("XPENDING s g"),
         w("XPENDING s g - + 10"),
     ]);
-    let mut check = vec!["EVAL".to_string(), pelican::COMMIT_CHECK_SCRIPT.into(), "3".into()];
-    check.extend(w("s out n g A"));
+    let mut check = vec!["EVAL".to_string(), pelican::COMMIT_CHECK_SCRIPT.into(), "4".into()];
+    check.extend(w("s out n per g A"));
     script.push(check);
     script
 }

@@ -69,12 +69,14 @@ pub struct Running {
     stop: Box<dyn Fn() + Send + Sync>,
     abandon: Box<dyn Fn() + Send + Sync>,
     thread: JoinHandle<Result<Stats, String>>,
-    /// Adds (`true`) or removes a stream, where the transport can while it runs.
+    /// Adds (`true`) or removes a stream, where the transport can while it runs; says
+    /// whether the change was taken.
     streams: Option<StreamChange>,
 }
 
-/// How a transport adds (`true`) or removes a stream of a running consumer.
-type StreamChange = Box<dyn Fn(&str, bool) + Send + Sync>;
+/// How a transport adds (`true`) or removes a stream of a running consumer, and whether it
+/// took the change.
+type StreamChange = Box<dyn Fn(&str, bool) -> bool + Send + Sync>;
 
 impl Running {
     /// Wraps a transport's stop and abandon functions and the thread that returns the final
@@ -87,21 +89,22 @@ impl Running {
         Running { stop: Box::new(stop), abandon: Box::new(abandon), thread, streams: None }
     }
 
-    /// How the transport adds (`true`) and removes streams while it runs.
+    /// How the transport adds (`true`) and removes streams while it runs, and whether it
+    /// took the change.
     #[must_use]
-    pub fn with_stream_set(mut self, change: impl Fn(&str, bool) + Send + Sync + 'static) -> Running {
+    pub fn with_stream_set(mut self, change: impl Fn(&str, bool) -> bool + Send + Sync + 'static) -> Running {
         self.streams = Some(Box::new(change));
         self
     }
 
-    /// Reads `key` too, from now on.
-    pub fn add_stream(&self, key: &str) {
-        (self.streams.as_ref().expect("the transport adds streams"))(key, true);
+    /// Reads `key` too, from now on; whether the consumer took it.
+    pub fn add_stream(&self, key: &str) -> bool {
+        (self.streams.as_ref().expect("the transport adds streams"))(key, true)
     }
 
-    /// Reads `key` no more.
-    pub fn remove_stream(&self, key: &str) {
-        (self.streams.as_ref().expect("the transport removes streams"))(key, false);
+    /// Reads `key` no more; whether the consumer took it.
+    pub fn remove_stream(&self, key: &str) -> bool {
+        (self.streams.as_ref().expect("the transport removes streams"))(key, false)
     }
 
     /// Asks the consumer to stop (between entries).
@@ -815,10 +818,11 @@ macro_rules! conformance_suite {
             stop_with_entries_in_hand, peer_reclaims_in_hand, key_order_across_restart, fair_start,
             retry_released_at_once, stop_releases_buffered, abandon_hands_over_buffered, acks_delete, retry_stays_pending_on_request,
             commit_crash_restart, commit_zombie_fenced, commit_refused_writes_nothing, commit_needs_scripting,
+            commit_counts_per_key,
             many_streams_one_connection, many_streams_crash_restart, many_streams_one_group_gone,
             many_streams_one_deleted_and_made_again, many_streams_added_and_removed,
             stops_under_load_strand_nothing);
-        $crate::conformance_suite!(@plain $t; commit_cut_after_write);
+        $crate::conformance_suite!(@plain $t; commit_cut_after_write, many_streams_changes_refused);
         $crate::conformance_suite!(@once $t; tls_certificates_refused, tls_protocol_mismatch,
             cluster_lanes_find_their_masters, cluster_migration_while_parked,
             cluster_migration_while_busy, cluster_atomic_migration, cluster_failover,

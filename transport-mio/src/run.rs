@@ -166,14 +166,8 @@ impl Runner {
         let poll = Poll::new().map_err(RunError::Io)?;
         let waker = Waker::new(poll.registry(), WAKER).map_err(RunError::Io)?;
         let stop = StopHandle::new(waker);
-        Ok(Runner {
-            poll,
-            driver,
-            stop,
-            observer: None,
-            stats: Publisher::default(),
-            changes: Arc::default(),
-        })
+        let changes = Arc::new(Changes::new(driver.consumer()));
+        Ok(Runner { poll, driver, stop, observer: None, stats: Publisher::default(), changes })
     }
 
     /// Calls `observer` with each [`Notice`] (connections, reclaims, leases lost, dead
@@ -192,7 +186,7 @@ impl Runner {
     /// A handle that adds streams to the running consumer and removes them, from any thread
     /// (see [`Config::streams`](pelican::Config::streams)).
     pub fn stream_set(&self) -> StreamSet {
-        StreamSet::new(self.changes.clone(), self.stop.clone())
+        StreamSet::new(&self.changes, self.stop.clone())
     }
 
     /// A handle that reads the consumer's counters, the entries in hand and buffered and

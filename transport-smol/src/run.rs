@@ -210,6 +210,7 @@ impl Runner {
         consumer.reseed(crate::seed());
         let mut locator = Locator::new(endpoint);
         locator.reseed(crate::seed());
+        let changes = Arc::new(Changes::new(&consumer));
         Runner {
             consumer,
             locator,
@@ -220,7 +221,7 @@ impl Runner {
             resolver: Resolver::default(),
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             stop: StopHandle::new(),
-            changes: Arc::default(),
+            changes,
             told: Request::Run,
             observer: None,
             link: None,
@@ -309,7 +310,7 @@ impl Runner {
     /// A handle that adds streams to the running consumer and removes them, from any
     /// thread or task (see [`Config::streams`](pelican::Config::streams)).
     pub fn stream_set(&self) -> StreamSet {
-        StreamSet::new(self.changes.clone())
+        StreamSet::new(&self.changes, self.stop.clone())
     }
 
     /// Shares `stop` with this runner: one handle stops every runner given it (the streams

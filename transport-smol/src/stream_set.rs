@@ -1,30 +1,53 @@
 //! Adding and removing a running consumer's streams from any thread or task ([`StreamSet`]).
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
+use pelican::{Consumer, StreamChange, MAX_STREAMS};
+
 use event_listener::Event;
-use pelican::{Consumer, StreamChange};
+
+use crate::stop::StopHandle;
 
 /// The changes asked and not yet made, passed on by the runner at its next turn.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Changes {
-    asked: Mutex<Vec<StreamChange>>,
+    state: Mutex<State>,
     /// Something is asked: the runner looks at the lock only then.
     pending: AtomicBool,
     /// Wakes the runner's wait.
     woken: Event,
 }
 
+/// What the asks are checked against, under one lock with them.
+#[derive(Debug)]
+struct State {
+    asked: Vec<StreamChange>,
+    /// The streams the consumer reads once every change asked is made: its own at the last
+    /// turn that made changes, with those asked since.
+    reading: HashSet<Bytes>,
+    /// False once the consumer refused an add it had room for: it is stopping or failed.
+    open: bool,
+}
+
 impl Changes {
+    /// Nothing asked; `consumer`'s streams read.
+    pub(crate) fn new(consumer: &Consumer) -> Changes {
+        let reading = consumer.streams().cloned().collect();
+        Changes {
+            state: Mutex::new(State { asked: Vec::new(), reading, open: true }),
+            pending: AtomicBool::new(false),
+            woken: Event::new(),
+        }
+    }
+
     /// Makes the changes asked on `consumer`.
     #[inline]
     pub(crate) fn apply(&self, consumer: &mut Consumer) {
         if self.pending.load(Ordering::Acquire) {
-            self.pending.store(false, Ordering::Release);
-            let asked = std::mem::take(&mut *self.asked.lock().unwrap_or_else(PoisonError::into_inner));
-            consumer.change_streams(asked);
+            self.apply_asked(consumer);
         }
     }
 
@@ -42,10 +65,46 @@ impl Changes {
         }
     }
 
-    fn ask(&self, change: StreamChange) {
-        self.asked.lock().unwrap_or_else(PoisonError::into_inner).push(change);
+    #[cold]
+    fn apply_asked(&self, consumer: &mut Consumer) {
+        // Held while the changes are made, so that what is read and what is asked stay one.
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        self.pending.store(false, Ordering::Release);
+        for change in std::mem::take(&mut state.asked) {
+            match change {
+                // Checked when asked: a refusal now means the consumer is stopping, or failed.
+                StreamChange::Add(key) => state.open &= consumer.add_stream(key),
+                StreamChange::Remove(key) => drop(consumer.remove_stream(&key)),
+                // Only the two above are ever asked here.
+                _ => {}
+            }
+        }
+        state.reading.clear();
+        state.reading.extend(consumer.streams().cloned());
+    }
+
+    /// Asks `key` added: whether the consumer will take it (see [`StreamSet::add`]).
+    fn add(&self, key: Bytes) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !state.open || state.reading.len() >= MAX_STREAMS || !state.reading.insert(key.clone()) {
+            return false;
+        }
+        state.asked.push(StreamChange::Add(key));
         self.pending.store(true, Ordering::Release);
         self.woken.notify(usize::MAX);
+        true
+    }
+
+    /// Asks `key` removed: whether it was read (or asked to be).
+    fn remove(&self, key: Bytes) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if !state.reading.remove(&key) {
+            return false;
+        }
+        state.asked.push(StreamChange::Remove(key));
+        self.pending.store(true, Ordering::Release);
+        self.woken.notify(usize::MAX);
+        true
     }
 }
 
@@ -54,23 +113,77 @@ impl Changes {
 /// [`Consumer::add_stream`] and [`Consumer::remove_stream`] make them (a stream added is
 /// drained, then read with the others on the same connection; one removed is read no more,
 /// its entries in hand finished).
+///
+/// Each call says at once whether it was taken, checked against what the consumer will read
+/// once every change asked before it is made — its streams, with those asked since — and
+/// refused as the consumer would refuse it. Changes asked before [`run`](crate::Runner::run)
+/// are made as it starts.
 #[derive(Clone, Debug)]
 pub struct StreamSet {
-    changes: Arc<Changes>,
+    changes: Weak<Changes>,
+    stop: StopHandle,
 }
 
 impl StreamSet {
-    pub(crate) fn new(changes: Arc<Changes>) -> StreamSet {
-        StreamSet { changes }
+    pub(crate) fn new(changes: &Arc<Changes>, stop: StopHandle) -> StreamSet {
+        StreamSet { changes: Arc::downgrade(changes), stop }
     }
 
-    /// Reads `key` too (nothing if it is read already).
-    pub fn add(&self, key: impl Into<Bytes>) {
-        self.changes.ask(StreamChange::Add(key.into()));
+    /// Reads `key` too. True if taken: the consumer reads it from its next turn on. False,
+    /// changing nothing, if it is read already (or asked to be), the consumer reads
+    /// [`MAX_STREAMS`] streams (counting those asked), a stop or an abandon has been asked
+    /// ([`StopHandle`]), the consumer refused an add before (it is stopping, or failed), or
+    /// the runner is gone (its run returned, or it was dropped).
+    ///
+    /// A stream taken is read unless the consumer stops first: one that fails for good
+    /// between this call and its next turn reads nothing more at all, this stream neither.
+    pub fn add(&self, key: impl Into<Bytes>) -> bool {
+        let Some(changes) = self.changes.upgrade() else { return false };
+        !self.stop.is_requested() && changes.add(key.into())
     }
 
-    /// Reads `key` no more (nothing if it is not read).
-    pub fn remove(&self, key: impl Into<Bytes>) {
-        self.changes.ask(StreamChange::Remove(key.into()));
+    /// Reads `key` no more. True if taken: it was read (or asked to be), and is read no more
+    /// from the consumer's next turn (even while it stops: its entries in hand are
+    /// finished). False, changing nothing, if it is not read, or the runner is gone.
+    pub fn remove(&self, key: impl Into<Bytes>) -> bool {
+        self.changes.upgrade().is_some_and(|changes| changes.remove(key.into()))
+    }
+}
+#[cfg(test)]
+mod tests {
+    use pelican::{Config, MAX_STREAMS};
+
+    use crate::Runner;
+
+    /// A runner that never runs: nothing connects (the port is never dialled).
+    fn runner() -> Runner {
+        Runner::lazy("127.0.0.1:9", Config::new("s0", "g", "c").streams(["s0", "s1"])).expect("a runner")
+    }
+
+    #[test]
+    fn each_change_says_whether_it_was_taken() {
+        let runner = runner();
+        let set = runner.stream_set();
+        assert!(!set.add("s0") && !set.add("s1"), "read already");
+        assert!(!set.remove("s2"), "not read");
+        assert!(set.add("s2") && !set.add("s2"), "taken once");
+        assert!(set.remove("s2") && !set.remove("s2"), "removed once");
+        assert!(set.remove("s0") && set.add("s0"), "removed, then added again");
+        // Up to the most, counting what is asked and not yet made.
+        let room = MAX_STREAMS - 2;
+        assert_eq!((0..room).filter(|i| set.add(format!("more:{i}"))).count(), room);
+        assert!(!set.add("one-too-many"));
+        assert!(set.remove("more:0") && set.add("one-too-many"), "a removal makes room");
+        drop(runner);
+        assert!(!set.add("s3") && !set.remove("s0"), "the runner is gone");
+    }
+
+    #[test]
+    fn a_stop_takes_no_stream() {
+        let runner = runner();
+        let set = runner.stream_set();
+        runner.stop_handle().stop();
+        assert!(!set.add("s2"), "stopping");
+        assert!(set.remove("s1"), "a removal is taken while stopping");
     }
 }

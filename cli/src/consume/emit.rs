@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 /// ```text
 /// "emit":   [{"stream": "out", "fields": {"k": "v"}, "maxlen": 1000}]      ("minid": "…" too)
 /// "writes": [{"hset": "h", "fields": {"f": "v"}}, {"incrby": "n", "by": 3},
+///            {"hincrby": "h", "field": "f", "by": 1},
 ///            {"set": "k", "value": "v", "ttl_ms": 60000}, {"del": "k"}]
 /// ```
 pub fn from_answer(emit: Option<&Value>, writes: Option<&Value>) -> Result<Writes, String> {
@@ -47,6 +48,17 @@ pub fn from_answer(emit: Option<&Value>, writes: Option<&Value>) -> Result<Write
                 .and_then(Value::as_i64)
                 .ok_or_else(|| format!("{what}.by is not a whole number"))?;
             Write::IncrBy { key: string(Some(key), &format!("{what}.incrby"))?.into(), by }
+        } else if let Some(key) = item.get("hincrby") {
+            known(item, &["hincrby", "field", "by"], &what)?;
+            let by = item
+                .get("by")
+                .and_then(Value::as_i64)
+                .ok_or_else(|| format!("{what}.by is not a whole number"))?;
+            Write::HashIncrBy {
+                key: string(Some(key), &format!("{what}.hincrby"))?.into(),
+                field: field_name(item.get("field"), &format!("{what}.field"))?.into(),
+                by,
+            }
         } else if let Some(key) = item.get("set") {
             known(item, &["set", "value", "ttl_ms"], &what)?;
             let value = string(item.get("value"), &format!("{what}.value"))?;
@@ -63,7 +75,7 @@ pub fn from_answer(emit: Option<&Value>, writes: Option<&Value>) -> Result<Write
             known(item, &["del"], &what)?;
             Write::Delete { key: string(Some(key), &format!("{what}.del"))?.into() }
         } else {
-            return Err(format!("{what} is none of hset, incrby, set, del"));
+            return Err(format!("{what} is none of hset, incrby, hincrby, set, del"));
         };
         out.push(write);
     }
@@ -105,6 +117,15 @@ fn known(item: &Map<String, Value>, names: &[&str], what: &str) -> Result<(), St
     }
 }
 
+/// A hash field's name: a string, which may be empty (as the servers allow).
+fn field_name(value: Option<&Value>, what: &str) -> Result<String, String> {
+    match value {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(format!("{what} is not a string")),
+        None => Err(format!("{what} is missing")),
+    }
+}
+
 fn string(value: Option<&Value>, what: &str) -> Result<String, String> {
     match value {
         Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
@@ -142,10 +163,17 @@ mod tests {
     fn answers_become_writes() {
         let emit = json!([{"stream": "out", "fields": {"k": "v"}, "maxlen": 10}]);
         let writes = json!([{"hset": "h", "fields": {"f": "v"}}, {"incrby": "n", "by": -2},
+                            {"hincrby": "per", "field": "c1", "by": 3},
                             {"set": "k", "value": "v", "ttl_ms": 5}, {"del": "x"}]);
         let got = from_answer(Some(&emit), Some(&writes)).unwrap();
         let commands: Vec<&str> = got.iter().map(Write::command).collect();
-        assert_eq!(commands, ["XADD", "HSET", "INCRBY", "SET", "DEL"]);
+        assert_eq!(commands, ["XADD", "HSET", "INCRBY", "HINCRBY", "SET", "DEL"]);
+        let per = got.iter().find(|w| w.command() == "HINCRBY").unwrap();
+        assert_eq!(
+            per,
+            &Write::HashIncrBy { key: "per".into(), field: "c1".into(), by: 3 },
+            "the hash, its field, the increment"
+        );
         assert_eq!(from_answer(None, None).unwrap().len(), 0);
     }
 
@@ -160,6 +188,13 @@ mod tests {
         assert!(bad(json!([{"stream": "o", "fields": {}}]), json!([])).contains("no fields"));
         assert!(bad(json!([]), json!([{"lpush": "l"}])).contains("none of hset"));
         assert!(bad(json!([]), json!([{"incrby": "n", "by": "3"}])).contains("by is not a whole number"));
+        assert!(bad(json!([]), json!([{"hincrby": "h", "by": 1}])).contains("writes[0].field is missing"));
+        assert!(
+            bad(json!([]), json!([{"hincrby": "h", "field": 7, "by": 1}])).contains("field is not a string")
+        );
+        assert!(bad(json!([]), json!([{"hincrby": "h", "field": "f", "by": 1.5}]))
+            .contains("by is not a whole number"));
+        assert!(bad(json!([]), json!([{"hincrby": "h", "field": "f"}])).contains("by is not a whole number"));
         assert!(bad(json!([]), json!([{"del": "x", "extra": 1}])).contains("unknown member \"extra\""));
         assert!(bad(json!({"stream": "o"}), json!([])).contains("\"emit\" is not an array"));
         assert!(bad(json!([{"stream": "o", "fields": {"k": "v"}, "minid": "x"}]), json!([]))

@@ -186,13 +186,29 @@ pub fn lane_for(lanes: &[Handlers], cluster: bool, stream: &[u8]) -> Option<usiz
     })
 }
 
-/// Tells that `stream` was found but cannot be read by the lanes running (in a cluster, no
-/// lane reads its slot).
-pub fn tell_unjoined(handler: &Handler) {
+/// Tells that `stream` was found but cannot be read by the lanes running: in a cluster, no
+/// lane reads its slot; else every lane reads [`pelican::MAX_STREAMS`] streams already.
+pub fn tell_unjoined(handler: &Handler, cluster: bool) {
+    let why = match cluster {
+        true => "no connection reads its cluster slot".to_string(),
+        false => {
+            format!("every connection reads {} streams already, the most one reads", pelican::MAX_STREAMS)
+        }
+    };
     handler.shared.screen.tell(format_args!(
-        "pelican: stream {} matches --stream-pattern, but no connection reads its cluster slot; \
-         restart pelican to read it",
+        "pelican: stream {} matches --stream-pattern, but {why}; restart pelican to read it",
         handler.stream
+    ));
+}
+
+/// Tells that `stream` was found but is not read: its lane's consumer (in a cluster, the
+/// one of its slot) reads [`pelican::MAX_STREAMS`] streams already, the most one reads.
+pub fn tell_too_many(handler: &Handler) {
+    handler.shared.screen.tell(format_args!(
+        "pelican: stream {} matches --stream-pattern, but is not read: the connection for its cluster \
+         slot reads {} streams already, the most one reads",
+        handler.stream,
+        pelican::MAX_STREAMS
     ));
 }
 

@@ -31,7 +31,9 @@ use pelican::{Consumer, Entry, Notice, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
 use super::handler::{Handler, StopAll};
-use super::lane::{lane_for, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
+use super::lane::{
+    lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
+};
 use super::metrics::Publisher;
 use crate::args::Failure;
 use crate::server::tls_message;
@@ -133,14 +135,20 @@ fn drive_all(
 /// A stream found since the start joins its lane: its handler, then its consumer.
 fn join(lanes: &mut [Running], cluster: bool, handler: Arc<Handler>) {
     let all: Vec<Handlers> = lanes.iter().map(|lane| lane.handlers.clone()).collect();
-    let Some(i) = lane_for(&all, cluster, handler.stream_bytes()) else { return tell_unjoined(&handler) };
+    let Some(i) = lane_for(&all, cluster, handler.stream_bytes()) else {
+        return tell_unjoined(&handler, cluster);
+    };
     let lane = &mut lanes[i];
     let key = Bytes::copy_from_slice(handler.stream_bytes());
-    if lane.handlers.add(handler) {
+    if !lane.handlers.add(handler.clone()) {
+        return;
+    }
+    if lane.driver.add_stream(key) {
         let config = lane.driver.consumer().config();
         let cap = config.most_in_hand.map_or(usize::MAX, |n| n as usize);
         lane.most = lane.most.saturating_add(config.concurrency.max(1) as usize).min(cap);
-        lane.driver.add_stream(key);
+    } else if lane.driver.consumer().streams().count() >= pelican::MAX_STREAMS {
+        tell_too_many(&handler); // else it is stopping: nothing more is read anyway
     }
 }
 

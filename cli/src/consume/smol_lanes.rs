@@ -4,7 +4,8 @@
 //! stdout has room (see [`Handler::handle_here`]), which spares a hop per entry.
 //!
 //! With `--concurrency N` a runner polls up to N handler futures at once, each awaiting its
-//! own command on the pool; the pool is made large enough for every lane's N.
+//! own command on the pool; the pool is made large enough for every lane's N, and larger as
+//! streams found later raise what can be in hand. (Its threads start as commands need them.)
 
 use std::cell::Cell;
 use std::num::NonZeroUsize;
@@ -16,7 +17,9 @@ use pelican_smol::{RunError, Runner, StopHandle, StreamSet};
 use smol::{LocalExecutor, Timer};
 
 use super::handler::StopAll;
-use super::lane::{lane_for, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
+use super::lane::{
+    lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
+};
 use crate::args::Failure;
 use crate::server::tls_message;
 
@@ -40,17 +43,12 @@ pub fn run(
     rescan: Option<Rescan>,
 ) -> Result<Vec<Outcome>, Failure> {
     let several = lanes.len() > 1;
-    // Every command in hand has a pool thread, and a few more are left for the rest (DNS).
-    let in_hand = |lane: &Lane| {
-        let most = lane.config.most_in_hand.map_or(usize::MAX, |n| n as usize);
-        lane.handlers.len().saturating_mul(concurrency as usize).min(most)
+    let pool = Pool {
+        concurrency: concurrency as usize,
+        most: lanes.iter().map(|l| l.config.most_in_hand.map_or(usize::MAX, |n| n as usize)).collect(),
+        limit: Cell::new(POOL_DEFAULT),
     };
-    let wanted = lanes.iter().map(in_hand).sum::<usize>().saturating_add(16);
-    if wanted > POOL_DEFAULT {
-        if let Some(threads) = NonZeroUsize::new(wanted.min(POOL_MAX)) {
-            blocking::set_max_blocking_threads(threads);
-        }
-    }
+    pool.fit(lanes.iter().map(|lane| &lane.handlers));
     let mut runners = Vec::with_capacity(lanes.len());
     for lane in lanes {
         let runner = runner(&lane, net, several)?;
@@ -69,7 +67,7 @@ pub fn run(
     let executor = LocalExecutor::new();
     let sets: Vec<(Handlers, StreamSet)> =
         runners.iter().map(|(lane, runner)| (lane.handlers.clone(), runner.stream_set())).collect();
-    let rescanning = rescan.map(|rescan| executor.spawn(rescan_lanes(rescan, sets, stop.clone())));
+    let rescanning = rescan.map(|rescan| executor.spawn(rescan_lanes(rescan, sets, pool, stop.clone())));
     let lanes: Vec<(Handlers, Rc<Cell<bool>>)> =
         runners.iter().map(|(lane, _)| (lane.handlers.clone(), Rc::new(Cell::new(false)))).collect();
     let tasks: Vec<_> = runners
@@ -94,9 +92,37 @@ pub fn run(
     Ok(outcomes)
 }
 
+/// smol's blocking pool, sized for the commands that can be in hand.
+struct Pool {
+    /// `--concurrency`: each stream's.
+    concurrency: usize,
+    /// Each lane's `--most-in-hand`.
+    most: Vec<usize>,
+    /// The most threads the pool takes now.
+    limit: Cell<usize>,
+}
+
+impl Pool {
+    /// Raises the pool's limit, if needed, so that every command that can be in hand over
+    /// `lanes` (the streams of each, times `--concurrency`, capped by its `--most-in-hand`)
+    /// has a thread, with a few more for the rest (DNS, the rescan's `SCAN`).
+    fn fit<'a>(&self, lanes: impl Iterator<Item = &'a Handlers>) {
+        let in_hand = lanes
+            .zip(&self.most)
+            .map(|(handlers, most)| handlers.len().saturating_mul(self.concurrency).min(*most));
+        let wanted = in_hand.sum::<usize>().saturating_add(16).min(POOL_MAX);
+        if wanted > self.limit.get() {
+            if let Some(threads) = NonZeroUsize::new(wanted) {
+                blocking::set_max_blocking_threads(threads);
+                self.limit.set(wanted);
+            }
+        }
+    }
+}
+
 /// Looks for new streams every `rescan.every` (each `SCAN` on the blocking pool), and has
-/// each join its lane; until a stop.
-async fn rescan_lanes(rescan: Rescan, lanes: Vec<(Handlers, StreamSet)>, stop: Arc<StopAll>) {
+/// each join its lane (the pool grown to match); until a stop.
+async fn rescan_lanes(rescan: Rescan, lanes: Vec<(Handlers, StreamSet)>, pool: Pool, stop: Arc<StopAll>) {
     let Rescan { look, every, cluster } = rescan;
     let look = Arc::new(std::sync::Mutex::new(look));
     let handlers: Vec<Handlers> = lanes.iter().map(|(handlers, _)| handlers.clone()).collect();
@@ -106,14 +132,18 @@ async fn rescan_lanes(rescan: Rescan, lanes: Vec<(Handlers, StreamSet)>, stop: A
         let found = smol::unblock(move || (looking.lock().unwrap_or_else(|e| e.into_inner()))()).await;
         for handler in found {
             let Some(i) = lane_for(&handlers, cluster, handler.stream_bytes()) else {
-                tell_unjoined(&handler);
+                tell_unjoined(&handler, cluster);
                 continue;
             };
             let key = bytes::Bytes::copy_from_slice(handler.stream_bytes());
-            if lanes[i].0.add(handler) {
-                lanes[i].1.add(key);
+            if lanes[i].0.add(handler.clone())
+                && !lanes[i].1.add(key)
+                && lanes[i].0.len() > pelican::MAX_STREAMS
+            {
+                tell_too_many(&handler); // else it is stopping: nothing more is read anyway
             }
         }
+        pool.fit(handlers.iter());
     }
 }
 

@@ -114,6 +114,14 @@
 //!   [`Fault::Pause`] makes a zombie (paused past `min_idle`, its entries taken by peers, its
 //!   late commits fenced off), a [`Fault::CutAfterCommit`] loses a commit's answer after the
 //!   commit was made (sent again, it must write nothing twice).
+//! - A handler may also write its output itself, outside any commit, through the simulated
+//!   server ([`HandlerCtx::write`], the same [`Writes`](pelican::Writes)): made at once, on
+//!   the application's own connection, its verdict reaching the consumer later. The checks
+//!   hold each entry's output to once whichever way it was written: an `XADD`, `INCRBY` or
+//!   `HINCRBY` to a key by two handlings of one entry (one of them writing itself) is a
+//!   [`Violation::WrittenTwice`] — the write-then-ack stage a crash, a zombie or a lost ack
+//!   catches, with no invariant of yours — and those keys too must hold exactly what was
+//!   written ([`Violation::CommitWrites`]; [`Handling::wrote`] tells each handling's writes).
 //! - Duplicates are handlings after one that answered `Ack` (or whose commit was made). Crashes, deaths and abandons
 //!   (the process's memory), a destroyed group (its pending list), server restarts (the
 //!   counts and idle times), failovers (the last writes) and pauses (a zombie's entries

@@ -1,7 +1,7 @@
 //! What a run tells: [`Report`] (per entry, per fault, the server at the end), the checks
 //! ([`Violation`], [`Failure`]) and the duplicate handlings each fault cost ([`Duplicates`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use pelican::{Source, Verdict, Write};
@@ -42,6 +42,9 @@ pub struct Handling {
     /// one step — in the history that survives (a failover loses those its replica had not
     /// copied).
     pub committed: bool,
+    /// The writes its handler made itself, outside any commit
+    /// ([`HandlerCtx::write`](super::HandlerCtx::write)), in the history that survives.
+    pub wrote: Vec<Write>,
 }
 
 impl Handling {
@@ -72,6 +75,10 @@ impl fmt::Display for Handling {
                 write!(f, ": Commit of {} writes, {made}", writes.len())?
             }
             verdict => write!(f, ": {verdict:?}")?,
+        }
+        if !self.wrote.is_empty() {
+            let commands: Vec<&str> = self.wrote.iter().map(Write::command).collect();
+            write!(f, ", having written {} itself", commands.join(" "))?;
         }
         if !self.by_handler {
             f.write_str(" (a fault's, the handler not called)")?;
@@ -280,8 +287,9 @@ pub struct ServerState {
     pub consumers: Vec<String>,
     /// The dead-letter stream's entries (none without a dead-letter stream).
     pub dead_letters: Vec<DeadLetter>,
-    /// What the keys the handlers' commits name ([`Verdict::Commit`]) hold, by key (those
-    /// that hold nothing left out): the output of a stage.
+    /// What the keys the handlers' commits name ([`Verdict::Commit`]) or their own writes
+    /// wrote ([`HandlerCtx::write`](super::HandlerCtx::write)) hold, by key (those that hold
+    /// nothing left out): the output of a stage.
     pub written: BTreeMap<Vec<u8>, Stored>,
 }
 
@@ -454,9 +462,27 @@ pub enum Violation {
         /// How many commits of it were made.
         commits: u32,
     },
-    /// A key the commits wrote does not hold what the commits made, once each: a stream
-    /// written by commits' `XADD`s alone (untrimmed) holds exactly their entries, a counter
-    /// written by their `INCRBY`s alone their sum.
+    /// An entry's output — what its handlings wrote to a key with `XADD`, `INCRBY` or
+    /// `HINCRBY`, writes that add again each time they are made — was written by more than
+    /// one handling, in the history that survives, though no destroyed group delivered it
+    /// anew after the first: a handler that writes its output itself
+    /// ([`HandlerCtx::write`](super::HandlerCtx::write)) and then acks, handled again after
+    /// a crash, a pause or a lost ack between the two. (Commits alone are held to once by
+    /// [`Violation::CommittedTwice`].) `SET`, `HSET` and `DEL` make the same again, and are
+    /// not counted.
+    WrittenTwice {
+        /// The entry.
+        id: String,
+        /// The key (lossy UTF-8).
+        key: String,
+        /// How many handlings wrote it.
+        handlings: u32,
+    },
+    /// A key the commits (and the handlers' own writes,
+    /// [`HandlerCtx::write`](super::HandlerCtx::write)) wrote does not hold what they made,
+    /// once each: a stream written by `XADD`s alone (untrimmed) holds exactly their entries,
+    /// a counter written by `INCRBY`s alone their sum, a hash written by `HINCRBY`s alone
+    /// each field's sum.
     CommitWrites {
         /// The key (lossy UTF-8).
         key: String,
@@ -486,6 +512,7 @@ impl Violation {
             | Violation::ReplicatedLost { id }
             | Violation::ConfirmedLost { id }
             | Violation::CommittedTwice { id, .. }
+            | Violation::WrittenTwice { id, .. }
             | Violation::EntryInvariant { id, .. } => vec![id],
             Violation::KeyInHandTwice { id, in_hand, .. } => vec![id, in_hand],
             Violation::OutOfOrder { id, after, .. } => vec![id, after],
@@ -548,6 +575,11 @@ impl fmt::Display for Violation {
             Violation::CommittedTwice { id, commits } => {
                 write!(f, "{id} was committed {commits} times (its writes made each time)")
             }
+            Violation::WrittenTwice { id, key, handlings } => write!(
+                f,
+                "{id}'s output to {key} was written by {handlings} handlings: written, then acked, \
+                 is not one step (Verdict::Commit makes the writes with the ack)"
+            ),
             Violation::CommitWrites { key, detail } => write!(f, "{key}, written by commits: {detail}"),
             Violation::Invariant(text) => write!(f, "invariant: {text}"),
             Violation::EntryInvariant { id, text } => write!(f, "invariant on {id}: {text}"),
@@ -819,12 +851,9 @@ pub(crate) fn server_state(
     let written = entries
         .iter()
         .flat_map(|e| &e.handlings)
-        .filter_map(|h| match &h.verdict {
-            Verdict::Commit(writes) => Some(writes),
-            _ => None,
-        })
-        .flat_map(|writes| writes.iter().map(|w| w.key().to_vec()))
-        .collect::<std::collections::BTreeSet<Vec<u8>>>()
+        .flat_map(|h| commit_writes(h).chain(&h.wrote))
+        .map(|w| w.key().to_vec())
+        .collect::<BTreeSet<Vec<u8>>>()
         .into_iter()
         .filter_map(|key| Some((key.clone(), sim.value(&key)?)))
         .collect();
@@ -854,20 +883,40 @@ pub(crate) fn server_state(
     }
 }
 
-/// What the commits made to one key, to hold it to.
+/// The writes of a handling's [`Verdict::Commit`], made or not (none for another verdict).
+fn commit_writes(h: &Handling) -> std::slice::Iter<'_, Write> {
+    match &h.verdict {
+        Verdict::Commit(writes) => writes.iter(),
+        _ => [].iter(),
+    }
+}
+
+/// Whether making `write` again adds again (`XADD`, `INCRBY`, `HINCRBY`), rather than making
+/// the same again: what an entry's output is held to once by.
+fn adds_again(write: &Write) -> bool {
+    matches!(write, Write::Add { .. } | Write::IncrBy { .. } | Write::HashIncrBy { .. })
+}
+
+/// What the commits and the handlers' own writes made to one key, to hold it to.
 struct Made {
     /// The field lists of their `XADD`s.
     adds: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
     /// The sum of their `INCRBY`s.
     sum: i128,
-    /// Only untrimmed `XADD`s, or only `INCRBY`s, wrote it (else it is not checked).
+    /// The sums of their `HINCRBY`s, by field.
+    fields: BTreeMap<Vec<u8>, i128>,
+    /// Only untrimmed `XADD`s, only `INCRBY`s or only `HINCRBY`s wrote it (else it is not
+    /// checked).
     only_adds: bool,
     only_incr: bool,
+    only_hincr: bool,
 }
 
-/// The commits' checks: no entry committed twice but for a destroyed group after its first
-/// commit; each key written by commits alone — a stream by their untrimmed `XADD`s, a
-/// counter by their `INCRBY`s — holds what the commits made, each once.
+/// The checks of what handlers wrote: no entry committed twice but for a destroyed group
+/// after its first commit; no entry's output written by two handlings, one writing it
+/// itself, but for a destroyed group after the first; each key written by commits and the
+/// handlers' own writes alone — a stream by untrimmed `XADD`s, a counter by `INCRBY`s, a
+/// hash by `HINCRBY`s — holds what they made, each once.
 fn commit_checks(
     entries: &[EntryReport],
     server: &ServerState,
@@ -876,40 +925,76 @@ fn commit_checks(
     dead_letter: Option<&[u8]>,
     violations: &mut Vec<Violation>,
 ) {
+    let anew_since = |t: u64| {
+        faults.iter().any(|f| f.applied && f.fault.kind() == FaultKind::DestroyGroup && f.at_ms >= t)
+    };
     for e in entries.iter().filter(|e| e.commits > 1) {
         let first = e.handlings.iter().filter(|h| h.committed).filter_map(|h| h.settled_at_ms).min();
-        let anew = faults.iter().any(|f| {
-            f.applied && f.fault.kind() == FaultKind::DestroyGroup && first.map_or(true, |t| f.at_ms >= t)
-        });
-        if !anew {
+        if !first.map_or(true, anew_since) {
             violations.push(Violation::CommittedTwice { id: e.id.clone(), commits: e.commits });
+        }
+    }
+    for e in entries {
+        // Per key: the handlings whose output to it the surviving history holds, and whether
+        // one of them wrote it itself.
+        let mut by_key: BTreeMap<&[u8], (Vec<&Handling>, bool)> = BTreeMap::new();
+        for h in &e.handlings {
+            let committed = commit_writes(h).filter(|_| h.committed).map(|w| (w, false));
+            let mut keys: BTreeMap<&[u8], bool> = BTreeMap::new();
+            for (w, itself) in
+                committed.chain(h.wrote.iter().map(|w| (w, true))).filter(|(w, _)| adds_again(w))
+            {
+                *keys.entry(&w.key()[..]).or_default() |= itself;
+            }
+            for (key, itself) in keys {
+                let (handlings, any_itself) = by_key.entry(key).or_default();
+                handlings.push(h);
+                *any_itself |= itself;
+            }
+        }
+        for (key, (handlings, itself)) in by_key {
+            if handlings.len() > 1 && itself && !anew_since(handlings[0].at_ms) {
+                violations.push(Violation::WrittenTwice {
+                    id: e.id.clone(),
+                    key: String::from_utf8_lossy(key).into_owned(),
+                    handlings: handlings.len() as u32,
+                });
+            }
         }
     }
     let mut keys: BTreeMap<Vec<u8>, Made> = BTreeMap::new();
     for h in entries.iter().flat_map(|e| &e.handlings) {
-        let Verdict::Commit(writes) = &h.verdict else { continue };
-        for w in writes {
+        let named = commit_writes(h).map(|w| (w, h.committed));
+        for (w, made_it) in named.chain(h.wrote.iter().map(|w| (w, true))) {
             let made = keys.entry(w.key().to_vec()).or_insert(Made {
                 adds: Vec::new(),
                 sum: 0,
+                fields: BTreeMap::new(),
                 only_adds: true,
                 only_incr: true,
+                only_hincr: true,
             });
             match w {
                 Write::Add { fields, trim, .. } => {
-                    made.only_incr = false;
+                    (made.only_incr, made.only_hincr) = (false, false);
                     made.only_adds &= trim.is_none();
-                    if h.committed {
+                    if made_it {
                         made.adds.push(fields.iter().map(|(f, v)| (f.to_vec(), v.to_vec())).collect());
                     }
                 }
                 Write::IncrBy { by, .. } => {
-                    made.only_adds = false;
-                    if h.committed {
+                    (made.only_adds, made.only_hincr) = (false, false);
+                    if made_it {
                         made.sum += i128::from(*by);
                     }
                 }
-                _ => (made.only_adds, made.only_incr) = (false, false),
+                Write::HashIncrBy { field, by, .. } => {
+                    (made.only_adds, made.only_incr) = (false, false);
+                    if made_it {
+                        *made.fields.entry(field.to_vec()).or_default() += i128::from(*by);
+                    }
+                }
+                _ => (made.only_adds, made.only_incr, made.only_hincr) = (false, false, false),
             }
         }
     }
@@ -946,6 +1031,29 @@ fn commit_checks(
             };
             if got != Some(made.sum) {
                 let detail = format!("holds {got:?}, the commits added {}", made.sum);
+                violations.push(Violation::CommitWrites { key: name, detail });
+            }
+        } else if made.only_hincr {
+            let number = |v: &[u8]| std::str::from_utf8(v).ok().and_then(|t| t.parse::<i128>().ok());
+            let got: Option<BTreeMap<Vec<u8>, i128>> = match held {
+                None => Some(BTreeMap::new()),
+                Some(Stored::Hash(fields)) => {
+                    fields.iter().map(|(f, v)| Some((f.clone(), number(v)?))).collect()
+                }
+                Some(_) => None,
+            };
+            // A field the increments left at 0 may be there or not.
+            let want: BTreeMap<Vec<u8>, i128> = made.fields.into_iter().filter(|(_, n)| *n != 0).collect();
+            let got = got.map(|g| g.into_iter().filter(|(_, n)| *n != 0).collect::<BTreeMap<_, _>>());
+            if got.as_ref() != Some(&want) {
+                let show = |m: &BTreeMap<Vec<u8>, i128>| {
+                    m.iter()
+                        .map(|(f, n)| format!("{}={n}", String::from_utf8_lossy(f)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let held = got.as_ref().map_or_else(|| format!("{held:?}"), show);
+                let detail = format!("holds {held}, the commits added {}", show(&want));
                 violations.push(Violation::CommitWrites { key: name, detail });
             }
         }

@@ -1,11 +1,11 @@
 //! Playing a [`World`]: the drivers of the consumers (the real core), the producer, the
 //! faults and the clock, and what is recorded on the way into the [`Report`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict};
+use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict, Write, Writes};
 
 use super::fault::{Fault, FaultKind};
 use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
@@ -13,7 +13,8 @@ use super::rng::{self, Rng};
 use super::world::{NewEntry, World};
 use crate::{ConnId, OldMaster, Sim};
 
-/// What a handler is told besides its entry.
+/// What a handler is told besides its entry, and its way to the simulated server
+/// ([`write`](HandlerCtx::write)).
 #[derive(Debug)]
 pub struct HandlerCtx<'a> {
     consumer: &'a str,
@@ -22,6 +23,20 @@ pub struct HandlerCtx<'a> {
     now_ms: u64,
     in_hand: usize,
     took: Cell<Option<u64>>,
+    app: RefCell<App<'a>>,
+}
+
+/// The application's own connection to the simulated server, which [`HandlerCtx::write`]
+/// writes on, and what the server made of it.
+#[derive(Debug)]
+struct App<'a> {
+    sim: &'a mut Sim,
+    /// Made at the first write (a world whose handlers write nothing plays as it did).
+    conn: &'a mut Option<ConnId>,
+    /// The server is down (a restart): nothing reaches it.
+    down: bool,
+    /// Each write the server made, with the replication offset right after it.
+    made: Vec<(Write, u64)>,
 }
 
 impl HandlerCtx<'_> {
@@ -57,6 +72,46 @@ impl HandlerCtx<'_> {
     /// [`World::handler_ms`]; a [`Fault::SlowHandler`] overrides both).
     pub fn takes(&self, ms: u64) {
         self.took.set(Some(ms));
+    }
+
+    /// Makes `writes` on the simulated server now, outside any commit, one command each
+    /// (see [`Write::args`]), on the application's own connection to the master: what a
+    /// handler does that writes its output itself — into the same Redis, or a database the
+    /// kit stands in for — and then answers `Ack`. The verdict reaches the consumer later
+    /// (when the handling's time is up), so a crash, a pause past `min_idle` or a lost ack
+    /// between the two has the entry handled, and its output written, again: the kit
+    /// catches that ([`Violation::WrittenTwice`](super::Violation::WrittenTwice)), where a
+    /// [`Verdict::Commit`] of the same writes makes them with the ack in one step.
+    ///
+    /// The writes the server made are told in the handling's story
+    /// ([`Handling::wrote`](super::Handling::wrote)) and held, with the commits', to what
+    /// their keys end up holding ([`Violation::CommitWrites`](super::Violation::CommitWrites)).
+    /// Fails, with the server's error, at the first write refused (those before it stay
+    /// made: they are separate commands) or malformed ([`Writes::check`]); while the server
+    /// restarts, at once, writing nothing. A failover loses those its replica had not copied,
+    /// as it loses any write.
+    pub fn write(&self, writes: &Writes) -> Result<(), String> {
+        writes.check(None)?;
+        let mut app = self.app.borrow_mut();
+        if app.down {
+            return Err("connection refused (the server is restarting)".into());
+        }
+        for write in writes {
+            let args = write.args();
+            let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
+            let conn = app.conn();
+            app.sim.input(conn, &encode(&args));
+            let reply = app.sim.output(conn);
+            if let Some(error) = reply.strip_prefix(b"-") {
+                return Err(String::from_utf8_lossy(error).trim_end().to_string());
+            }
+            if reply.is_empty() {
+                return Err(format!("{} got no answer", write.command()));
+            }
+            let offset = app.sim.repl_offset();
+            app.made.push((write.clone(), offset));
+        }
+        Ok(())
     }
 }
 
@@ -118,6 +173,34 @@ struct Node {
     slow_next: Option<u64>,
 }
 
+impl App<'_> {
+    /// The connection: a new one (to the master) if there is none or it closed.
+    fn conn(&mut self) -> ConnId {
+        match self.conn.filter(|&c| !self.sim.is_closed(c)) {
+            Some(conn) => conn,
+            None => {
+                if let Some(old) = self.conn.take() {
+                    self.sim.disconnect(old);
+                }
+                let conn = self.sim.connect();
+                *self.conn = Some(conn);
+                conn
+            }
+        }
+    }
+}
+
+/// A write a handler made itself ([`HandlerCtx::write`]).
+struct Direct {
+    record: usize,
+    handling: usize,
+    write: Write,
+    /// The master's replication offset right after it.
+    offset: u64,
+    /// A failover lost it (the replica had not copied it).
+    lost: bool,
+}
+
 /// The run's record of one entry added.
 pub(crate) struct Record {
     pub(crate) id: String,
@@ -148,6 +231,10 @@ struct Runner<'w, S, H> {
     admin: ConnId,
     /// The producer's connection (apart from `admin`: its `WAIT` may park).
     producer: ConnId,
+    /// The handlers' own connection ([`HandlerCtx::write`]), once one has written.
+    app: Option<ConnId>,
+    /// What the handlers wrote themselves, each write with its handling.
+    direct: Vec<Direct>,
     /// Records added since the producer's last `WAIT` was sent, and whether one is out for
     /// them ([`World::confirm_adds`]).
     unconfirmed: Vec<usize>,
@@ -277,6 +364,8 @@ where
         sim,
         admin,
         producer,
+        app: None,
+        direct: Vec::new(),
         unconfirmed: Vec::new(),
         confirm_out: false,
         stale_until: None,
@@ -751,10 +840,13 @@ where
         self.stale_until = (stale_ms > 0).then(|| now.saturating_add(stale_ms));
         // The kit's own connections find the new master (an answer the producer waited for
         // died with the old one).
-        for conn in [self.admin, self.producer] {
+        for conn in [self.admin, self.producer].into_iter().chain(self.app.take()) {
             self.sim.disconnect(conn);
         }
         self.admin = self.sim.connect();
+        for d in self.direct.iter_mut().filter(|d| d.offset > had) {
+            d.lost = true;
+        }
         if self.confirm_out {
             self.confirmation(b""); // it died with the old master
         }
@@ -1090,6 +1182,7 @@ where
                 entry.deliveries
             )
         });
+        let down = self.is_down();
         let node = &mut self.nodes[i];
         let ctx = HandlerCtx {
             consumer: &node.name,
@@ -1098,6 +1191,7 @@ where
             now_ms: now,
             in_hand: node.work.len() + 1,
             took: Cell::new(None),
+            app: RefCell::new(App { sim: &mut self.sim, conn: &mut self.app, down, made: Vec::new() }),
         };
         let (verdict, by_handler) = if std::mem::take(&mut node.dead_letter_next) {
             (Verdict::DeadLetter, false)
@@ -1111,6 +1205,7 @@ where
             Some(ms) => ms,
             None => self.handlings_rng.between(lo, hi),
         };
+        let made = ctx.app.into_inner().made;
         let handlings = &mut self.records[record].handlings;
         handlings.push(Handling {
             consumer: node.name.clone(),
@@ -1124,8 +1219,23 @@ where
             settled_at_ms: None,
             key: key.clone(),
             committed: false,
+            wrote: Vec::new(),
         });
         let handling = handlings.len() - 1;
+        if !made.is_empty() {
+            let name = &node.name;
+            if let Some(trace) = &mut self.trace {
+                let commands: Vec<&str> = made.iter().map(|(w, _)| w.command()).collect();
+                trace.push(format!("{now} ms {name}'s handler writes {}", commands.join(" ")));
+            }
+        }
+        self.direct.extend(made.into_iter().map(|(write, offset)| Direct {
+            record,
+            handling,
+            write,
+            offset,
+            lost: false,
+        }));
         node.work.push(Work { record, handling, done_at: now.saturating_add(took), verdict, key });
         self.check_in_hand(i);
     }
@@ -1358,6 +1468,9 @@ where
             self.records[r].dead_letter_moves = 1;
         }
         self.count_commits();
+        for d in std::mem::take(&mut self.direct).into_iter().filter(|d| !d.lost) {
+            self.records[d.record].handlings[d.handling].wrote.push(d.write);
+        }
         let records: Vec<EntryReport> = self.records.into_iter().map(EntryReport::from).collect();
         let dead_letter = self.dead_letter.as_deref();
         let server = report::server_state(&self.sim, &self.stream, &self.group, dead_letter, &records);

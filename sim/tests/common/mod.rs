@@ -106,8 +106,9 @@ pub fn zero_pending_idle(reply: &[u8]) -> Vec<u8> {
 }
 
 /// One write of a commit, as the commit script takes it: op (`a` XADD, `h` HSET, `i`
-/// INCRBY, `s` SET, `d` DEL), key, arguments (`a`: trim kind or "", trim value or "",
-/// field/value pairs; `h`: pairs; `i`: by; `s`: value, PX ms or ""; `d`: none).
+/// INCRBY, `k` HINCRBY, `s` SET, `d` DEL), key, arguments (`a`: trim kind or "", trim value
+/// or "", field/value pairs; `h`: pairs; `i`: by; `k`: field, by; `s`: value, PX ms or "";
+/// `d`: none).
 pub struct W<'a>(pub &'a str, pub &'a str, pub Vec<&'a str>);
 
 /// The arguments of pelican's commit (`EVALSHA sha` or `EVAL script`, `how`) of `entries`

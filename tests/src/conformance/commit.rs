@@ -2,7 +2,8 @@
 //! counter) with each entry's ack in one fenced step. The stories: a crash mid-stream and a
 //! restart; a consumer paused past `min_idle` (a zombie) whose entry a peer took and
 //! committed; a connection cut after the commit went through and before its answer; writes
-//! that would fail (nothing written); an ACL without scripting (refused at the start); a
+//! that would fail (nothing written); counts per key in a hash (`HINCRBY`) across a crash, and
+//! its refusals; an ACL without scripting (refused at the start); a
 //! cluster with hash-tagged keys and a key in another slot. Part of the conformance suite
 //! (see the parent module). Each checks the server's own view: every input in `out` once.
 
@@ -212,6 +213,90 @@ pub fn commit_refused_writes_nothing<T: Transport>(t: Target) {
     assert_eq!(admin.call(&["HLEN", "a-hash"]).as_int(), Some(1), "nothing written");
     let held: Vec<String> = admin.xpending_consumer(STREAM, GROUP, "c2").into_iter().map(|p| p.0).collect();
     assert!(held.contains(&more[0]), "the refused entry stays pending: {held:?}");
+}
+
+/// A stage counting each input's customer in a hash (`HINCRBY`) with its output, crashed in
+/// the middle of 200 entries and run again (four in hand): each customer counted exactly
+/// once per input. Three inputs' commits would fail — their customer's field holds a word,
+/// or 1 short of the 64-bit limit, or the count goes to a key of another type (a string) —
+/// and are refused whole: no output, no count, set aside in the dead-letter stream with the
+/// refusal's text.
+pub fn commit_counts_per_key<T: Transport>(t: Target) {
+    const PER: &str = "per-customer";
+    let server = t.start();
+    let mut admin = server.admin();
+    create_group(&mut admin);
+    admin.call(&["HSET", PER, "word", "seven", "full", "9223372036854775807"]);
+    admin.call(&["SET", "a-word", "seven"]);
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        let customer = format!("c{}", i % 5);
+        ids.push(admin.xadd(STREAM, &[("customer", customer.as_str())]));
+        if i == 100 {
+            for customer in ["word", "full", "elsewhere"] {
+                admin.xadd(STREAM, &[("customer", customer)]);
+            }
+        }
+    }
+    let count = |e: &Entry| {
+        let customer = e.field(b"customer").unwrap_or_default().to_vec();
+        // `elsewhere` counts into a key that holds a string.
+        let hash = if customer == b"elsewhere" { "a-word" } else { PER };
+        Verdict::Commit(
+            Writes::new().add(OUT, [(&b"input"[..], e.id())]).incr_by(COUNT, 1).hincr_by(hash, customer, 1),
+        )
+    };
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let slow = Box::new(move |e: &Entry| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        thread::sleep(Duration::from_millis(2)); // so that the crash comes mid-stream
+        count(e)
+    });
+    let config = || t.config("c1").count(10).dead_letter("dead");
+    let first = T::spawn(server.endpoint(), config(), slow);
+    assert!(wait_until(SETTLE, || calls.load(Ordering::SeqCst) >= 60), "handled {calls:?}");
+    first.crash(&mut admin, "c1");
+    let _ = first.join(SETTLE);
+    assert!(admin.xlen(OUT) < 200, "the crash came after the end");
+    let again = T::spawn_concurrent(server.endpoint(), config().concurrency(4), Arc::new(count));
+    assert!(
+        wait_until(SETTLE * 2, || admin.xlen(OUT) >= 200
+            && admin.xlen("dead") >= 3
+            && admin.xpending_count(STREAM, GROUP) == 0),
+        "{} outputs, {} set aside",
+        admin.xlen(OUT),
+        admin.xlen("dead")
+    );
+    let stats = again.finish();
+    each_once(&mut admin, &ids);
+    for c in 0..5 {
+        let got = admin.call(&["HGET", PER, &format!("c{c}")]).as_text();
+        assert_eq!(got.as_deref(), Some("40"), "c{c}: {stats:?}");
+    }
+    assert_eq!(admin.call(&["HGET", PER, "word"]).as_text().as_deref(), Some("seven"));
+    assert_eq!(admin.call(&["HGET", PER, "full"]).as_text().as_deref(), Some("9223372036854775807"));
+    assert_eq!(admin.call(&["HLEN", PER]).as_int(), Some(7), "no field of a refused commit made");
+    assert_eq!(admin.call(&["GET", "a-word"]).as_text().as_deref(), Some("seven"));
+    let dead = admin.xrange("dead");
+    let field = |entry: &crate::admin::StreamEntry, name: &str| {
+        let value = entry.1.iter().find(|(f, _)| f == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&value).into_owned()
+    };
+    let mut why: Vec<(String, String)> =
+        dead.iter().map(|e| (field(e, "customer"), field(e, "pelican-error"))).collect();
+    why.sort();
+    assert_eq!(why.len(), 3, "{why:?}");
+    assert!(
+        why[0].0 == "elsewhere" && why[0].1.contains("WRONGTYPE a-word holds a string, not a hash"),
+        "{why:?}"
+    );
+    assert!(why[1].0 == "full" && why[1].1.contains("HINCRBY per-customer full would overflow"), "{why:?}");
+    assert!(
+        why[2].0 == "word" && why[2].1.contains("per-customer field word does not hold an integer"),
+        "{why:?}"
+    );
+    assert!(dead.iter().all(|e| field(e, "pelican-reason") == "commit-refused"));
 }
 
 /// A worker without scripting is refused at the start when it says it will commit

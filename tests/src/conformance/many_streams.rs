@@ -206,7 +206,9 @@ pub fn many_streams_one_deleted_and_made_again<T: Transport>(t: Target) {
 
 /// Streams added to and removed from a running consumer (`Runner::stream_set`): one added is
 /// drained (its entries made before it was added are read) and read on the same connection,
-/// one removed is read no more (its new entries wait, undelivered).
+/// one removed is read no more (its new entries wait, undelivered). Each change says whether
+/// it was taken: an add of a stream read (or asked) already and a removal of one not read are
+/// refused, and change nothing.
 pub fn many_streams_added_and_removed<T: Transport>(t: Target) {
     let server = t.start();
     let mut admin = server.admin();
@@ -219,11 +221,15 @@ pub fn many_streams_added_and_removed<T: Transport>(t: Target) {
     let seen = Deliveries::default();
     let run = T::spawn(server.endpoint(), t.config("c1").streams(&keys[..2]), seen.acking());
     assert!(wait_until(SETTLE, || seen.distinct() == first), "the first two: {:?}", seen.all());
-    run.add_stream(&keys[2]);
+    assert!(!run.add_stream(&keys[0]), "read already");
+    assert!(!run.remove_stream("many:never"), "not read");
+    assert!(run.add_stream(&keys[2]), "taken");
+    assert!(!run.add_stream(&keys[2]), "asked already");
     let both: BTreeSet<String> = first.union(&waiting).cloned().collect();
     assert!(wait_until(SETTLE, || seen.distinct() == both), "added, drained: {:?}", seen.all());
     assert_eq!(admin.client_ids_by_name("pelican-c1").len(), 1, "one connection");
-    run.remove_stream(&keys[0]);
+    assert!(run.remove_stream(&keys[0]), "taken");
+    assert!(!run.remove_stream(&keys[0]), "asked already");
     std::thread::sleep(Duration::from_millis(300));
     let unread = add_all(&mut admin, &keys[..1], 2);
     let more = add_all(&mut admin, &keys[1..], 2);
@@ -235,4 +241,52 @@ pub fn many_streams_added_and_removed<T: Transport>(t: Target) {
     assert_eq!(stats.acked, all.len() as u64);
     assert_eq!(seen.all().len(), all.len(), "each once");
     assert_eq!(pending(&mut admin, &keys), 0);
+}
+
+/// The most streams a consumer reads (`pelican::MAX_STREAMS`), reached through
+/// `Runner::stream_set` while it runs: each add up to it is taken (the last stream added is
+/// read: its entry handled), the next one refused at once; a removal makes room for one
+/// more. After a stop is asked, an add is refused (a stop reads nothing new). On every
+/// server and protocol, without TLS (thousands of streams joining take seconds).
+pub fn many_streams_changes_refused<T: Transport>(t: Target) {
+    let server = t.start();
+    let mut admin = server.admin();
+    let keys = keys(pelican::MAX_STREAMS + 1);
+    let seen = Deliveries::default();
+    // Groups made from the first entry (`create_group`): the added streams need no setup.
+    let config = t.config("c1").streams(&keys[..2]).create_group("0");
+    let mut to = server.endpoint();
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let sink = told.clone();
+    to.notices = Some(Arc::new(move |n: &pelican::Notice| sink.lock().unwrap().push(n.to_string())));
+    let run = T::spawn(to, config, seen.acking());
+    let first = add_all(&mut admin, &keys[..1], 1);
+    assert!(wait_until(SETTLE, || seen.distinct() == first), "running: {:?}", seen.all());
+    let refused: Vec<&String> = keys[2..pelican::MAX_STREAMS].iter().filter(|k| !run.add_stream(k)).collect();
+    assert!(refused.is_empty(), "{} adds below the most refused: {:?}", refused.len(), &refused[..1]);
+    let over = &keys[pelican::MAX_STREAMS];
+    assert!(!run.add_stream(over), "one stream more than the most");
+    // The last one taken is read, on the one connection.
+    let last = &keys[pelican::MAX_STREAMS - 1];
+    let mut want = first.clone();
+    want.extend(add_all(&mut admin, std::slice::from_ref(last), 1));
+    // Every stream added is made a group and drained first: thousands take a while.
+    assert!(wait_until(SETTLE * 3, || seen.distinct() == want), "the last added read: {:?}", seen.all());
+    assert!(run.remove_stream(&keys[1]), "taken");
+    assert!(run.add_stream(over), "room again");
+    want.extend(add_all(&mut admin, std::slice::from_ref(over), 1));
+    assert!(
+        wait_until(SETTLE, || seen.distinct() == want),
+        "the one added in its place read: {:?}",
+        seen.all()
+    );
+    assert_eq!(admin.client_ids_by_name("pelican-c1").len(), 1, "one connection");
+    run.stop();
+    assert!(!run.add_stream(&keys[1]), "a stop reads nothing new");
+    let stats = run.join(SETTLE).expect("stopped cleanly");
+    // A loaded server (thousands of groups made at once) may answer an ack past the reply
+    // deadline: the ack, sent again on a new connection, finds it acked (unmatched).
+    assert_eq!(stats.acked + stats.acks_unmatched, want.len() as u64, "{stats:?} {:?}", told.lock().unwrap());
+    assert_eq!(seen.all().len(), want.len(), "each once: {:?}", seen.all());
+    assert_eq!(pending(&mut admin, &[keys[0].clone(), last.clone(), over.clone()]), 0);
 }
