@@ -956,7 +956,7 @@ impl Driver {
                     // is late (checking earlier could blame a reply waiting in the socket
                     // while a slow handler ran).
                     let now = Instant::now();
-                    if deadlines_checked || !self.consumer.poll_timeout().is_some_and(|at| at <= now) {
+                    if deadlines_checked || self.consumer.poll_timeout().is_none_or(|at| at > now) {
                         return Ok(Status::Running);
                     }
                     deadlines_checked = true;
