@@ -9,12 +9,13 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use pelican::locate::{Dial, Found, SentinelAnswer};
 use pelican::{Consumer, Endpoint, Entry, Event, HostPort, Locator, Notice, Verdict};
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 
 use crate::conn::Conn;
 use crate::error::DriveError;
 use crate::resolve::{resolve, Resolver};
 use crate::scout::{Scout, ScoutError};
+use crate::tls::{RustlsError, Tls};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -217,6 +218,7 @@ impl Driver {
     /// name the redirect gives). With Sentinel, `host` is not used: each node is checked by
     /// the host the sentinels name it by, each sentinel by its own. A certificate or
     /// handshake failure is fatal ([`DriveError::Tls`]): retrying would not fix it.
+    #[cfg(feature = "tls")]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Driver {
         self.tls = Some((tls, host.into()));
         self
@@ -821,7 +823,7 @@ impl Driver {
         now: Instant,
     ) -> Result<Status, DriveError> {
         let handshaking = matches!(&self.link, Link::Securing { .. });
-        let tls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
+        let tls = err.get_ref().and_then(|e| e.downcast_ref::<RustlsError>());
         if let (Some(tls_err), Some((config, host))) = (tls, &self.tls) {
             let explained = config.explain(tls_err, host);
             // The handshake's failures are fatal, and a server refusing the client's
