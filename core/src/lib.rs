@@ -84,6 +84,12 @@
 //! captured from Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10: both `XAUTOCLAIM` reply shapes,
 //! `[id, nil]` for deleted pending entries, `NOGROUP`/`UNBLOCKED` when the group is gone,
 //! `XACK` counting 0 for an entry a peer took first, RESP3 maps.
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.77 (`rust-version`): its own use of std (`core::net`, `slice::chunk_by`) sets it;
+//! its locked dependencies need 1.71. Raising it is a minor release (see the changelog's
+//! semver policy).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
