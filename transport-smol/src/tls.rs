@@ -1,7 +1,8 @@
 //! The TLS types the connection paths use: `pelican-tls`'s and `rustls`'s with the `tls`
 //! feature. Without it, types of which no value can exist, carrying the methods those paths
-//! call: the paths compile unchanged and are never taken (there is no `tls()` to ask for TLS,
-//! so a runner's TLS is always `None`), and neither `rustls` nor *ring* is built.
+//! call: the runner's and the scout's paths compile unchanged and are never taken (there is
+//! no `tls()` to ask for TLS, so a runner's TLS is always `None`), `conn` leaves out the TLS
+//! stream and its handshake, and neither `rustls` nor *ring* is built.
 
 #[cfg(feature = "tls")]
 pub(crate) use pelican_tls::rustls::Error as RustlsError;
