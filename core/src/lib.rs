@@ -156,8 +156,8 @@
 //!
 //! Redis and Valkey versions do not all answer alike, and the core is written against what
 //! they were seen to answer: Redis 6.2.14, 7.0.15 and 8.10.2 and Valkey 8.1.8, in RESP2 and
-//! RESP3. Each fact is written down in `PROTOCOL.md` at the root of the pelican repository
-//! (the `repository` of this crate's metadata), numbered, with the captured replies or the
+//! RESP3. Each fact is written down in `PROTOCOL.md` at the root of the pelican repository,
+//! numbered, with the captured replies or the
 //! tests against real servers that pin it; the code's comments cite it by number. Those a
 //! user of this crate meets:
 //!
@@ -187,6 +187,12 @@
 //!   checked before it is told (item 20, [`GroupHealth`]).
 //! - **Redis 8's verbs** (`XREADGROUP … CLAIM`, `XNACK`, `XACKDEL`, `MAXSIZE`) are used where
 //!   `HELLO` names a server that has them ([`Dialect`], items 37–41).
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.77 (`rust-version`): its own use of std (`core::net`, `slice::chunk_by`) sets it;
+//! its locked dependencies need 1.71. Raising it is a minor release (see the changelog's
+//! semver policy).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]

@@ -65,6 +65,11 @@
 //!
 //! Histogram: `pelican_handler_duration_seconds`, from each entry's hand-out to its settle,
 //! in Prometheus's default buckets (5 ms to 10 s).
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.77 (`rust-version`), the core's. Raising it is a minor release (see the changelog's
+//! semver policy).
 
 #![forbid(unsafe_code)]
 

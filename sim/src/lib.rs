@@ -190,6 +190,14 @@
 //! - Not modelled: `XREVRANGE`, `XREAD`, `XSETID`, `XINFO STREAM|CONSUMERS`, `CLIENT UNBLOCK`,
 //!   `MULTI`, other scripts, `REPLICAOF`, `FAILOVER`, `INFO`, ACL users other than `default`;
 //!   persistence only as [`Sim::restart`] (an append-only file written on every command).
+//!
+//! # Features and minimum supported Rust version
+//!
+//! Rust 1.77 (`rust-version`), the core's. The `proptest` feature (the kit's strategies,
+//! `kit::strategy`) needs 1.88, as its locked `proptest` 1.12 does. Raising either is a minor
+//! release (see the changelog's semver policy).
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod command;
 mod conn;

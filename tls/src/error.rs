@@ -3,6 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
+#[cfg(feature = "rustls")]
 use rustls::{AlertDescription, CertificateError};
 
 /// Why TLS could not be set up or a server could not be trusted. Transports treat every
@@ -97,6 +98,7 @@ pub enum TlsError {
     },
 }
 
+#[cfg(feature = "rustls")]
 impl TlsError {
     /// Names the cause of `err`, a failure on a TLS connection to `host`; `client_cert`:
     /// whether one was configured.
@@ -164,6 +166,7 @@ impl TlsError {
 
 /// `DnsName("db.example")`, `IpAddress(10.0.0.1)` (how rustls lists a certificate's names)
 /// as `db.example`, `10.0.0.1`.
+#[cfg(feature = "rustls")]
 fn bare_name(presented: &str) -> String {
     let inner = match presented.split_once('(') {
         Some((_, rest)) => rest.strip_suffix(')').unwrap_or(rest),
@@ -173,6 +176,7 @@ fn bare_name(presented: &str) -> String {
 }
 
 /// Seconds as whole days (or "less than a day").
+#[cfg(feature = "rustls")]
 fn days(seconds: u64) -> String {
     match seconds / 86_400 {
         0 => "less than a day".to_string(),
@@ -249,7 +253,7 @@ impl fmt::Display for TlsError {
 
 impl std::error::Error for TlsError {}
 
-#[cfg(test)]
+#[cfg(all(test, feature = "rustls"))]
 mod tests {
     use super::*;
 

@@ -21,14 +21,32 @@
 //! # drop(connection);
 //! # Ok::<(), pelican_tls::TlsError>(())
 //! ```
+//!
+//! # Features
+//!
+//! - `rustls` (default): the TLS client, [`TlsConfig`] and [`Tls`], with `rustls` and *ring*.
+//!   Without it the crate holds [`TlsError`] alone: what a transport built without TLS
+//!   (`pelican-mio` or `pelican-smol` with `default-features = false`) still names, e.g. a
+//!   TLS port reached in plaintext ([`TlsError::ServerWantsTls`]).
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.85 (`rust-version`), the floor of its locked dependencies (`zeroize` 1.9,
+//! `security-framework` 3.7 on Apple platforms); see the changelog's semver policy.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(feature = "rustls")]
 mod config;
 mod error;
+#[cfg(feature = "rustls")]
 mod insecure;
 
+#[cfg(feature = "rustls")]
 pub use config::{server_name, Tls, TlsConfig};
 pub use error::TlsError;
 
 /// The `rustls` version this crate is built with, for callers that need its types
 /// (`ClientConnection`, `ClientConfig`).
+#[cfg(feature = "rustls")]
 pub use rustls;

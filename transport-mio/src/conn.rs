@@ -7,7 +7,8 @@
 use std::io::{self, Read, Write};
 
 use mio::net::TcpStream;
-use pelican_tls::rustls::ClientConnection;
+
+use crate::tls::ClientConnection;
 
 /// The socket, and the TLS session over it if any.
 #[derive(Debug)]

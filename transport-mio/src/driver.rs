@@ -9,12 +9,13 @@ use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use pelican::locate::{Dial, Found, SentinelAnswer};
 use pelican::{Consumer, Endpoint, Entry, Event, HostPort, Locator, Notice, Verdict};
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 
 use crate::conn::Conn;
 use crate::error::DriveError;
 use crate::resolve::{resolve, Resolver};
 use crate::scout::{Scout, ScoutError};
+use crate::tls::{RustlsError, Tls};
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -223,6 +224,7 @@ impl Driver {
     /// name the redirect gives). With Sentinel, `host` is not used: each node is checked by
     /// the host the sentinels name it by, each sentinel by its own. A certificate or
     /// handshake failure is fatal ([`DriveError::Tls`]): retrying would not fix it.
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Driver {
         self.tls = Some((tls, host.into()));
@@ -832,7 +834,7 @@ impl Driver {
         now: Instant,
     ) -> Result<Status, DriveError> {
         let handshaking = matches!(&self.link, Link::Securing { .. });
-        let tls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
+        let tls = err.get_ref().and_then(|e| e.downcast_ref::<RustlsError>());
         if let (Some(tls_err), Some((config, host))) = (tls, &self.tls) {
             let explained = config.explain(tls_err, host);
             // The handshake's failures are fatal, and a server refusing the client's
@@ -967,7 +969,7 @@ impl Driver {
                     // is late (checking earlier could blame a reply waiting in the socket
                     // while a slow handler ran).
                     let now = Instant::now();
-                    if deadlines_checked || !self.consumer.poll_timeout().is_some_and(|at| at <= now) {
+                    if deadlines_checked || self.consumer.poll_timeout().is_none_or(|at| at > now) {
                         return Ok(Status::Running);
                     }
                     deadlines_checked = true;

@@ -64,9 +64,24 @@
 //! println!("{stats:?}");
 //! # Ok::<(), pelican_mio::RunError>(())
 //! ```
+//!
+//! # Features
+//!
+//! - `tls` (default): TLS with `rustls` and *ring* (through `pelican-tls`): [`Runner::tls`],
+//!   [`Streams::tls`], [`Driver::tls`]. With `default-features = false` neither `rustls` nor
+//!   *ring* is built and those methods do not exist; a TLS port reached in plaintext still
+//!   ends the run with [`RunError::Tls`] naming it
+//!   ([`TlsError::ServerWantsTls`](pelican_tls::TlsError::ServerWantsTls)).
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.85 (`rust-version`): the floor of its locked dependencies with TLS (`zeroize` 1.9,
+//! `security-framework` 3.7 on Apple platforms). Raising it is a minor release (see the
+//! changelog's semver policy).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod cluster;
 mod conn;
@@ -81,6 +96,7 @@ mod stats;
 mod stop;
 mod stream_set;
 mod streams;
+mod tls;
 
 pub use cluster::{locate, locate_with_masters};
 pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};

@@ -17,7 +17,8 @@ use crate::resolve::endpoint;
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
 use crate::stream_set::{Changes, StreamSet};
-use pelican_tls::Tls;
+#[cfg(feature = "tls")]
+use crate::tls::Tls;
 
 const CONSUMER: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -122,6 +123,7 @@ impl Runner {
     ///     .tls(tls, "redis.example.com");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
         self.driver = self.driver.tls(tls, host);

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use pelican::locate::{HostPort, SentinelAnswer, SentinelSession};
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 
 use crate::conn::Conn;
 use crate::driver::connect_outcome;
 use crate::resolve::Resolver;
+use crate::tls::{RustlsError, Tls};
 
 /// Why a sentinel that hung up failed, however it hung up.
 const CLOSED: &str = "the sentinel closed the connection";
@@ -171,7 +172,7 @@ impl Scout {
     /// A read, write or handshake failed: TLS failures explained (and fatal), the rest a
     /// failed sentinel.
     fn io_failed(&self, err: &io::Error) -> ScoutError {
-        let rustls = err.get_ref().and_then(|e| e.downcast_ref::<pelican_tls::rustls::Error>());
+        let rustls = err.get_ref().and_then(|e| e.downcast_ref::<RustlsError>());
         match (rustls, &self.tls) {
             (Some(e), Some(tls)) => ScoutError::Tls(tls.explain(e, &self.sentinel.host)),
             // A reset and an end of stream are the same to a reader: one reason, told once.

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mio::{Events, Poll, Token, Waker};
 use pelican::{Config, Consumer, Endpoint, Entry, HostPort, IntoEndpoint, Notice, Stats, Verdict};
-use pelican_tls::Tls;
 
 use crate::cluster::locate_with_masters;
 use crate::driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT};
@@ -21,6 +20,7 @@ use crate::resolve::{endpoint, resolve};
 use crate::run::{earliest, wait};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::StopHandle;
+use crate::tls::Tls;
 
 /// The waker's token; streams get tokens from 0.
 const WAKER: Token = Token(usize::MAX);
@@ -143,6 +143,7 @@ impl Streams {
     /// Connects every stream over TLS, checking that the server's certificate names `host`
     /// (see [`Runner::tls`](crate::Runner::tls)). In a cluster the streams then start at the
     /// node given and follow `MOVED` to their masters.
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Streams {
         self.tls = Some((tls, host.into()));
@@ -277,15 +278,17 @@ impl Streams {
             .enumerate()
             .map(|(i, ((consumer, stats), home))| {
                 let stream = consumer.config().stream.clone();
-                let mut driver = match (home, &self.endpoint) {
+                let driver = match (home, &self.endpoint) {
                     (Some(home), Endpoint::Node(node)) => Driver::new(home, consumer, Token(i))
                         .fallbacks(std::iter::once(node.clone()).chain(nodes.iter().cloned())),
                     _ => Driver::new(self.endpoint.clone(), consumer, Token(i)),
                 }
                 .connect_timeout(self.connect_timeout);
-                if let Some((tls, host)) = &self.tls {
-                    driver = driver.tls(tls.clone(), host.clone());
-                }
+                #[cfg(feature = "tls")]
+                let driver = match &self.tls {
+                    Some((tls, host)) => driver.tls(tls.clone(), host.clone()),
+                    None => driver,
+                };
                 Lane { stream, driver, stats, done: false }
             })
             .collect()

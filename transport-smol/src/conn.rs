@@ -5,25 +5,33 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+#[cfg(feature = "tls")]
 use futures_rustls::client::TlsStream;
+#[cfg(feature = "tls")]
 use futures_rustls::TlsConnector;
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 use smol::io::{AsyncRead, AsyncWrite};
 use smol::net::TcpStream;
+
+use crate::tls::{RustlsError, Tls};
 
 /// The connection.
 pub(crate) enum Conn {
     Plain(TcpStream),
+    #[cfg(feature = "tls")]
     Tls(Box<TlsStream<TcpStream>>),
 }
 
-/// Why a TLS handshake failed: the network (try again), or TLS for good.
+/// Why a TLS handshake failed: the network (try again), or TLS for good. (Without the `tls`
+/// feature no handshake happens, so neither is made.)
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub(crate) enum HandshakeError {
     Io,
     Tls(TlsError),
 }
 
 /// Shakes hands over `stream` with the server named `host`.
+#[cfg(feature = "tls")]
 pub(crate) async fn secure(stream: TcpStream, tls: &Tls, host: &str) -> Result<Conn, HandshakeError> {
     let name = pelican_tls::server_name(host).map_err(HandshakeError::Tls)?;
     match TlsConnector::from(tls.client_config()).connect(name, stream).await {
@@ -35,8 +43,14 @@ pub(crate) async fn secure(stream: TcpStream, tls: &Tls, host: &str) -> Result<C
     }
 }
 
+/// Without the `tls` feature there is no `Tls` to shake hands with.
+#[cfg(not(feature = "tls"))]
+pub(crate) async fn secure(_: TcpStream, tls: &Tls, _: &str) -> Result<Conn, HandshakeError> {
+    match *tls {}
+}
+
 /// The TLS failure behind an I/O error, if that is what it is.
-pub(crate) fn tls_failure(err: &io::Error) -> Option<&pelican_tls::rustls::Error> {
+pub(crate) fn tls_failure(err: &io::Error) -> Option<&RustlsError> {
     err.get_ref()?.downcast_ref()
 }
 
@@ -44,6 +58,7 @@ impl AsyncRead for Conn {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            #[cfg(feature = "tls")]
             Conn::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
@@ -53,6 +68,7 @@ impl AsyncWrite for Conn {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            #[cfg(feature = "tls")]
             Conn::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
@@ -60,6 +76,7 @@ impl AsyncWrite for Conn {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_flush(cx),
+            #[cfg(feature = "tls")]
             Conn::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
@@ -67,6 +84,7 @@ impl AsyncWrite for Conn {
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Conn::Plain(s) => Pin::new(s).poll_close(cx),
+            #[cfg(feature = "tls")]
             Conn::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }

@@ -68,9 +68,24 @@
 //! println!("{stats:?}");
 //! # Ok::<(), pelican_smol::RunError>(())
 //! ```
+//!
+//! # Features
+//!
+//! - `tls` (default): TLS with `rustls` and *ring* (through `pelican-tls` and
+//!   `futures-rustls`): [`Runner::tls`], [`Streams::tls`]. With `default-features = false`
+//!   neither `rustls` nor *ring* is built and those methods do not exist; a TLS port reached
+//!   in plaintext still ends the run with [`RunError::Tls`] naming it
+//!   ([`TlsError::ServerWantsTls`](pelican_tls::TlsError::ServerWantsTls)).
+//!
+//! # Minimum supported Rust version
+//!
+//! Rust 1.85 (`rust-version`): the floor of its locked dependencies (smol 2's `async-lock`
+//! and `async-signal`; with TLS, `zeroize` 1.9 too). Raising it is a minor release (see the
+//! changelog's semver policy).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod conn;
 mod error;
@@ -82,6 +97,7 @@ mod stats;
 mod stop;
 mod stream_set;
 mod streams;
+mod tls;
 
 pub use error::RunError;
 pub use run::{run, Runner, DEFAULT_CONNECT_TIMEOUT};

@@ -13,7 +13,7 @@ use pelican::locate::{Dial, Found, SentinelAnswer};
 use pelican::{
     Config, Consumer, Endpoint, Entry, Event, HostPort, IntoEndpoint, Locator, Notice, Stats, Verdict,
 };
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::TcpStream;
@@ -28,6 +28,7 @@ use crate::scout::{self, Scout, ScoutError};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
 use crate::stream_set::{Changes, StreamSet};
+use crate::tls::Tls;
 
 /// Size of one socket read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -251,6 +252,7 @@ impl Runner {
     ///     .tls(tls, "redis.example.com");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Runner {
         self.tls = Some((tls, host.into()));

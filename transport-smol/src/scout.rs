@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use pelican::locate::{HostPort, SentinelAnswer, SentinelSession};
-use pelican_tls::{Tls, TlsError};
+use pelican_tls::TlsError;
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::TcpStream;
@@ -16,6 +16,7 @@ use smol::Timer;
 
 use crate::conn::{self, Conn, HandshakeError};
 use crate::resolve::Resolver;
+use crate::tls::Tls;
 
 /// Why a sentinel that hung up failed, however it hung up.
 const CLOSED: &str = "the sentinel closed the connection";

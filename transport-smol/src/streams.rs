@@ -11,7 +11,6 @@ use bytes::Bytes;
 use futures_util::stream::FuturesUnordered;
 use pelican::cluster::{read_slot_map, SlotMap, SLOTS_REQUEST};
 use pelican::{Config, Consumer, Endpoint, Entry, HostPort, IntoEndpoint, Notice, Stats, Verdict};
-use pelican_tls::Tls;
 use smol::future;
 use smol::io::{AsyncReadExt, AsyncWriteExt};
 use smol::net::TcpStream;
@@ -23,6 +22,8 @@ use crate::resolve::{checked, checked_async, resolve};
 use crate::run::{redirect_addr, Runner, DEFAULT_CONNECT_TIMEOUT};
 use crate::stats::StatsHandle;
 use crate::stop::StopHandle;
+#[cfg(feature = "tls")]
+use crate::tls::Tls;
 
 /// Each stream's counters when the run ends, in the order of the configurations.
 pub type StreamStats = Vec<(Bytes, Stats)>;
@@ -134,6 +135,7 @@ impl Streams {
     /// Connects every stream over TLS, checking that the server's certificate names `host`
     /// (see [`Runner::tls`]). In a cluster the streams then start at the node given and
     /// follow `MOVED` to their masters.
+    #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> Streams {
         let host = host.into();
