@@ -20,7 +20,7 @@
 //! [`StopHandle::stop`] waits for the server to confirm the acks earned, however long an
 //! outage lasts; [`StopHandle::stop_within`] gives that wait a deadline, past which the stop
 //! becomes an [`abandon`](StopHandle::abandon): what a process told to exit wants
-//! (`examples/signals.rs`: the first SIGTERM or SIGINT stops within a grace period, a second
+//! (`examples/smol_signals.rs`: the first SIGTERM or SIGINT stops within a grace period, a second
 //! abandons).
 //!
 //! The futures work on any executor: sockets and timers are served by `async-io`'s reactor

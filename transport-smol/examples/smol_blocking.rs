@@ -1,4 +1,4 @@
-//! One consumer on the calling thread: `cargo run --example blocking [ADDR]`.
+//! One consumer on the calling thread: `cargo run -p pelican-smol --example smol_blocking [ADDR]`.
 //! Stops on its own after 10 seconds.
 
 use std::time::Duration;

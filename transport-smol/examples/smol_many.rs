@@ -1,5 +1,5 @@
 //! Three consumers of one group as tasks on one `smol::Executor`:
-//! `cargo run --example many [ADDR]`. Stops on its own after 10 seconds.
+//! `cargo run -p pelican-smol --example smol_many [ADDR]`. Stops on its own after 10 seconds.
 //!
 //! Inside the executor the runners are made with `Runner::resolve`, which looks the host up
 //! on smol's blocking pool: `Runner::new` would block the executor's thread meanwhile.

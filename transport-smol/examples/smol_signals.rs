@@ -2,7 +2,7 @@
 //! second one abandons at once.
 //!
 //! ```text
-//! cargo run -p pelican-smol --example signals -- 127.0.0.1:6379 orders billing worker-1
+//! cargo run -p pelican-smol --example smol_signals -- 127.0.0.1:6379 orders billing worker-1
 //! ```
 //!
 //! A stop lets the handler futures running finish and waits for the server to confirm the

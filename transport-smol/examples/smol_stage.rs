@@ -1,6 +1,6 @@
 //! An exactly-once stage: reads `orders`, writes one priced entry per order to
 //! `orders:priced` and counts them in `orders:count`, the writes and the ack in one fenced
-//! step (`Verdict::Commit`): `cargo run -p pelican-smol --example stage [ADDR]`. Stops on
+//! step (`Verdict::Commit`): `cargo run -p pelican-smol --example smol_stage [ADDR]`. Stops on
 //! its own after 10 seconds.
 
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! One consumer of a master that Redis Sentinel watches, following it through failovers:
 //!
 //! ```text
-//! cargo run -p pelican-smol --example sentinel -- mymaster 127.0.0.1:26379,127.0.0.1:26380 orders billing worker-1 [max-seconds]
+//! cargo run -p pelican-smol --example smol_sentinel -- mymaster 127.0.0.1:26379,127.0.0.1:26380 orders billing worker-1 [max-seconds]
 //! ```
 //!
 //! As `pelican-mio`'s example of the same name, with an async handler.
