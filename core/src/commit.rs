@@ -182,6 +182,7 @@ impl Writes {
 
     /// Adds `by` to the integer in `field` of the hash `hash` (a count per key in one hash:
     /// `hincr_by("{orders}:per-customer", customer, 1)`).
+    #[must_use]
     pub fn hincr_by(self, hash: impl AsRef<[u8]>, field: impl AsRef<[u8]>, by: i64) -> Writes {
         self.with(Write::HashIncrBy { key: key(hash), field: key(field), by })
     }
