@@ -248,7 +248,9 @@ fn ack_replicas_without_a_replica_are_told_and_counted() {
         let url = format!("redis://{}", pair.master());
         for transport in ["mio", "smol"] {
             let mut consumer = Pelican::spawn(&consume(&url, transport, &["--ack-replicas", "2"]));
-            let told = "the master has 1 replica in sync, fewer than the 2";
+            // One replica, or none for a moment if its link is being made again under load:
+            // either way fewer than the 2 asked for, told with the count.
+            let told = " in sync, fewer than the 2 each batch of acks is to reach";
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while !consumer.stderr().contains(told) && std::time::Instant::now() < deadline {
                 thread::sleep(Duration::from_millis(20));
