@@ -186,6 +186,12 @@ fn silent(flavor: Flavor, transport: &str, handler: &[&str], told: &str) {
             && health.contains(&format!("entry {id} of stream s has been in hand for"))
     });
     assert!(health.contains("with no verdict from its handler (the limit is 1 s)"), "{what}: {health}");
+    // Not alive either: a restart is what ends a handler gone silent.
+    let live = get(&metrics, "/livez");
+    assert!(
+        live.starts_with("HTTP/1.1 503") && live.contains(&format!("entry {id} of stream s")),
+        "{what}: {live}"
+    );
     let age = get(&metrics, "/metrics")
         .lines()
         .find_map(|l| {
