@@ -72,6 +72,17 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+    /// start each stderr line with the time, RFC 3339 in UTC to the
+    /// millisecond (utc), or not (none: for journald, which adds its own)
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        env = "PELICAN_LOG_TIME",
+        default_value = "utc",
+        verbatim_doc_comment
+    )]
+    pub log_time: crate::stamp::LogTime,
 }
 
 /// The commands.
@@ -118,8 +129,8 @@ pub fn exit(err: clap::Error) -> ExitCode {
     }
     let text = err.render().to_string();
     match text.strip_prefix("error: ") {
-        Some(message) => eprint!("pelican: {message}"),
-        None => eprint!("{text}"),
+        Some(message) => eprint!("{}pelican: {message}", crate::stamp::now()),
+        None => eprint!("{}{text}", crate::stamp::now()),
     }
     ExitCode::from(2)
 }

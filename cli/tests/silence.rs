@@ -285,6 +285,7 @@ fn a_line_stdout_never_takes_is_told_and_the_stop_ends_in_time() {
         eprintln!("print {transport}: SIGTERM to exit took {took:?}");
         let mut err = String::new();
         stderr.read_to_string(&mut err).unwrap();
+        let err = support::unstamped(&err);
         assert_eq!(status.code(), Some(75), "{transport}: {err}");
         assert!(took < Duration::from_secs(15), "{transport}: {took:?}");
         assert!(
