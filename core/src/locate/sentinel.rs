@@ -138,7 +138,7 @@ enum Seen {
 }
 
 /// What a session's connection is named, before the service's name (`CLIENT SETNAME`).
-pub const SENTINEL_CLIENT_NAME_PREFIX: &str = "pelican:sentinel:";
+const SENTINEL_CLIENT_NAME_PREFIX: &str = "pelican:sentinel:";
 
 /// The channel a sentinel announces ended failovers on.
 const SWITCH_MASTER: &[u8] = b"+switch-master";
