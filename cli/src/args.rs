@@ -53,7 +53,9 @@ $PELICAN_SENTINEL_PASSWORD). $PELICAN_GROUP and $PELICAN_CONSUMER stand for --gr
 --consumer when those are not given.
 
 Exit status: 0 done, 1 failed (a host that does not resolve included: hosts are looked
-up at every connect), 2 bad usage (a bad URL included), 130 interrupted twice.";
+up at every connect), 2 bad usage (a bad URL included), 75 a consume stop that ran out of
+time (--stop-timeout-ms), 130 interrupted twice. Each stderr line starts with the time (RFC
+3339, UTC) unless --log-time none.";
 
 /// `pelican`: a command and its flags.
 #[derive(Parser, Debug)]
