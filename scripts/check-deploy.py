@@ -40,6 +40,17 @@ AUTH_PARAMETERS = {"tls", "ca", "cert", "key", "keyPassword", "username", "passw
 failures = []
 
 
+def differences(written, read, path=""):
+    """Where `read` (the object as the CRD's model reads it back) differs from `written`."""
+    if isinstance(written, dict) and isinstance(read, dict):
+        return [d for k in sorted(set(written) | set(read))
+                for d in (differences(written.get(k), read.get(k), f"{path}.{k}") if k in read and k in written
+                          else [f"{path}.{k}" + (" (not a field)" if k in written else " (added)")])]
+    if isinstance(written, list) and isinstance(read, list) and len(written) == len(read):
+        return [d for i, (w, r) in enumerate(zip(written, read)) for d in differences(w, r, f"{path}[{i}]")]
+    return [] if written == read else [f"{path}: {written!r} read as {read!r}"]
+
+
 def fail(where, what):
     failures.append(f"{where}: {what}")
 
@@ -66,7 +77,7 @@ def check(path):
             fail(where, f"not as KEDA's CRD has it: {e}")
             continue
         if back != obj:
-            fail(where, f"fields KEDA's CRD does not have were dropped: wrote {obj}, KEDA reads {back}")
+            fail(where, f"KEDA's CRD does not read these as written: {', '.join(differences(obj, back))}")
 
     keys = set(secret.get("stringData", {})) | set(secret.get("data", {}))
     secrets = {secret["metadata"]["name"]: keys}
