@@ -4,10 +4,10 @@
 //! A [`Metrics`] reads each stream's consumer through a function that returns its
 //! [`Snapshot`] — a transport's `StatsHandle::get` (`pelican-mio`, `pelican-smol`), or
 //! anything else that has one — and turns them, at each scrape, into the Prometheus text
-//! format ([`Metrics::encode`]) and a health verdict ([`Metrics::healthy`]).
-//! [`Metrics::serve`] answers `GET /metrics` and `GET /healthz` over HTTP on a thread of its
-//! own; reading a snapshot is all it asks of the consumers, so it costs their loops nothing
-//! beyond what the stats handles already do.
+//! format ([`Metrics::encode`]) and two health verdicts ([`Metrics::live`],
+//! [`Metrics::ready`]). [`Metrics::serve`] answers `GET /metrics`, `GET /livez` and `GET
+//! /readyz` over HTTP on a thread of its own; reading a snapshot is all it asks of the
+//! consumers, so it costs their loops nothing beyond what the stats handles already do.
 //!
 //! # Alive, and ready: two questions
 //!
@@ -36,7 +36,7 @@
 //! let runner = pelican_mio::Runner::new("127.0.0.1:6379", config)?;
 //! let stats = runner.stats_handle();
 //! let metrics = Metrics::new().stream(Labels::new("orders", "billing", "w1"), move || stats.get());
-//! // Until `serving` is stopped or dropped: http://127.0.0.1:9464/metrics and /healthz.
+//! // Until `serving` is stopped or dropped: http://127.0.0.1:9464/metrics, /livez, /readyz.
 //! let serving = metrics.serve("127.0.0.1:9464")?;
 //! runner.run(|_entry| Verdict::Ack)?;
 //! serving.stop();
@@ -73,7 +73,7 @@
 //!
 //! Gauges: `pelican_in_hand`, `pelican_in_hand_oldest_age_seconds` (how long the entry in
 //! hand the longest has waited for its verdict, 0 when none is: a handler gone silent shows
-//! as a line that climbs; [`Metrics::overdue_after`] makes it unhealthy past a limit),
+//! as a line that climbs; [`Metrics::overdue_after`] makes it not alive past a limit),
 //! `pelican_buffered`, `pelican_connected` (1 or 0), and, once
 //! the group's health is known ([`pelican::Config::health_every`]), `pelican_group_pending`,
 //! `pelican_group_lag` (Redis 7+/Valkey, when the server can tell),
@@ -157,7 +157,7 @@ pub struct Metrics {
     /// The loops that must keep turning.
     beats: Vec<Beat>,
     counters: Vec<Extra>,
-    /// An entry in hand longer than this makes the consumer unhealthy.
+    /// An entry in hand longer than this makes the consumer not alive.
     overdue: Option<Duration>,
 }
 
@@ -218,13 +218,13 @@ impl Metrics {
         self
     }
 
-    /// Makes an entry in hand longer than `limit` not alive (and so not ready) ([`healthy`](Self::healthy) names
-    /// it and how long it has waited): a handler that has gone silent — it never answers,
-    /// hangs, or writes to a pipe nobody reads — holds its entry for good, while its lease is
-    /// renewed and the connection looks well; a restart ends it, and the entry goes to a
-    /// peer. Set it above the longest a handler may rightly take. Without it, an entry may
-    /// be in hand any time; the age shows in `pelican_in_hand_oldest_age_seconds` either
-    /// way.
+    /// Makes an entry in hand longer than `limit` not alive, and so not ready
+    /// ([`live`](Self::live) names it and how long it has waited): a handler that has gone
+    /// silent — it never answers, hangs, or writes to a pipe nobody reads — holds its entry
+    /// for good, while its lease is renewed and the connection looks well; a restart ends it,
+    /// and the entry goes to a peer. Set it above the longest a handler may rightly take.
+    /// Without it, an entry may be in hand any time; the age shows in
+    /// `pelican_in_hand_oldest_age_seconds` either way.
     #[must_use]
     pub fn overdue_after(mut self, limit: Duration) -> Metrics {
         self.overdue = Some(limit);
