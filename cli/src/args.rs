@@ -53,7 +53,9 @@ $PELICAN_SENTINEL_PASSWORD). $PELICAN_GROUP and $PELICAN_CONSUMER stand for --gr
 --consumer when those are not given.
 
 Exit status: 0 done, 1 failed (a host that does not resolve included: hosts are looked
-up at every connect), 2 bad usage (a bad URL included), 130 interrupted twice.";
+up at every connect), 2 bad usage (a bad URL included), 75 a consume stop that ran out of
+time (--stop-timeout-ms), 130 interrupted twice. Each stderr line starts with the time (RFC
+3339, UTC) unless --log-time none.";
 
 /// `pelican`: a command and its flags.
 #[derive(Parser, Debug)]
@@ -72,6 +74,17 @@ pub struct Cli {
     /// The command to run.
     #[command(subcommand)]
     pub command: Command,
+    /// start each stderr line with the time, RFC 3339 in UTC to the
+    /// millisecond (utc), or not (none: for journald, which adds its own)
+    #[arg(
+        long,
+        global = true,
+        value_name = "WHEN",
+        env = "PELICAN_LOG_TIME",
+        default_value = "utc",
+        verbatim_doc_comment
+    )]
+    pub log_time: crate::stamp::LogTime,
 }
 
 /// The commands.
@@ -118,8 +131,8 @@ pub fn exit(err: clap::Error) -> ExitCode {
     }
     let text = err.render().to_string();
     match text.strip_prefix("error: ") {
-        Some(message) => eprint!("pelican: {message}"),
-        None => eprint!("{text}"),
+        Some(message) => eprint!("{}pelican: {message}", crate::stamp::now()),
+        None => eprint!("{}{text}", crate::stamp::now()),
     }
     ExitCode::from(2)
 }

@@ -195,9 +195,11 @@ the gauges pelican_in_hand, pelican_in_hand_oldest_age_seconds, pelican_buffered
 pelican_connected and, from the group's health
 asked every 5 s, pelican_group_pending, pelican_group_lag, pelican_group_consumers and
 pelican_group_oldest_pending_age_seconds, the histogram pelican_handler_duration_seconds, and
-with --pipe pelican_handler_restarts_total (no labels). GET /healthz answers 200 `ok` while
-every stream is connected, no stop is asked, the --pipe handler is up and no entry is in
-hand past --overdue-ms, else 503 and why, in one line. Both are served until pelican exits: through a stop, the counters
+with --pipe pelican_handler_restarts_total (no labels). GET /livez (a liveness probe)
+answers 200 `ok` while the event loop turns and no entry is in hand past --overdue-ms
+(a handler gone silent), whether or not the server can be reached; GET /readyz (and
+/healthz: a readiness probe) while alive, every stream is connected to a master, no stop is
+asked and the --pipe handler is up; else 503 and why, in one line. Both are served until pelican exits: through a stop, the counters
 keep their final values (those --stats-json writes).
 
 Exit status: 0 stopped by a signal, 1 failed (the server refused, the group is gone, stdout
@@ -395,9 +397,9 @@ pub struct Args {
     /// the totals, and each stream's under "streams"
     #[arg(long, value_name = "FILE", verbatim_doc_comment)]
     stats_json: Option<PathBuf>,
-    /// serve Prometheus metrics at http://ADDR/metrics and a health check at
-    /// http://ADDR/healthz (200 while connected and consuming, 503 with why),
-    /// until pelican exits; ADDR is HOST:PORT, e.g. 127.0.0.1:9464 (below)
+    /// serve Prometheus metrics at http://ADDR/metrics, whether pelican is alive
+    /// at /livez and ready to consume at /readyz (and /healthz): 200, or 503 with
+    /// why; until pelican exits; ADDR is HOST:PORT, e.g. 127.0.0.1:9464 (below)
     #[arg(long, value_name = "ADDR", verbatim_doc_comment)]
     metrics: Option<String>,
 }

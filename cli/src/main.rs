@@ -12,6 +12,7 @@ mod pending;
 mod produce;
 mod retire;
 mod server;
+mod stamp;
 mod url;
 
 use std::process::ExitCode;
@@ -19,10 +20,13 @@ use std::process::ExitCode;
 use args::{Command, Failure};
 
 fn main() -> ExitCode {
+    // clap's own errors are told before its answer is known.
+    stamp::preset(std::env::args_os(), std::env::var_os("PELICAN_LOG_TIME"));
     let cli = match args::parse() {
         Ok(cli) => cli,
         Err(status) => return status,
     };
+    stamp::set(cli.log_time);
     let (command, result) = match cli.command {
         Command::Consume(args) => ("consume", consume::main(*args)),
         Command::Pending(args) => ("pending", pending::main(args)),
@@ -34,15 +38,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => args::exit(args::usage_error(command, &message)),
         Err(Failure::Bad(message)) => {
-            eprintln!("pelican: {message}");
+            eprintln!("{}pelican: {message}", stamp::now());
             ExitCode::from(2)
         }
         Err(Failure::Failed(message)) => {
-            eprintln!("pelican: {message}");
+            eprintln!("{}pelican: {message}", stamp::now());
             ExitCode::from(1)
         }
         Err(Failure::StopTimedOut(message)) => {
-            eprintln!("pelican: {message}");
+            eprintln!("{}pelican: {message}", stamp::now());
             ExitCode::from(args::STOP_TIMED_OUT)
         }
     }

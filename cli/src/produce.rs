@@ -435,7 +435,11 @@ impl Run {
                 )));
             }
             if !told {
-                eprintln!("pelican: {short}: waiting for them ({} s at most)", HOLD.as_secs());
+                eprintln!(
+                    "{}pelican: {short}: waiting for them ({} s at most)",
+                    crate::stamp::now(),
+                    HOLD.as_secs()
+                );
                 told = true;
             }
         }
@@ -468,17 +472,18 @@ impl Run {
         if self.wait.is_some() {
             self.failovers += 1;
             eprintln!(
-                "pelican: a failover moved the master from {from} to {to}: the entries counted so far were \
-                 confirmed by its replicas; going on with {to}, sending the {unconfirmed} not confirmed again"
+                "{}pelican: a failover moved the master from {from} to {to}: the entries counted so far were \
+                 confirmed by its replicas; going on with {to}, sending the {unconfirmed} not confirmed again", crate::stamp::now()
             );
         } else {
             let since = self.done - self.checked.1;
             self.in_doubt += since;
             eprintln!(
-                "pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
+                "{}pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
                  around it may be lost ({since} since the check {:.1} s before, and any its replica had \
                  not copied yet): a master left drops them when it becomes a replica, a dead one with \
                  itself (--wait-replicas prevents that); going on with {to}",
+                crate::stamp::now(),
                 self.checked.0.elapsed().as_secs_f64()
             );
         }
@@ -564,8 +569,9 @@ impl Run {
              prevents that on Redis 8.6+)"
         };
         eprintln!(
-            "pelican: connection lost after {} entries confirmed ({why}); connected again, sending \
+            "{}pelican: connection lost after {} entries confirmed ({why}); connected again, sending \
              the {unconfirmed} unconfirmed again{twice}",
+            crate::stamp::now(),
             self.done
         );
         // With Sentinel, the sentinels may name another master now (the one lost was killed).

@@ -111,6 +111,9 @@ fn metrics_match_the_stats_json_and_health_follows_an_outage() {
         server.kill9();
         wait_until("/healthz unhealthy", || health(addr).0 == 503);
         assert_eq!(health(addr).1, "not connected to the server (stream s)\n", "{transport}");
+        assert_eq!(get(addr, "/readyz"), Some(health(addr)), "{transport}: /healthz is /readyz");
+        // Alive all through: a restart would not bring the server back.
+        assert_eq!(get(addr, "/livez"), Some((200, "ok\n".into())), "{transport}: an outage is not death");
         assert_eq!(value(&scrape(addr), "pelican_connected", None), Some(0.0), "{transport}");
         server.restart();
         wait_until("/healthz healthy again", || health(addr) == (200, "ok\n".into()));
@@ -146,7 +149,7 @@ fn metrics_match_the_stats_json_and_health_follows_an_outage() {
 }
 
 #[test]
-fn healthz_says_stopping_while_a_stop_waits_for_the_command() {
+fn healthz_says_stopping_while_a_stop_waits_for_the_command_and_livez_alive() {
     let server = Server::start(Flavor::Redis70);
     let url = format!("redis://{}", server.addr());
     server.admin().xadd_n("s", 1, 8);
@@ -164,6 +167,7 @@ fn healthz_says_stopping_while_a_stop_waits_for_the_command() {
     p.term();
     wait_until("/healthz stopping", || health(addr).0 == 503);
     assert_eq!(health(addr).1, "stopping: finishing the entries in hand and confirming their acks\n");
+    assert_eq!(get(addr, "/livez"), Some((200, "ok\n".into())), "a stop is not death");
     std::fs::write(&go, "").unwrap();
     assert_eq!(p.wait().code(), Some(0), "{}", p.stderr());
 }

@@ -414,3 +414,45 @@ fn a_group_the_server_lost_is_told_when_made_again() {
     wait_until("the re-creation told", || lines_with(&p, &want) == 1);
     p.stop();
 }
+
+/// Every line pelican writes on stderr starts with the time, RFC 3339 in UTC to the
+/// millisecond, and in order — through connects, an outage, the progress lines, a stop and
+/// a failed command's message; `--log-time none` (or `$PELICAN_LOG_TIME=none`, as under
+/// journald) leaves it out.
+#[test]
+fn each_stderr_line_starts_with_the_time_unless_told_none() {
+    let mut server =
+        Server::start_with(Flavor::Redis70, pelican_tests::server::Options::default().with_aof());
+    let url = url(&server);
+    let mut p = Pelican::spawn(&consume(&url, &["--create-group", "--progress"]));
+    wait_until("connected", || lines_with(&p, "connected") > 0);
+    server.kill9();
+    wait_until("the outage told", || lines_with(&p, "connection lost") > 0);
+    server.restart();
+    wait_until("reconnected", || lines_with(&p, "reconnected") > 0);
+    p.stop();
+    let raw = p.raw_stderr();
+    let lines: Vec<&str> = raw.lines().collect();
+    assert!(lines.len() >= 5, "{raw}");
+    assert!(lines.iter().all(|l| support::is_stamped(l)), "every line stamped:\n{raw}");
+    let times: Vec<&str> = lines.iter().map(|l| &l[..24]).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "in order:\n{raw}");
+    let (status, _, err) = run(&["pending", "--url", "redis://127.0.0.1:1", "--stream", "s", "--group", "g"]);
+    assert_eq!(status.code(), Some(1));
+    assert!(err.starts_with("pelican: cannot connect"), "{err}");
+
+    // Off: as written, no time (the `run` above reads stderr without its times).
+    for none in [&["--log-time", "none"][..], &["--log-time=none"]] {
+        let args =
+            [&["pending", "--url", "redis://127.0.0.1:1", "--stream", "s", "--group", "g"], none].concat();
+        let mut p = Pelican::spawn(&args);
+        assert_eq!(p.wait().code(), Some(1));
+        assert!(p.raw_stderr().starts_with("pelican: cannot connect"), "{args:?}: {}", p.raw_stderr());
+    }
+    let mut p = Pelican::spawn_env(&["consume", "--grup", "g"], &[("PELICAN_LOG_TIME", "none")]);
+    assert_eq!(p.wait().code(), Some(2));
+    assert!(p.raw_stderr().starts_with("pelican: unexpected argument '--grup'"), "{}", p.raw_stderr());
+    let mut p = Pelican::spawn(&["consume", "--grup", "g"]);
+    assert_eq!(p.wait().code(), Some(2));
+    assert!(support::is_stamped(&p.raw_stderr()), "clap's errors too: {}", p.raw_stderr());
+}

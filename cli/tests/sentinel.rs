@@ -351,3 +351,27 @@ fn produce_tells_a_master_killed_under_it_and_loses_nothing_waiting_for_a_replic
         );
     });
 }
+
+/// `consume` names its sentinel connection (`CLIENT SETNAME pelican:sentinel:<service>`),
+/// which every flavor's sentinel takes: the one it keeps open, subscribed, shows in that
+/// sentinel's `CLIENT LIST`, on both transports.
+#[test]
+fn the_sentinel_connection_is_named() {
+    on_each(&Flavor::ALL, |flavor| {
+        let topology = Topology::start(flavor);
+        let url = url(&topology, "", "");
+        for transport in ["mio", "smol"] {
+            let mut consumer = Pelican::spawn(&consume(&url, transport, &[]));
+            wait_until("connected", || consumer.stderr().contains("pelican: connected"));
+            let named = |topology: &Topology| {
+                topology.sentinel_addrs().iter().any(|&addr| {
+                    let list =
+                        topology.sentinel_admin(addr).call(&["CLIENT", "LIST"]).as_text().unwrap_or_default();
+                    list.lines().any(|l| l.contains(&format!(" name=pelican:sentinel:{SERVICE} ")))
+                })
+            };
+            wait_until("a sentinel lists the named connection", || named(&topology));
+            consumer.stop();
+        }
+    });
+}

@@ -120,7 +120,7 @@ impl Collected {
     }
 
     fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap().0).into_owned()
+        support::unstamped(&String::from_utf8_lossy(&self.0.lock().unwrap().0))
     }
 
     /// Everything, once the writers have closed the pipe (bounded).

@@ -186,6 +186,12 @@ fn silent(flavor: Flavor, transport: &str, handler: &[&str], told: &str) {
             && health.contains(&format!("entry {id} of stream s has been in hand for"))
     });
     assert!(health.contains("with no verdict from its handler (the limit is 1 s)"), "{what}: {health}");
+    // Not alive either: a restart is what ends a handler gone silent.
+    let live = get(&metrics, "/livez");
+    assert!(
+        live.starts_with("HTTP/1.1 503") && live.contains(&format!("entry {id} of stream s")),
+        "{what}: {live}"
+    );
     let age = get(&metrics, "/metrics")
         .lines()
         .find_map(|l| {
@@ -279,6 +285,7 @@ fn a_line_stdout_never_takes_is_told_and_the_stop_ends_in_time() {
         eprintln!("print {transport}: SIGTERM to exit took {took:?}");
         let mut err = String::new();
         stderr.read_to_string(&mut err).unwrap();
+        let err = support::unstamped(&err);
         assert_eq!(status.code(), Some(75), "{transport}: {err}");
         assert!(took < Duration::from_secs(15), "{transport}: {took:?}");
         assert!(

@@ -146,7 +146,7 @@ impl OsPelican {
     fn stderr(&mut self) -> String {
         let mut text = String::new();
         let _ = self.child.stderr.take().expect("piped stderr").read_to_string(&mut text);
-        text
+        support::unstamped(&text)
     }
 
     fn stop(&mut self) -> ExitStatus {

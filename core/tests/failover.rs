@@ -238,6 +238,7 @@ fn the_sentinels_answers_as_captured() {
         let mut session = SentinelSession::new(&sentinels);
         let mut bytes = raw("sentinel_role");
         bytes.extend(raw("sentinel_master_addr"));
+        bytes.extend(raw("sentinel_setname"));
         bytes.extend(raw("sentinel_subscribe"));
         session.handle_input(&bytes).unwrap();
         let Some(SentinelAnswer::Master(master)) = session.poll_answer() else {
@@ -259,6 +260,7 @@ fn the_sentinels_answers_as_captured() {
         let mut session = SentinelSession::new(&Sentinels::new("nosuch", sentinels.nodes.clone()));
         let mut bytes = raw("sentinel_role");
         bytes.extend(raw("sentinel_master_addr_unknown"));
+        bytes.extend(raw("sentinel_setname"));
         bytes.extend(raw("sentinel_subscribe"));
         session.handle_input(&bytes).unwrap();
         let watched = Some(vec!["mymaster".to_string()]);

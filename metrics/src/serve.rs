@@ -1,4 +1,4 @@
-//! `/metrics` and `/healthz` over HTTP: `tiny_http` reads requests on its own threads and
+//! `/metrics`, `/livez`, `/readyz` and `/healthz` over HTTP: `tiny_http` reads requests on its own threads and
 //! hands them to one thread of ours, which answers each from the snapshots.
 
 use std::io;
@@ -88,11 +88,12 @@ fn respond(request: Request, metrics: &Metrics) {
             Ok(text) => (200, CONTENT_TYPE, text),
             Err(why) => (500, TEXT, why),
         },
-        (Method::Get | Method::Head, "/healthz") => match caught(|| metrics.healthy()).and_then(|r| r) {
-            Ok(()) => (200, TEXT, "ok\n".to_string()),
-            Err(why) => (503, TEXT, format!("{}\n", one_line(&why))),
-        },
-        (Method::Get | Method::Head, _) => (404, TEXT, "not found: /metrics or /healthz\n".to_string()),
+        (Method::Get | Method::Head, "/livez") => verdict(|| metrics.live()),
+        // /healthz is /readyz by its first name.
+        (Method::Get | Method::Head, "/readyz" | "/healthz") => verdict(|| metrics.ready()),
+        (Method::Get | Method::Head, _) => {
+            (404, TEXT, "not found: /metrics, /livez, /readyz or /healthz\n".to_string())
+        }
         _ => (405, TEXT, "only GET and HEAD\n".to_string()),
     };
     let mut response = Response::from_string(body).with_status_code(StatusCode(status));
@@ -105,6 +106,14 @@ fn respond(request: Request, metrics: &Metrics) {
         }
     }
     let _ = request.respond(response);
+}
+
+/// A health verdict as an answer: 200 `ok`, or 503 and why (a panic too: the check failed).
+fn verdict(ask: impl FnOnce() -> Result<(), String>) -> (u16, &'static str, String) {
+    match caught(ask).and_then(|r| r) {
+        Ok(()) => (200, TEXT, "ok\n".to_string()),
+        Err(why) => (503, TEXT, format!("{}\n", one_line(&why))),
+    }
 }
 
 /// The body's content type for plain answers.

@@ -335,3 +335,86 @@ fn a_port_in_use_is_an_error() {
     let err = Metrics::new().serve(first.addr()).expect_err("the port is taken");
     assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse, "{err}");
 }
+
+/// Alive and ready are two verdicts: a server that cannot be reached, a replica and a
+/// readiness check are not ready but alive; an entry overdue, a loop that stopped turning
+/// and a liveness check are neither.
+#[test]
+fn alive_is_apart_from_ready() {
+    let connected = Arc::new(AtomicBool::new(false));
+    let c = connected.clone();
+    let read = move || {
+        let mut s = Snapshot::default();
+        s.connected = c.load(Relaxed);
+        s
+    };
+    let metrics =
+        Metrics::new().stream(Labels::new("orders", "g", "c"), read).check(|| Err("stopping".into()));
+    assert_eq!(metrics.live(), Ok(()), "an outage of the server is no reason to restart");
+    assert_eq!(metrics.ready(), Err("stopping".into()));
+    assert_eq!(metrics.healthy(), metrics.ready());
+    let replica = || {
+        let mut s = Snapshot::default();
+        s.not_master = Some("a replica of 10.0.0.1:6379".into());
+        s
+    };
+    assert_eq!(Metrics::new().stream(Labels::new("orders", "g", "c"), replica).live(), Ok(()));
+    assert_eq!(Metrics::new().live(), Ok(()), "no stream is not ready, but alive");
+
+    // A liveness check fails both, and is told first.
+    connected.store(true, Relaxed);
+    let wedged = Arc::new(AtomicBool::new(false));
+    let w = wedged.clone();
+    let metrics = metrics.live_check(move || if w.load(Relaxed) { Err("wedged".into()) } else { Ok(()) });
+    assert_eq!(metrics.live(), Ok(()));
+    wedged.store(true, Relaxed);
+    assert_eq!((metrics.live(), metrics.ready()), (Err("wedged".into()), Err("wedged".into())));
+
+    // An entry overdue: not alive (a restart ends the silent handler), and so not ready.
+    let mut held = Snapshot::default();
+    held.connected = true;
+    held.oldest_in_hand =
+        Some(OldestInHand::new("orders", "7-0", std::time::Instant::now() - Duration::from_secs(40)));
+    let overdue = Metrics::new()
+        .stream(Labels::new("orders", "g", "c"), move || held.clone())
+        .overdue_after(Duration::from_secs(30));
+    let said = overdue.live().unwrap_err();
+    assert!(said.starts_with("entry 7-0 of stream orders has been in hand for 4"), "{said}");
+    assert_eq!(overdue.ready(), Err(said));
+}
+
+/// A loop that stops beating its heartbeat is not alive past the limit, naming it.
+#[test]
+fn a_loop_that_stops_turning_is_not_alive() {
+    let beat = Heartbeat::new();
+    let metrics = Metrics::new().heartbeat("the event loop", &beat, Duration::from_secs(1));
+    assert_eq!(metrics.live(), Ok(()), "made now: beaten now");
+    // Slept past the limit (a sleep never ends early): not alive.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(metrics.live(), Err("the event loop has not turned for 1 s (the limit is 1 s)".into()));
+    assert!(beat.since() >= Duration::from_millis(1100));
+    beat.clone().beat();
+    assert_eq!(metrics.live(), Ok(()), "a clone beats the same heart");
+}
+
+/// `/livez` and `/readyz` answer their verdicts; `/healthz` is `/readyz`.
+#[test]
+fn serves_livez_and_readyz() {
+    let latest = Arc::new(Mutex::new(busy()));
+    let l = latest.clone();
+    let metrics = Metrics::new().stream(Labels::new("orders", "g", "c"), move || l.lock().unwrap().clone());
+    let serving = metrics.serve("127.0.0.1:0").expect("binds");
+    let addr = serving.addr();
+    for path in ["/livez", "/readyz", "/healthz"] {
+        let answer = get(addr, path);
+        assert!(answer.starts_with("HTTP/1.1 200 ") && answer.ends_with("\r\n\r\nok\n"), "{path}: {answer}");
+    }
+    latest.lock().unwrap().connected = false;
+    assert!(get(addr, "/livez").ends_with("\r\n\r\nok\n"), "alive through an outage");
+    for path in ["/readyz", "/healthz"] {
+        let answer = get(addr, path);
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{path}: {answer}");
+        assert!(answer.ends_with("\r\n\r\nnot connected to the server (stream orders)\n"), "{answer}");
+    }
+    assert!(get(addr, "/live").starts_with("HTTP/1.1 404 "));
+}

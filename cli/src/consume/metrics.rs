@@ -1,5 +1,10 @@
-//! `--metrics ADDR`: each lane's consumer as Prometheus metrics at `/metrics`, and whether
-//! pelican is consuming at `/healthz`, served by `pelican-metrics` on a thread of its own.
+//! `--metrics ADDR`: each lane's consumer as Prometheus metrics at `/metrics`, whether
+//! pelican is alive at `/livez` and whether it is consuming at `/readyz` (and `/healthz`),
+//! served by `pelican-metrics` on a thread of its own.
+//!
+//! Alive: the event loop (mio's poll, smol's executor) turns — it beats [`LOOP`] at every
+//! turn, and turns at least every [`TURN`] — and no entry is in hand past `--overdue-ms`.
+//! Ready: alive, every lane connected to a master, no stop asked, the `--pipe` handler up.
 //!
 //! The server reads each lane's latest snapshot from a [`Published`] slot. A smol lane's
 //! runner publishes its own (its `StatsHandle`); a mio lane is driven here, by the CLI, so
@@ -9,15 +14,28 @@
 //! Served until pelican exits: through a graceful stop, the counters keep their last values
 //! and `/healthz` answers 503 `stopping`.
 
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use pelican::{Consumer, Snapshot};
-use pelican_metrics::{Labels, Metrics, Serving};
+use pelican_metrics::{Heartbeat, Labels, Metrics, Serving};
 
 use super::handler::StopAll;
 use super::lane::Lane;
 use crate::args::Failure;
+
+/// The event loop's heartbeat: beaten at each turn of mio's poll loop, and by a task on
+/// smol's executor. One per process, as there is one loop.
+pub static LOOP: LazyLock<Heartbeat> = LazyLock::new(Heartbeat::new);
+
+/// The longest the event loop waits with nothing to do before it turns anyway (and beats).
+pub const TURN: Duration = Duration::from_secs(1);
+
+/// How long the loop may go without a turn before pelican is not alive. Far above [`TURN`]:
+/// the loop may wait out a host name's lookup (on mio it blocks the loop: a resolver that
+/// does not answer takes its timeout, 5 s per try and name server by default), which a
+/// restart would not mend either.
+const STALL: Duration = Duration::from_secs(60);
 
 /// Reads a lane's latest snapshot.
 type Read = Box<dyn Fn() -> Snapshot + Send + Sync>;
@@ -64,9 +82,10 @@ impl Publisher {
 }
 
 /// Starts serving the lanes' metrics on `addr`: every lane must have its [`Published`]
-/// slot. Healthy while no stop is asked, every lane is connected and no entry has been in
-/// hand longer than `overdue`. A port that cannot be listened on is bad usage (exit 2),
-/// told before any connection.
+/// slot. Alive while the event loop turns and no entry has been in hand longer than
+/// `overdue`; ready while alive, no stop is asked, every lane is connected and the `--pipe`
+/// handler is up. A port that cannot be listened on is bad usage (exit 2), told before any
+/// connection.
 pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>, overdue: Duration) -> Result<Serving, Failure> {
     let mut metrics = Metrics::new();
     for lane in lanes {
@@ -76,7 +95,8 @@ pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>, overdue: Duration)
         metrics = metrics.stream(labels, move || published.read());
     }
     let stop = stop.clone();
-    let mut metrics = metrics.overdue_after(overdue).check(move || match stop.is_requested() {
+    let metrics = metrics.overdue_after(overdue).heartbeat("the event loop", &LOOP, STALL);
+    let mut metrics = metrics.check(move || match stop.is_requested() {
         true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
         false => Ok(()),
     });

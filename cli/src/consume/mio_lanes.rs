@@ -34,7 +34,7 @@ use super::handler::{Handler, StopAll};
 use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
-use super::metrics::Publisher;
+use super::metrics::{Publisher, TURN};
 use crate::args::Failure;
 use crate::server::tls_message;
 
@@ -123,9 +123,11 @@ fn drive_all(
         if stopping && !told {
             told = tell_wait(lanes);
         }
+        super::metrics::LOOP.beat();
         let next = lanes.iter().filter_map(|lane| lane.driver.next_deadline()).min();
-        let timeout = next.map(|at| at.saturating_duration_since(Instant::now()));
-        match poll.poll(&mut events, timeout) {
+        // Turned at least every TURN, so that the heartbeat tells a stuck loop from an idle one.
+        let timeout = next.map_or(TURN, |at| at.saturating_duration_since(Instant::now()).min(TURN));
+        match poll.poll(&mut events, Some(timeout)) {
             Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
             _ => {}
         }

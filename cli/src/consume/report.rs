@@ -170,7 +170,12 @@ impl Progress {
             0 | 1 => String::new(),
             n => format!(", at most {n} in hand at once"),
         };
-        eprintln!("pelican: {handled} handled in {secs:.1} s{}{}{most}", outcome_text(s), counts_text(c));
+        eprintln!(
+            "{}pelican: {handled} handled in {secs:.1} s{}{}{most}",
+            crate::stamp::now(),
+            outcome_text(s),
+            counts_text(c)
+        );
         if lanes.len() > 1 {
             // The busiest streams only, past a few (all are in `--stats-json`).
             let mut shown: Vec<&LaneCounts<'_>> = lanes.iter().collect();
@@ -184,14 +189,15 @@ impl Progress {
                 let s = |get: fn(&Stats) -> u64| lane.stats.filter(|_| lane.alone).map(get);
                 let handled = c(|c| c.handled.load(Relaxed));
                 eprintln!(
-                    "pelican:   {}: {handled} handled{}{}",
+                    "{}pelican:   {}: {handled} handled{}{}",
+                    crate::stamp::now(),
                     lane.stream,
                     outcome_text(s),
                     counts_text(c)
                 );
             }
             if more > 0 {
-                eprintln!("pelican:   and {more} more streams (each in --stats-json)");
+                eprintln!("{}pelican:   and {more} more streams (each in --stats-json)", crate::stamp::now());
             }
         }
     }

@@ -80,6 +80,13 @@ pub fn run(
             tell_wait(&lanes).await;
         }
     });
+    // The executor's heartbeat (`--metrics`' /livez): beaten as long as its tasks let it run.
+    let beat = executor.spawn(async {
+        loop {
+            super::metrics::LOOP.beat();
+            Timer::after(super::metrics::TURN).await;
+        }
+    });
     let outcomes = smol::block_on(executor.run(async {
         let mut outcomes = Vec::with_capacity(tasks.len());
         for task in tasks {
@@ -87,7 +94,7 @@ pub fn run(
         }
         outcomes
     }));
-    drop(watch);
+    drop((watch, beat));
     drop(rescanning);
     Ok(outcomes)
 }

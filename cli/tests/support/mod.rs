@@ -41,6 +41,36 @@ pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, Stri
     (status, stdout, p.stderr())
 }
 
+/// Whether `line` starts with the time `--log-time utc` puts there:
+/// `2026-12-06T13:47:42.123Z `.
+pub fn is_stamped(line: &str) -> bool {
+    let b = line.as_bytes();
+    let digits = |r: std::ops::Range<usize>| r.into_iter().all(|i| b.get(i).is_some_and(u8::is_ascii_digit));
+    b.len() >= 25
+        && [(4, b'-'), (7, b'-'), (10, b'T'), (13, b':'), (16, b':'), (19, b'.'), (23, b'Z'), (24, b' ')]
+            .iter()
+            .all(|&(i, c)| b[i] == c)
+        && [0..4, 5..7, 8..10, 11..13, 14..16, 17..19, 20..23].into_iter().all(digits)
+}
+
+/// `text` with each line's leading time left out: at the start of a line, or of a line
+/// written over the progress line on a terminal (after its `\r\x1b[K`).
+pub fn unstamped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        if is_stamped(rest) {
+            rest = &rest[25..];
+        }
+        let Some(end) = rest.find(['\n', '\x1b']) else { break };
+        let cut = if rest[end..].starts_with("\x1b[K") { end + 3 } else { end + 1 };
+        out.push_str(&rest[..cut]);
+        rest = &rest[cut..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// A running `pelican`, killed (SIGKILL) and reaped on drop if still running, so a failing
 /// test leaves no process behind.
 pub struct Pelican {
@@ -105,8 +135,14 @@ impl Pelican {
         self.lines.as_ref().expect("stdout is read").try_recv().ok()
     }
 
-    /// What it wrote on stderr so far.
+    /// What it wrote on stderr so far, each line's leading time (`--log-time`, on by
+    /// default) left out: the tests read what is told.
     pub fn stderr(&self) -> String {
+        unstamped(&self.stderr.lock().unwrap())
+    }
+
+    /// What it wrote on stderr so far, as written.
+    pub fn raw_stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 

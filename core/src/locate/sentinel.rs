@@ -3,7 +3,9 @@
 //!
 //! Always RESP2, which every sentinel speaks: `[AUTH …]`, `ROLE`, `SENTINEL
 //! get-master-addr-by-name <service>` (`[host, port]`, or nil for a service it does not
-//! watch), `SUBSCRIBE +switch-master`, pipelined in one write. The subscription is registered
+//! watch), `CLIENT SETNAME pelican:sentinel:<service>` (so that the sentinel's `CLIENT LIST`
+//! names the watching connection; a refusal is ignored: the name is a courtesy),
+//! `SUBSCRIBE +switch-master`, pipelined in one write. The subscription is registered
 //! right after the answer, so a failover that ends after the answer is heard as a message:
 //! `["message", "+switch-master", "<service> <old host> <old port> <new host> <new port>"]`.
 //!
@@ -110,6 +112,7 @@ enum Awaiting {
     Auth,
     Role,
     Master,
+    Name,
     Subscribed,
 }
 
@@ -119,6 +122,7 @@ impl Awaiting {
             Awaiting::Auth => "AUTH",
             Awaiting::Role => "ROLE",
             Awaiting::Master => "SENTINEL get-master-addr-by-name",
+            Awaiting::Name => "CLIENT SETNAME",
             Awaiting::Subscribed => "SUBSCRIBE +switch-master",
         }
     }
@@ -132,6 +136,9 @@ enum Seen {
     /// A data node: `a master`, `a replica of …`.
     Node(String),
 }
+
+/// What a session's connection is named, before the service's name (`CLIENT SETNAME`).
+const SENTINEL_CLIENT_NAME_PREFIX: &str = "pelican:sentinel:";
 
 /// The channel a sentinel announces ended failovers on.
 const SWITCH_MASTER: &[u8] = b"+switch-master";
@@ -172,8 +179,11 @@ impl SentinelSession {
         let service = Bytes::copy_from_slice(sentinels.service.as_bytes());
         command(&mut out, &[b"ROLE"]);
         command(&mut out, &[b"SENTINEL", b"get-master-addr-by-name", &service]);
+        // After the question, so that its answer comes as soon as it can.
+        let name = [SENTINEL_CLIENT_NAME_PREFIX.as_bytes(), &service].concat();
+        command(&mut out, &[b"CLIENT", b"SETNAME", &name]);
         command(&mut out, &[b"SUBSCRIBE", SWITCH_MASTER]);
-        awaiting.extend([Awaiting::Role, Awaiting::Master, Awaiting::Subscribed]);
+        awaiting.extend([Awaiting::Role, Awaiting::Master, Awaiting::Name, Awaiting::Subscribed]);
         SentinelSession {
             service,
             out,
@@ -260,8 +270,9 @@ impl SentinelSession {
                     self.login_refused = Some(message);
                     Ok(())
                 }
-                // It names nothing, then.
-                Awaiting::Role => Ok(()),
+                // It names nothing, then; a name refused (a sentinel's ACL, a service name with
+                // a space) leaves the connection unnamed.
+                Awaiting::Role | Awaiting::Name => Ok(()),
                 Awaiting::Master => Err(self.refused(message)),
                 Awaiting::Subscribed => Err(SentinelError::Refused { command: awaiting.command(), message }),
             };
@@ -274,7 +285,7 @@ impl SentinelSession {
             }
         }
         match awaiting {
-            Awaiting::Auth => {}
+            Awaiting::Auth | Awaiting::Name => {}
             Awaiting::Role => self.seen = seen(value),
             Awaiting::Master => {
                 self.answers.push_back(match value {
@@ -386,6 +397,7 @@ mod tests {
         on_node: &'static [u8],
         noauth: &'static [u8],
         wrongpass: &'static [u8],
+        setname: &'static [u8],
         subscribe: &'static [u8],
     }
 
@@ -400,6 +412,7 @@ mod tests {
                     on_node: fixture!($flavor, "sentinel_on_node"),
                     noauth: fixture!($flavor, "sentinel_noauth"),
                     wrongpass: fixture!($flavor, "sentinel_wrongpass"),
+                    setname: fixture!($flavor, "sentinel_setname"),
                     subscribe: fixture!($flavor, "sentinel_subscribe"),
                 }
             };
@@ -429,12 +442,13 @@ mod tests {
         assert_eq!(
             s.poll_transmit().unwrap(),
             &b"*1\r\n$4\r\nROLE\r\n*3\r\n$8\r\nSENTINEL\r\n$23\r\nget-master-addr-by-name\r\n$8\r\nmymaster\r\n\
+               *3\r\n$6\r\nCLIENT\r\n$7\r\nSETNAME\r\n$25\r\npelican:sentinel:mymaster\r\n\
                *2\r\n$9\r\nSUBSCRIBE\r\n$14\r\n+switch-master\r\n"[..]
         );
         s.advance_transmit(1000);
         assert_eq!(s.poll_transmit(), None);
         for (flavor, said) in FLAVORS.iter().zip(said()) {
-            let reply = cat(&[said.role, said.master, said.subscribe]);
+            let reply = cat(&[said.role, said.master, said.setname, said.subscribe]);
             let master = read_master(said.master);
             // Any split of the bytes gives the same answers.
             for cut in 0..reply.len() {
@@ -448,7 +462,8 @@ mod tests {
         }
         let mut s = session(false);
         let said = &said()[1];
-        s.handle_input(&cat(&[said.role, said.master, said.subscribe])).unwrap();
+        // The name refused: watched all the same.
+        s.handle_input(&cat(&[said.role, said.master, b"-NOPERM no\r\n", said.subscribe])).unwrap();
         let _ = answers(&mut s);
         let message = |text: &str| {
             format!("*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n${}\r\n{text}\r\n", text.len())
