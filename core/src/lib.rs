@@ -229,6 +229,7 @@ pub mod retire;
 mod retried;
 mod stats;
 mod stream;
+mod stream_changes;
 mod stream_reply;
 mod twins;
 
@@ -248,3 +249,4 @@ pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, OldestInHand, Snapshot, Stats, StreamStats};
 pub use stream::StreamChange;
+pub use stream_changes::StreamChanges;
