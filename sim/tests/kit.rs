@@ -454,3 +454,23 @@ fn server_restarts_under_slow_handlers_duplicate_nothing() {
     }
     assert!(total <= 18, "{total} duplicates over 100 worlds of 15 restarts each (180 before)");
 }
+
+/// A consumer that stands still while its read is parked reads the entry delivered then
+/// only after its block ran out and most of `min_idle` passed: it renews the entry before
+/// handing it out, so a peer's reclaim a moment later finds it fresh (it used to count the
+/// lease from the late reply, and both handled it). Found by the `kit` fuzz target.
+#[test]
+fn a_zombies_parked_read_is_renewed_before_it_is_handed_out() {
+    let world = World::new(14267881357312)
+        .consumers(2)
+        .server(SimOptions::redis810())
+        .phase_ms(435)
+        .keys(3)
+        .entries([NewEntry::new(434, [("n", "20"), ("k", "k2")])])
+        .fault(424, Fault::Pause { consumer: 0, ms: 1000 });
+    let report = world.run((), |_, _, _| Verdict::Ack);
+    report.check().unwrap_or_else(|f| panic!("{f}"));
+    let entry = report.entry("1-0").expect("the entry");
+    assert_eq!(entry.handlings.len(), 1, "{report}");
+    assert_eq!(entry.handlings[0].consumer, "c0", "the zombie kept it: {report}");
+}

@@ -146,6 +146,10 @@ pub struct Consumer {
     /// The server has answered on this connection: it is up and speaks RESP
     /// ([`Notice::Connected`] is told then, not at the TCP connect).
     heard: bool,
+    /// When the last reply was read: the server began the command behind it by then, or
+    /// when that command was sent, whichever is later (a parked read's deliveries are
+    /// bounded by it).
+    answered_at: Option<Instant>,
     /// A connection was announced before (the next one is a reconnect).
     announced_before: bool,
     /// The cluster node a `MOVED` named, where the next connection goes (see
@@ -409,6 +413,7 @@ impl Consumer {
             failed: None,
             connected_before: false,
             heard: false,
+            answered_at: None,
             announced_before: false,
             redirect: None,
             asking: false,
@@ -835,10 +840,13 @@ impl Consumer {
                 let detail = "a reply arrived for no command".to_string();
                 return Err(self.fail(now, Error::Protocol { detail }));
             };
+            let ahead_answered = self.answered_at.replace(now);
             let outcome = match frame {
                 Frame::Reply(value) => self.on_reply(cmd.sent, value, now),
                 Frame::Raw { bytes, spans } => {
-                    let outcome = self.on_entries(cmd.sent, cmd.sent_at, bytes, &spans, len, now);
+                    let began_by = ahead_answered.map_or(cmd.sent_at, |at| at.max(cmd.sent_at));
+                    let sent = (cmd.sent, cmd.sent_at, began_by);
+                    let outcome = self.on_entries(sent, bytes, &spans, len, now);
                     self.decoder.reuse(spans);
                     outcome
                 }

@@ -127,20 +127,22 @@ impl Consumer {
     /// A read or claim reply, parsed in one pass straight into entries.
     ///
     /// The entries' idle time on the server began when it ran the read: for a parked read,
-    /// when it answered (now, give or take the trip); for any other, soon after it was sent —
-    /// which is what their leases count from, even if the reply is read much later (a read
-    /// ahead, answered while a handler ran).
+    /// when it answered (now, give or take the trip) — but no later than its block after the
+    /// server began it (`began_by`: by the reply ahead of it, or its sending), so a reply read
+    /// long after that (the process stood still) counts from then and is renewed before it
+    /// is handed out; for any other, soon after it was sent — which is what their leases
+    /// count from, even if the reply is read much later (a read ahead, answered while a
+    /// handler ran).
     pub(super) fn on_entries(
         &mut self,
-        sent: Sent,
-        sent_at: Instant,
+        (sent, sent_at, began_by): (Sent, Instant, Instant),
         frame: Bytes,
         spans: &[Span],
         len: usize,
         now: Instant,
     ) -> Result<(), Error> {
         let read_at = match sent {
-            Sent::ReadNew { block: Some(_), .. } => now,
+            Sent::ReadNew { block: Some(block), .. } => now.min(began_by + block),
             _ => sent_at,
         };
         let command = sent.command();
