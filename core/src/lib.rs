@@ -236,9 +236,9 @@ pub use backoff::Backoff;
 pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
-    Protocol, MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Protocol, MAX_CONCURRENCY, MAX_DURATION, MAX_STREAMS, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
-pub use consumer::{Consumer, Event, MAX_STREAMS};
+pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};

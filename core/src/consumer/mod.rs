@@ -24,7 +24,7 @@ use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
 use crate::commit;
-use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol};
+use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol, MAX_STREAMS};
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
 use crate::dialect::{Dialect, Hello};
@@ -346,10 +346,6 @@ const SWEEPS_PER_BEAT: u32 = 16;
 /// The same where reads claim idle entries themselves (Redis 8.4+): the sweeps only clear
 /// the pending entries whose messages were deleted, which nothing waits for.
 const SWEEPS_PER_BEAT_CLAIMING: u32 = 4;
-/// The most streams one consumer reads: each read names every stream (and a parked read
-/// cannot share its connection), so a command stays under about 100 KiB with keys of
-/// ordinary length. More streams take more consumers (connections).
-pub const MAX_STREAMS: usize = 4096;
 
 impl Consumer {
     /// A consumer, disconnected: connect, then call [`on_connected`](Self::on_connected).
