@@ -3,7 +3,8 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::config::{Auth, Config, Protocol};
-use crate::encode::{bulk, command, header, Decimal};
+use crate::decimal::Decimal;
+use crate::encode::{bulk, command, header};
 use crate::error::Command;
 
 /// The handshake: `HELLO 3 [AUTH …] [SETNAME …]` or `AUTH`/`CLIENT SETNAME`, then `SELECT`.

@@ -29,8 +29,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 
 use crate::config::Config;
+use crate::decimal::Decimal;
 use crate::decode::Value;
-use crate::encode::{bulk, header, Decimal};
+use crate::encode::{bulk, header};
 use crate::reply::ShapeError;
 
 /// The most field/value pairs one write may carry: the script passes them on with Lua's

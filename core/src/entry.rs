@@ -5,7 +5,7 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::encode::Decimal;
+use crate::decimal::Decimal;
 
 /// Which path brought an entry to this consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -205,6 +205,7 @@ pub mod commit;
 mod config;
 mod consumer;
 mod dead_letter;
+mod decimal;
 mod decode;
 mod dialect;
 mod encode;
