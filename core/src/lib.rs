@@ -232,9 +232,10 @@ mod stats;
 mod stream;
 mod stream_reply;
 mod twins;
+mod writes;
 
 pub use backoff::Backoff;
-pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
+pub use commit::{COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
     Protocol, MAX_CONCURRENCY, MAX_DURATION, MAX_STREAMS, MIN_MIN_IDLE, MIN_READ_GRACE,
@@ -249,3 +250,4 @@ pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, OldestInHand, Snapshot, Stats, StreamStats};
 pub use stream::StreamChange;
+pub use writes::{Trim, Write, Writes, MAX_FIELDS_PER_WRITE};
