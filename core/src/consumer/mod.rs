@@ -28,7 +28,7 @@ use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol, MAX_STREA
 use crate::dead_letter::{self, Job};
 use crate::decimal::Decimal;
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
-use crate::dialect::{Dialect, Hello};
+use crate::dialect::Dialect;
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
 use crate::held::{key_hash, HeldId, HeldIds, KeyHasher};
@@ -37,7 +37,7 @@ use crate::lease;
 use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::release;
-use crate::reply::{self, Role};
+use crate::reply::{self, Hello, Role};
 use crate::stats::{OldestInHand, Snapshot, Stats};
 use crate::stream::{Next, Stream, CURSOR_START, DRAIN_START};
 use crate::stream_reply::{self, Item, Span};
