@@ -228,6 +228,7 @@ mod reply;
 pub mod retell;
 pub mod retire;
 mod retried;
+mod span;
 mod stats;
 mod stream;
 mod stream_reply;

@@ -38,9 +38,10 @@ use crate::notice::{DeadLetterReason, GroupHealth, Notice, OldestPending};
 use crate::pace::Pace;
 use crate::release;
 use crate::reply::{self, Hello, Role};
+use crate::span::Span;
 use crate::stats::{OldestInHand, Snapshot, Stats};
 use crate::stream::{Next, Stream, CURSOR_START, DRAIN_START};
-use crate::stream_reply::{self, Item, Span};
+use crate::stream_reply::{self, Item};
 use crate::twins::{Outcome, Twins};
 
 /// What the consumer has to tell its driver.
