@@ -209,6 +209,7 @@ mod decimal;
 mod decode;
 mod dialect;
 mod encode;
+mod endpoint;
 mod entry;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -244,10 +245,11 @@ pub use config::{
 pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
+pub use endpoint::{Endpoint, HostPort, IntoEndpoint, Sentinels};
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use leave::LEAVE_SCRIPT;
-pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
+pub use locate::Locator;
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, OldestInHand, Snapshot, Stats, StreamStats};
 pub use stream::StreamChange;

@@ -199,7 +199,7 @@ pub(crate) enum Role {
     /// A replica of `master` (`host:port`), its link to it in `state` (`connected`,
     /// `connecting`, `sync`…).
     Replica {
-        master: crate::locate::HostPort,
+        master: crate::endpoint::HostPort,
         state: String,
     },
     /// A sentinel, or anything else: its first word.
@@ -234,7 +234,7 @@ pub(crate) fn role(value: Value) -> Result<Role> {
             else {
                 return Err(ShapeError("ROLE: a replica without its master"));
             };
-            let master = crate::locate::HostPort { host, port: port.parse().unwrap_or(0) };
+            let master = crate::endpoint::HostPort { host, port: port.parse().unwrap_or(0) };
             Role::Replica { master, state }
         }
         _ => Role::Other(kind),

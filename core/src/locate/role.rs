@@ -7,7 +7,7 @@
 
 use crate::config::{Limits, Protocol};
 use crate::decode::{Decoder, Frame, Value};
-use crate::locate::HostPort;
+use crate::endpoint::HostPort;
 use crate::reply::{hello_fields, role, Role};
 
 /// A bare `HELLO` (RESP2): it switches nothing and answers the server's name, version and
