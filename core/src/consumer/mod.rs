@@ -40,7 +40,7 @@ use crate::release;
 use crate::reply::{self, Hello, Role};
 use crate::span::Span;
 use crate::stats::{OldestInHand, Snapshot, Stats};
-use crate::stream::{Next, Stream, CURSOR_START, DRAIN_START};
+use crate::stream::{Buffered, Next, Stream, CURSOR_START, DRAIN_START};
 use crate::stream_reply::{self, Item};
 use crate::twins::{Outcome, Twins};
 
@@ -284,19 +284,6 @@ enum Stop {
     Running,
     Stopping,
     Stopped { reported: bool },
-}
-
-/// An entry read and not yet handed out (its stream is the entry's).
-#[derive(Debug)]
-pub(crate) struct Buffered {
-    pub(crate) entry: Entry,
-    /// When the reply that delivered or last renewed it arrived.
-    pub(crate) read_at: Instant,
-    /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
-    /// that the hot path compares instants instead of subtracting them.
-    due: Instant,
-    /// Its key's hash, with [`Config::order_by`].
-    key: Option<u64>,
 }
 
 /// An entry handed out and not yet settled.
