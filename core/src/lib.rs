@@ -197,6 +197,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The modules stand in layers — vocabulary, wire, duties, consumer — and each imports only
+// from its own layer and those below it: core/ARCHITECTURE.md says which file is in which,
+// and where a new one goes; `scripts/layers --check` (in scripts/test) holds it.
 mod acks;
 mod backoff;
 pub mod cluster;
