@@ -1,13 +1,12 @@
 //! The consumer-group loop as a state machine: drain own pending list, reclaim idle entries,
 //! park for new ones, settle each by the application's verdict.
 //!
-//! Here: the consumer's state (its connection's, its hand's; each stream's is a
-//! [`Stream`](crate::stream::Stream)) and the loop's turn (`pump`). Its public methods are in
-//! a file per group of [`Consumer`]'s docs: `make`, `status` (what it can be asked), `streams`,
-//! `connection`, `input`, `settle` and `stop` (the application's), `output`. What the loop
-//! works through is in the others: what to read and what a read brings in `reads`, what is
-//! owed the server in `owed`, leases in `leases`, the other replies in `replies`, the commands
-//! onto the wire in `wire`.
+//! Here: the consumer's state (its connection's, its hand's; each stream's is a [`Stream`])
+//! and the loop's turn (`pump`). Its public methods are in a file per group of [`Consumer`]'s
+//! docs: `make`, `status` (what it can be asked), `streams`, `connection`, `input`, `settle`
+//! and `stop` (the application's), `output`. What the loop works through is in the others:
+//! what to read and what a read brings in `reads`, what is owed the server in `owed`, leases
+//! in `leases`, the other replies in `replies`, the commands onto the wire in `wire`.
 
 // Declared in the order rustdoc lists their methods in.
 mod make;
