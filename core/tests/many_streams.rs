@@ -283,3 +283,29 @@ fn each_stream_has_its_concurrency_and_most_in_hand_bounds_them_all() {
     // Two of a, two of b, then one of c: five in all.
     assert_eq!(handed, ["a", "a", "b", "b", "c"]);
 }
+
+/// Changes asked from elsewhere are answered at once, against what the consumer will read
+/// once those asked before are made, and made at `apply`.
+#[test]
+fn stream_changes_are_answered_as_the_consumer_would() {
+    let mut rig = parked(Protocol::Resp2);
+    let mut changes = pelican::StreamChanges::new(&rig.consumer);
+    assert!(!changes.add("a"), "read already");
+    assert!(changes.add("x"));
+    assert!(!changes.add("x"), "asked already");
+    assert!(!changes.remove("nope"), "not read");
+    assert!(changes.remove("x"), "asked: it can be taken back");
+    assert!(changes.add("y") && !changes.is_empty());
+    changes.apply(&mut rig.consumer);
+    assert!(changes.is_empty());
+    let read: Vec<_> = rig.consumer.streams().cloned().collect();
+    assert!(read.iter().any(|k| &k[..] == b"y") && !read.iter().any(|k| &k[..] == b"x"), "{read:?}");
+    rig.consumer.stop();
+    assert!(
+        !changes.add("e") || {
+            changes.apply(&mut rig.consumer);
+            !changes.add("f")
+        },
+        "refused once the consumer refused one: it is stopping"
+    );
+}

@@ -1,11 +1,10 @@
 //! Adding and removing a running consumer's streams from any thread or task ([`StreamSet`]).
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use bytes::Bytes;
-use pelican::{Consumer, StreamChange, MAX_STREAMS};
+use pelican::{Consumer, StreamChanges};
 
 use event_listener::Event;
 
@@ -14,30 +13,18 @@ use crate::stop::StopHandle;
 /// The changes asked and not yet made, passed on by the runner at its next turn.
 #[derive(Debug)]
 pub(crate) struct Changes {
-    state: Mutex<State>,
+    state: Mutex<StreamChanges>,
     /// Something is asked: the runner looks at the lock only then.
     pending: AtomicBool,
     /// Wakes the runner's wait.
     woken: Event,
 }
 
-/// What the asks are checked against, under one lock with them.
-#[derive(Debug)]
-struct State {
-    asked: Vec<StreamChange>,
-    /// The streams the consumer reads once every change asked is made: its own at the last
-    /// turn that made changes, with those asked since.
-    reading: HashSet<Bytes>,
-    /// False once the consumer refused an add it had room for: it is stopping or failed.
-    open: bool,
-}
-
 impl Changes {
     /// Nothing asked; `consumer`'s streams read.
     pub(crate) fn new(consumer: &Consumer) -> Changes {
-        let reading = consumer.streams().cloned().collect();
         Changes {
-            state: Mutex::new(State { asked: Vec::new(), reading, open: true }),
+            state: Mutex::new(StreamChanges::new(consumer)),
             pending: AtomicBool::new(false),
             woken: Event::new(),
         }
@@ -70,26 +57,14 @@ impl Changes {
         // Held while the changes are made, so that what is read and what is asked stay one.
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         self.pending.store(false, Ordering::Release);
-        for change in std::mem::take(&mut state.asked) {
-            match change {
-                // Checked when asked: a refusal now means the consumer is stopping, or failed.
-                StreamChange::Add(key) => state.open &= consumer.add_stream(key),
-                StreamChange::Remove(key) => drop(consumer.remove_stream(&key)),
-                // Only the two above are ever asked here.
-                _ => {}
-            }
-        }
-        state.reading.clear();
-        state.reading.extend(consumer.streams().cloned());
+        state.apply(consumer);
     }
 
     /// Asks `key` added: whether the consumer will take it (see [`StreamSet::add`]).
     fn add(&self, key: Bytes) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if !state.open || state.reading.len() >= MAX_STREAMS || !state.reading.insert(key.clone()) {
+        if !self.state.lock().unwrap_or_else(PoisonError::into_inner).add(key) {
             return false;
         }
-        state.asked.push(StreamChange::Add(key));
         self.pending.store(true, Ordering::Release);
         self.woken.notify(usize::MAX);
         true
@@ -97,11 +72,9 @@ impl Changes {
 
     /// Asks `key` removed: whether it was read (or asked to be).
     fn remove(&self, key: Bytes) -> bool {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if !state.reading.remove(&key) {
+        if !self.state.lock().unwrap_or_else(PoisonError::into_inner).remove(key) {
             return false;
         }
-        state.asked.push(StreamChange::Remove(key));
         self.pending.store(true, Ordering::Release);
         self.woken.notify(usize::MAX);
         true
