@@ -1,5 +1,6 @@
 //! The command line, parsed by clap: `pelican <command> [flags]`, each command's flags with
-//! its module (`consume::Args`…), and the ways a command ends other than in success.
+//! its module (`consume::Args`…). It stands above the commands it gathers: what they share
+//! is below them (how one ends other than in success: `failure`; its help's layout: `help`).
 
 use std::process::ExitCode;
 
@@ -8,28 +9,6 @@ use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::{consume, demo, pending, produce, retire};
-
-/// How a command ends other than in success; `main` turns it into a message and exit code.
-#[derive(Debug)]
-pub enum Failure {
-    /// Flags that do not go together: the message and the command's usage on stderr, exit 2.
-    Usage(String),
-    /// A bad setting found past parsing (a URL, a host, a value the consumer refuses, a file
-    /// that cannot be written): the message on stderr, exit 2.
-    Bad(String),
-    /// The work failed (connection, server, handler I/O): the message on stderr, exit 1.
-    Failed(String),
-    /// A stop ran out of time (`consume --stop-timeout-ms`): the message on stderr, exit
-    /// [`STOP_TIMED_OUT`].
-    StopTimedOut(String),
-}
-
-/// The exit status of a stop that ran out of time (sysexits' `EX_TEMPFAIL`: what the
-/// handler held was given back, to be handled again).
-pub const STOP_TIMED_OUT: u8 = 75;
-
-/// Every command's help: its usage, what it does, its flags, then the rest.
-pub const TEMPLATE: &str = "{usage-heading} {usage}\n\n{before-help}{all-args}{after-help}";
 
 const USAGE: &str = "\
 pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]

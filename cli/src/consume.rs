@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use clap::builder::{OsStringValueParser, TypedValueParser as _};
 use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
 
-use crate::args::{Failure, TEMPLATE};
+use crate::failure::Failure;
+use crate::help::TEMPLATE;
 use crate::name::show;
 use crate::number::whole;
 use crate::server::{login_refused, sentinel_named_as_node, Server, ServerArgs};

@@ -14,8 +14,9 @@ use mio::{Events, Poll, Token};
 use pelican::{Config, Consumer, Entry, GroupGone, Source, Stats, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
-use crate::args::{Failure, TEMPLATE};
 use crate::client::{self, Client};
+use crate::failure::Failure;
+use crate::help::TEMPLATE;
 use crate::server::{tls_message, Server, ServerArgs};
 
 const USAGE: &str = "pelican demo [--url URL [--tls-ca FILE] [--tls-cert FILE --tls-key FILE]]";

@@ -5,6 +5,8 @@ mod args;
 mod client;
 mod consume;
 mod demo;
+mod failure;
+mod help;
 mod json;
 mod name;
 mod number;
@@ -17,7 +19,8 @@ mod url;
 
 use std::process::ExitCode;
 
-use args::{Command, Failure};
+use args::Command;
+use failure::Failure;
 
 fn main() -> ExitCode {
     // clap's own errors are told before its answer is known.
@@ -47,7 +50,7 @@ fn main() -> ExitCode {
         }
         Err(Failure::StopTimedOut(message)) => {
             eprintln!("{}pelican: {message}", stamp::now());
-            ExitCode::from(args::STOP_TIMED_OUT)
+            ExitCode::from(failure::STOP_TIMED_OUT)
         }
     }
 }

@@ -5,8 +5,9 @@ use std::os::unix::ffi::OsStrExt;
 
 use serde::Serialize;
 
-use crate::args::{Failure, TEMPLATE};
 use crate::client::{array, bytes, field, int, Client, Reply};
+use crate::failure::Failure;
+use crate::help::TEMPLATE;
 use crate::json::{self, Bytes};
 use crate::name::show;
 use crate::server::ServerArgs;

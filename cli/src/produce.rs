@@ -9,8 +9,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pelican::HostPort;
 
-use crate::args::{Failure, TEMPLATE};
 use crate::client::{self, array, bytes, field, int, Client, Redirect, Reply};
+use crate::failure::Failure;
+use crate::help::TEMPLATE;
 use crate::name::show;
 use crate::number::whole;
 use crate::server::{Server, ServerArgs};

@@ -12,8 +12,9 @@ use redis_protocol::resp2::encode::encode;
 use redis_protocol::resp2::types::Resp2Frame as _;
 use unicode_width::UnicodeWidthStr as _;
 
-use crate::args::{Failure, TEMPLATE};
 use crate::client::{Client, Reply};
+use crate::failure::Failure;
+use crate::help::TEMPLATE;
 use crate::name::show;
 use crate::number::whole;
 use crate::server::ServerArgs;

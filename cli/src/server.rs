@@ -8,7 +8,7 @@ use pelican::Endpoint;
 
 use pelican_tls::{Tls, TlsConfig, TlsError};
 
-use crate::args::Failure;
+use crate::failure::Failure;
 use crate::url::{self, Target};
 
 /// Where to connect, and how.

@@ -90,7 +90,7 @@ impl Acks {
             bulk(out, arg);
         }
         bulk(out, b"IDS");
-        bulk(out, crate::encode::Decimal::new(self.count as u64).as_bytes());
+        bulk(out, crate::decimal::Decimal::new(self.count as u64).as_bytes());
         out.put_slice(&self.args);
     }
 

@@ -3,7 +3,8 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::config::{Auth, Config, Protocol};
-use crate::encode::{bulk, command, header, Decimal};
+use crate::decimal::Decimal;
+use crate::encode::{bulk, command, header};
 use crate::error::Command;
 
 /// The handshake: `HELLO 3 [AUTH …] [SETNAME …]` or `AUTH`/`CLIENT SETNAME`, then `SELECT`.
@@ -168,16 +169,29 @@ pub(crate) fn after(id: &[u8]) -> Vec<u8> {
     bound
 }
 
-/// The group's health: `XINFO GROUPS key`, `XPENDING key group - + 1` (the oldest pending
-/// entry), `TIME` (to date it).
 /// `CLIENT ID`, then `CLIENT LIST TYPE normal`: this connection's id and every client's.
 pub(crate) fn twins(out: &mut BytesMut) {
     command(out, &[b"CLIENT", b"ID"]);
     command(out, &[b"CLIENT", b"LIST", b"TYPE", b"normal"]);
 }
 
-pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: crate::in_flight::HealthPart) {
-    use crate::in_flight::HealthPart;
+/// The three commands that ask after the group's health, pipelined in this order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HealthPart {
+    /// `XINFO GROUPS key`.
+    Groups,
+    /// `XPENDING key group - + 1`.
+    Oldest,
+    /// `TIME`.
+    Time,
+    /// `XRANGE key (<last-delivered-id> + COUNT 1`, asked after `XINFO GROUPS` said the lag is
+    /// above zero: whether anything is left to deliver at all.
+    Beyond,
+}
+
+/// The group's health: `XINFO GROUPS key`, `XPENDING key group - + 1` (the oldest pending
+/// entry), `TIME` (to date it).
+pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: HealthPart) {
     match part {
         HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", key]),
         HealthPart::Oldest => command(out, &[b"XPENDING", key, &c.group, b"-", b"+", b"1"]),

@@ -394,6 +394,11 @@ impl OrderBy {
 /// The most entries [`Config::concurrency`] allows in hand at once.
 pub const MAX_CONCURRENCY: u32 = 4096;
 
+/// The most streams one consumer reads: each read names every stream (and a parked read
+/// cannot share its connection), so a command stays under about 100 KiB with keys of
+/// ordinary length. More streams take more consumers (connections).
+pub const MAX_STREAMS: usize = 4096;
+
 fn bytes(b: impl AsRef<[u8]>) -> Bytes {
     Bytes::copy_from_slice(b.as_ref())
 }
@@ -778,7 +783,7 @@ impl Config {
         if self.more_streams.iter().any(|s| s.is_empty()) {
             return Err(EmptyName("stream"));
         }
-        if 1 + self.more_streams.len() > crate::consumer::MAX_STREAMS {
+        if 1 + self.more_streams.len() > MAX_STREAMS {
             return Err(TooManyStreams(1 + self.more_streams.len()));
         }
         if self.count == 0 || self.start_count == Some(0) {
@@ -893,7 +898,7 @@ impl Config {
 pub enum ConfigError {
     /// The stream, group, consumer name or start id is empty.
     EmptyName(&'static str),
-    /// More streams than one consumer reads ([`MAX_STREAMS`](crate::MAX_STREAMS)).
+    /// More streams than one consumer reads ([`MAX_STREAMS`]).
     TooManyStreams(usize),
     /// `count` is zero (the server answers `COUNT must be > 0`).
     ZeroCount,
@@ -968,7 +973,7 @@ impl fmt::Display for ConfigError {
             ConfigError::TooManyStreams(n) => write!(
                 f,
                 "{n} streams: one consumer reads at most {} (use more consumers)",
-                crate::consumer::MAX_STREAMS
+                MAX_STREAMS
             ),
             ConfigError::ZeroCount => f.write_str("count (and start_count) must be at least 1"),
             ConfigError::BadConcurrency(n) => {

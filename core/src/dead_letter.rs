@@ -11,7 +11,8 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::config::Config;
-use crate::encode::{command, Decimal};
+use crate::decimal::Decimal;
+use crate::encode::command;
 use crate::notice::DeadLetterReason;
 
 /// The script (`EVAL`): `KEYS` = stream, dead-letter stream; `ARGV` = group, consumer, id,

@@ -12,7 +12,7 @@ use redis_protocol::{resp2, resp3};
 
 use crate::config::{Limits, Protocol};
 use crate::error::Error;
-use crate::stream_reply::{plain_span, Span};
+use crate::span::{plain_span, Span};
 
 /// A reply, with RESP2 and RESP3 differences folded away (RESP3 maps stay maps).
 #[derive(Clone, Debug, PartialEq)]

@@ -3,6 +3,8 @@
 
 use bytes::{BufMut, BytesMut};
 
+use crate::decimal::Decimal;
+
 /// Appends one command made of `args` to `out`.
 pub(crate) fn command(out: &mut BytesMut, args: &[&[u8]]) {
     header(out, b'*', args.len());
@@ -34,32 +36,6 @@ pub(crate) fn header(out: &mut BytesMut, kind: u8, n: usize) {
     out.put_slice(b"\r\n");
 }
 
-/// An unsigned integer's decimal digits, on the stack.
-pub(crate) struct Decimal {
-    digits: [u8; 20],
-    start: usize,
-}
-
-impl Decimal {
-    pub(crate) fn new(mut n: u64) -> Decimal {
-        let mut digits = [0u8; 20];
-        let mut start = digits.len();
-        loop {
-            start -= 1;
-            digits[start] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
-            }
-        }
-        Decimal { digits, start }
-    }
-
-    pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.digits[self.start..]
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,12 +53,5 @@ mod tests {
         command(&mut out, &[b"PING"]);
         command(&mut out, &[b""]);
         assert_eq!(&out[..], b"*1\r\n$4\r\nPING\r\n*1\r\n$0\r\n\r\n");
-    }
-
-    #[test]
-    fn decimal_digits() {
-        for n in [0u64, 7, 10, 99, 100, 12345, u64::MAX] {
-            assert_eq!(Decimal::new(n).as_bytes(), n.to_string().as_bytes());
-        }
     }
 }

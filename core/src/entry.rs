@@ -5,7 +5,8 @@ use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::encode::Decimal;
+use crate::decimal::Decimal;
+use crate::writes::Writes;
 
 /// Which path brought an entry to this consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -290,8 +291,8 @@ pub enum Verdict {
     /// nothing is written ([`Notice::CommitFenced`](crate::Notice::CommitFenced)). A write
     /// that would fail (a key of another type) leaves the entry pending, nothing written
     /// ([`Notice::CommitRefused`](crate::Notice::CommitRefused)). Batched like acks. See
-    /// [`Writes`](crate::Writes) and the guarantee in [`commit`](crate::commit).
-    Commit(crate::Writes),
+    /// [`Writes`] and the guarantee in [`commit`](crate::commit).
+    Commit(Writes),
     /// Not handled, and not failed either: the handler cannot finish it now (its process is
     /// being stopped past a deadline). It is given back to the group at once, for any
     /// consumer to take: released (`XNACK … FAIL`, Redis 8.8+) where it is surely still this

@@ -8,6 +8,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use crate::acks::Acks;
+use crate::commands::HealthPart;
 use crate::dead_letter::Job;
 use crate::error::Command;
 
@@ -101,20 +102,6 @@ pub(crate) enum Sent {
         count: u32,
         since: Instant,
     },
-}
-
-/// The three commands that ask after the group's health, pipelined in this order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum HealthPart {
-    /// `XINFO GROUPS key`.
-    Groups,
-    /// `XPENDING key group - + 1`.
-    Oldest,
-    /// `TIME`.
-    Time,
-    /// `XRANGE key (<last-delivered-id> + COUNT 1`, asked after `XINFO GROUPS` said the lag is
-    /// above zero: whether anything is left to deliver at all.
-    Beyond,
 }
 
 impl Sent {

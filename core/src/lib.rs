@@ -197,6 +197,9 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+// The modules stand in layers — vocabulary, wire, duties, consumer — and each imports only
+// from its own layer and those below it: core/ARCHITECTURE.md says which file is in which,
+// and where a new one goes; `scripts/layers --check` (in scripts/test) holds it.
 mod acks;
 mod backoff;
 pub mod cluster;
@@ -205,9 +208,11 @@ pub mod commit;
 mod config;
 mod consumer;
 mod dead_letter;
+mod decimal;
 mod decode;
 mod dialect;
 mod encode;
+mod endpoint;
 mod entry;
 mod error;
 #[cfg(feature = "fuzzing")]
@@ -227,26 +232,30 @@ mod reply;
 pub mod retell;
 pub mod retire;
 mod retried;
+mod span;
 mod stats;
 mod stream;
 mod stream_changes;
 mod stream_reply;
 mod twins;
+mod writes;
 
 pub use backoff::Backoff;
-pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
+pub use commit::{COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
-    Protocol, MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Protocol, MAX_CONCURRENCY, MAX_DURATION, MAX_STREAMS, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
-pub use consumer::{Consumer, Event, MAX_STREAMS};
+pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
 pub use dialect::Dialect;
+pub use endpoint::{Endpoint, HostPort, IntoEndpoint, Sentinels};
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};
 pub use leave::LEAVE_SCRIPT;
-pub use locate::{Endpoint, HostPort, IntoEndpoint, Locator, Sentinels};
+pub use locate::Locator;
 pub use notice::{DeadLetterReason, GroupHealth, Notice, OldestPending, ShrinkCause};
 pub use stats::{HandlerTimes, OldestInHand, Snapshot, Stats, StreamStats};
 pub use stream::StreamChange;
 pub use stream_changes::StreamChanges;
+pub use writes::{Trim, Write, Writes, MAX_FIELDS_PER_WRITE};

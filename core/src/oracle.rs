@@ -8,7 +8,7 @@ use bytes::Bytes;
 use crate::config::{Limits, Protocol};
 use crate::decode::{Budget, Decoder, Frame, Value};
 use crate::reply::{string, ShapeError};
-use crate::stream_reply::Span;
+use crate::span::Span;
 
 type Result<T> = std::result::Result<T, ShapeError>;
 

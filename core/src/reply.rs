@@ -199,7 +199,7 @@ pub(crate) enum Role {
     /// A replica of `master` (`host:port`), its link to it in `state` (`connected`,
     /// `connecting`, `sync`…).
     Replica {
-        master: crate::locate::HostPort,
+        master: crate::endpoint::HostPort,
         state: String,
     },
     /// A sentinel, or anything else: its first word.
@@ -234,7 +234,7 @@ pub(crate) fn role(value: Value) -> Result<Role> {
             else {
                 return Err(ShapeError("ROLE: a replica without its master"));
             };
-            let master = crate::locate::HostPort { host, port: port.parse().unwrap_or(0) };
+            let master = crate::endpoint::HostPort { host, port: port.parse().unwrap_or(0) };
             Role::Replica { master, state }
         }
         _ => Role::Other(kind),
@@ -293,6 +293,58 @@ pub(crate) fn client_list(value: Value) -> Result<Vec<Client>> {
         clients.push(client);
     }
     Ok(clients)
+}
+
+/// What `HELLO` tells of the server, from its map (RESP3) or flat array (RESP2).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Hello {
+    /// `server` and `version` (`redis`, `8.10.2`), when both are there.
+    pub(crate) server: Option<(Bytes, Bytes)>,
+    /// `role`: `master` or `replica` (Redis 6.0+, Valkey); `None` where not said.
+    pub(crate) role: Option<Bytes>,
+    /// `mode`: `standalone`, `cluster` or `sentinel`.
+    pub(crate) mode: Option<Bytes>,
+}
+
+impl Hello {
+    /// True if the node says it is a replica (`replica`, or `slave` as older servers say).
+    pub(crate) fn is_replica(&self) -> bool {
+        matches!(self.role.as_deref(), Some(b"replica" | b"slave"))
+    }
+
+    /// True if the node is a replica that will not redirect: a cluster's replica answers a
+    /// stream command with `MOVED` to its master, which a consumer follows; any other
+    /// replica refuses writes (`READONLY`), and is not to be read from.
+    pub(crate) fn is_standalone_replica(&self) -> bool {
+        self.is_replica() && self.mode.as_deref() != Some(b"cluster")
+    }
+}
+
+/// `HELLO`'s reply, read; `None` if it is neither a map nor a flat array of pairs.
+pub(crate) fn hello_fields(value: Value) -> Option<Hello> {
+    let pairs: Vec<(Value, Value)> = match value {
+        Value::Map(pairs) => pairs,
+        Value::Array(flat) if flat.len() % 2 == 0 => {
+            let mut it = flat.into_iter();
+            std::iter::from_fn(|| Some((it.next()?, it.next()?))).collect()
+        }
+        _ => return None,
+    };
+    let (mut server, mut version, mut role, mut mode) = (None, None, None, None);
+    for (key, value) in pairs {
+        let (Value::Str(key) | Value::Text(key), Value::Str(value) | Value::Text(value)) = (key, value)
+        else {
+            continue;
+        };
+        match &key[..] {
+            b"server" => server = Some(value),
+            b"version" => version = Some(value),
+            b"role" => role = Some(value),
+            b"mode" => mode = Some(value),
+            _ => {}
+        }
+    }
+    Some(Hello { server: server.zip(version), role, mode })
 }
 
 #[cfg(test)]

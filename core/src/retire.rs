@@ -58,8 +58,9 @@ use bytes::{Bytes, BytesMut};
 
 use crate::commands;
 use crate::config::{default_client_name, Config, Limits, Protocol};
+use crate::decimal::Decimal;
 use crate::decode::{Decoder, Frame, Value};
-use crate::encode::{command, Decimal};
+use crate::encode::command;
 use crate::error::{is_group_gone, Command, Error};
 use crate::reply;
 

@@ -11,6 +11,7 @@ use crate::acks::Acks;
 use crate::cluster;
 use crate::commit;
 use crate::dead_letter::Job;
+use crate::entry::Entry;
 use crate::notice::GroupHealth;
 use crate::release::Releases;
 use crate::retried::Retried;
@@ -40,6 +41,20 @@ pub(crate) enum Next {
     Beat,
 }
 
+/// An entry read and not yet handed out (its stream is the entry's): in the consumer's
+/// buffer, or among a stream's [`returns`](Stream::returns).
+#[derive(Debug)]
+pub(crate) struct Buffered {
+    pub(crate) entry: Entry,
+    /// When the reply that delivered or last renewed it arrived.
+    pub(crate) read_at: Instant,
+    /// `read_at` + the lease: from then on it is renewed before it is handed out. Kept so
+    /// that the hot path compares instants instead of subtracting them.
+    pub(crate) due: Instant,
+    /// Its key's hash, with [`Config::order_by`](crate::Config::order_by).
+    pub(crate) key: Option<u64>,
+}
+
 /// One stream of the consumer's group.
 #[derive(Debug)]
 pub(crate) struct Stream {
@@ -58,7 +73,7 @@ pub(crate) struct Stream {
     pub(crate) commits: Vec<commit::Job>,
     /// Entries read but dropped unhandled (a stop, a lost connection), whose delivery counts
     /// are to be given back.
-    pub(crate) returns: Vec<crate::consumer::Buffered>,
+    pub(crate) returns: Vec<Buffered>,
     /// Where the next `XAUTOCLAIM` continues.
     pub(crate) cursor: Bytes,
     /// When the next reclaim is due; `None` is now.

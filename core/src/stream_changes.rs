@@ -6,7 +6,8 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
-use crate::consumer::{Consumer, MAX_STREAMS};
+use crate::config::MAX_STREAMS;
+use crate::consumer::Consumer;
 use crate::stream::StreamChange;
 
 /// Changes asked of a consumer's streams, not yet made, each answered at once: checked

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use pelican::cluster::{read_slot_map, SLOTS_REQUEST};
 
-use crate::driver::redirect_addr;
+use crate::resolve::redirect_addr;
 
 /// The master serving each of `keys`, asked of the cluster node at `seed` (`CLUSTER SLOTS`,
 /// on a short blocking connection bounded by `timeout`): start each stream's

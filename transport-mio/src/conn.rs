@@ -1,4 +1,5 @@
-//! A connected socket, plain or TLS: reads and writes the consumer's bytes, non-blocking.
+//! A connected socket, plain or TLS: reads and writes the consumer's bytes, non-blocking (and,
+//! before that, whether a non-blocking connect has finished, for the driver and the scout).
 //!
 //! Over TLS, `rustls`'s own sans-IO connection sits between the consumer and the socket:
 //! plaintext written before the handshake ends waits in it, and every read and write also
@@ -119,4 +120,17 @@ fn flush_tls(socket: &mut TcpStream, tls: &mut ClientConnection) -> io::Result<(
         }
     }
     Ok(())
+}
+
+/// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
+/// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
+pub(crate) fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
+    if let Some(err) = stream.take_error()? {
+        return Err(err);
+    }
+    match stream.peer_addr() {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+        Err(e) => Err(e),
+    }
 }

@@ -11,9 +11,9 @@ use pelican::locate::{Dial, Found, SentinelAnswer};
 use pelican::{Consumer, Endpoint, Entry, Event, HostPort, Locator, Notice, Verdict};
 use pelican_tls::TlsError;
 
-use crate::conn::Conn;
+use crate::conn::{connect_outcome, Conn};
 use crate::error::DriveError;
-use crate::resolve::{resolve, Resolver};
+use crate::resolve::Resolver;
 use crate::scout::{Scout, ScoutError};
 use crate::tls::{RustlsError, Tls};
 
@@ -192,9 +192,9 @@ impl Driver {
     pub fn new(endpoint: impl Into<Endpoint>, mut consumer: Consumer, token: Token) -> Driver {
         // Each driver's jitter its own (unless `Config::seed` names one): a fleet restarted
         // at once does not reconnect in step.
-        consumer.reseed(crate::seed());
+        consumer.reseed(crate::seed::seed());
         let mut locator = Locator::new(endpoint.into());
-        locator.reseed(crate::seed());
+        locator.reseed(crate::seed::seed());
         Driver {
             consumer,
             token,
@@ -1020,26 +1020,4 @@ fn log_notice(stream: &str, notice: &Notice, line: &str) {
         _ => log::Level::Info,
     };
     log::log!(level, "{stream}: {line}");
-}
-
-/// Whether a non-blocking connect has finished: `Ok(true)` connected, `Ok(false)` still
-/// under way, `Err` failed (the recipe from `mio::net::TcpStream::connect`'s docs).
-pub(crate) fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
-    if let Some(err) = stream.take_error()? {
-        return Err(err);
-    }
-    match stream.peer_addr() {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
-/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
-/// name themselves by IP address; a name is resolved here, blocking (`None` if it fails).
-pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
-    if host.is_empty() {
-        return Some(SocketAddr::new(current.ip(), port));
-    }
-    resolve(host, port).ok()?.first().copied()
 }

@@ -92,6 +92,7 @@ mod resolve;
 mod retire;
 mod run;
 mod scout;
+mod seed;
 mod stats;
 mod stop;
 mod stream_set;
@@ -107,10 +108,3 @@ pub use stats::StatsHandle;
 pub use stop::StopHandle;
 pub use stream_set::StreamSet;
 pub use streams::{StreamStats, Streams};
-
-/// A seed for a consumer's reconnect jitter, of this process and this call: the standard
-/// library's per-process random hashing keys (each `RandomState` is another draw).
-pub(crate) fn seed() -> u64 {
-    use std::hash::BuildHasher;
-    std::collections::hash_map::RandomState::new().hash_one(0x5eed_u64)
-}

@@ -1,5 +1,6 @@
 //! Host names looked up at every connect: a managed service's primary endpoint, or a name
-//! whose address a failover moves, is followed rather than remembered.
+//! whose address a failover moves, is followed rather than remembered; so are the addresses
+//! cluster redirects name.
 
 use std::fmt;
 use std::io;
@@ -47,6 +48,15 @@ pub(crate) fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         return Err(io::Error::new(io::ErrorKind::NotFound, why));
     }
     Ok(addrs)
+}
+
+/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
+/// name themselves by IP address; a name is resolved here, blocking (`None` if it fails).
+pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+    if host.is_empty() {
+        return Some(SocketAddr::new(current.ip(), port));
+    }
+    resolve(host, port).ok()?.first().copied()
 }
 
 /// `addr` as an endpoint, checked now: a `host:port` text that is not one, a host that does

@@ -11,8 +11,7 @@ use mio::{Interest, Registry, Token};
 use pelican::locate::{HostPort, SentinelAnswer, SentinelSession};
 use pelican_tls::TlsError;
 
-use crate::conn::Conn;
-use crate::driver::connect_outcome;
+use crate::conn::{connect_outcome, Conn};
 use crate::resolve::Resolver;
 use crate::tls::{RustlsError, Tls};
 

@@ -1,6 +1,6 @@
 //! Host names looked up at every connect (on smol's blocking pool): a managed service's
 //! primary endpoint, or a name whose address a failover moves, is followed rather than
-//! remembered.
+//! remembered; so are the addresses cluster redirects name.
 
 use std::fmt;
 use std::io;
@@ -53,6 +53,16 @@ impl fmt::Debug for Resolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_some() { "Resolver(custom)" } else { "Resolver(system)" })
     }
+}
+
+/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
+/// name themselves by IP address; a name is resolved on smol's blocking pool (`None` if it
+/// fails).
+pub(crate) async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
+    if host.is_empty() {
+        return Some(SocketAddr::new(current.ip(), port));
+    }
+    resolve(host, port).await.ok()?.first().copied()
 }
 
 /// `addr` as an endpoint; a text that is not one, or sentinels without a single address,

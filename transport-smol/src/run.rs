@@ -23,7 +23,7 @@ use smol::Timer;
 use crate::conn::{self, Conn, HandshakeError};
 use crate::error::RunError;
 use crate::handler::{self, Panic};
-use crate::resolve::{checked, checked_async, resolve, Resolver};
+use crate::resolve::{checked, checked_async, Resolver};
 use crate::scout::{self, Scout, ScoutError};
 use crate::stats::{Publisher, StatsHandle};
 use crate::stop::{Request, StopHandle};
@@ -208,9 +208,9 @@ impl Runner {
     pub(crate) fn with_endpoint(mut consumer: Consumer, endpoint: Endpoint) -> Runner {
         // Each runner's jitter its own (unless `Config::seed` names one): a fleet restarted
         // at once does not reconnect in step.
-        consumer.reseed(crate::seed());
+        consumer.reseed(crate::seed::seed());
         let mut locator = Locator::new(endpoint);
-        locator.reseed(crate::seed());
+        locator.reseed(crate::seed::seed());
         let changes = Arc::new(Changes::new(&consumer));
         Runner {
             consumer,
@@ -327,7 +327,7 @@ impl Runner {
     pub(crate) fn lead_to(&mut self, home: SocketAddr, nodes: &[HostPort]) {
         let Endpoint::Node(node) = self.locator.endpoint().clone() else { return };
         self.locator = Locator::new(home.into());
-        self.locator.reseed(crate::seed());
+        self.locator.reseed(crate::seed::seed());
         self.locator.add_fallbacks(std::iter::once(node).chain(nodes.iter().cloned()));
     }
 
@@ -1074,16 +1074,6 @@ async fn bounded<T>(
         None
     })
     .await
-}
-
-/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
-/// name themselves by IP address; a name is resolved on smol's blocking pool (`None` if it
-/// fails).
-pub(crate) async fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
-    if host.is_empty() {
-        return Some(SocketAddr::new(current.ip(), port));
-    }
-    resolve(host, port).await.ok()?.first().copied()
 }
 
 /// True when a watch should be open and is not: with Sentinel, the master known.

@@ -18,8 +18,8 @@ use smol::stream::StreamExt;
 use smol::Timer;
 
 use crate::error::RunError;
-use crate::resolve::{checked, checked_async, resolve};
-use crate::run::{redirect_addr, Runner, DEFAULT_CONNECT_TIMEOUT};
+use crate::resolve::{checked, checked_async, redirect_addr, resolve};
+use crate::run::{Runner, DEFAULT_CONNECT_TIMEOUT};
 use crate::stats::StatsHandle;
 use crate::stop::StopHandle;
 #[cfg(feature = "tls")]

@@ -18,7 +18,7 @@ use super::screen::Screen;
 use super::signals::{end_commands, in_hand, running_groups, GRACE};
 
 /// The exit status of a stop that ran out of time.
-pub const EXIT_STATUS: u8 = crate::args::STOP_TIMED_OUT;
+pub const EXIT_STATUS: u8 = crate::failure::STOP_TIMED_OUT;
 
 /// How long the lanes have, once the handler is ended, to give back the entries it held,
 /// confirm their acks and stop, before the process exits without them.

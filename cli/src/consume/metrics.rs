@@ -22,7 +22,7 @@ use pelican_metrics::{Heartbeat, Labels, Metrics, Serving};
 
 use super::handler::StopAll;
 use super::lane::Lane;
-use crate::args::Failure;
+use crate::failure::Failure;
 
 /// The event loop's heartbeat: beaten at each turn of mio's poll loop, and by a task on
 /// smol's executor. One per process, as there is one loop.

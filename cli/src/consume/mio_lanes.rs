@@ -35,7 +35,7 @@ use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
 use super::metrics::{Publisher, TURN};
-use crate::args::Failure;
+use crate::failure::Failure;
 use crate::server::tls_message;
 
 /// The waker's token; lanes get tokens from 0.

@@ -3,8 +3,8 @@
 //! stream's other groups are looked for before anything is read, and their presence refuses
 //! the start unless `--force-delete`.
 
-use crate::args::Failure;
 use crate::client::{array, bytes, field, Client};
+use crate::failure::Failure;
 use crate::name::show;
 use crate::server::Server;
 

@@ -14,7 +14,7 @@ use signal_hook::iterator::SignalsInfo;
 use super::handler::{Handler, StopAll, EXITING};
 use super::lane::Handlers;
 use super::screen::Screen;
-use crate::args::Failure;
+use crate::failure::Failure;
 
 /// How long a repeat of the first signal by the same process is taken for the same stop
 /// request (see [`Request::repeats`]).

@@ -20,7 +20,7 @@ use super::handler::StopAll;
 use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
-use crate::args::Failure;
+use crate::failure::Failure;
 use crate::server::tls_message;
 
 /// How long a stop may wait on the server before that is told: a stop that is confirmed

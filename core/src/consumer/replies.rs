@@ -219,7 +219,7 @@ impl Consumer {
         match sent {
             Sent::Handshake(Command::Hello | Command::ServerInfo) if self.vetting => {
                 // A map without a server and version (a proxy's?): the classic verbs.
-                self.learn_hello(crate::dialect::hello_fields(value), now)?;
+                self.learn_hello(reply::hello_fields(value), now)?;
             }
             Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
             Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::HostPort;
+use crate::endpoint::HostPort;
 
 /// Dials to one address allowed at once.
 pub const DIAL_BURST: u32 = 4;

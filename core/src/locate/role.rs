@@ -7,9 +7,8 @@
 
 use crate::config::{Limits, Protocol};
 use crate::decode::{Decoder, Frame, Value};
-use crate::dialect::hello_fields;
-use crate::locate::HostPort;
-use crate::reply::{role, Role};
+use crate::endpoint::HostPort;
+use crate::reply::{hello_fields, role, Role};
 
 /// A bare `HELLO` (RESP2): it switches nothing and answers the server's name, version and
 /// role (Redis 6.0+, Valkey), whatever the user may run.

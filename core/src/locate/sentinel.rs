@@ -21,10 +21,10 @@ use std::fmt;
 
 use bytes::{Bytes, BytesMut};
 
-use super::{HostPort, Sentinels};
 use crate::config::{Limits, Protocol};
 use crate::decode::{Decoder, Frame, Value};
 use crate::encode::command;
+use crate::endpoint::{HostPort, Sentinels};
 
 /// What a sentinel said.
 #[derive(Clone, Debug, PartialEq, Eq)]
