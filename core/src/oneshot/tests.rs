@@ -21,7 +21,8 @@ fn load(flavor: &str, proto: Protocol, name: &str) -> Reply {
     for part in bytes.chunks(7) {
         replies.extend(part);
     }
-    let reply = replies.next_reply().unwrap_or_else(|e| panic!("{path}: {e}")).unwrap_or_else(|| panic!("{path}"));
+    let reply =
+        replies.next_reply().unwrap_or_else(|e| panic!("{path}: {e}")).unwrap_or_else(|| panic!("{path}"));
     assert!(replies.next_reply().unwrap().is_none(), "{path}: one reply");
     if proto == Protocol::Resp2 || reply.error().is_none() {
         assert_eq!(reply.as_bytes(), &bytes[..], "{path}: kept as it came");
@@ -178,4 +179,59 @@ fn clients_and_redirects() {
         let map = crate::cluster::read_slot_map(slots.as_bytes()).unwrap().unwrap();
         assert_eq!(map.covered(), 16384, "{flavor}");
     }
+}
+
+#[test]
+fn a_groups_consumers() {
+    each(&FLAVORS, |flavor, load| {
+        // s7/g7 after the retirement: A holds 1-0; C and `E\xff x` hold nothing.
+        let summary = PendingSummary::read(&load("xpending_summary_owned")).unwrap();
+        assert_eq!((summary.count, summary.first.as_deref()), (1, Some(&b"1-0"[..])), "{flavor}");
+        assert_eq!(summary.consumers, [(bytes::Bytes::from("A"), 1)], "{flavor}");
+        let consumers = ConsumerInfo::read_all(&load("xinfo_consumers")).unwrap();
+        let seen: Vec<_> = consumers.iter().map(|c| (&c.name[..], c.pending)).collect();
+        assert_eq!(seen, [(&b"A"[..], 1), (&b"C"[..], 0), (&b"E\xff x"[..], 0)], "{flavor}");
+        assert!(consumers.iter().all(|c| c.idle.is_some_and(|idle| idle < Duration::from_secs(60))));
+        // `inactive` from 7.2 on; never active: -1, told as none.
+        let inactive: Vec<_> = consumers.iter().map(|c| c.inactive.is_some()).collect();
+        match flavor {
+            "redis-6.2" | "redis-7.0" => assert_eq!(inactive, [false, false, false], "{flavor}"),
+            _ => assert_eq!(inactive, [true, false, false], "{flavor}"),
+        }
+        assert_eq!(read_count(&load("xgroup_delconsumer")), Ok(0), "C held nothing");
+    });
+}
+
+#[test]
+fn streams_ranges_and_scans() {
+    each(&FLAVORS, |flavor, load| {
+        // s holds 1-0 and 3-0 (2-0 deleted) and the group g.
+        let info = StreamInfo::read(&load("xinfo_stream")).unwrap();
+        assert_eq!((info.length, info.groups), (2, 1), "{flavor}");
+        // 8.10 tells every stream's IDMP window, the older servers none.
+        let window = (flavor == "redis-8.10").then_some(IdmpWindow::DEFAULT);
+        assert_eq!(info.idmp, window, "{flavor}");
+        assert_eq!(info.last_generated_id.as_deref(), Some(&b"3-0"[..]));
+        for missing in ["xinfo_stream_nokey", "xinfo_groups_nokey"] {
+            let e = StreamInfo::read(&load(missing)).unwrap_err();
+            assert_eq!(e, ReplyError::Server("ERR no such key".into()), "{flavor} {missing}");
+        }
+        assert_eq!(read_entry_ids(&load("xrange_after")), Ok(vec![bytes::Bytes::from("3-0")]));
+        let mut scan = StreamScan::new(b"s[0-9]");
+        let mut keys = scan.read(&load("scan_streams")).unwrap();
+        keys.sort();
+        assert_eq!(keys, ["s2", "s4", "s5", "s6", "s7"], "{flavor}: streams only, in one call");
+        assert!(scan.request().is_none(), "cursor 0: done");
+        for name in ["xadd", "xadd_maxlen"] {
+            let id = Xadd::read_id(&load(name)).unwrap().unwrap();
+            assert!(id.contains(&b'-'), "{flavor} {name}: {id:?}");
+        }
+    });
+    // Redis 8.10 tells a stream's IDMP window (the defaults here) and takes IDMP before
+    // MAXLEN, as Xadd sends them.
+    each(&["redis-8.10"], |_, load| {
+        let info = StreamInfo::read(&load("xinfo_stream_idmp")).unwrap();
+        assert_eq!(info.idmp, Some(IdmpWindow::DEFAULT));
+        assert!(Xadd::read_id(&load("xadd_idmp_maxlen")).unwrap().is_some());
+    });
 }
