@@ -23,12 +23,19 @@ impl Resolver {
 
     /// The addresses of `host` and `port` now. Never empty when `Ok`.
     pub(crate) fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-        let Some(lookup) = &self.0 else { return resolve(host, port) };
-        let addrs = lookup(host, port)?;
+        let addrs = self.lookup(host, port)?;
         if addrs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
         }
         Ok(addrs)
+    }
+
+    /// The addresses of `host` and `port` now, maybe none.
+    pub(crate) fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        match &self.0 {
+            Some(lookup) => lookup(host, port),
+            None => Ok((host, port).to_socket_addrs()?.collect()),
+        }
     }
 }
 
