@@ -13,7 +13,7 @@ use pelican_tls::TlsError;
 
 use crate::conn::Conn;
 use crate::error::DriveError;
-use crate::resolve::{resolve, Resolver};
+use crate::resolve::Resolver;
 use crate::scout::{Scout, ScoutError};
 use crate::tls::{RustlsError, Tls};
 
@@ -1033,13 +1033,4 @@ pub(crate) fn connect_outcome(stream: &TcpStream) -> io::Result<bool> {
         Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
         Err(e) => Err(e),
     }
-}
-
-/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
-/// name themselves by IP address; a name is resolved here, blocking (`None` if it fails).
-pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
-    if host.is_empty() {
-        return Some(SocketAddr::new(current.ip(), port));
-    }
-    resolve(host, port).ok()?.first().copied()
 }

@@ -30,6 +30,23 @@ impl Resolver {
         Ok(addrs)
     }
 
+    /// The address of a node a cluster names (in a redirect, in its slot map): `host` an IP
+    /// address, or a name the cluster announces, looked up now (its first address); empty:
+    /// the host of `current`, the node that named it. `Ok(None)`: it resolves to no address,
+    /// or is `?` (the cluster knows none: `cluster-preferred-endpoint-type`).
+    pub(crate) fn cluster_node(
+        &self,
+        host: &str,
+        port: u16,
+        current: SocketAddr,
+    ) -> io::Result<Option<SocketAddr>> {
+        match host {
+            "" => Ok(Some(SocketAddr::new(current.ip(), port))),
+            "?" => Ok(None),
+            host => Ok(self.lookup(host, port)?.first().copied()),
+        }
+    }
+
     /// The addresses of `host` and `port` now, maybe none.
     pub(crate) fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         match &self.0 {

@@ -6,7 +6,7 @@
 //! core's ([`pelican::oneshot`]).
 
 mod error;
-mod node;
+pub(crate) mod node;
 
 use std::fmt;
 use std::io;
@@ -547,15 +547,13 @@ fn redirect_addr(
     port: u16,
     current: SocketAddr,
 ) -> Result<SocketAddr, SessionError> {
-    match host {
-        "" => Ok(SocketAddr::new(current.ip(), port)),
+    let resolve = |error| SessionError::Resolve { host: host.to_string(), error, redirect: true };
+    match config.resolver.cluster_node(host, port, current) {
+        Ok(Some(addr)) => Ok(addr),
         // The cluster does not know the node's address (cluster-preferred-endpoint-type).
-        "?" => Err(SessionError::UnknownNode { port }),
-        host => {
-            let resolve = |error| SessionError::Resolve { host: host.to_string(), error, redirect: true };
-            let addrs = config.resolver.lookup(host, port).map_err(|e| resolve(Some(e)))?;
-            addrs.first().copied().ok_or_else(|| resolve(None))
-        }
+        Ok(None) if host == "?" => Err(SessionError::UnknownNode { port }),
+        Ok(None) => Err(resolve(None)),
+        Err(e) => Err(resolve(Some(e))),
     }
 }
 
