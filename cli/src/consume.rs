@@ -513,7 +513,7 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
         .beat(Duration::from_millis(a.beat_ms))
         .min_idle(Duration::from_millis(a.min_idle_ms))
         // Each process its own jitter: workers restarted together reconnect spread out.
-        .seed(crate::client::seed());
+        .seed(crate::seed::seed());
     match &a.create_group {
         None => {}
         Some(Some(start)) => config = config.create_group(start).create_added_group(start),
@@ -905,7 +905,7 @@ fn explain(a: &Args, server: &Server, handler: &Handler, failure: &LaneFailure) 
             format!("{} (--dead-letter KEY sets such entries aside)", failure.message)
         }
         Some(pelican::Error::IsSentinel) => {
-            let services = crate::client::sentinel_services(server);
+            let services = server.session("pelican:hint").sentinel_services();
             let addr = server.endpoint().to_string();
             server.host_failed(sentinel_named_as_node(&addr, server.tls.is_some(), services.as_deref()))
         }

@@ -11,10 +11,10 @@ use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Poll, Token};
+use pelican::oneshot::{ClientInfo, GroupInfo, PendingEntry, PendingSummary, Reply, Request, Xadd};
 use pelican::{Config, Consumer, Entry, GroupGone, Source, Stats, Verdict};
-use pelican_mio::{DriveError, Driver, Status};
+use pelican_mio::{DriveError, Driver, Session, Status};
 
-use crate::client::{self, Client};
 use crate::failure::Failure;
 use crate::help::TEMPLATE;
 use crate::server::{tls_message, Server, ServerArgs};
@@ -74,12 +74,14 @@ pub fn main(args: Args) -> Result<(), Failure> {
     };
     // The URL, passwords hidden.
     let shown = server.target.to_string();
-    let mut admin = Client::connect(&server, "pelican:demo").map_err(Failure::Failed)?;
+    let mut admin = server.connect("pelican:demo").map_err(Failure::Failed)?;
     // A write of no consequence (the key is the tour's own, new): a replica, or a server
     // refusing writes, says so now, where the workers would retry until a step timed out.
     // In a cluster, it follows the stream to the node serving it, where the pipelined XADDs
     // of the tour then go (a pipeline does not follow redirects).
-    admin.call(&[b"DEL", stream.as_bytes()]).map_err(|e| fail(&format!("{shown} refused a write: {e}")))?;
+    admin
+        .call(&Request::del(stream.as_bytes()))
+        .map_err(|e| fail(&format!("{shown} refused a write: {}", server.said(e))))?;
     let where_ = if _sim.is_some() { "the embedded simulator".to_string() } else { shown };
     let mut tour = Tour {
         server,
@@ -97,7 +99,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
     );
     let result = tour.run();
     if _sim.is_none() {
-        let _ = tour.admin.call(&[b"DEL", tour.stream.as_bytes()]);
+        let _ = tour.admin.call(&Request::del(tour.stream.as_bytes()));
     }
     result
 }
@@ -105,7 +107,7 @@ pub fn main(args: Args) -> Result<(), Failure> {
 struct Tour {
     server: Server,
     stream: String,
-    admin: Client,
+    admin: Session,
     start: Instant,
     added: Vec<String>,
     /// Every entry handled and acked by a worker done with, once per handling.
@@ -209,7 +211,7 @@ impl Tour {
         self.finish(dave)?;
         let held = self.admin_pending_ids("dave")?;
         let victim = held.first().cloned().ok_or_else(|| fail("dave holds nothing"))?;
-        self.admin.call(&[b"XDEL", self.stream.as_bytes(), victim.as_bytes()]).map_err(Failure::Failed)?;
+        self.call(&Request::xdel(self.stream.as_bytes(), victim.as_bytes()))?;
         self.deleted.push(victim.clone());
         self.say(&format!(
             "{} new entries; dave reads {} and crashes holding them; {victim} is deleted (XDEL) while pending",
@@ -242,9 +244,8 @@ impl Tour {
         self.finish(dave)?;
 
         // The check.
-        let stream = self.stream.clone();
-        let summary = self.call(&["XPENDING", &stream, GROUP])?;
-        let pending = client::array(&summary).and_then(|s| s.first()).and_then(client::int).unwrap_or(-1);
+        let summary = self.call(&Request::xpending(self.stream.as_bytes(), GROUP.as_bytes()))?;
+        let pending = PendingSummary::read(&summary).map_or(-1, |s| s.count as i64);
         let handled = self.handled_of(&self.added);
         let lost: Vec<String> = self
             .added
@@ -292,12 +293,12 @@ impl Tour {
     /// still be served).
     fn finish(&mut self, w: Worker) -> Result<(), Failure> {
         self.handlings.extend(w.acked.iter().cloned());
-        let name = format!("name=pelican:{GROUP}:{} ", w.name);
+        let name = format!("pelican:{GROUP}:{}", w.name);
         let end = Instant::now() + STEP_LIMIT;
         loop {
-            let list = self.call(&["CLIENT", "LIST", "TYPE", "normal"])?;
-            let text = client::bytes(&list).map(String::from_utf8_lossy).unwrap_or_default();
-            if !text.lines().any(|l| format!("{l} ").contains(&name)) {
+            let list = self.call(&Request::client_list())?;
+            let clients = ClientInfo::read_all(&list).unwrap_or_default();
+            if !clients.iter().any(|c| c.name == name.as_bytes()) {
                 return Ok(());
             }
             if Instant::now() > end {
@@ -328,50 +329,46 @@ impl Tour {
 
     /// How many of `ids` the group has delivered: those up to its `last-delivered-id`.
     fn delivered(&mut self, ids: &[String]) -> Result<usize, Failure> {
-        let stream = self.stream.clone();
-        let groups = self.call(&["XINFO", "GROUPS", &stream])?;
-        let last = client::array(&groups)
-            .unwrap_or(&[])
-            .iter()
-            .filter_map(|g| client::array(g))
-            .find(|g| client::field(g, "name").and_then(client::bytes) == Some(GROUP.as_bytes()))
-            .and_then(|g| client::field(g, "last-delivered-id").and_then(client::bytes))
-            .and_then(|id| id_key(&String::from_utf8_lossy(id)))
+        let groups = self.call(&Request::xinfo_groups(self.stream.as_bytes()))?;
+        let last = GroupInfo::read_named(&groups, GROUP.as_bytes())
+            .ok()
+            .flatten()
+            .and_then(|g| g.last_delivered_id)
+            .and_then(|id| id_key(&String::from_utf8_lossy(&id)))
             .ok_or_else(|| fail(&format!("XINFO GROUPS answered {groups:?}")))?;
         Ok(ids.iter().filter(|id| id_key(id).is_some_and(|k| k <= last)).count())
     }
 
     /// Adds `n` entries in one pipelined write, so that they arrive together; their ids.
     fn add(&mut self, n: usize) -> Result<Vec<String>, Failure> {
-        let mut out = Vec::new();
+        let (xadd, mut out) = (Xadd::new(self.stream.as_bytes()), Vec::new());
         for i in 0..n {
             let order = format!("order-{}", self.added.len() + i + 1);
-            client::encode(&mut out, &[b"XADD", self.stream.as_bytes(), b"*", b"order", order.as_bytes()]);
+            xadd.encode(&mut out, 0, &[(&b"order"[..], order.as_bytes())]);
         }
-        self.admin.write(&[&out]).map_err(Failure::Failed)?;
+        self.admin.send(&[&out]).map_err(|e| Failure::Failed(self.server.said(e)))?;
         let mut ids = Vec::with_capacity(n);
         for _ in 0..n {
-            let reply = self.admin.read().map_err(Failure::Failed)?;
-            let id = client::bytes(&reply).ok_or_else(|| fail(&format!("XADD answered {reply:?}")))?;
-            ids.push(String::from_utf8_lossy(id).into_owned());
+            let reply = self.admin.receive().map_err(|e| Failure::Failed(self.server.said(e)))?;
+            let id = Xadd::read_id(&reply).ok().flatten();
+            let id = id.ok_or_else(|| fail(&format!("XADD answered {reply:?}")))?;
+            ids.push(String::from_utf8_lossy(&id).into_owned());
         }
         self.added.extend(ids.iter().cloned());
         Ok(ids)
     }
 
-    fn call(&mut self, args: &[&str]) -> Result<client::Reply, Failure> {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.admin.call(&args).map_err(Failure::Failed)
+    fn call(&mut self, request: &Request) -> Result<Reply, Failure> {
+        self.admin.call(request).map_err(|e| Failure::Failed(self.server.said(e)))
     }
 
     fn admin_pending_ids(&mut self, consumer: &str) -> Result<Vec<String>, Failure> {
-        let stream = self.stream.clone();
-        let reply = self.call(&["XPENDING", &stream, GROUP, "-", "+", "100", consumer])?;
-        Ok(client::array(&reply)
-            .unwrap_or(&[])
+        let (stream, group) = (self.stream.as_bytes(), GROUP.as_bytes());
+        let reply = self.call(&Request::xpending_oldest(stream, group, 100, Some(consumer.as_bytes())))?;
+        Ok(PendingEntry::read_all(&reply)
+            .unwrap_or_default()
             .iter()
-            .filter_map(|row| client::array(row)?.first().and_then(client::bytes))
-            .map(|id| String::from_utf8_lossy(id).into_owned())
+            .map(|e| String::from_utf8_lossy(&e.id).into_owned())
             .collect())
     }
 }

@@ -2,7 +2,6 @@
 //! modules; each has its flags (`Args`, parsed by clap) and a `main(Args)`.
 
 mod args;
-mod client;
 mod consume;
 mod demo;
 mod failure;
@@ -13,6 +12,7 @@ mod number;
 mod pending;
 mod produce;
 mod retire;
+mod seed;
 mod server;
 mod stamp;
 mod url;

@@ -3,9 +3,12 @@
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
+use std::time::Duration;
+
+use pelican::oneshot::{self, ConsumerInfo, GroupInfo, PendingSummary, Request};
+use pelican_mio::{Session, SessionError};
 use serde::Serialize;
 
-use crate::client::{array, bytes, field, int, Client, Reply};
 use crate::failure::Failure;
 use crate::help::TEMPLATE;
 use crate::json::{self, Bytes};
@@ -115,19 +118,19 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let group = args.group.as_bytes();
     let server = args.server.to_server()?;
     // One connection for every stream: in a cluster it follows each stream to its node.
-    let mut client = Client::connect(&server, "pelican:pending").map_err(Failure::Failed)?;
+    let mut session = server.connect("pelican:pending").map_err(Failure::Failed)?;
     let mut failures = Vec::new();
     for (i, stream) in args.streams.iter().map(|s| s.as_bytes()).enumerate() {
-        match fetch(&mut client, stream, group) {
+        match fetch(&mut session, stream, group) {
             Ok(report) if args.json => println!("{}", to_json(&report, stream, group)),
             Ok(report) => print!("{}{}", if i > 0 { "\n" } else { "" }, to_text(&report, stream, group)),
             // The other streams are still worth showing: the failures are told at the end.
-            Err(e) if e.starts_with("NOGROUP") => failures.push(format!(
+            Err(SessionError::Server(e)) if e.starts_with("NOGROUP") => failures.push(format!(
                 "stream {}: {}",
                 show(stream),
                 crate::consume::no_group(&show(group), &e, "pelican consume --create-group")
             )),
-            Err(e) => failures.push(format!("{} {}: {e}", show(stream), show(group))),
+            Err(e) => failures.push(format!("{} {}: {}", show(stream), show(group), server.said(e))),
         }
     }
     if failures.is_empty() {
@@ -137,38 +140,36 @@ pub fn main(args: Args) -> Result<(), Failure> {
     }
 }
 
-fn shape(what: &str) -> String {
-    format!("unexpected reply to {what}")
+/// A duration as whole milliseconds, as reports show them.
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
-fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, String> {
-    // Summary: [count, min, max, [[consumer, count]…]] (nils when nothing is pending).
-    let summary = client.call(&[b"XPENDING", stream, group])?;
-    let summary = array(&summary).filter(|s| s.len() == 4).ok_or_else(|| shape("XPENDING"))?;
-    let total = int(&summary[0]).ok_or_else(|| shape("XPENDING"))?;
-    let mut consumers: Vec<Consumer> = Vec::new();
-    for row in array(&summary[3]).unwrap_or_default() {
-        match array(row) {
-            Some([name, count]) => consumers.push(Consumer {
-                name: bytes(name).ok_or_else(|| shape("XPENDING"))?.to_vec(),
-                pending: int(count).ok_or_else(|| shape("XPENDING"))?,
-                oldest_id: None,
-                oldest_idle_ms: None,
-                seen_ms: None,
-            }),
-            _ => return Err(shape("XPENDING")),
-        }
-    }
+/// A count as reports show them.
+fn n(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+fn fetch(session: &mut Session, stream: &[u8], group: &[u8]) -> Result<Report, SessionError> {
+    let summary = PendingSummary::read(&session.call(&Request::xpending(stream, group))?)?;
+    let mut consumers: Vec<Consumer> = summary
+        .consumers
+        .iter()
+        .map(|(name, count)| Consumer {
+            name: name.to_vec(),
+            pending: n(*count),
+            oldest_id: None,
+            oldest_idle_ms: None,
+            seen_ms: None,
+        })
+        .collect();
     // Consumers with nothing pending show up here too; `idle` is since last heard from.
-    let info = client.call(&[b"XINFO", b"CONSUMERS", stream, group])?;
-    for row in array(&info).unwrap_or_default() {
-        let row = array(row).unwrap_or_default();
-        let Some(name) = field(row, "name").and_then(bytes) else { continue };
-        let seen_ms = field(row, "idle").and_then(int);
-        match consumers.iter_mut().find(|c| c.name == name) {
+    for info in ConsumerInfo::read_all(&session.call(&Request::xinfo_consumers(stream, group))?)? {
+        let seen_ms = info.idle.map(ms);
+        match consumers.iter_mut().find(|c| c.name == info.name) {
             Some(c) => c.seen_ms = seen_ms,
             None => consumers.push(Consumer {
-                name: name.to_vec(),
+                name: info.name.to_vec(),
                 pending: 0,
                 oldest_id: None,
                 oldest_idle_ms: None,
@@ -177,71 +178,49 @@ fn fetch(client: &mut Client, stream: &[u8], group: &[u8]) -> Result<Report, Str
         }
     }
     for c in consumers.iter_mut().filter(|c| c.pending > 0) {
-        let rows = client.call(&[b"XPENDING", stream, group, b"-", b"+", b"1", &c.name])?;
-        if let Some(e) = pending_rows(&rows)?.into_iter().next() {
+        let rows = oldest(session, &Request::xpending_oldest(stream, group, 1, Some(&c.name)))?;
+        if let Some(e) = rows.into_iter().next() {
             (c.oldest_id, c.oldest_idle_ms) = (Some(e.id), e.idle_ms);
         }
     }
     consumers.sort_by(|a, b| b.pending.cmp(&a.pending).then_with(|| a.name.cmp(&b.name)));
-    let oldest = pending_rows(&client.call(&[
-        b"XPENDING",
-        stream,
-        group,
-        b"-",
-        b"+",
-        OLDEST.to_string().as_bytes(),
-    ])?)?;
-    // Lag: Redis 7+ and Valkey report it (nil when the server cannot tell); 6.2 does not.
-    let groups = client.call(&[b"XINFO", b"GROUPS", stream])?;
-    let row = array(&groups)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|g| array(g))
-        .find(|g| field(g, "name").and_then(bytes) == Some(group));
-    let mut lag = row.and_then(|g| field(g, "lag")).and_then(int);
-    if let (Some(1..), Some(last)) = (lag, row.and_then(|g| field(g, "last-delivered-id")).and_then(bytes)) {
-        // A count gone wrong (Redis 7.0 after a failover) says entries are left with none
-        // past the group's last-delivered id: unknown, rather than wrong.
-        let after = [b"(", last].concat();
-        let beyond = client.call(&[b"XRANGE", stream, &after, b"+", b"COUNT", b"1"])?;
-        if array(&beyond).is_some_and(<[Reply]>::is_empty) {
-            lag = None;
-        }
+    let oldest = oldest(session, &Request::xpending_oldest(stream, group, OLDEST as u64, None))?;
+    // Lag: Redis 7+ and Valkey report it (nil when the server cannot tell); 6.2 does not. A
+    // count gone wrong (Redis 7.0 after a failover) is made unknown rather than told wrong.
+    let info = GroupInfo::read_named(&session.call(&Request::xinfo_groups(stream))?, group)?;
+    let mut lag = info.as_ref().and_then(|g| g.lag);
+    if let Some((info, check)) = info.as_ref().and_then(|g| Some((g, g.lag_check(stream)?))) {
+        lag = info.checked_lag(&session.call(&check)?)?;
     }
     // Released entries are in the total but in no consumer's count.
     let owned: i64 = consumers.iter().map(|c| c.pending).sum();
+    let total = n(summary.count);
     Ok(Report {
         total,
         released: (total - owned).max(0),
-        min_id: bytes(&summary[1]).map(<[u8]>::to_vec),
-        max_id: bytes(&summary[2]).map(<[u8]>::to_vec),
-        lag,
+        min_id: summary.first.map(|id| id.to_vec()),
+        max_id: summary.last.map(|id| id.to_vec()),
+        lag: lag.map(n),
         consumers,
         oldest,
     })
 }
 
-/// Rows of the extended `XPENDING`: `[id, consumer, idle_ms, deliveries]`. A released
-/// entry (Redis 8.8+, `XNACK`) has consumer `""` and idle `-1`.
-fn pending_rows(reply: &Reply) -> Result<Vec<PendingEntry>, String> {
-    let rows = array(reply).ok_or_else(|| shape("XPENDING (extended)"))?;
-    rows.iter()
-        .map(|row| match array(row) {
-            Some([id, consumer, idle, count]) => {
-                let (consumer, idle) = (bytes(consumer)?, int(idle)?);
-                let released = consumer.is_empty() && idle < 0;
-                Some(PendingEntry {
-                    id: bytes(id)?.to_vec(),
-                    consumer: (!released).then(|| consumer.to_vec()),
-                    idle_ms: (!released).then_some(idle),
-                    deliveries: int(count)?,
-                    released,
-                })
-            }
-            _ => None,
-        })
-        .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| shape("XPENDING (extended)"))
+/// The oldest pending entries `request` asks for, as the report shows them.
+fn oldest(session: &mut Session, request: &Request) -> Result<Vec<PendingEntry>, SessionError> {
+    Ok(oneshot::PendingEntry::read_all(&session.call(request)?)?.into_iter().map(entry).collect())
+}
+
+/// A pending entry as the report shows it: a released one (Redis 8.8+, `XNACK`) with no
+/// owner and no idle time.
+fn entry(e: oneshot::PendingEntry) -> PendingEntry {
+    PendingEntry {
+        released: e.released(),
+        id: e.id.to_vec(),
+        consumer: e.consumer.map(|c| c.to_vec()),
+        idle_ms: e.idle.map(ms),
+        deliveries: n(e.deliveries),
+    }
 }
 
 fn to_json(r: &Report, stream: &[u8], group: &[u8]) -> String {
@@ -406,8 +385,11 @@ mod tests {
     #[test]
     fn released_entries_from_the_captured_reply() {
         let bytes = include_bytes!("../../core/tests/fixtures/redis-8.10/resp2/pending_released.resp");
-        let (reply, _) = redis_protocol::resp2::decode::decode(&bytes[..]).unwrap().unwrap();
-        let rows = pending_rows(&reply).unwrap();
+        let mut replies = oneshot::Replies::new();
+        replies.extend(bytes);
+        let reply = replies.next_reply().unwrap().unwrap();
+        let rows: Vec<PendingEntry> =
+            oneshot::PendingEntry::read_all(&reply).unwrap().into_iter().map(entry).collect();
         let seen: Vec<_> =
             rows.iter().map(|e| (&e.id[..], e.consumer.as_deref(), e.idle_ms, e.released)).collect();
         assert_eq!(seen[0], (&b"1-0"[..], None, None, true));

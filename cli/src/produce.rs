@@ -7,9 +7,11 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use pelican::cluster::RedirectKind;
+use pelican::oneshot::{Hello, IdmpWindow, Request, StreamInfo};
 use pelican::HostPort;
+use pelican_mio::Session;
 
-use crate::client::{self, array, bytes, field, int, Client, Redirect, Reply};
 use crate::failure::Failure;
 use crate::help::TEMPLATE;
 use crate::name::show;
@@ -183,12 +185,12 @@ pub fn main(args: Args) -> Result<(), Failure> {
         (true, None) => Some(default_producer_id()),
     };
     let server = args.server.to_server()?;
-    let client = Client::connect(&server, NAME).map_err(Failure::Failed)?;
+    let session = server.connect(NAME).map_err(Failure::Failed)?;
     let xadd = Xadd::new(stream, producer.as_deref(), shape);
     let count = xadd.lines().or(args.count).unwrap_or(1);
     let mut run = Run {
         server,
-        client,
+        session,
         xadd,
         done: 0,
         window: None,
@@ -281,24 +283,16 @@ fn default_producer_id() -> Vec<u8> {
     format!("pelican:{host}:{}:{ms}", std::process::id()).into_bytes()
 }
 
-/// What the server remembers of a producer's XADD IDMP, per stream (XINFO STREAM).
-#[derive(Clone, Copy, Debug)]
-struct Window {
-    /// `idmp-maxsize`: how many of a producer's last ids.
-    maxsize: u64,
-    /// `idmp-duration`: for how long.
-    duration: Duration,
-}
-
 /// A run: the connection, what is confirmed added, and the lost connections.
 struct Run {
     server: Server,
-    client: Client,
+    session: Session,
     xadd: Xadd,
     /// Entries added, as the server confirmed; the next entry's number is `done + 1`.
     done: u64,
-    /// The stream's IDMP window, once known (`--idempotent` only).
-    window: Option<Window>,
+    /// The stream's IDMP window (what it remembers of a producer's XADD IDMP: XINFO STREAM),
+    /// once known (`--idempotent` only).
+    window: Option<IdmpWindow>,
     /// Connections lost, in all and in a row (no reply read since the last).
     lost: u32,
     lost_in_a_row: u32,
@@ -369,9 +363,8 @@ impl Run {
                     // node. Entries refused with ASK (the slot is being migrated) go one by
                     // one through `call`, to the node asked.
                     for _ in 0..asked + moved.min(1) {
-                        let args = self.xadd.args(self.done + 1);
-                        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-                        if let Err(e) = self.client.call(&args) {
+                        if let Err(e) = self.session.call(&self.xadd.request(self.done + 1)) {
+                            let e = self.server.said(e);
                             return Err(match self.xadd.idempotent() && self.done == 0 {
                                 true => self.without_idmp(e),
                                 false => self.refused(e),
@@ -385,7 +378,7 @@ impl Run {
                 }
             }
             if self.xadd.idempotent() && self.window.is_none() && self.done > 0 {
-                self.window = Some(self.read_window()?.unwrap_or(DEFAULT_WINDOW));
+                self.window = Some(self.read_window()?.unwrap_or(IdmpWindow::DEFAULT));
             }
             if self.checked.0.elapsed() >= CHECK_MASTER_EVERY {
                 self.check_master(0)?;
@@ -405,16 +398,17 @@ impl Run {
         let hold = Instant::now() + HOLD;
         let mut told = false;
         loop {
-            let got = match self.client.wait_replicas(replicas, timeout) {
-                Ok(Ok(got)) if got >= u64::from(replicas) => return Ok(true),
-                Ok(Ok(got)) => got,
-                Ok(Err(refused)) => {
+            let got = match self.session.wait(replicas, timeout) {
+                Ok(got) if got >= u64::from(replicas) => return Ok(true),
+                Ok(got) => got,
+                Err(refused) if !refused.is_link() => {
                     return Err(Failure::Failed(format!(
                         "--wait-replicas: WAIT refused after {} entries: {refused}",
                         self.done
                     )))
                 }
-                Err(why) => {
+                Err(e) => {
+                    let why = self.server.said(e);
                     self.recover(n, &why, sent_at)?;
                     return Ok(false);
                 }
@@ -452,17 +446,15 @@ impl Run {
     /// since the last check are in doubt; with it, only the `unconfirmed` just written, sent
     /// again. Told, and the run goes on with the new master.
     fn check_master(&mut self, unconfirmed: u64) -> Result<bool, Failure> {
-        let Some(from) = self.client.master().cloned() else { return Ok(false) };
+        let Some(from) = self.session.master().cloned() else { return Ok(false) };
         // Not answered: asked again at the next check.
-        let Ok(Some(to)) = self.client.master_moved() else {
+        let Ok(Some(to)) = self.session.master_moved() else {
             self.checked = (Instant::now(), self.done);
             return Ok(false);
         };
         self.failed_over(&from, &to, unconfirmed);
         self.resent += unconfirmed;
-        self.client = self
-            .reconnect()
-            .map_err(|e| Failure::Failed(format!("connecting to the new master {to}: {e}")))?;
+        self.reconnect().map_err(|e| Failure::Failed(format!("connecting to the new master {to}: {e}")))?;
         Ok(true)
     }
 
@@ -499,21 +491,21 @@ impl Run {
             Some(value) => starts.iter().flat_map(|start| [&start[..], value, b"\r\n"]).collect(),
             None => starts.iter().map(|start| &start[..]).collect(),
         };
-        if let Err(why) = self.client.write(&parts) {
-            return Sent::Lost { added: 0, why };
+        if let Err(e) = self.session.send(&parts) {
+            return Sent::Lost { added: 0, why: self.server.said(e) };
         }
         let (mut added, mut moved, mut asked, mut error) = (0, 0, 0, None);
         for _ in 0..n {
             // Read every reply, so the count printed on failure is exact.
-            let reply = match self.client.read() {
+            let reply = match self.session.receive() {
                 Ok(reply) => reply,
-                Err(why) => return Sent::Lost { added, why },
+                Err(e) => return Sent::Lost { added, why: self.server.said(e) },
             };
-            match (client::redirect(&reply), reply) {
-                (Some(Redirect::Moved { .. }), _) => moved += 1,
-                (Some(Redirect::Ask { .. }), _) => asked += 1,
-                (None, Reply::Error(e)) => error = error.or(Some(e)),
-                (None, _) => added += 1,
+            match (reply.redirect().map(|r| r.kind), reply.error()) {
+                (Some(RedirectKind::Moved), _) => moved += 1,
+                (Some(RedirectKind::Ask), _) => asked += 1,
+                (None, Some(e)) => error = error.or(Some(e.into_owned())),
+                (None, None) => added += 1,
             }
         }
         Sent::Replied { added, moved, asked, error }
@@ -536,8 +528,8 @@ impl Run {
                 in_doubt(self.done)
             )));
         }
-        let from = self.client.master().cloned();
-        self.client = self.reconnect().map_err(|e| {
+        let from = self.session.master().cloned();
+        self.reconnect().map_err(|e| {
             Failure::Failed(format!(
                 "the connection was lost ({why}) and could not be made again ({e}): {}",
                 in_doubt(self.done)
@@ -576,7 +568,7 @@ impl Run {
             self.done
         );
         // With Sentinel, the sentinels may name another master now (the one lost was killed).
-        if let (Some(from), Some(to)) = (from, self.client.master().cloned()) {
+        if let (Some(from), Some(to)) = (from, self.session.master().cloned()) {
             if from != to {
                 self.failed_over(&from, &to, unconfirmed);
             }
@@ -587,14 +579,14 @@ impl Run {
 
     /// A new connection to the server, tried a few times with growing waits (the core's
     /// backoff, jittered).
-    fn reconnect(&self) -> Result<Client, String> {
+    fn reconnect(&mut self) -> Result<(), String> {
         let mut last = String::new();
-        let mut backoff = crate::client::backoff(RECONNECT_MIN, RECONNECT_MAX);
+        let mut backoff = crate::seed::backoff(RECONNECT_MIN, RECONNECT_MAX);
         for _ in 0..RECONNECT_TRIES {
             thread::sleep(backoff.next_delay());
-            match Client::connect(&self.server, NAME) {
-                Ok(client) => return Ok(client),
-                Err(e) => last = e,
+            match self.session.reconnect() {
+                Ok(()) => return Ok(()),
+                Err(e) => last = self.server.said(e),
             }
         }
         Err(last)
@@ -602,36 +594,36 @@ impl Run {
 
     /// The stream's IDMP window from XINFO STREAM; `None` if there is no such stream yet, or
     /// the server tells none (it has no IDMP: the first XADD will say so).
-    fn read_window(&mut self) -> Result<Option<Window>, Failure> {
+    fn read_window(&mut self) -> Result<Option<IdmpWindow>, Failure> {
         let stream = self.xadd.stream().to_vec();
-        let info = match self.client.call(&[b"XINFO", b"STREAM", &stream]) {
+        let info = match self.session.call(&Request::xinfo_stream(&stream)) {
             Ok(info) => info,
-            Err(e) if e.contains("no such key") => return Ok(None),
+            // The stream is not made yet (PROTOCOL.md 46).
+            Err(e) if e.server_text().is_some_and(|t| t.contains("no such key")) => return Ok(None),
             Err(e) => {
                 return Err(Failure::Failed(format!(
-                    "--idempotent reads {}'s IDMP window with XINFO STREAM, which was refused: {e}",
-                    show(&stream)
+                    "--idempotent reads {}'s IDMP window with XINFO STREAM, which was refused: {}",
+                    show(&stream),
+                    self.server.said(e)
                 )))
             }
         };
-        Ok(window(&info))
+        Ok(StreamInfo::read(&info).ok().and_then(|info| info.idmp))
     }
 
     /// The first XADD … IDMP was refused: on a server without IDMP (as HELLO tells), that is
     /// said with what --idempotent needs; else it is the server's refusal.
     fn without_idmp(&mut self, error: String) -> Failure {
-        let hello = self.client.call(&[b"HELLO"]);
+        let hello = self.session.call(&Request::hello());
         // Neither HELLO (before Redis 6) nor the XADD answered as a server: the link failed.
         if hello.is_err() && !error.starts_with("ERR") {
             return self.refused(error);
         }
-        let items = hello.as_ref().ok().and_then(array).unwrap_or_default();
-        let text = |key| field(items, key).and_then(bytes).map(|b| String::from_utf8_lossy(b).into_owned());
-        let (server, version) = (text("server"), text("version"));
-        if server.as_deref() == Some("redis") && version.as_deref().and_then(parse_version) >= Some((8, 6)) {
+        let hello = hello.ok().and_then(|reply| Hello::read(&reply).ok()).unwrap_or_default();
+        if hello.has_idmp() {
             return self.refused(error);
         }
-        let who = match (server, version) {
+        let who = match (hello.server, hello.version) {
             (Some(server), Some(version)) => format!("this server ({server} {version})"),
             _ => "this server".to_string(),
         };
@@ -643,58 +635,5 @@ impl Run {
 
     fn refused(&self, e: String) -> Failure {
         Failure::Failed(format!("XADD {} refused after {} entries: {e}", show(self.xadd.stream()), self.done))
-    }
-}
-
-/// The server's defaults (`stream-idmp-maxsize`, `stream-idmp-duration`), for a server that
-/// takes IDMP but does not tell the window in XINFO STREAM.
-const DEFAULT_WINDOW: Window = Window { maxsize: 100, duration: Duration::from_secs(100) };
-
-/// `idmp-maxsize` and `idmp-duration` from an XINFO STREAM reply, if it has them.
-fn window(info: &Reply) -> Option<Window> {
-    let items = array(info)?;
-    let maxsize = field(items, "idmp-maxsize").and_then(int)?;
-    let duration = field(items, "idmp-duration").and_then(int)?;
-    Some(Window {
-        maxsize: u64::try_from(maxsize).ok()?,
-        duration: Duration::from_secs(u64::try_from(duration).ok()?),
-    })
-}
-
-/// `8.10.2` as (8, 10).
-fn parse_version(text: &str) -> Option<(u32, u32)> {
-    let mut parts = text.split('.').map(|p| p.parse::<u32>().ok());
-    Some((parts.next()??, parts.next()??))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reads_versions_and_windows() {
-        assert_eq!(parse_version("8.10.2"), Some((8, 10)));
-        assert_eq!(parse_version("8.6.0"), Some((8, 6)));
-        assert!(parse_version("7.0.15") < Some((8, 6)));
-        assert_eq!(parse_version("unstable"), None);
-        let bulk = |s: &str| Reply::BulkString(s.as_bytes().to_vec());
-        let info = Reply::Array(vec![
-            bulk("length"),
-            Reply::Integer(1),
-            bulk("idmp-duration"),
-            Reply::Integer(100),
-            bulk("idmp-maxsize"),
-            Reply::Integer(250),
-        ]);
-        let w = window(&info).unwrap();
-        assert_eq!((w.maxsize, w.duration), (250, Duration::from_secs(100)));
-        assert!(window(&Reply::Array(vec![bulk("length"), Reply::Integer(1)])).is_none());
-        let negative = Reply::Array(vec![
-            bulk("idmp-duration"),
-            Reply::Integer(-1),
-            bulk("idmp-maxsize"),
-            Reply::Integer(1),
-        ]);
-        assert!(window(&negative).is_none());
     }
 }

@@ -6,13 +6,10 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
-use pelican::retire::{ConsumerState, Decision, Retirement, Step};
+use pelican::retire::{ConsumerState, Decision};
 use pelican::MAX_DURATION;
-use redis_protocol::resp2::encode::encode;
-use redis_protocol::resp2::types::Resp2Frame as _;
 use unicode_width::UnicodeWidthStr as _;
 
-use crate::client::{Client, Reply};
 use crate::failure::Failure;
 use crate::help::TEMPLATE;
 use crate::name::show;
@@ -67,13 +64,15 @@ pub struct Args {
 /// Runs `retire`: each stream in turn, a table of its group's consumers.
 pub fn main(args: Args) -> Result<(), Failure> {
     let server = args.server.to_server()?;
-    let mut client = Client::connect(&server, pelican::retire::CLIENT_NAME).map_err(Failure::Failed)?;
+    let mut session = server.connect(pelican::retire::CLIENT_NAME).map_err(Failure::Failed)?;
     let group = args.group.as_bytes();
     let min_idle = Duration::from_millis(args.idle_ms);
     let mut failed = Vec::new();
     for stream in &args.streams {
         let stream = stream.as_bytes();
-        let outcome = retire(&mut client, stream, group, min_idle, args.dry_run);
+        // The connections listed and the script run on the node serving the stream (the
+        // session follows the stream there, both steps together).
+        let outcome = session.retire(stream, group, min_idle, args.dry_run).map_err(|e| server.said(e));
         let (stream, group) = (show(stream), show(group));
         match outcome {
             Ok(consumers) => {
@@ -98,61 +97,6 @@ pub fn main(args: Args) -> Result<(), Failure> {
         true => Ok(()),
         false => Err(Failure::Failed(failed.join("; "))),
     }
-}
-
-/// One stream's retirement: the live connections listed and the script run on the node
-/// serving the stream (the client follows the stream there, both steps together).
-fn retire(
-    client: &mut Client,
-    stream: &[u8],
-    group: &[u8],
-    min_idle: Duration,
-    dry_run: bool,
-) -> Result<Vec<ConsumerState>, String> {
-    let start = || Retirement::script(stream, group, min_idle, dry_run);
-    let list: Vec<Vec<u8>> = start().args().map(<[u8]>::to_vec).collect();
-    let mut retirement = None;
-    let reply = client.call_after(&list.iter().map(|a| &a[..]).collect::<Vec<_>>(), |listings| {
-        let mut r = start();
-        match r.read(&resp2(&listed(listings))?) {
-            Ok(Some(Step::Send(_))) => {}
-            Ok(_) => return Err("CLIENT LIST: the reply was cut short".into()),
-            Err(e) => return Err(e.to_string()),
-        }
-        let script = r.args().map(<[u8]>::to_vec).collect();
-        retirement = Some(r);
-        Ok(script)
-    })?;
-    let mut r = retirement.ok_or("no script was sent")?;
-    match r.read(&resp2(&reply)?) {
-        Ok(Some(Step::Done(consumers))) => Ok(consumers),
-        Ok(_) => Err("the reply was cut short".into()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// The `CLIENT LIST` replies of the nodes asked (two while the stream's slot migrates), as
-/// one: a line per connection, so the lines of both list the connections of both.
-fn listed(listings: &[Reply]) -> Reply {
-    match listings {
-        [Reply::BulkString(a), Reply::BulkString(b)] => {
-            let mut both = a.clone();
-            if !both.is_empty() && !both.ends_with(b"\n") {
-                both.push(b'\n');
-            }
-            both.extend_from_slice(b);
-            Reply::BulkString(both)
-        }
-        [one, ..] => one.clone(),
-        [] => Reply::Null,
-    }
-}
-
-/// A reply as RESP2 bytes, for the core to read.
-fn resp2(reply: &Reply) -> Result<Vec<u8>, String> {
-    let mut bytes = vec![0; reply.encode_len(false)];
-    encode(&mut bytes, reply, false).map_err(|e| e.to_string())?;
-    Ok(bytes)
 }
 
 /// The consumers, a line each: name, pending, idle, what was decided (and why a consumer

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use pelican::Endpoint;
 
+use pelican_mio::{Session, SessionConfig, SessionError};
 use pelican_tls::{Tls, TlsConfig, TlsError};
 
 use crate::failure::Failure;
@@ -47,6 +48,52 @@ impl Server {
         match self.url_from_env {
             true => format!("{why} (the host in $PELICAN_URL)"),
             false => why,
+        }
+    }
+
+    /// A one-shot session's settings for the URL (its node or sentinels, TLS, login,
+    /// database), its connections named `name` in `CLIENT LIST`.
+    pub fn session(&self, name: &str) -> SessionConfig {
+        let mut config = SessionConfig::new(self.endpoint().clone()).db(self.target.db).name(name);
+        if let Some(password) = &self.target.password {
+            config = config.auth(self.target.user.as_ref(), password);
+        }
+        if let Some((tls, host)) = self.tls_for() {
+            config = config.tls(tls, host);
+        }
+        config
+    }
+
+    /// A one-shot session with the URL's server (see [`Server::session`]), its failure
+    /// told in the command line's words.
+    pub fn connect(&self, name: &str) -> Result<Session, String> {
+        self.session(name).connect().map_err(|e| self.said(e))
+    }
+
+    /// A session's failure in the command line's words: the flag or URL part that fixes it
+    /// where there is one.
+    pub fn said(&self, e: SessionError) -> String {
+        match e {
+            SessionError::Tls(e) => tls_message(&e),
+            SessionError::Login { peer, ref text, .. } => {
+                login_refused(&peer.to_string(), text).unwrap_or_else(|| e.to_string())
+            }
+            SessionError::IsSentinel { node, services } => {
+                sentinel_named_as_node(&node.to_string(), self.tls.is_some(), services.as_deref())
+            }
+            SessionError::Replica { named_by_sentinels, .. } => {
+                let fix = match named_by_sentinels {
+                    true => "the sentinels name it as the master: a failover under way?",
+                    false => "point --url at the master, or name the sentinels with redis+sentinel://…",
+                };
+                format!("{e}: {fix}")
+            }
+            SessionError::Sentinels(all) => in_flags(&all),
+            SessionError::Resolve { redirect: false, .. } if matches!(self.endpoint(), Endpoint::Node(_)) => {
+                self.host_failed(e.to_string())
+            }
+            SessionError::Redirect(e) => format!("following a cluster redirect: {}", self.said(*e)),
+            e => e.to_string(),
         }
     }
 }

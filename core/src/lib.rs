@@ -224,6 +224,7 @@ mod lease;
 mod leave;
 pub mod locate;
 mod notice;
+pub mod oneshot;
 #[cfg(any(test, feature = "fuzzing"))]
 mod oracle;
 mod pace;

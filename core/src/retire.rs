@@ -49,7 +49,8 @@
 //! A client that logs in and follows cluster redirects itself uses [`Retirement::script`]
 //! and sends [`Retirement::args`] as commands of its own, each reply as RESP2 bytes to
 //! [`Retirement::read`]: the list and the script must go to the same node, the one serving
-//! the stream.
+//! the stream. While the stream's slot migrates (`ASK`), both nodes' lists go to
+//! [`Retirement::read_lists`] (`pelican_mio::Session::retire` does all of it).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -272,6 +273,34 @@ impl Retirement {
                 _ => {}
             }
         }
+    }
+
+    /// [`read`](Self::read) of `CLIENT LIST` replies from several nodes at once, for a
+    /// [`script`](Self::script) whose stream's slot is being migrated (a cluster's `ASK`):
+    /// what it asks about may be on either node, so the connections of both count. Each
+    /// reply whole, in RESP2. Answers the script's command, to send (after `ASKING`) to the
+    /// node the stream is moving to; then [`read`](Self::read) its reply.
+    pub fn read_lists(&mut self, lists: &[&[u8]]) -> Result<Step, Error> {
+        let command = Command::Connections;
+        if self.expect.front() != Some(&command) {
+            return Err(Error::Protocol { detail: "a list of connections not asked for".into() });
+        }
+        let mut clients = Vec::new();
+        for list in lists {
+            let mut decoder = Decoder::new(self.limits);
+            decoder.extend(list);
+            let value = match decoder.next(Protocol::Resp2).map_err(|e| e.into_error(self.limits))? {
+                Some(Frame::Reply(Value::Error(message))) => {
+                    let message = String::from_utf8_lossy(&message).into_owned();
+                    return Err(Error::Server { command, message });
+                }
+                Some(Frame::Reply(value)) => value,
+                _ => return Err(Error::Shape { command, detail: "not one whole reply" }),
+            };
+            clients.extend(reply::client_list(value).map_err(|e| Error::Shape { command, detail: e.0 })?);
+        }
+        self.expect.pop_front();
+        Ok(Step::Send(self.script_command(clients)))
     }
 
     /// The script's command, given the live connections: only the names a consumer of this
@@ -514,6 +543,29 @@ mod tests {
         assert!(matches!(r.read(b":3\r\n"), Err(Error::Shape { command: Command::Connections, .. })));
         let mut r = Retirement::script(b"s", b"g", Duration::ZERO, false);
         assert!(r.read(b"not resp\r\n").is_err());
+    }
+
+    /// A stream whose slot migrates: the lists of both nodes count, the names a consumer of
+    /// the group could carry each once, whichever node listed them.
+    #[test]
+    fn lists_of_two_nodes_make_one_script() {
+        let mut r = Retirement::script(b"s", b"g", Duration::ZERO, false);
+        let here = listing(&[b"pelican:s:g:A", b"pelican:s:g:B"]);
+        let there = listing(&[b"pelican:s:g:B", b"pelican:s:g:C", b"pelican:other:D"]);
+        let Ok(Step::Send(script)) = r.read_lists(&[&here, &there]) else { panic!() };
+        assert_eq!(
+            script_tail(&r)[2..],
+            [&b"pelican:s:g:A"[..], b"pelican:s:g:B", b"pelican:s:g:C"].map(|n| n.to_vec())
+        );
+        assert!(script.starts_with(b"*10\r\n$4\r\nEVAL\r\n"));
+        assert!(matches!(r.read(b"*0\r\n"), Ok(Some(Step::Done(rows))) if rows.is_empty()));
+        // One list is a plain read; a refusal is the server's; a list not asked for is not taken.
+        let mut r = Retirement::script(b"s", b"g", Duration::ZERO, false);
+        let e = r.read_lists(&[&here, b"-NOPERM no CLIENT LIST for you\r\n"]).unwrap_err();
+        assert!(matches!(e, Error::Server { command: Command::Connections, .. }), "{e:?}");
+        let mut r = Retirement::script(b"s", b"g", Duration::ZERO, false);
+        r.read_lists(&[&here]).unwrap();
+        assert!(matches!(r.read_lists(&[&here]), Err(Error::Protocol { .. })));
     }
 
     /// The replies captured from every server (`scripts/capture-fixtures`): the capture's

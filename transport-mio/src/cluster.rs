@@ -1,12 +1,15 @@
 //! Where each stream's lane belongs in a cluster, asked once before the lanes start.
 
-use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use pelican::cluster::{read_slot_map, SLOTS_REQUEST};
+use pelican::cluster::read_slot_map;
+use pelican::oneshot::Request;
 
-use crate::resolve::redirect_addr;
+use crate::resolve::Resolver;
+use crate::session::node::Node;
+use crate::{SessionConfig, SessionError};
 
 /// The master serving each of `keys`, asked of the cluster node at `seed` (`CLUSTER SLOTS`,
 /// on a short blocking connection bounded by `timeout`): start each stream's
@@ -30,27 +33,23 @@ pub fn locate_with_masters(
     keys: &[&[u8]],
     timeout: Duration,
 ) -> io::Result<(Vec<Option<SocketAddr>>, Vec<pelican::HostPort>)> {
-    let mut socket = TcpStream::connect_timeout(&seed, timeout)?;
-    socket.set_read_timeout(Some(timeout))?;
-    socket.set_write_timeout(Some(timeout))?;
-    socket.write_all(SLOTS_REQUEST)?;
-    let mut reply = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    let map = loop {
-        let n = socket.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        reply.extend_from_slice(&chunk[..n]);
-        match read_slot_map(&reply) {
-            Ok(Some(map)) => break map,
-            Ok(None) => {}
-            Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
-        }
+    // The one-shot session's connection, unnamed and without a login: nothing but the
+    // question is sent.
+    let config = SessionConfig::new(seed).timeout(timeout);
+    let mut node = Node::open(&config, seed, "").map_err(|e| io_error(e.into_inner()))?;
+    let reply = node.exchange(&Request::cluster_slots()).map_err(io_error)?;
+    let map = match read_slot_map(reply.as_bytes()) {
+        Ok(Some(map)) => map,
+        Ok(None) => return Err(io::ErrorKind::UnexpectedEof.into()),
+        Err(e) => return Err(io::Error::new(io::ErrorKind::InvalidData, e)),
     };
+    let resolver = Resolver::default();
     let homes = keys
         .iter()
-        .map(|key| map.owner_of_key(key).and_then(|node| redirect_addr(&node.host, node.port, seed)))
+        .map(|key| {
+            let node = map.owner_of_key(key)?;
+            resolver.cluster_node(&node.host, node.port, seed).ok().flatten()
+        })
         .collect();
     let nodes = map
         .masters()
@@ -61,4 +60,14 @@ pub fn locate_with_masters(
         })
         .collect();
     Ok((homes, nodes))
+}
+
+/// A session's failure as the I/O error it was (a connect refused, a timeout), or wrapped.
+fn io_error(e: SessionError) -> io::Error {
+    match e {
+        SessionError::Connect { error, .. } | SessionError::Io { error, .. } => error,
+        SessionError::Silent { .. } => io::Error::new(io::ErrorKind::TimedOut, e.to_string()),
+        SessionError::Closed => io::Error::new(io::ErrorKind::UnexpectedEof, e.to_string()),
+        e => io::Error::other(e),
+    }
 }

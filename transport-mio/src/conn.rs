@@ -1,5 +1,7 @@
-//! A connected socket, plain or TLS: reads and writes the consumer's bytes, non-blocking (and,
-//! before that, whether a non-blocking connect has finished, for the driver and the scout).
+//! A connected socket, plain or TLS: reads and writes the consumer's bytes, non-blocking
+//! (the driver's and the scout's `mio` sockets, and before that whether a non-blocking connect
+//! has finished), or blocking with timeouts (the one-shot [`Session`](crate::Session)'s `std`
+//! ones, where `WouldBlock` means a timeout ran out).
 //!
 //! Over TLS, `rustls`'s own sans-IO connection sits between the consumer and the socket:
 //! plaintext written before the handshake ends waits in it, and every read and write also
@@ -13,13 +15,13 @@ use crate::tls::ClientConnection;
 
 /// The socket, and the TLS session over it if any.
 #[derive(Debug)]
-pub(crate) enum Conn {
-    Plain(TcpStream),
-    Tls(TcpStream, Box<ClientConnection>),
+pub(crate) enum Conn<S = TcpStream> {
+    Plain(S),
+    Tls(S, Box<ClientConnection>),
 }
 
-impl Conn {
-    pub(crate) fn socket(&mut self) -> &mut TcpStream {
+impl<S: Read + Write> Conn<S> {
+    pub(crate) fn socket(&mut self) -> &mut S {
         match self {
             Conn::Plain(s) | Conn::Tls(s, _) => s,
         }
@@ -94,7 +96,7 @@ impl Conn {
     }
 }
 
-impl Conn {
+impl<S: Read + Write> Conn<S> {
     /// Sends what a TLS session still holds. `Ok(true)` if the socket would block with bytes
     /// left (a writable event will follow).
     pub(crate) fn flush(&mut self) -> io::Result<bool> {
@@ -109,7 +111,7 @@ impl Conn {
 }
 
 /// Sends what the TLS session has ready until the socket would block.
-fn flush_tls(socket: &mut TcpStream, tls: &mut ClientConnection) -> io::Result<()> {
+fn flush_tls(socket: &mut impl Write, tls: &mut ClientConnection) -> io::Result<()> {
     while tls.wants_write() {
         match tls.write_tls(socket) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),

@@ -43,6 +43,14 @@
 //! Cluster: a [`Driver`] started at any node follows `MOVED` to the master serving its
 //! stream; [`locate`] asks a node once where each stream belongs, so lanes start there.
 //!
+//! One-shot commands (an inspection of a group, a producer's appends, a retirement): a
+//! [`Session`] is one blocking connection that resolves, connects, logs in, vets the node
+//! (a replica or a sentinel is refused), finds the master through Sentinel and follows
+//! cluster redirects, with the same parts as a [`Driver`] (the core's `Locator`, the
+//! sentinel connection, TLS); what it sends and reads is the core's
+//! ([`pelican::oneshot`]). The command line's `pending`, `produce`, `retire` and `demo` run
+//! on it.
+//!
 //! TLS (`rustls`, driven by the driver itself, so TLS consumers share a `Poll` too): build a
 //! [`pelican_tls::Tls`] and pass it to [`Runner::tls`] or [`Driver::tls`].
 //!
@@ -93,6 +101,7 @@ mod retire;
 mod run;
 mod scout;
 mod seed;
+mod session;
 mod stats;
 mod stop;
 mod stream_set;
@@ -104,6 +113,7 @@ pub use driver::{Driver, Status, DEFAULT_CONNECT_TIMEOUT, NOTICES_KEPT};
 pub use error::{DriveError, RunError};
 pub use retire::retire;
 pub use run::{run, Runner};
+pub use session::{Session, SessionConfig, SessionError, DEFAULT_SESSION_TIMEOUT};
 pub use stats::StatsHandle;
 pub use stop::StopHandle;
 pub use stream_set::StreamSet;

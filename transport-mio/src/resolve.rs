@@ -24,12 +24,36 @@ impl Resolver {
 
     /// The addresses of `host` and `port` now. Never empty when `Ok`.
     pub(crate) fn resolve(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
-        let Some(lookup) = &self.0 else { return resolve(host, port) };
-        let addrs = lookup(host, port)?;
+        let addrs = self.lookup(host, port)?;
         if addrs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::NotFound, format!("{host} resolves to no address")));
         }
         Ok(addrs)
+    }
+
+    /// The address of a node a cluster names (in a redirect, in its slot map): `host` an IP
+    /// address, or a name the cluster announces, looked up now (its first address); empty:
+    /// the host of `current`, the node that named it. `Ok(None)`: it resolves to no address,
+    /// or is `?` (the cluster knows none: `cluster-preferred-endpoint-type`).
+    pub(crate) fn cluster_node(
+        &self,
+        host: &str,
+        port: u16,
+        current: SocketAddr,
+    ) -> io::Result<Option<SocketAddr>> {
+        match host {
+            "" => Ok(Some(SocketAddr::new(current.ip(), port))),
+            "?" => Ok(None),
+            host => Ok(self.lookup(host, port)?.first().copied()),
+        }
+    }
+
+    /// The addresses of `host` and `port` now, maybe none.
+    pub(crate) fn lookup(&self, host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+        match &self.0 {
+            Some(lookup) => lookup(host, port),
+            None => Ok((host, port).to_socket_addrs()?.collect()),
+        }
     }
 }
 
@@ -48,15 +72,6 @@ pub(crate) fn resolve(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
         return Err(io::Error::new(io::ErrorKind::NotFound, why));
     }
     Ok(addrs)
-}
-
-/// A redirect's address: `host` (empty: the host of `current`) and `port`. Cluster nodes
-/// name themselves by IP address; a name is resolved here, blocking (`None` if it fails).
-pub(crate) fn redirect_addr(host: &str, port: u16, current: SocketAddr) -> Option<SocketAddr> {
-    if host.is_empty() {
-        return Some(SocketAddr::new(current.ip(), port));
-    }
-    resolve(host, port).ok()?.first().copied()
 }
 
 /// `addr` as an endpoint, checked now: a `host:port` text that is not one, a host that does

@@ -3,7 +3,8 @@
 //! stream's other groups are looked for before anything is read, and their presence refuses
 //! the start unless `--force-delete`.
 
-use crate::client::{array, bytes, field, Client};
+use pelican::oneshot::{GroupInfo, Request};
+
 use crate::failure::Failure;
 use crate::name::show;
 use crate::server::Server;
@@ -22,17 +23,19 @@ pub fn refuse_other_groups(
              entries from: {e} (--force-delete starts without looking)"
         ))
     };
-    let mut client = Client::connect(server, "pelican:delete-acked-check").map_err(cannot)?;
+    let mut session = server.connect("pelican:delete-acked-check").map_err(cannot)?;
     for stream in streams {
-        let groups = match client.call(&[b"XINFO", b"GROUPS", stream]) {
-            Ok(groups) => groups,
-            Err(e) if e.to_ascii_lowercase().contains("no such key") => continue,
-            Err(e) => return Err(cannot(e)),
+        let groups = match session.call(&Request::xinfo_groups(stream)) {
+            Ok(reply) => GroupInfo::read_all(&reply).map_err(|e| cannot(e.to_string()))?,
+            // A stream that does not exist yet has none (PROTOCOL.md 46).
+            Err(e) if e.server_text().is_some_and(|t| t.to_ascii_lowercase().contains("no such key")) => {
+                continue
+            }
+            Err(e) => return Err(cannot(server.said(e))),
         };
-        let others: Vec<String> = array(&groups)
-            .unwrap_or_default()
+        let others: Vec<String> = groups
             .iter()
-            .filter_map(|g| field(array(g)?, "name").and_then(bytes))
+            .map(|g| &g.name[..])
             .filter(|name| *name != group)
             .map(|name| show(name).into_owned())
             .collect();

@@ -2,11 +2,10 @@
 //! fields made from the flags (`--field` pairs, a `key` spread over `--keys N` values, then
 //! `p` of `--size` bytes) or read from `--from` (a JSON object per line).
 
-use std::io::{BufRead, Write as _};
+use std::io::BufRead;
 
+use pelican::oneshot::{self, Request};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
-
-use crate::client;
 
 /// An entry's field/value pairs.
 pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
@@ -20,15 +19,12 @@ pub enum Shape {
     Lines(Vec<Pairs>),
 }
 
-/// One XADD per entry, numbered from 1 in the run.
+/// One XADD per entry, numbered from 1 in the run, encoded by the core.
 pub struct Xadd {
-    stream: Vec<u8>,
-    producer: Option<Vec<u8>>,
+    add: oneshot::Xadd,
     shape: Shape,
     /// `p`'s value (`Made`): written after each entry's start without a copy.
     value: Vec<u8>,
-    /// What every entry's command shares, encoded once: `XADD stream [IDMP producer]`.
-    head: Vec<u8>,
 }
 
 impl Xadd {
@@ -37,20 +33,19 @@ impl Xadd {
             Shape::Made { size, .. } => vec![b'x'; *size],
             Shape::Lines(_) => Vec::new(),
         };
-        let mut head = Vec::new();
-        bulks(&mut head, &[b"XADD", stream]);
+        let mut add = oneshot::Xadd::new(stream);
         if let Some(producer) = producer {
-            bulks(&mut head, &[b"IDMP", producer]);
+            add = add.idempotent(producer);
         }
-        Xadd { stream: stream.to_vec(), producer: producer.map(<[u8]>::to_vec), shape, value, head }
+        Xadd { add, shape, value }
     }
 
     pub fn stream(&self) -> &[u8] {
-        &self.stream
+        self.add.stream()
     }
 
     pub fn idempotent(&self) -> bool {
-        self.producer.is_some()
+        self.add.is_idempotent()
     }
 
     /// How many entries `--from` holds; `None` when made from the flags.
@@ -67,40 +62,23 @@ impl Xadd {
         matches!(self.shape, Shape::Made { .. }).then_some(&self.value[..])
     }
 
-    /// Entry `n`'s command as arguments, `p`'s value included, for [`client::Client::call`].
-    pub fn args(&self, n: u64) -> Vec<Vec<u8>> {
-        let mut args = vec![b"XADD".to_vec(), self.stream.clone()];
-        if let Some(producer) = &self.producer {
-            args.extend([b"IDMP".to_vec(), producer.clone(), n.to_string().into_bytes()]);
-        }
-        args.push(b"*".to_vec());
-        for (field, value) in self.pairs(n) {
-            args.extend([field, value]);
-        }
+    /// Entry `n`'s command, `p`'s value included, for [`pelican_mio::Session::call`].
+    pub fn request(&self, n: u64) -> Request {
+        let mut fields = self.pairs(n);
         if let Some(value) = self.value() {
-            args.extend([b"p".to_vec(), value.to_vec()]);
+            fields.push((b"p".to_vec(), value.to_vec()));
         }
-        args
+        self.add.request(n, &fields)
     }
 
     /// Entry `n`'s command in RESP up to `p`'s value (its length header included), or whole
     /// with `--from`.
     pub fn start(&self, n: u64) -> Vec<u8> {
         let pairs = self.pairs(n);
-        let p = usize::from(self.value().is_some());
-        let args = 3 + 3 * usize::from(self.idempotent()) + 2 * (pairs.len() + p);
-        let mut out = Vec::with_capacity(self.head.len() + 64);
-        let _ = write!(out, "*{args}\r\n");
-        out.extend_from_slice(&self.head);
-        if self.idempotent() {
-            bulks(&mut out, &[n.to_string().as_bytes()]);
-        }
-        out.extend_from_slice(b"$1\r\n*\r\n");
-        for (field, value) in &pairs {
-            bulks(&mut out, &[field, value]);
-        }
-        if let Some(value) = self.value() {
-            let _ = write!(out, "$1\r\np\r\n${}\r\n", value.len());
+        let mut out = Vec::with_capacity(64);
+        match self.value() {
+            Some(value) => self.add.encode_until_value(&mut out, n, &pairs, b"p", value.len()),
+            None => self.add.encode(&mut out, n, &pairs),
         }
         out
     }
@@ -139,15 +117,6 @@ fn numbered(value: &[u8], number: &str) -> Vec<u8> {
     }
     out.extend_from_slice(rest);
     out
-}
-
-/// Appends `args` as RESP bulk strings (no array header).
-fn bulks(out: &mut Vec<u8>, args: &[&[u8]]) {
-    let at = out.len();
-    client::encode(out, args);
-    // `encode` leads with the array's `*N\r\n`: the command has its own.
-    let header = format!("*{}\r\n", args.len()).len();
-    out.drain(at..at + header);
 }
 
 /// `--field NAME=VALUE`, for clap.
@@ -226,9 +195,7 @@ mod tests {
     use super::*;
 
     fn encoded(args: &[&[u8]]) -> Vec<u8> {
-        let mut out = Vec::new();
-        client::encode(&mut out, args);
-        out
+        Request::new(args).as_bytes().to_vec()
     }
 
     /// A whole XADD as sent: its start, then `p`'s value and a CRLF.
@@ -247,9 +214,7 @@ mod tests {
         assert_eq!(whole(&plain, 7), encoded(&[b"XADD", b"s", b"*", b"p", b"xx"]));
         let xadd = Xadd::new(b"s", Some(b"pid"), Shape::Made { fields: vec![], keys: None, size: 0 });
         assert_eq!(whole(&xadd, 12), encoded(&[b"XADD", b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]));
-        let args = xadd.args(12);
-        let args: Vec<&[u8]> = args.iter().map(|a| &a[..]).collect();
-        assert_eq!(args, [&b"XADD"[..], b"s", b"IDMP", b"pid", b"12", b"*", b"p", b""]);
+        assert_eq!(xadd.request(12).as_bytes(), whole(&xadd, 12));
     }
 
     #[test]
