@@ -314,10 +314,11 @@ pub struct Args {
     stop_timeout_ms: u64,
     /// with --exec or --pipe: up to N entries at once per stream, each entry
     /// acknowledged as its own command succeeds, in any order (default 1:
-    /// one at a time). Printed entries are written one at a time, in order,
-    /// whatever N
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
-    concurrency: u32,
+    /// one at a time; for a --pipe handler that takes batches, twice
+    /// --count: the batch it works on and the next). Printed entries are
+    /// written one at a time, in order, whatever N
+    #[arg(long, value_name = "N", value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
+    concurrency: Option<u32>,
     /// with --exec or --pipe over several streams: at most N entries at once
     /// in all (each stream still within --concurrency): the commands (and
     /// threads) running at once
@@ -570,10 +571,17 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
 /// nothing to wait on, and entries printed one at a time keep their order on stdout.
 fn concurrency(a: &Args) -> u32 {
     if a.exec.is_some() || a.pipe.is_some() {
-        a.concurrency
+        a.concurrency.unwrap_or(1)
     } else {
         1
     }
+}
+
+/// `--concurrency`'s default for a `--pipe` handler that takes batches: two reads' worth, so
+/// that the next batch waits in its stdin while it works on one, and the one after is read
+/// meanwhile. One at a time would leave the handler waiting for pelican at every batch.
+fn batch_concurrency(a: &Args) -> u32 {
+    a.count.saturating_mul(2).clamp(1, pelican::MAX_CONCURRENCY)
 }
 
 /// What the lanes share.
@@ -651,7 +659,7 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
 
 /// Runs `consume`: every `--stream` (in one lane, or one per cluster slot) until a signal or
 /// a failure.
-pub fn main(args: Args) -> Result<(), Failure> {
+pub fn main(mut args: Args) -> Result<(), Failure> {
     let (server, mut handlers, shared) = check(&args)?;
     let stop = shared.stop.clone();
     let mut net = Net {
@@ -675,6 +683,9 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if let Some(pipe) = &shared.pipe {
         // A handler that cannot start fails here, before it can fail an entry.
         pipe.start(&shared).map_err(Failure::Failed)?;
+        if pipe.speaks_batches() && args.concurrency.is_none() {
+            args.concurrency = Some(batch_concurrency(&args));
+        }
     }
     let mut rescan = None;
     if let Some(pattern) = &args.stream_pattern {
