@@ -8,6 +8,7 @@
 
 mod deadline;
 mod discover;
+mod drained;
 mod emit;
 mod found;
 mod handler;
@@ -403,6 +404,13 @@ pub struct Args {
     /// why; until pelican exits; ADDR is HOST:PORT, e.g. 127.0.0.1:9464 (below)
     #[arg(long, value_name = "ADDR", verbatim_doc_comment)]
     metrics: Option<String>,
+    /// exit 0 once every stream is drained — this consumer's own pending
+    /// entries handled, the idle ones of its peers reclaimed, the last read
+    /// short — and nothing new has come for MS milliseconds (1000 if MS is
+    /// not given; 0: at once): a stop as on SIGTERM, for batch jobs and
+    /// benchmarks
+    #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "1000", value_parser = whole::<u64, 0, DAY_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
+    exit_when_drained: Option<u64>,
 }
 
 /// `--exec`'s command, refused if blank: `sh -c ''` exits 0, which would acknowledge every
@@ -721,6 +729,11 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
     let watched = lanes.iter().map(|lane| (lane.published.clone(), lane.handlers.clone())).collect();
     overdue::watch(watched, shared.clone())
         .map_err(|e| Failure::Failed(format!("cannot start the overdue watch's thread: {e}")))?;
+    if let Some(ms) = args.exit_when_drained {
+        let published = lanes.iter().map(|lane| lane.published.clone()).collect();
+        drained::watch(published, shared.clone(), Duration::from_millis(ms))
+            .map_err(|e| Failure::Failed(format!("cannot start the drain's watch thread: {e}")))?;
+    }
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
     let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&every, &screen));
