@@ -68,6 +68,9 @@ const MAX_LINE: usize = 64 * 1024;
 /// The longest line read from a handler that takes batches: a batch's verdicts, with the
 /// writes each carries.
 const MAX_BATCH_LINE: usize = 64 * 1024 * 1024;
+/// About the most a batch holds, in its entries' fields: bigger entries go in several
+/// batches, each a line the handler parses whole.
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 /// How long the handler must live at the start for pelican to begin reading: a command
 /// that fails at once (a missing module, a syntax error) exits well within it. A handler
 /// that says [`HELLO`] sooner is up.
@@ -468,7 +471,8 @@ impl Pipe {
                 continue;
             }
             let stdin = running.stdin.clone();
-            let handed: Vec<Handed> = state.queue.drain(..).collect();
+            let take = if batches { batch_len(&state.queue) } else { state.queue.len() };
+            let handed: Vec<Handed> = state.queue.drain(..take).collect();
             let lines: Vec<(Arc<Handler>, Entry)> =
                 handed.iter().map(|h| (h.handler.clone(), h.entry.clone())).collect();
             // Registered before the write, under the state's lock: a handler that dies meanwhile
@@ -1025,6 +1029,19 @@ fn wake_all(wakes: &mut Wakes) {
 /// Whether the run is ending: no handler is started any more.
 fn ending(state: &State, shared: &Shared) -> bool {
     state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested()
+}
+
+/// How many of the entries queued go in the next batch: all, up to about [`MAX_BATCH_BYTES`]
+/// of fields (at least one); the rest go in the next.
+fn batch_len(queue: &VecDeque<Handed>) -> usize {
+    let mut bytes = 0;
+    for (i, handed) in queue.iter().enumerate() {
+        bytes += handed.entry.fields().map(|(name, value)| name.len() + value.len()).sum::<usize>();
+        if bytes > MAX_BATCH_BYTES && i > 0 {
+            return i;
+        }
+    }
+    queue.len()
 }
 
 /// What `lines` look like on the handler's stdin: one batch (`{"batch":N,"entries":[…]}`)
