@@ -84,7 +84,17 @@ logs go to stderr. An \"ack\" may carry writes, made with the acknowledgement in
   {\"id\":\"…\",\"verdict\":\"ack\",\"emit\":[{\"stream\":\"out\",\"fields\":{\"k\":\"v\"},\"maxlen\":1000}],
    \"writes\":[{\"hset\":\"h\",\"fields\":{\"f\":\"v\"}},{\"incrby\":\"n\",\"by\":1},
               {\"set\":\"k\",\"value\":\"v\",\"ttl_ms\":60000},{\"del\":\"k\"}]}
-(\"minid\" trims by id instead of \"maxlen\"; both approximately). Keys and field values are
+(\"minid\" trims by id instead of \"maxlen\"; both approximately).
+Batches: pelican offers them in the handler's environment (PELICAN_PIPE_PROTOCOL=batch); a
+handler whose first line, written before it reads anything, is {\"protocol\":\"batch\"}
+gets many entries per line and may answer a batch with one line, a verdict per entry in
+order (an object for an ack with writes; null for an entry it answers on its own line):
+  {\"batch\":7,\"entries\":[{\"stream\":\"orders\",\"id\":\"1700000000000-0\",…},…]}
+  {\"batch\":7,\"verdicts\":[\"ack\",\"retry\",…]}
+One parse and one write per batch rather than per entry: the fast way for a handler in
+Python (examples/pipe/pelican_pipe.py runs that loop; pelican-pipe.js for Node). Such a
+handler has up to twice --count entries (200) per stream at once unless --concurrency says
+otherwise; one that answers a line per entry has one at a time by default. Keys and field values are
 strings; an answer whose writes are malformed (a number for a string, no fields, an unknown
 write) is told on stderr and fails its entry, nothing of it written. Up to --concurrency N entries
 per stream are outstanding at once. A line that is not such an answer (not JSON, no \"id\",
