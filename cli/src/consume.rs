@@ -8,6 +8,7 @@
 
 mod deadline;
 mod discover;
+mod drained;
 mod emit;
 mod found;
 mod handler;
@@ -84,7 +85,17 @@ logs go to stderr. An \"ack\" may carry writes, made with the acknowledgement in
   {\"id\":\"…\",\"verdict\":\"ack\",\"emit\":[{\"stream\":\"out\",\"fields\":{\"k\":\"v\"},\"maxlen\":1000}],
    \"writes\":[{\"hset\":\"h\",\"fields\":{\"f\":\"v\"}},{\"incrby\":\"n\",\"by\":1},
               {\"set\":\"k\",\"value\":\"v\",\"ttl_ms\":60000},{\"del\":\"k\"}]}
-(\"minid\" trims by id instead of \"maxlen\"; both approximately). Keys and field values are
+(\"minid\" trims by id instead of \"maxlen\"; both approximately).
+Batches: pelican offers them in the handler's environment (PELICAN_PIPE_PROTOCOL=batch); a
+handler whose first line, written before it reads anything, is {\"protocol\":\"batch\"}
+gets many entries per line and may answer a batch with one line, a verdict per entry in
+order (an object for an ack with writes; null for an entry it answers on its own line):
+  {\"batch\":7,\"entries\":[{\"stream\":\"orders\",\"id\":\"1700000000000-0\",…},…]}
+  {\"batch\":7,\"verdicts\":[\"ack\",\"retry\",…]}
+One parse and one write per batch rather than per entry: the fast way for a handler in
+Python (examples/pipe/pelican_pipe.py runs that loop; pelican-pipe.js for Node). Such a
+handler has up to twice --count entries (200) per stream at once unless --concurrency says
+otherwise; one that answers a line per entry has one at a time by default. Keys and field values are
 strings; an answer whose writes are malformed (a number for a string, no fields, an unknown
 write) is told on stderr and fails its entry, nothing of it written. Up to --concurrency N entries
 per stream are outstanding at once. A line that is not such an answer (not JSON, no \"id\",
@@ -315,10 +326,11 @@ pub struct Args {
     stop_timeout_ms: u64,
     /// with --exec or --pipe: up to N entries at once per stream, each entry
     /// acknowledged as its own command succeeds, in any order (default 1:
-    /// one at a time). Printed entries are written one at a time, in order,
-    /// whatever N
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
-    concurrency: u32,
+    /// one at a time; for a --pipe handler that takes batches, twice
+    /// --count: the batch it works on and the next). Printed entries are
+    /// written one at a time, in order, whatever N
+    #[arg(long, value_name = "N", value_parser = whole::<u32, 1, MAX_CONCURRENCY>, allow_negative_numbers = true, verbatim_doc_comment)]
+    concurrency: Option<u32>,
     /// with --exec or --pipe over several streams: at most N entries at once
     /// in all (each stream still within --concurrency): the commands (and
     /// threads) running at once
@@ -403,6 +415,13 @@ pub struct Args {
     /// why; until pelican exits; ADDR is HOST:PORT, e.g. 127.0.0.1:9464 (below)
     #[arg(long, value_name = "ADDR", verbatim_doc_comment)]
     metrics: Option<String>,
+    /// exit 0 once every stream is drained — this consumer's own pending
+    /// entries handled, the idle ones of its peers reclaimed, the last read
+    /// short — and nothing new has come for MS milliseconds (1000 if MS is
+    /// not given; 0: at once): a stop as on SIGTERM, for batch jobs and
+    /// benchmarks
+    #[arg(long, value_name = "MS", num_args = 0..=1, default_missing_value = "1000", value_parser = whole::<u64, 0, DAY_MS>, allow_negative_numbers = true, verbatim_doc_comment)]
+    exit_when_drained: Option<u64>,
 }
 
 /// `--exec`'s command, refused if blank: `sh -c ''` exits 0, which would acknowledge every
@@ -571,10 +590,17 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
 /// nothing to wait on, and entries printed one at a time keep their order on stdout.
 fn concurrency(a: &Args) -> u32 {
     if a.exec.is_some() || a.pipe.is_some() {
-        a.concurrency
+        a.concurrency.unwrap_or(1)
     } else {
         1
     }
+}
+
+/// `--concurrency`'s default for a `--pipe` handler that takes batches: two reads' worth, so
+/// that the next batch waits in its stdin while it works on one, and the one after is read
+/// meanwhile. One at a time would leave the handler waiting for pelican at every batch.
+fn batch_concurrency(a: &Args) -> u32 {
+    a.count.saturating_mul(2).clamp(1, pelican::MAX_CONCURRENCY)
 }
 
 /// What the lanes share.
@@ -652,7 +678,7 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
 
 /// Runs `consume`: every `--stream` (in one lane, or one per cluster slot) until a signal or
 /// a failure.
-pub fn main(args: Args) -> Result<(), Failure> {
+pub fn main(mut args: Args) -> Result<(), Failure> {
     let (server, mut handlers, shared) = check(&args)?;
     let stop = shared.stop.clone();
     let mut net = Net {
@@ -676,6 +702,9 @@ pub fn main(args: Args) -> Result<(), Failure> {
     if let Some(pipe) = &shared.pipe {
         // A handler that cannot start fails here, before it can fail an entry.
         pipe.start(&shared).map_err(Failure::Failed)?;
+        if pipe.speaks_batches() && args.concurrency.is_none() {
+            args.concurrency = Some(batch_concurrency(&args));
+        }
     }
     let mut rescan = None;
     if let Some(pattern) = &args.stream_pattern {
@@ -711,6 +740,11 @@ pub fn main(args: Args) -> Result<(), Failure> {
     let watched = lanes.iter().map(|lane| (lane.published.clone(), lane.handlers.clone())).collect();
     overdue::watch(watched, shared.clone())
         .map_err(|e| Failure::Failed(format!("cannot start the overdue watch's thread: {e}")))?;
+    if let Some(ms) = args.exit_when_drained {
+        let published = lanes.iter().map(|lane| lane.published.clone()).collect();
+        drained::watch(published, shared.clone(), Duration::from_millis(ms))
+            .map_err(|e| Failure::Failed(format!("cannot start the drain's watch thread: {e}")))?;
+    }
     let start = Instant::now();
     // Dropped on an early return, which ends the line.
     let progress = (args.progress || screen.is_tty()).then(|| Progress::spawn(&every, &screen));

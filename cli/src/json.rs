@@ -82,9 +82,10 @@ pub fn entry_line(stream: &[u8], entry: &Entry) -> String {
     line
 }
 
-/// An entry as `--pipe` writes it to its handler: [`entry_line`]'s object with the delivery
-/// count and where it came from (`pending`, `claimed` or `new`).
-pub fn pipe_line(stream: &[u8], entry: &Entry, source: &str) -> String {
+/// Appends an entry as `--pipe` writes it to its handler (without a newline: a line of its
+/// own, or one of a batch's): [`entry_line`]'s object with the delivery count and where it
+/// came from (`pending`, `claimed` or `new`).
+pub fn push_pipe_entry(out: &mut Vec<u8>, stream: &[u8], entry: &Entry, source: &str) {
     #[derive(serde::Serialize)]
     struct Line<'a> {
         stream: Bytes<'a>,
@@ -100,9 +101,9 @@ pub fn pipe_line(stream: &[u8], entry: &Entry, source: &str) -> String {
         deliveries: entry.deliveries,
         source,
     };
-    let mut line = to_string(&line);
-    line.push('\n');
-    line
+    // Only a map key that is not a string fails, and every key here is one; a Vec takes
+    // every write.
+    serde_json::to_writer(out, &line).expect("JSON object keys are strings");
 }
 
 /// A JSON object written member by member, in order.

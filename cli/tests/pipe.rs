@@ -1,17 +1,19 @@
 //! `pelican consume --pipe CMD` against real servers, with the Python example handler
 //! (`examples/pipe/handler.py`): every entry acked once through one long-running handler, out
-//! of order too; the handler killed mid-run and started again, nothing lost; a handler that
-//! never answers timed out, retried, then dead-lettered; bad lines told and ignored; a
-//! handler that cannot start; a stop that waits for the outstanding answers.
+//! of order too, in batches and one line each; the handler killed mid-run and started again,
+//! nothing lost; pelican killed mid-run (kill -9) and started again, nothing lost; a handler
+//! that never answers timed out, retried, then dead-lettered; bad lines told and ignored; a
+//! handler that cannot start; a stop that waits for the outstanding answers; a batch job that
+//! ends once drained.
 
 mod support;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use pelican_tests::admin::Admin;
 use pelican_tests::server::{Flavor, Server};
-use support::{run, wait_until, Json, Pelican, Scratch};
+use support::{lines_of, run, wait_until, Json, Pelican, Scratch};
 
 /// The example handler, run by `sh -c`.
 fn handler() -> String {
@@ -55,15 +57,20 @@ fn all_acked_on(admin: &mut Admin, key: &str, last: &str) -> bool {
 }
 
 /// Thousands of entries through the example, in order and (64 outstanding, answers held and
-/// given newest first) out of order: each acked once, the PEL empty, the stats agreeing.
+/// given newest first) out of order, in batches (what pelican offers) and one line each (the
+/// offer taken out of its environment): each acked once, the PEL empty, the stats agreeing.
 #[test]
 fn every_entry_is_acked_once_in_order_or_not() {
-    for (flavor, transport, extra, env) in [
-        (Flavor::Redis70, "mio", vec![], vec![]),
-        (Flavor::Valkey81, "smol", vec!["--concurrency", "64"], vec![("HANDLER_SHUFFLE", "7")]),
+    let (batches, lines) = (handler(), format!("env -u PELICAN_PIPE_PROTOCOL {}", handler()));
+    for (flavor, transport, pipe, extra, env) in [
+        (Flavor::Redis70, "mio", &batches, vec![], vec![]),
+        (Flavor::Redis70, "smol", &batches, vec![], vec![]),
+        (Flavor::Valkey81, "mio", &lines, vec!["--concurrency", "64"], vec![("HANDLER_SHUFFLE", "7")]),
+        (Flavor::Valkey81, "smol", &batches, vec!["--concurrency", "64"], vec![("HANDLER_SHUFFLE", "7")]),
         (
             Flavor::Redis810,
             "mio",
+            &batches,
             vec!["--concurrency", "64"],
             vec![("HANDLER_SHUFFLE", "7"), ("HANDLER_SLOW_MS", "2")],
         ),
@@ -76,7 +83,7 @@ fn every_entry_is_acked_once_in_order_or_not() {
         let dir = Scratch::new("pipe");
         let stats = dir.file("stats.json");
         let url = format!("redis://{}", server.addr());
-        let mut args = consume(&url, transport, &handler(), &extra);
+        let mut args = consume(&url, transport, pipe, &extra);
         args.extend(["--stats-json".to_string(), stats.clone()]);
         let mut p = spawn(&args, &env);
         wait_until("all acked", || all_acked(&mut admin, &last));
@@ -86,6 +93,11 @@ fn every_entry_is_acked_once_in_order_or_not() {
         assert_eq!(s.get("handled").num() as usize, n);
         assert_eq!(s.get("failed").num(), 0.0);
         assert!(!p.stderr().contains("--pipe:"), "nothing told about the answers: {}", p.stderr());
+        if extra.is_empty() {
+            // A handler that takes batches: twice --count in hand by default, not one.
+            let most = s.get("in_hand_max").num();
+            assert!(most > 1.0 && most <= 200.0, "{flavor} {transport}: {most}");
+        }
     }
 }
 
@@ -407,4 +419,191 @@ fn an_exec_command_past_the_timeout_is_killed() {
     assert!(!err.contains("killed by signal"), "told once: {err}");
     std::thread::sleep(std::time::Duration::from_millis(3500));
     assert!(!std::path::Path::new(&marker).exists(), "the command's whole process group was killed");
+}
+
+/// A handler written without the examples' loop, in Python, that says it takes batches: it
+/// gets many entries a line (its hello came before anything was written, so no line of one
+/// entry), and answers each batch with one line of verdicts: `null` for an entry it answers
+/// on its own line after, an unknown verdict failing its entry alone (dead-lettered past
+/// --max-deliveries, at its third delivery); a batch answered with a verdict short fails its entries (told), which
+/// come back and are acked. Both transports.
+#[test]
+fn a_handler_that_says_so_gets_batches() {
+    need("python3");
+    const BATCHES: &str = r#"
+import json, os, sys
+log = open(os.environ["LOG"], "a")
+short = os.environ.get("SHORT")
+print('{"protocol":"batch"}', flush=True)
+for line in sys.stdin:
+    m = json.loads(line)
+    if "batch" not in m:
+        log.write("line\n"); log.flush()
+        print(json.dumps({"id": m["id"], "verdict": "ack"}), flush=True)
+        continue
+    es = m["entries"]
+    log.write("batch %d\n" % len(es)); log.flush()
+    vs = [None if "later" in e["fields"] else "maybe" if "bad" in e["fields"] else "ack" for e in es]
+    if short and len(es) > 1:
+        short, vs = None, vs[:-1]
+    print(json.dumps({"batch": m["batch"], "verdicts": vs}), flush=True)
+    for e in es:
+        if "later" in e["fields"]:
+            print(json.dumps({"stream": e["stream"], "id": e["id"], "verdict": "ack"}), flush=True)
+"#;
+    for (flavor, transport, short) in
+        [(Flavor::Redis70, "mio", false), (Flavor::Valkey81, "smol", false), (Flavor::Redis70, "mio", true)]
+    {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let mut ids = admin.xadd_n("s", 1000, 8);
+        let later: Vec<String> = (0..5).map(|_| admin.xadd("s", &[("later", "1")])).collect();
+        let bad = admin.xadd("s", &[("bad", "1")]);
+        ids.extend(admin.xadd_n("s", 1000, 8));
+        let dir = Scratch::new("pipe-batches");
+        let (script, log, stats) = (dir.file("batches.py"), dir.file("log"), dir.file("stats.json"));
+        std::fs::write(&script, BATCHES).unwrap();
+        let url = format!("redis://{}", server.addr());
+        let pipe = format!("{}python3 {script}", if short { "SHORT=1 " } else { "" });
+        let extra = [
+            "--max-deliveries",
+            "2",
+            "--dead-letter",
+            "dl",
+            "--min-idle-ms",
+            "1000",
+            "--beat-ms",
+            "100",
+            "--stats-json",
+            &stats,
+        ];
+        let mut p = spawn(&consume(&url, transport, &pipe, &extra), &[("LOG", &log)]);
+        let what = format!("{flavor} {transport} short {short}");
+        wait_until("the bad one dead-lettered", || admin.xlen("dl") == 1);
+        let mut all = ids.clone();
+        all.extend(later.iter().cloned());
+        wait_until("all acked", || {
+            admin.xpending_count("s", "g") == 0 && all_acked(&mut admin, ids.last().unwrap())
+        });
+        p.stop();
+        let err = p.stderr();
+        let seen = lines_of(&log);
+        assert!(!seen.iter().any(|l| l == "line"), "{what}: a line of one entry: {seen:?}");
+        let sizes: Vec<usize> = seen.iter().filter_map(|l| l.strip_prefix("batch ")?.parse().ok()).collect();
+        assert!(sizes.iter().any(|n| *n > 1), "{what}: batches of one only: {sizes:?}");
+        assert!(sizes.iter().all(|n| *n <= 200), "{what}: at most twice --count in hand: {sizes:?}");
+        assert!(
+            err.contains(&format!("{bad} failed and stays pending: its verdict in batch")),
+            "{what}: {err}"
+        );
+        assert!(err.contains(r#"an unknown verdict "maybe""#), "{what}: {err}");
+        let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+        assert_eq!(s.get("acked").num() as usize, all.len(), "{what}: {err}");
+        if short {
+            assert!(err.contains("entries, its answer"), "{what}: {err}");
+            assert!(s.get("retried").num() > 1.0, "{what}: the short batch failed whole");
+        } else {
+            assert!(!err.contains("entries, its answer"), "{what}: {err}");
+        }
+    }
+}
+
+/// The defaults: a handler that answers one line per entry, as before batches, has one entry
+/// at a time (`--concurrency` 1), whatever pelican offers.
+#[test]
+fn an_old_handler_gets_one_entry_at_a_time() {
+    let server = Server::start(Flavor::Redis70);
+    let mut admin = server.admin();
+    let last = admin.xadd_n("s", 300, 8).pop().unwrap();
+    let dir = Scratch::new("pipe-old");
+    let stats = dir.file("stats.json");
+    let url = format!("redis://{}", server.addr());
+    let sh = format!("sh {}/../examples/pipe/handler.sh", env!("CARGO_MANIFEST_DIR"));
+    let mut p = spawn(&consume(&url, "mio", &sh, &["--stats-json", &stats]), &[]);
+    wait_until("all acked", || all_acked(&mut admin, &last));
+    p.stop();
+    let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+    assert_eq!((s.get("acked").num(), s.get("in_hand_max").num()), (300.0, 1.0), "{}", p.stderr());
+}
+
+/// Issue 41: pelican killed (kill -9) mid-run with the Python example at the defaults (200 in
+/// hand, in batches), then started again under its name: no entry is lost — each is handled
+/// at least once — and every entry handled twice was pending when pelican died (handled, its
+/// ack not yet confirmed). The counts are printed (`--nocapture`).
+#[test]
+fn pelican_killed_with_the_python_example_loses_nothing() {
+    for (flavor, transport) in [(Flavor::Redis70, "mio"), (Flavor::Valkey81, "smol")] {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let ids = admin.xadd_n("s", 5000, 16);
+        let dir = Scratch::new("pipe-kill9");
+        let (log, pid_file) = (dir.file("handled"), dir.file("pid"));
+        let url = format!("redis://{}", server.addr());
+        let args = consume(&url, transport, &handler(), &[]);
+        let env = [("HANDLER_LOG", log.as_str()), ("HANDLER_PID_FILE", pid_file.as_str())];
+        let mut p = spawn(&args, &env);
+        wait_until("a fifth handled", || lines_of(&log).len() >= 1000);
+        p.kill9();
+        let at = lines_of(&log).len();
+        // Its handler reads what was written to it, then the end of its stdin, and exits.
+        let handler_pid = std::fs::read_to_string(&pid_file).unwrap();
+        wait_until("the handler gone", || !std::path::Path::new(&format!("/proc/{handler_pid}")).exists());
+        let pending: BTreeSet<String> =
+            admin.xpending_consumer("s", "g", "c").into_iter().map(|e| e.0).collect();
+        let mut p = spawn(&args, &env);
+        wait_until("all acked", || all_acked(&mut admin, ids.last().unwrap()));
+        p.stop();
+        let mut handled: BTreeMap<String, usize> = BTreeMap::new();
+        for id in lines_of(&log) {
+            *handled.entry(id).or_default() += 1;
+        }
+        let lost = ids.iter().filter(|id| !handled.contains_key(*id)).count();
+        let twice: Vec<&String> = handled.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).collect();
+        eprintln!(
+            "{flavor} {transport}: kill -9 after {at} of {} handled, {} pending then: {lost} lost, {} handled twice",
+            ids.len(),
+            pending.len(),
+            twice.len()
+        );
+        assert_eq!(lost, 0, "{flavor} {transport}");
+        assert!(twice.iter().all(|id| pending.contains(*id)), "{flavor} {transport}: {twice:?} {pending:?}");
+        assert!(handled.values().all(|n| *n <= 2), "{flavor} {transport}");
+    }
+}
+
+/// `--exit-when-drained`: a batch job through the Python example ends by itself once
+/// everything is handled and nothing more comes (exit 0, told), its acks confirmed, the
+/// consumer gone from the group; printing too. Both transports.
+#[test]
+fn exit_when_drained_ends_a_batch_job() {
+    for (flavor, transport, pipe) in
+        [(Flavor::Redis70, "mio", true), (Flavor::Valkey81, "smol", true), (Flavor::Redis810, "mio", false)]
+    {
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        let n = 3000;
+        admin.xadd_n("s", n, 8);
+        let dir = Scratch::new("pipe-drained");
+        let stats = dir.file("stats.json");
+        let url = format!("redis://{}", server.addr());
+        let extra = ["--exit-when-drained=300", "--stats-json", &stats];
+        let mut args: Vec<String> =
+            support::consume(&url, transport, &extra).into_iter().map(String::from).collect();
+        if pipe {
+            args.extend(["--pipe".to_string(), handler()]);
+        }
+        let mut p = spawn(&args, &[]);
+        let what = format!("{flavor} {transport} pipe {pipe}");
+        let status = p.wait_within(std::time::Duration::from_secs(60));
+        let err = p.stderr();
+        assert_eq!(status.code(), Some(0), "{what}: {err}");
+        assert!(
+            err.contains("drained: nothing pending, nothing new for 300 ms (--exit-when-drained); stopping"),
+            "{what}: {err}"
+        );
+        let s = Json::parse(&std::fs::read_to_string(&stats).unwrap());
+        assert_eq!(s.get("acked").num() as usize, n, "{what}: {err}");
+        assert_eq!(admin.xpending_count("s", "g"), 0, "{what}");
+        assert_eq!(entries_read(&mut admin), n as i64, "{what}");
+    }
 }

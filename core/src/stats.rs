@@ -162,6 +162,10 @@ pub struct Snapshot {
     /// The entry in hand the longest, if any ([`Consumer::oldest_in_hand`](crate::Consumer::oldest_in_hand)):
     /// a handler that never gives its verdict shows here, its age growing.
     pub oldest_in_hand: Option<OldestInHand>,
+    /// Nothing left to read as of the server's last answers
+    /// ([`Consumer::is_caught_up`](crate::Consumer::is_caught_up)): for a batch job, on
+    /// another thread, to end once it has handled everything that was there.
+    pub caught_up: bool,
 }
 
 /// The entry a consumer has held the longest without a verdict: which, and since when.

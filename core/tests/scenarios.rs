@@ -938,6 +938,10 @@ fn caught_up_is_parked_with_nothing_left_to_read() {
         }
         assert!(rig.consumer.is_parked(), "{flavor} {protocol:?}");
         assert!(rig.consumer.is_caught_up(), "{flavor} {protocol:?}: the next came back short");
+        // As a snapshot tells it to another thread, and a refresh brings it.
+        assert!(rig.consumer.snapshot().caught_up);
+        let mut last = pelican::Snapshot::default();
+        assert!(rig.consumer.refresh_snapshot(&mut last) && last.caught_up);
     });
 }
 

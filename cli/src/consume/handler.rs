@@ -177,6 +177,9 @@ pub struct Handler {
     pub stream: String,
     /// The lane's stream, its bytes (for the JSON lines, which keep every byte).
     stream_bytes: Vec<u8>,
+    /// The lane's stream as the JSON lines write it (a string, or `{"base64":…}`): how a
+    /// `--pipe` answer names it.
+    pub stream_json: String,
     /// `--emit-to`'s stream for this lane: what `--exec`'s command prints is committed there.
     emit_to: Option<Vec<u8>>,
     /// Its counts.
@@ -202,6 +205,7 @@ impl Handler {
         Handler {
             stream: crate::name::show(stream).into_owned(),
             stream_bytes: stream.to_vec(),
+            stream_json: json::to_string(&json::Bytes(stream)),
             emit_to,
             counters: Arc::default(),
             watch: Arc::default(),
@@ -229,16 +233,26 @@ impl Handler {
         let _in_hand = InHand::take(self);
         let verdict = match (&self.shared.exec, &self.shared.pipe) {
             (Some(command), _) => self.run(command, entry),
-            (None, Some(pipe)) => pipe.call(&self.shared, &self.stream_bytes, entry),
+            // Never: the transports hand `--pipe`'s entries over without a thread each
+            // (`Pipe::queue`), and take them back through `settled`.
+            (None, Some(_)) => Verdict::Retry,
             (None, None) => self.print(entry),
         };
-        // Past the stop's deadline the handler was ended before it could finish: the entry
-        // was not handled, and goes back for a peer at once (no failure of the entry's).
-        let verdict = match verdict {
-            Verdict::Retry if super::deadline::OVERRAN.load(SeqCst) => Verdict::GiveBack,
-            verdict => verdict,
-        };
-        self.count(entry, verdict)
+        self.count(entry, given_back_if_overran(verdict))
+    }
+
+    /// One more entry in hand, handed to a handler that answers later (`--pipe`): its verdict
+    /// comes through [`settled`](Self::settled), which gives it back.
+    pub fn hold(&self) {
+        self.counters.take(&self.shared.total);
+    }
+
+    /// The verdict of an entry taken with [`hold`](Self::hold), counted; the entry is no
+    /// longer in hand.
+    pub fn settled(&self, entry: &Entry, verdict: Verdict) -> Verdict {
+        let verdict = self.count(entry, given_back_if_overran(verdict));
+        self.counters.give_back(&self.shared.total);
+        verdict
     }
 
     /// Handles `entry` on the calling thread if that cannot block: an entry printed (no
@@ -465,6 +479,15 @@ impl Handler {
             "pelican: {prefix}the command for {} was killed by signal {signal}{name}; the entry stays pending",
             String::from_utf8_lossy(entry.id()),
         ));
+    }
+}
+
+/// Past the stop's deadline the handler was ended before it could finish: an entry failed
+/// then was not handled, and goes back for a peer at once (no failure of the entry's).
+fn given_back_if_overran(verdict: Verdict) -> Verdict {
+    match verdict {
+        Verdict::Retry if super::deadline::OVERRAN.load(SeqCst) => Verdict::GiveBack,
+        verdict => verdict,
     }
 }
 

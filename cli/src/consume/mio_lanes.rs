@@ -14,7 +14,10 @@
 //!
 //! A lane's workers are started as its entries in hand need them, up to `--concurrency`:
 //! as many as the most entries it had in hand at once, so an entry never waits for a worker,
-//! and a large `--concurrency` costs no threads it does not use.
+//! and a large `--concurrency` costs no threads it does not use. With `--pipe` there are
+//! none: the entries a drive hands out are queued for the handler together (written as one
+//! batch where it takes batches), and their verdicts come back from the pipe's reader
+//! ([`super::pipe::Returns`]), which wakes the poll once for all a line of answers settled.
 
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
@@ -35,6 +38,7 @@ use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
 use super::metrics::{Publisher, TURN};
+use super::pipe::{Back, Pipe, Returns};
 use crate::failure::Failure;
 use crate::server::tls_message;
 
@@ -220,6 +224,27 @@ struct Running {
     outcome: Option<Outcome>,
     /// Publishes the consumer's snapshots for `--metrics` and the overdue watch.
     publisher: Publisher,
+    /// `--pipe`: the handler the entries go to instead of the workers, and how their
+    /// verdicts come back.
+    pipe: Option<(Arc<Pipe>, Arc<dyn Returns>)>,
+}
+
+/// How a `--pipe` handler's verdicts come back to lane `.i`: on the channel the workers
+/// use, waking the poll.
+struct LaneReturns {
+    i: usize,
+    settled: Sender<Settled>,
+    waker: Arc<Waker>,
+}
+
+impl Returns for LaneReturns {
+    fn settle(&self, entry: Entry, verdict: Verdict) {
+        let _ = self.settled.send((self.i, entry, verdict));
+    }
+
+    fn wake(&self) {
+        let _ = self.waker.wake();
+    }
 }
 
 impl Running {
@@ -244,6 +269,11 @@ impl Running {
             driver = driver.tls(tls.clone(), host);
         }
         let (work, queue) = mpsc::channel();
+        let pipe = lane.handlers.first().shared.pipe.clone().map(|pipe| {
+            let back: Arc<dyn Returns> =
+                Arc::new(LaneReturns { i, settled: settled.clone(), waker: waker.clone() });
+            (pipe, back)
+        });
         let mut running = Running {
             i,
             driver,
@@ -258,9 +288,15 @@ impl Running {
             tell,
             outcome: None,
             publisher: lane.published.publisher(),
+            pipe,
         };
-        // The first worker now: a lane that cannot start one cannot run at all.
-        running.add_worker().map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))?;
+        // The first worker now: a lane that cannot start one cannot run at all. (A pipe's
+        // lane has none.)
+        if running.pipe.is_none() {
+            running
+                .add_worker()
+                .map_err(|e| Failure::Failed(format!("cannot start a worker thread: {e}")))?;
+        }
         Ok(running)
     }
 
@@ -318,8 +354,19 @@ impl Running {
         while let Some(notice) = self.driver.poll_notice() {
             (self.tell)(&notice);
         }
-        for entry in handed {
-            self.hand(entry);
+        match &self.pipe {
+            Some((pipe, back)) => {
+                // Queued together, so that they are written together: one batch.
+                let any = !handed.is_empty();
+                for entry in handed {
+                    self.outstanding += 1;
+                    pipe.queue(self.handlers.of(&entry), entry, Back::Lane(back.clone()));
+                }
+                if any {
+                    pipe.kick();
+                }
+            }
+            None => handed.into_iter().for_each(|entry| self.hand(entry)),
         }
         // The lane's entries read and waiting, shown as its first stream's.
         self.handlers.first().watch.set_buffered(self.driver.consumer().buffered());

@@ -1,39 +1,58 @@
-//! `--pipe CMD`: one long-running handler process for every entry of every lane. Each entry
-//! goes to its stdin as one JSON line; it answers on its stdout, one JSON line per entry, in
-//! any order. Up to `--concurrency` entries per lane are outstanding at once: each waits on
-//! its own thread (a lane's worker, smol's blocking pool) for its answer.
+//! `--pipe CMD`: one long-running handler process for every entry of every lane.
+//!
+//! **What goes through the pipe.** Entries go to the handler's stdin as JSON: one line per
+//! entry, or — once the handler has said it takes them — many entries in one line, a
+//! *batch*: `{"batch":7,"entries":[{…},{…}]}`. It answers on its stdout: one line per
+//! entry (`{"id":"…","verdict":"ack"}`), in any order, or one line per batch,
+//! `{"batch":7,"verdicts":["ack","retry",…]}` (in the batch's order; `null` for an entry it
+//! answers later on a line of its own). pelican offers batches in the handler's environment
+//! ([`PROTOCOL_ENV`]` = batch`); a handler takes them by writing [`HELLO`] as its first
+//! line, before it reads anything. The answers of either form are read at any time, so a
+//! handler that says so late (a start slower than [`START_GRACE`]) answers the lines it got
+//! before one by one. A batch costs the handler one parse and one write for all its entries
+//! rather than one each: that is what makes a handler in Python keep up with the server.
+//!
+//! **How.** The lanes hand their entries over without waiting ([`Pipe::queue`], then
+//! [`Pipe::kick`]): no thread per entry in hand. A writer thread ([`Pipe::keep`]) takes
+//! every entry queued since it last looked and writes them to the handler at once (one
+//! batch, or one line each), registering them as outstanding first; so the busier the
+//! handler, the bigger the batches. A reader thread per handler reads the answers as they
+//! come and settles each entry: its verdict goes back to its lane ([`Back`]), which acks it.
+//! Up to `--concurrency` entries per lane are outstanding at once.
 //!
 //! The handler's life: started before anything is read ([`Pipe::start`]: one that exits
-//! within [`START_GRACE`] is a failure at the start, before an entry can be failed by it);
-//! if it exits or dies, its outstanding entries are held (in hand: their leases are renewed
-//! meanwhile) and written again to the next handler, started after a backoff, so that a
-//! broken handler burns no entry's deliveries; an entry outstanding at
-//! [`DEATHS_PER_ENTRY`] deaths (it may be what kills the handler) fails. One that cannot be
-//! started at all (126/127 before it answers anything), or that dies before answering
-//! anything [`FAILED_STARTS`] times in a row, stops pelican with exit 1. While it is down
-//! or failing, [`Pipe::health`] says so. At the end of the run ([`Pipe::finish`]) its stdin
-//! is closed and it is given time to exit, then SIGTERM, then SIGKILL.
+//! within [`START_GRACE`] is a failure at the start, before an entry can be failed by it;
+//! one that says [`HELLO`] is up, and the wait ends); if it exits or dies, its outstanding
+//! entries are held (in hand: their leases are renewed meanwhile) and written again to the
+//! next handler, started after a backoff, so that a broken handler burns no entry's
+//! deliveries; an entry outstanding at [`DEATHS_PER_ENTRY`] deaths (it may be what kills
+//! the handler) fails. One that cannot be started at all (126/127 before it answers
+//! anything), or that dies before answering anything [`FAILED_STARTS`] times in a row, stops
+//! pelican with exit 1. While it is down or failing, [`Pipe::health`] says so. At the end of
+//! the run ([`Pipe::finish`]) its stdin is closed and it is given time to exit, then
+//! SIGTERM, then SIGKILL.
 //!
 //! A line that cannot be read as an answer (not JSON, no `"id"`, an unknown verdict) fails
 //! an entry rather than being ignored, which would leave the entry in hand for good (see
 //! [`blame`] for which one). An answer that never comes (an unflushed stdout) is seen by the
 //! overdue watch (`super::overdue`) and ended by the stop's deadline (`super::deadline`).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use pelican::{Entry, Verdict};
 use rustix::process::{kill_process_group, Pid, Signal};
 use serde::Deserialize;
+use serde_json::Value;
 
-use super::handler::{Shared, EXITING};
+use super::handler::{Handler, Shared, EXITING};
 use crate::json;
 
 /// The first wait before the handler is started again; it doubles up to [`BACKOFF_MAX`],
@@ -46,9 +65,19 @@ const EXIT_GRACE: Duration = Duration::from_secs(3);
 /// The longest answer line read: an answer is a few dozen bytes, and the rest of a longer
 /// line is skipped rather than kept.
 const MAX_LINE: usize = 64 * 1024;
+/// The longest line read from a handler that takes batches: a batch's verdicts, with the
+/// writes each carries.
+const MAX_BATCH_LINE: usize = 64 * 1024 * 1024;
+/// About the most a batch holds, in its entries' fields: bigger entries go in several
+/// batches, each a line the handler parses whole.
+const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 /// How long the handler must live at the start for pelican to begin reading: a command
-/// that fails at once (a missing module, a syntax error) exits well within it.
+/// that fails at once (a missing module, a syntax error) exits well within it. A handler
+/// that says [`HELLO`] sooner is up.
 pub const START_GRACE: Duration = Duration::from_millis(500);
+/// How long a handler started again, after one of this command said [`HELLO`], is waited
+/// for to say it too before anything is written to it (then it gets lines).
+const HELLO_WAIT: Duration = Duration::from_secs(5);
 /// Handlers in a row that die before answering anything, after which pelican stops (exit 1).
 pub const FAILED_STARTS: u32 = 5;
 /// Handler deaths an outstanding entry is written again after; at this many it fails.
@@ -57,20 +86,58 @@ pub const DEATHS_PER_ENTRY: u32 = 3;
 const TELLS_PER_WINDOW: u32 = 5;
 const TELL_WINDOW: Duration = Duration::from_secs(10);
 
+/// The variable in the handler's environment that offers batches: its value, [`BATCH`].
+pub const PROTOCOL_ENV: &str = "PELICAN_PIPE_PROTOCOL";
+/// The protocol of batches, as offered and as taken.
+pub const BATCH: &str = "batch";
+/// The handler's first line that takes batches.
+pub const HELLO: &str = r#"{"protocol":"batch"}"#;
+
+/// Where a lane takes its settled entries back: `settle` for each (on the pipe's reader
+/// thread), then `wake` once for all those a line of answers settled.
+pub trait Returns: Send + Sync {
+    /// `entry`'s verdict (already counted by its handler).
+    fn settle(&self, entry: Entry, verdict: Verdict);
+    /// Entries were settled: the lane has work.
+    fn wake(&self);
+}
+
+/// How an entry's verdict goes back: to its lane (mio: every entry of a lane the same way),
+/// or to the task that waits for it alone (smol: each entry a future).
+pub enum Back {
+    /// Through the lane's [`Returns`].
+    Lane(Arc<dyn Returns>),
+    /// Through a channel of its own.
+    Task(smol::channel::Sender<Verdict>),
+}
+
+/// An entry handed to the pipe: whose, where its verdict goes, and how it has fared.
+struct Handed {
+    handler: Arc<Handler>,
+    entry: Entry,
+    back: Back,
+    /// Handlers that died while it was outstanding.
+    deaths: u32,
+    /// `--handler-timeout`: failed if not answered by then.
+    deadline: Option<Instant>,
+}
+
 /// The handler process and the entries waiting for its answers.
 pub struct Pipe {
     command: String,
     state: Mutex<State>,
-    /// Outstanding entries by (stream as JSON, id).
-    waiting: Mutex<HashMap<Key, Waiter>>,
-    /// Lines written to handlers so far: each outstanding entry's place in that order.
-    written: AtomicU64,
+    /// Wakes the writer ([`Pipe::keep`]): entries queued, a handler's hello or death, the end.
+    wake: Condvar,
+    /// Outstanding entries: written, not answered.
+    waiting: Mutex<Waiting>,
     /// The running handler's pid (0: none), for a second signal to end.
     pid: AtomicU32,
     /// Handlers started after the first.
     restarts: AtomicU64,
     /// What was said about bad lines lately (see [`TELLS_PER_WINDOW`]).
     tells: Mutex<Tells>,
+    /// The writer thread, joined at the end.
+    writer: Mutex<Option<thread::JoinHandle<()>>>,
 }
 
 #[derive(Default)]
@@ -87,48 +154,154 @@ struct State {
     /// How the last handler ended, while none runs or the one running has not answered
     /// after a failed start.
     last_end: Option<String>,
+    /// Entries handed over and not yet written: new ones at the back, those of a handler
+    /// that died at the front, in the order they were written to it.
+    queue: VecDeque<Handed>,
+    /// A handler of this command said [`HELLO`]: the next one started is given
+    /// [`HELLO_WAIT`] to say it too.
+    batches_seen: bool,
 }
 
 struct Running {
-    stdin: ChildStdin,
+    /// Shared with the writer while it writes, outside the lock.
+    stdin: Arc<ChildStdin>,
     generation: u64,
     since: Instant,
     /// The thread that reads its answers, and reaps it when they end.
     reader: Option<thread::JoinHandle<()>>,
+    /// It said [`HELLO`]: it gets batches.
+    batches: bool,
+    /// Nothing is written to it before this unless it says [`HELLO`].
+    hello_by: Option<Instant>,
 }
 
-/// An outstanding entry: its stream as the lines write it (JSON), and its id.
-type Key = (String, String);
+/// The outstanding entries, each by its place in the order written (its `seq`), found by id,
+/// and the batches they were written in.
+#[derive(Default)]
+struct Waiting {
+    entries: BTreeMap<u64, Waiter>,
+    by_id: HashMap<String, Vec<u64>>,
+    batches: HashMap<u64, Batch>,
+    next_seq: u64,
+    next_batch: u64,
+    /// `--handler-timeout`'s deadlines, the soonest first (stale ones, of entries answered
+    /// since, are skipped).
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+}
 
-/// An outstanding entry's wait: the handler generation its line was written to, when (its
-/// place among the lines written), and where its outcome goes.
+/// An outstanding entry: the handler generation it was written to, its id (as a string),
+/// its batch, and the entry itself.
 struct Waiter {
     generation: u64,
-    written: u64,
-    tx: Sender<Outcome>,
-}
-
-/// What an outstanding entry gets: its verdict, or the news that the handler it was
-/// written to is gone.
-enum Outcome {
-    Verdict(Verdict),
-    Died,
-}
-
-/// One answer line (its `"id"` known to be a string).
-#[derive(Deserialize)]
-struct Answer {
     id: String,
+    batch: Option<u64>,
+    handed: Handed,
+}
+
+/// A batch written: its entries' seqs are `first..first + len`; `left` of them outstanding.
+struct Batch {
+    first: u64,
+    len: usize,
+    left: usize,
+}
+
+impl Waiting {
+    /// Registers `handed`, written to handler `generation` in this order (as one batch if
+    /// `batch`): the batch's number, if one.
+    fn register(&mut self, generation: u64, batch: bool, handed: Vec<Handed>) -> Option<u64> {
+        let first = self.next_seq;
+        let number = batch.then(|| {
+            self.next_batch += 1;
+            self.next_batch
+        });
+        if let Some(number) = number {
+            self.batches.insert(number, Batch { first, len: handed.len(), left: handed.len() });
+        }
+        for handed in handed {
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let id = String::from_utf8_lossy(handed.entry.id()).into_owned();
+            self.by_id.entry(id.clone()).or_default().push(seq);
+            if let Some(at) = handed.deadline {
+                self.deadlines.push(Reverse((at, seq)));
+            }
+            self.entries.insert(seq, Waiter { generation, id, batch: number, handed });
+        }
+        number
+    }
+
+    /// Takes the outstanding entry `seq`, if it still is.
+    fn remove(&mut self, seq: u64) -> Option<Waiter> {
+        let waiter = self.entries.remove(&seq)?;
+        if let Some(seqs) = self.by_id.get_mut(&waiter.id) {
+            seqs.retain(|s| *s != seq);
+            if seqs.is_empty() {
+                self.by_id.remove(&waiter.id);
+            }
+        }
+        if let Some(number) = waiter.batch {
+            if let Some(batch) = self.batches.get_mut(&number) {
+                batch.left -= 1;
+                if batch.left == 0 {
+                    self.batches.remove(&number);
+                }
+            }
+        }
+        Some(waiter)
+    }
+
+    /// Takes every entry outstanding with handler `generation`, in the order written.
+    fn take_generation(&mut self, generation: u64) -> Vec<Handed> {
+        let seqs: Vec<u64> =
+            self.entries.iter().filter(|(_, w)| w.generation == generation).map(|(s, _)| *s).collect();
+        seqs.into_iter().filter_map(|seq| self.remove(seq)).map(|w| w.handed).collect()
+    }
+
+    /// The outstanding entries of `generation`, in the order written: (seq, id).
+    fn of_generation(&self, generation: u64) -> Vec<(u64, &str)> {
+        self.entries
+            .iter()
+            .filter(|(_, w)| w.generation == generation)
+            .map(|(s, w)| (*s, &w.id[..]))
+            .collect()
+    }
+}
+
+/// One line from the handler, of any form (see [`Pipe::answer`]).
+#[derive(Deserialize)]
+struct Incoming {
     #[serde(default)]
-    verdict: Option<serde_json::Value>,
+    id: Option<Value>,
     #[serde(default)]
-    stream: Option<serde_json::Value>,
+    verdict: Option<Value>,
+    #[serde(default)]
+    stream: Option<Value>,
     /// Entries to add with the ack, in one step (see [`super::emit`]).
     #[serde(default)]
-    emit: Option<serde_json::Value>,
+    emit: Option<Value>,
     /// Other writes to make with the ack.
     #[serde(default)]
-    writes: Option<serde_json::Value>,
+    writes: Option<Value>,
+    /// A batch's answer: its number…
+    #[serde(default)]
+    batch: Option<Value>,
+    /// …and a verdict per entry, in order.
+    #[serde(default)]
+    verdicts: Option<Value>,
+    /// The hello.
+    #[serde(default)]
+    protocol: Option<Value>,
+}
+
+/// What a line from the handler was.
+#[derive(PartialEq)]
+enum Heard {
+    /// An answer that settled at least one entry.
+    Answered,
+    /// Its [`HELLO`].
+    Hello,
+    /// Anything else (told, if it needed telling).
+    Other,
 }
 
 /// Lines told in the current window, and those left untold.
@@ -145,11 +318,12 @@ impl Pipe {
         Pipe {
             command,
             state: Mutex::default(),
+            wake: Condvar::new(),
             waiting: Mutex::default(),
-            written: AtomicU64::new(0),
             pid: AtomicU32::new(0),
             restarts: AtomicU64::new(0),
             tells: Mutex::default(),
+            writer: Mutex::default(),
         }
     }
 
@@ -163,23 +337,42 @@ impl Pipe {
         self.restarts.load(Relaxed)
     }
 
-    /// Starts the handler before anything is read, and waits [`START_GRACE`]: `Err` says how
-    /// it ended if it did not live that long (its stderr, pelican's, has said why).
+    /// Whether the handler said it takes batches ([`HELLO`]).
+    pub fn speaks_batches(&self) -> bool {
+        let state = lock(&self.state);
+        state.batches_seen || state.running.as_ref().is_some_and(|r| r.batches)
+    }
+
+    /// Starts the handler before anything is read, and the writer; waits [`START_GRACE`],
+    /// or until the handler says [`HELLO`]: `Err` says how it ended if it did not live that
+    /// long (its stderr, pelican's, has said why).
     pub fn start(self: &Arc<Self>, shared: &Arc<Shared>) -> Result<(), String> {
         let started = Instant::now();
-        if self.started(&mut lock(&self.state), shared).is_none() {
+        if self.launch(&mut lock(&self.state), shared).is_none() {
             return Err(self.ended().unwrap_or_else(|| "could not be started".into()));
         }
+        let (pipe, keeping) = (self.clone(), shared.clone());
+        let writer = thread::Builder::new()
+            .name("pelican-pipe-writer".into())
+            .spawn(move || pipe.keep(&keeping))
+            .map_err(|e| format!("cannot start the --pipe writer's thread: {e}"))?;
+        *lock(&self.writer) = Some(writer);
         while started.elapsed() < START_GRACE {
-            thread::sleep(Duration::from_millis(10));
-            if lock(&self.state).running.is_none() {
-                let how = self.ended().unwrap_or_else(|| "ended".into());
-                let ms = started.elapsed().as_millis();
-                return Err(format!(
-                    "the --pipe handler `{}` {how} {ms} ms after its start, before any entry was \
-                     read (its stderr above says why)",
-                    self.command
-                ));
+            thread::sleep(Duration::from_millis(5));
+            let state = lock(&self.state);
+            match &state.running {
+                None => {
+                    drop(state);
+                    let how = self.ended().unwrap_or_else(|| "ended".into());
+                    let ms = started.elapsed().as_millis();
+                    return Err(format!(
+                        "the --pipe handler `{}` {how} {ms} ms after its start, before any entry was \
+                         read (its stderr above says why)",
+                        self.command
+                    ));
+                }
+                Some(running) if running.batches => break,
+                Some(_) => {}
             }
         }
         Ok(())
@@ -213,75 +406,171 @@ impl Pipe {
         }
     }
 
-    /// Writes `entry` to the handler and waits for its verdict (at most `timeout` in all).
-    /// If the handler dies meanwhile, the entry is written again to the next one, up to
-    /// [`DEATHS_PER_ENTRY`] deaths; then, or with no answer in time, it fails: `Retry`.
-    pub fn call(self: &Arc<Self>, shared: &Arc<Shared>, stream: &[u8], entry: &Entry) -> Verdict {
-        let line = line(stream, entry);
-        let key = (stream_key(stream), String::from_utf8_lossy(entry.id()).into_owned());
-        let deadline = shared.handler_timeout.map(|limit| Instant::now() + limit);
-        for deaths in 0.. {
-            if deaths == DEATHS_PER_ENTRY {
-                shared.screen.tell(format_args!(
-                    "pelican: --pipe: {} was outstanding at {deaths} handler deaths: failed (it stays \
-                     pending; is it what kills the handler?)",
-                    key.1
-                ));
-                return Verdict::Retry;
-            }
-            let (tx, rx) = mpsc::channel();
-            {
-                let mut state = lock(&self.state);
-                let Some(generation) = self.started(&mut state, shared) else { return Verdict::Retry };
-                let written = self.written.fetch_add(1, Relaxed);
-                lock(&self.waiting).insert(key.clone(), Waiter { generation, written, tx });
-                let running = state.running.as_mut().expect("started");
-                // A failed write: it is gone, and its reader tells this entry so.
-                let _ = running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush());
-            }
-            let answer = match deadline {
-                Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
-                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match answer {
-                Ok(Outcome::Verdict(verdict)) => return verdict,
-                Ok(Outcome::Died) => continue,
-                Err(RecvTimeoutError::Timeout) => {
-                    lock(&self.waiting).remove(&key);
-                    let ms = shared.handler_timeout.unwrap_or_default().as_millis();
-                    shared.screen.tell(format_args!(
-                        "pelican: --pipe: {} not answered within {ms} ms: failed (it stays pending)",
-                        key.1
-                    ));
-                    return Verdict::Retry;
-                }
-                Err(RecvTimeoutError::Disconnected) => return Verdict::Retry,
-            }
-        }
-        Verdict::Retry
+    /// Hands `entry` of `handler`'s stream to the handler: it is in hand until its verdict
+    /// goes `back`. Queued only: [`kick`](Self::kick) has the writer write what is queued,
+    /// so that entries handed over together are written together.
+    pub fn queue(&self, handler: Arc<Handler>, entry: Entry, back: Back) {
+        handler.hold();
+        let deadline = handler.shared.handler_timeout.map(|limit| Instant::now() + limit);
+        lock(&self.state).queue.push_back(Handed { handler, entry, back, deaths: 0, deadline });
     }
 
-    /// The running handler's generation, starting one if none runs (after the backoff).
-    /// `None`: it cannot be started, or the run is ending.
-    fn started(self: &Arc<Self>, state: &mut State, shared: &Arc<Shared>) -> Option<u64> {
-        if let Some(running) = &state.running {
-            return Some(running.generation);
+    /// Has the writer write what is queued.
+    pub fn kick(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The writer, on a thread of its own until [`finish`](Self::finish): writes what is
+    /// queued to the running handler (starting one after the backoff if none runs, and
+    /// waiting for a new one's hello if this command said it before), and fails entries
+    /// past `--handler-timeout`.
+    fn keep(self: &Arc<Self>, shared: &Arc<Shared>) {
+        let mut state = lock(&self.state);
+        loop {
+            let now = Instant::now();
+            let late = self.expired(&mut state, shared, now);
+            if !late.is_empty() {
+                drop(state);
+                self.time_out(shared, late);
+                state = lock(&self.state);
+                continue;
+            }
+            let deadline = self.next_deadline(&state, shared);
+            if state.queue.is_empty() {
+                if state.finishing {
+                    return;
+                }
+                state = self.sleep(state, deadline, None);
+                continue;
+            }
+            if state.running.is_none() {
+                if ending(&state, shared) {
+                    let failed: Vec<Handed> = state.queue.drain(..).collect();
+                    drop(state);
+                    self.fail(failed);
+                    state = lock(&self.state);
+                    continue;
+                }
+                if let Some(at) = state.next_start.filter(|at| *at > now) {
+                    state = self.sleep(state, deadline, Some(at));
+                    continue;
+                }
+                if self.launch(&mut state, shared).is_none() {
+                    // Not even `sh` could be run: what waits fails (it stays pending).
+                    let failed: Vec<Handed> = state.queue.drain(..).collect();
+                    drop(state);
+                    self.fail(failed);
+                    state = lock(&self.state);
+                    continue;
+                }
+            }
+            let Some(running) = state.running.as_ref() else { continue };
+            let (generation, batches) = (running.generation, running.batches);
+            if let Some(by) = running.hello_by.filter(|by| !batches && *by > now) {
+                state = self.sleep(state, deadline, Some(by));
+                continue;
+            }
+            let stdin = running.stdin.clone();
+            let take = if batches { batch_len(&state.queue) } else { state.queue.len() };
+            let handed: Vec<Handed> = state.queue.drain(..take).collect();
+            let lines: Vec<(Arc<Handler>, Entry)> =
+                handed.iter().map(|h| (h.handler.clone(), h.entry.clone())).collect();
+            // Registered before the write, under the state's lock: a handler that dies meanwhile
+            // finds them (its reader takes its generation's entries only once it is no longer
+            // running), and an answer cannot come before its entry is known.
+            let batch = lock(&self.waiting).register(generation, batches, handed);
+            drop(state);
+            let text = frame(batch, &lines);
+            // A failed write: the handler is gone, and its reader hands these to the next one.
+            let _ = (&*stdin).write_all(&text);
+            drop(stdin);
+            state = lock(&self.state);
         }
-        let ending = |state: &State| state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested();
-        if ending(state) {
-            return None;
-        }
-        if let Some(at) = state.next_start {
-            // Holding the lock: the other entries wait for the same start.
-            thread::sleep(at.saturating_duration_since(Instant::now()));
-            // A stop asked meanwhile starts no new handler.
-            if ending(state) {
-                return None;
+    }
+
+    /// Waits on the writer's condition until woken, `deadline` (a timeout's) or `until`.
+    fn sleep<'a>(
+        &self,
+        state: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        until: Option<Instant>,
+    ) -> MutexGuard<'a, State> {
+        let at = match (deadline, until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match at {
+            None => self.wake.wait(state).unwrap_or_else(PoisonError::into_inner),
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                self.wake.wait_timeout(state, wait).unwrap_or_else(PoisonError::into_inner).0
             }
         }
+    }
+
+    /// The soonest `--handler-timeout` deadline of an entry queued or outstanding.
+    fn next_deadline(&self, state: &State, shared: &Shared) -> Option<Instant> {
+        shared.handler_timeout?;
+        let queued = state.queue.iter().filter_map(|h| h.deadline).min();
+        let written = lock(&self.waiting).deadlines.peek().map(|Reverse((at, _))| *at);
+        match (queued, written) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The entries queued or outstanding past `--handler-timeout`, taken.
+    fn expired(&self, state: &mut State, shared: &Shared, now: Instant) -> Vec<Handed> {
+        if shared.handler_timeout.is_none() {
+            return Vec::new();
+        }
+        let mut late = Vec::new();
+        if state.queue.iter().any(|h| h.deadline.is_some_and(|at| at <= now)) {
+            let (gone, kept): (VecDeque<Handed>, VecDeque<Handed>) = std::mem::take(&mut state.queue)
+                .into_iter()
+                .partition(|h| h.deadline.is_some_and(|at| at <= now));
+            late = gone.into();
+            state.queue = kept;
+        }
+        let mut waiting = lock(&self.waiting);
+        while let Some(Reverse((at, seq))) = waiting.deadlines.peek().copied() {
+            if at > now {
+                break;
+            }
+            waiting.deadlines.pop();
+            late.extend(waiting.remove(seq).map(|w| w.handed));
+        }
+        late
+    }
+
+    /// Fails `late`, each told: not answered within `--handler-timeout`.
+    fn time_out(&self, shared: &Shared, late: Vec<Handed>) {
+        let ms = shared.handler_timeout.unwrap_or_default().as_millis();
+        for handed in &late {
+            shared.screen.tell(format_args!(
+                "pelican: --pipe: {} not answered within {ms} ms: failed (it stays pending)",
+                String::from_utf8_lossy(handed.entry.id())
+            ));
+        }
+        self.fail(late);
+    }
+
+    /// Settles each of `handed` as failed (`Retry`: it stays pending).
+    fn fail(&self, handed: Vec<Handed>) {
+        let mut wakes = Vec::new();
+        for handed in handed {
+            settle(handed, Verdict::Retry, &mut wakes);
+        }
+        wake_all(&mut wakes);
+    }
+
+    /// Starts a handler (a new generation) and its reader. `None`: it could not be started
+    /// (told, the backoff set).
+    fn launch(self: &Arc<Self>, state: &mut State, shared: &Arc<Shared>) -> Option<u64> {
         let mut child = match Command::new("sh")
             .arg("-c")
             .arg(&self.command)
+            .env(PROTOCOL_ENV, BATCH)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .process_group(0)
@@ -307,7 +596,15 @@ impl Pipe {
             .name("pelican-pipe".into())
             .spawn(move || pipe.read(&shared, child, stdout, generation))
             .ok();
-        state.running = Some(Running { stdin, generation, since: Instant::now(), reader });
+        let hello_by = state.batches_seen.then(|| Instant::now() + HELLO_WAIT);
+        state.running = Some(Running {
+            stdin: Arc::new(stdin),
+            generation,
+            since: Instant::now(),
+            reader,
+            batches: false,
+            hello_by,
+        });
         Some(generation)
     }
 
@@ -318,43 +615,47 @@ impl Pipe {
     }
 
     /// The reader of generation `generation`: gives each answer to its entry; when the
-    /// handler's stdout ends, reaps it and tells its outstanding entries, which are written
-    /// again to the next handler.
+    /// handler's stdout ends, reaps it and hands its outstanding entries to the next one.
     fn read(&self, shared: &Shared, mut child: Child, stdout: ChildStdout, generation: u64) {
         let started = Instant::now();
         let mut answered = false;
-        let mut lines = BufReader::new(stdout);
+        let mut limit = MAX_LINE;
+        let mut lines = BufReader::with_capacity(64 * 1024, stdout);
         let mut line = Vec::new();
+        let mut wakes = Vec::new();
         loop {
-            match next_line(&mut lines, &mut line) {
+            // The lanes whose entries were settled are woken once, before a read that may wait.
+            if lines.buffer().is_empty() {
+                wake_all(&mut wakes);
+            }
+            match next_line(&mut lines, &mut line, limit) {
                 Ok(None) | Err(_) => break,
-                Ok(Some(true)) => {
-                    if self.answer(shared, &line, generation) && !answered {
+                Ok(Some(true)) => match self.answer(shared, &line, generation, &mut wakes) {
+                    Heard::Answered if !answered => {
                         answered = true;
                         let mut state = lock(&self.state);
                         state.failed_starts = 0;
                         state.last_end = None;
                     }
-                }
+                    Heard::Hello => limit = MAX_BATCH_LINE,
+                    _ => {}
+                },
                 Ok(Some(false)) => {
                     let text = String::from_utf8_lossy(&line);
-                    let why = format!("a line longer than {} KiB", MAX_LINE / 1024);
-                    self.unreadable(shared, &text, &why, generation);
+                    let why = format!("a line longer than {} KiB", limit / 1024);
+                    self.unreadable(shared, &text, &why, generation, &mut wakes);
                 }
             }
         }
+        wake_all(&mut wakes);
         let status = child.wait();
         self.pid.compare_exchange(child.id(), 0, SeqCst, SeqCst).ok();
-        let orphans: Vec<Sender<Outcome>> = {
-            let mut waiting = lock(&self.waiting);
-            let keys: Vec<_> =
-                waiting.iter().filter(|(_, w)| w.generation == generation).map(|(k, _)| k.clone()).collect();
-            keys.into_iter().filter_map(|k| waiting.remove(&k)).map(|w| w.tx).collect()
-        };
         let mut state = lock(&self.state);
         if state.running.as_ref().is_some_and(|r| r.generation == generation) {
             state.running = None;
         }
+        // After it is no longer running: nothing more is registered for it (see `keep`).
+        let orphans = lock(&self.waiting).take_generation(generation);
         let how = match &status {
             Ok(s) => match (s.code(), s.signal()) {
                 (Some(code), _) => format!("exited with status {code}"),
@@ -373,10 +674,12 @@ impl Pipe {
             false => state.failed_starts += 1,
         }
         state.last_end = Some(how.clone());
+        let mut failed = Vec::new();
         if !ending && !answered && matches!(code, Some(126 | 127)) {
             // A typo or a missing file would fail every entry in turn: stop instead.
             shared.unrunnable.store(code.unwrap_or(127), Relaxed);
             shared.stop.stop();
+            failed = orphans;
         } else if !ending && state.failed_starts >= FAILED_STARTS {
             let n = state.failed_starts;
             let _ = shared.gave_up.set(format!(
@@ -385,6 +688,7 @@ impl Pipe {
                 self.command
             ));
             shared.stop.stop();
+            failed = orphans;
         } else if !ending {
             if started.elapsed() >= BACKOFF_RESET {
                 state.backoff = None;
@@ -392,8 +696,9 @@ impl Pipe {
             self.back_off(&mut state);
             let n = orphans.len();
             let entries = if n == 1 { "entry is" } else { "entries are" };
-            // Stopping: no new handler starts (see `started`), so none is promised.
-            let next = match shared.stop.is_requested() {
+            // Stopping: no new handler starts (see `keep`), so none is promised.
+            let stopping = shared.stop.is_requested();
+            let next = match stopping {
                 true if n == 0 => String::new(),
                 true => format!("; its {n} outstanding {entries} left pending"),
                 false if n == 0 => {
@@ -405,11 +710,31 @@ impl Pipe {
                 ),
             };
             shared.screen.tell(format_args!("pelican: the --pipe handler {how}{next}"));
+            if stopping {
+                failed = orphans;
+            } else {
+                // Written again first, in the order they were written before.
+                for mut handed in orphans.into_iter().rev() {
+                    handed.deaths += 1;
+                    if handed.deaths >= DEATHS_PER_ENTRY {
+                        shared.screen.tell(format_args!(
+                            "pelican: --pipe: {} was outstanding at {} handler deaths: failed (it stays \
+                             pending; is it what kills the handler?)",
+                            String::from_utf8_lossy(handed.entry.id()),
+                            handed.deaths
+                        ));
+                        failed.push(handed);
+                    } else {
+                        state.queue.push_front(handed);
+                    }
+                }
+            }
+        } else {
+            failed = orphans;
         }
         drop(state);
-        for tx in orphans {
-            let _ = tx.send(Outcome::Died);
-        }
+        self.wake.notify_all();
+        self.fail(failed);
     }
 
     /// Tells a line about the handler's output, at most [`TELLS_PER_WINDOW`] per
@@ -435,94 +760,71 @@ impl Pipe {
         }
     }
 
-    /// One line from handler generation `generation`; true if it is a well-formed answer
-    /// that settled an entry. A line that cannot be read fails an entry (see
-    /// [`unreadable`](Self::unreadable)); an unknown verdict fails the entry it names; an
-    /// answer for no outstanding entry is ignored. Each is told on stderr (rate-limited).
-    fn answer(&self, shared: &Shared, line: &[u8], generation: u64) -> bool {
+    /// One line from handler generation `generation`: an entry's answer, a batch's, or the
+    /// hello. A line that cannot be read fails an entry (see [`unreadable`](Self::unreadable));
+    /// an unknown verdict fails the entry it names; an answer for no outstanding entry is
+    /// ignored. Each is told on stderr (rate-limited).
+    fn answer(&self, shared: &Shared, line: &[u8], generation: u64, wakes: &mut Wakes) -> Heard {
         let text = String::from_utf8_lossy(line);
         let text = text.trim_end_matches(['\n', '\r']);
         if text.trim().is_empty() {
-            return false;
+            return Heard::Other;
         }
-        // Read as an answer at once (the usual case, at no more cost than before); only a line
-        // that is not one is looked at again, to say why.
-        let Ok(answer) = serde_json::from_str::<Answer>(text) else {
-            self.unreadable(shared, text, why_not(text), generation);
-            return false;
+        let Ok(incoming) = serde_json::from_str::<Incoming>(text) else {
+            self.unreadable(shared, text, why_not(text), generation, wakes);
+            return Heard::Other;
+        };
+        if incoming.batch.is_some() || incoming.verdicts.is_some() {
+            return self.answer_batch(shared, incoming, text, generation, wakes);
+        }
+        if let (Some(protocol), None) = (&incoming.protocol, &incoming.id) {
+            return self.hello(shared, protocol, generation);
+        }
+        let Some(Value::String(id)) = &incoming.id else {
+            self.unreadable(shared, text, why_not(text), generation, wakes);
+            return Heard::Other;
         };
         let shown: String = text.chars().take(200).collect();
-        let verdict = match answer.verdict.as_ref().and_then(serde_json::Value::as_str) {
-            Some("ack") => Ok(Verdict::Ack),
-            Some("retry") => Ok(Verdict::Retry),
-            Some("dead-letter") if shared.dead_letter => Ok(Verdict::DeadLetter),
-            // Without a dead-letter stream it is a failure, as --exec's 65 is.
-            Some("dead-letter") => Ok(Verdict::Retry),
-            Some(_) => Err(format!(
-                "an unknown verdict {}",
-                answer.verdict.as_ref().map(ToString::to_string).unwrap_or_default()
-            )),
-            None if answer.verdict.is_some() => Err("a \"verdict\" that is not a string".to_string()),
-            None => Err("no \"verdict\"".to_string()),
+        let verdict =
+            judge(shared, id, incoming.verdict.as_ref(), incoming.emit.as_ref(), incoming.writes.as_ref());
+        let stream = incoming.stream.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
+        let found = {
+            let mut waiting = lock(&self.waiting);
+            let seqs = waiting.by_id.get(id).map(|seqs| &seqs[..]).unwrap_or_default();
+            let seq = match &stream {
+                Some(stream) => Ok(seqs.iter().copied().find(|seq| {
+                    waiting.entries.get(seq).is_some_and(|w| w.handed.handler.stream_json == *stream)
+                })),
+                // One stream (or the id says which): the outstanding entry with this id.
+                None => match seqs {
+                    [seq] => Ok(Some(*seq)),
+                    [] => Ok(None),
+                    _ => Err(()),
+                },
+            };
+            seq.map(|seq| seq.and_then(|seq| waiting.remove(seq)))
         };
-        // Writes ride only with an ack, and are read whole before anything is sent: a bad
-        // one fails the entry (it stays pending), nothing of it written.
-        let verdict = match (verdict, &answer.emit, &answer.writes) {
-            (Err(why), ..) => Err(why),
-            (Ok(verdict), None, None) => Ok(verdict),
-            (Ok(verdict), ..) if verdict != Verdict::Ack => {
-                let why = "\"emit\"/\"writes\" go with \"verdict\": \"ack\"";
-                shared.screen.tell(format_args!(
-                    "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
-                    answer.id
+        let found = match found {
+            Ok(found) => found,
+            Err(()) => {
+                self.tell_bad(shared, format_args!(
+                    "pelican: --pipe: an answer without \"stream\" for an id outstanding on several streams, ignored: {shown}"
                 ));
-                Ok(Verdict::Retry)
-            }
-            (Ok(_), emit, writes) => match super::emit::from_answer(emit.as_ref(), writes.as_ref()) {
-                Ok(writes) => Ok(Verdict::Commit(writes)),
-                Err(why) => {
-                    shared.screen.tell(format_args!(
-                        "pelican: --pipe: entry {}: {why}; the entry failed, nothing written",
-                        answer.id
-                    ));
-                    Ok(Verdict::Retry)
-                }
-            },
-        };
-        let mut waiting = lock(&self.waiting);
-        let key = match &answer.stream {
-            Some(stream) => Some((serde_json::to_string(stream).unwrap_or_default(), answer.id.clone())),
-            // One stream (or the id says which): the outstanding entry with this id.
-            None => {
-                let mut found = waiting.keys().filter(|(_, id)| *id == answer.id);
-                match (found.next(), found.next()) {
-                    (Some(key), None) => Some(key.clone()),
-                    (Some(_), Some(_)) => {
-                        drop(waiting);
-                        self.tell_bad(shared, format_args!(
-                            "pelican: --pipe: an answer without \"stream\" for an id outstanding on several streams, ignored: {shown}"
-                        ));
-                        return false;
-                    }
-                    _ => None,
-                }
+                return Heard::Other;
             }
         };
-        let found = key.and_then(|k| waiting.remove(&k));
-        drop(waiting);
         match (found, verdict) {
             (Some(waiter), Ok(verdict)) => {
-                let _ = waiter.tx.send(Outcome::Verdict(verdict));
-                true
+                settle(waiter.handed, verdict, wakes);
+                Heard::Answered
             }
             (Some(waiter), Err(why)) => {
                 // The entry it names fails: ignored, the line would leave it in hand for good.
-                let _ = waiter.tx.send(Outcome::Verdict(Verdict::Retry));
+                settle(waiter.handed, Verdict::Retry, wakes);
                 self.tell_bad(shared, format_args!(
-                    "pelican: --pipe: {} failed and stays pending: its answer has {why}; expected {EXPECTED}; the line: {shown}",
-                    answer.id
+                    "pelican: --pipe: {id} failed and stays pending: its answer has {why}; expected {EXPECTED}; the line: {shown}"
                 ));
-                false
+                Heard::Other
             }
             (None, verdict) => {
                 let also = verdict.err().map(|why| format!(" (and with {why})")).unwrap_or_default();
@@ -532,62 +834,291 @@ impl Pipe {
                         "pelican: --pipe: an answer for no outstanding entry{also}, ignored: {shown}"
                     ),
                 );
-                false
+                Heard::Other
             }
         }
+    }
+
+    /// A batch's answer: `{"batch":N,"verdicts":[…]}`, a verdict per entry in the batch's
+    /// order (`null` for one answered on a line of its own). A count of verdicts other than
+    /// the batch's entries fails those outstanding; a bad verdict fails its entry.
+    fn answer_batch(
+        &self,
+        shared: &Shared,
+        incoming: Incoming,
+        text: &str,
+        generation: u64,
+        wakes: &mut Wakes,
+    ) -> Heard {
+        let shown: String = text.chars().take(200).collect();
+        let (Some(number), Some(Value::Array(verdicts))) =
+            (incoming.batch.as_ref().and_then(Value::as_u64), incoming.verdicts)
+        else {
+            let why = "a batch's answer needs \"batch\" (its number, as written) and \"verdicts\" (an array)";
+            self.unreadable(shared, text, why, generation, wakes);
+            return Heard::Other;
+        };
+        let mut waiting = lock(&self.waiting);
+        let Some(batch) = waiting.batches.get(&number) else {
+            drop(waiting);
+            self.tell_bad(
+                shared,
+                format_args!("pelican: --pipe: an answer for no outstanding batch, ignored: {shown}"),
+            );
+            return Heard::Other;
+        };
+        let (first, len) = (batch.first, batch.len);
+        let ours = |waiting: &mut Waiting, seq: u64| match waiting
+            .entries
+            .get(&seq)
+            .is_some_and(|w| w.batch == Some(number))
+        {
+            true => waiting.remove(seq),
+            false => None,
+        };
+        if verdicts.len() != len {
+            let failed: Vec<Handed> = (first..first + len as u64)
+                .filter_map(|seq| ours(&mut waiting, seq))
+                .map(|w| w.handed)
+                .collect();
+            drop(waiting);
+            let n = failed.len();
+            self.fail(failed);
+            self.tell_bad(shared, format_args!(
+                "pelican: --pipe: batch {number} has {len} entries, its answer {} verdicts: its {n} outstanding failed and stay pending; the line: {shown}",
+                verdicts.len()
+            ));
+            return Heard::Other;
+        }
+        let settled: Vec<(Waiter, Value)> = verdicts
+            .into_iter()
+            .zip(first..)
+            .filter(|(verdict, _)| !verdict.is_null())
+            .filter_map(|(verdict, seq)| Some((ours(&mut waiting, seq)?, verdict)))
+            .collect();
+        drop(waiting);
+        let mut heard = Heard::Other;
+        for (waiter, verdict) in settled {
+            let (verdict, emit, writes) = match verdict {
+                Value::Object(mut answer) => {
+                    (answer.remove("verdict"), answer.remove("emit"), answer.remove("writes"))
+                }
+                verdict => (Some(verdict), None, None),
+            };
+            match judge(shared, &waiter.id, verdict.as_ref(), emit.as_ref(), writes.as_ref()) {
+                Ok(verdict) => {
+                    heard = Heard::Answered;
+                    settle(waiter.handed, verdict, wakes);
+                }
+                Err(why) => {
+                    self.tell_bad(shared, format_args!(
+                        "pelican: --pipe: {} failed and stays pending: its verdict in batch {number} has {why}; expected {EXPECTED_IN_BATCH}",
+                        waiter.id
+                    ));
+                    settle(waiter.handed, Verdict::Retry, wakes);
+                }
+            }
+        }
+        heard
+    }
+
+    /// The handler's hello: it takes batches from now on (or asks for a protocol this
+    /// pelican does not speak, told: it gets lines).
+    fn hello(&self, shared: &Shared, protocol: &Value, generation: u64) -> Heard {
+        if protocol.as_str() != Some(BATCH) {
+            self.tell_bad(shared, format_args!(
+                "pelican: --pipe: the handler asks for the protocol {protocol}, which this pelican does not speak (it takes {HELLO}): it gets one entry per line"
+            ));
+            return Heard::Other;
+        }
+        let mut state = lock(&self.state);
+        state.batches_seen = true;
+        if let Some(running) = state.running.as_mut().filter(|r| r.generation == generation) {
+            running.batches = true;
+        }
+        drop(state);
+        self.wake.notify_all();
+        Heard::Hello
     }
 
     /// A line from handler generation `generation` that cannot be read as an answer (`why`
     /// not): it fails the entry [`blame`] picks, told with the line. With nothing outstanding
     /// it is told and ignored.
-    fn unreadable(&self, shared: &Shared, text: &str, why: &str, generation: u64) {
+    fn unreadable(&self, shared: &Shared, text: &str, why: &str, generation: u64, wakes: &mut Wakes) {
         let shown: String = text.trim_end().chars().take(200).collect();
         let more = if text.chars().nth(200).is_some() { "…" } else { "" };
         let failed = {
             let mut waiting = lock(&self.waiting);
-            let picked = blame(&waiting, text, generation);
-            picked.and_then(|(key, how)| Some((waiting.remove(&key)?, key, how)))
+            let picked = blame(&waiting.of_generation(generation), text);
+            picked.and_then(|(seq, how)| Some((waiting.remove(seq)?, how)))
         };
-        let Some((waiter, (stream, id), how)) = failed else {
+        let Some((waiter, how)) = failed else {
             self.tell_bad(shared, format_args!(
                 "pelican: --pipe: not an answer: {why}; expected {EXPECTED}. No entry is outstanding to fail for it; the line: {shown}{more}"
             ));
             return;
         };
-        let _ = waiter.tx.send(Outcome::Verdict(Verdict::Retry));
-        let of = if shared.several { format!(" of stream {stream}") } else { String::new() };
+        let of = match shared.several {
+            true => format!(" of stream {}", waiter.handed.handler.stream_json),
+            false => String::new(),
+        };
+        let id = waiter.id.clone();
+        settle(waiter.handed, Verdict::Retry, wakes);
         self.tell_bad(shared, format_args!(
             "pelican: --pipe: not an answer: {why}; expected {EXPECTED}. {id}{of} failed for it ({how}) and stays pending; the line: {shown}{more}"
         ));
     }
 
     /// The end of the run (every entry settled): closes the handler's stdin, gives it
-    /// [`EXIT_GRACE`] to exit, then SIGTERM, then SIGKILL.
+    /// [`EXIT_GRACE`] to exit, then SIGTERM, then SIGKILL; then the writer ends.
     pub fn finish(&self) {
         let reader = {
             let mut state = lock(&self.state);
             state.finishing = true;
             state.running.take().and_then(|r| r.reader) // dropping stdin closes it
         };
-        let Some(reader) = reader else { return };
-        for signal in [None, Some(Signal::TERM), Some(Signal::KILL)] {
-            if let (Some(signal), Some(pid)) = (signal, self.pid().and_then(|p| Pid::from_raw(p as i32))) {
-                let _ = kill_process_group(pid, signal);
+        self.wake.notify_all();
+        if let Some(reader) = reader {
+            for signal in [None, Some(Signal::TERM), Some(Signal::KILL)] {
+                if let (Some(signal), Some(pid)) = (signal, self.pid().and_then(|p| Pid::from_raw(p as i32)))
+                {
+                    let _ = kill_process_group(pid, signal);
+                }
+                let deadline = Instant::now() + EXIT_GRACE;
+                while self.pid().is_some() && Instant::now() < deadline {
+                    thread::sleep(Duration::from_millis(10));
+                }
+                if self.pid().is_none() {
+                    break;
+                }
             }
-            let deadline = Instant::now() + EXIT_GRACE;
-            while self.pid().is_some() && Instant::now() < deadline {
-                thread::sleep(Duration::from_millis(10));
-            }
-            if self.pid().is_none() {
-                break;
+            let _ = reader.join();
+        }
+        if let Some(writer) = lock(&self.writer).take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+/// The lanes to wake once the answers read so far are settled.
+type Wakes = Vec<Arc<dyn Returns>>;
+
+/// Settles `handed` with `verdict` (counted by its handler) and sends the verdict back; its
+/// lane is woken later, with the others ([`wake_all`]).
+fn settle(handed: Handed, verdict: Verdict, wakes: &mut Wakes) {
+    let Handed { handler, entry, back, .. } = handed;
+    let verdict = handler.settled(&entry, verdict);
+    match back {
+        Back::Lane(lane) => {
+            lane.settle(entry, verdict);
+            if !wakes.iter().any(|w| Arc::ptr_eq(w, &lane)) {
+                wakes.push(lane);
             }
         }
-        let _ = reader.join();
+        // A task that is gone (an abandoned run) no longer waits for it.
+        Back::Task(tx) => drop(tx.try_send(verdict)),
+    }
+}
+
+fn wake_all(wakes: &mut Wakes) {
+    for lane in wakes.drain(..) {
+        lane.wake();
+    }
+}
+
+/// Whether the run is ending: no handler is started any more.
+fn ending(state: &State, shared: &Shared) -> bool {
+    state.finishing || EXITING.load(SeqCst) || shared.stop.is_requested()
+}
+
+/// How many of the entries queued go in the next batch: all, up to about [`MAX_BATCH_BYTES`]
+/// of fields (at least one); the rest go in the next.
+fn batch_len(queue: &VecDeque<Handed>) -> usize {
+    let mut bytes = 0;
+    for (i, handed) in queue.iter().enumerate() {
+        bytes += handed.entry.fields().map(|(name, value)| name.len() + value.len()).sum::<usize>();
+        if bytes > MAX_BATCH_BYTES && i > 0 {
+            return i;
+        }
+    }
+    queue.len()
+}
+
+/// What `lines` look like on the handler's stdin: one batch (`{"batch":N,"entries":[…]}`)
+/// or a line each.
+fn frame(batch: Option<u64>, lines: &[(Arc<Handler>, Entry)]) -> Vec<u8> {
+    let mut text = Vec::with_capacity(lines.len() * 128 + 32);
+    if let Some(number) = batch {
+        let _ = write!(text, "{{\"batch\":{number},\"entries\":[");
+    }
+    for (i, (handler, entry)) in lines.iter().enumerate() {
+        if batch.is_some() && i > 0 {
+            text.push(b',');
+        }
+        json::push_pipe_entry(&mut text, handler.stream_bytes(), entry, entry.source.as_str());
+        if batch.is_none() {
+            text.push(b'\n');
+        }
+    }
+    if batch.is_some() {
+        text.extend_from_slice(b"]}\n");
+    }
+    text
+}
+
+/// An entry's verdict from its answer's members: `Err` for a missing or unknown one; writes
+/// that cannot be made (malformed, or with another verdict than an ack) are told and fail
+/// the entry, nothing of them written.
+fn judge(
+    shared: &Shared,
+    id: &str,
+    verdict: Option<&Value>,
+    emit: Option<&Value>,
+    writes: Option<&Value>,
+) -> Result<Verdict, String> {
+    let verdict = match verdict.and_then(Value::as_str) {
+        Some("ack") => Verdict::Ack,
+        Some("retry") => Verdict::Retry,
+        Some("dead-letter") if shared.dead_letter => Verdict::DeadLetter,
+        // Without a dead-letter stream it is a failure, as --exec's 65 is.
+        Some("dead-letter") => Verdict::Retry,
+        Some(_) => {
+            return Err(format!(
+                "an unknown verdict {}",
+                verdict.map(ToString::to_string).unwrap_or_default()
+            ))
+        }
+        None if verdict.is_some() => return Err("a \"verdict\" that is not a string".to_string()),
+        None => return Err("no \"verdict\"".to_string()),
+    };
+    // Writes ride only with an ack, and are read whole before anything is sent: a bad one
+    // fails the entry (it stays pending), nothing of it written.
+    if emit.is_none() && writes.is_none() {
+        return Ok(verdict);
+    }
+    if verdict != Verdict::Ack {
+        let why = "\"emit\"/\"writes\" go with \"verdict\": \"ack\"";
+        shared
+            .screen
+            .tell(format_args!("pelican: --pipe: entry {id}: {why}; the entry failed, nothing written"));
+        return Ok(Verdict::Retry);
+    }
+    match super::emit::from_answer(emit, writes) {
+        Ok(writes) => Ok(Verdict::Commit(writes)),
+        Err(why) => {
+            shared
+                .screen
+                .tell(format_args!("pelican: --pipe: entry {id}: {why}; the entry failed, nothing written"));
+            Ok(Verdict::Retry)
+        }
     }
 }
 
 /// What an answer looks like, for the lines that tell a bad one.
 const EXPECTED: &str = r#"{"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
+
+/// What a verdict in a batch's answer looks like.
+const EXPECTED_IN_BATCH: &str = r#""ack"|"retry"|"dead-letter", {"verdict": …} (with "emit", "writes"), or null (answered on its own line)"#;
 
 /// What a line written with single quotes is told.
 const SINGLE_QUOTES: &str =
@@ -595,7 +1126,7 @@ const SINGLE_QUOTES: &str =
 
 /// Why `text` is not an answer (`{"id": "…", …}`), in words for the handler's author.
 fn why_not(text: &str) -> &'static str {
-    let Ok(value) = serde_json::from_str::<serde_json::Value>(text) else {
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
         // Python's `print(dict)` writes single quotes: the likeliest mistake, named.
         return match text.trim_start().starts_with("{'") || text.contains("': ") {
             true => SINGLE_QUOTES,
@@ -610,23 +1141,19 @@ fn why_not(text: &str) -> &'static str {
     }
 }
 
-/// The outstanding entry an unreadable `line` from handler generation `generation` fails,
-/// and why that one: an entry written to that handler whose id the line names (a Python
-/// dict printed with single quotes still holds it; the oldest of those, if it names
-/// several), else the only one written to it, else the oldest written to it. `None`:
-/// nothing outstanding there.
-fn blame(waiting: &HashMap<Key, Waiter>, line: &str, generation: u64) -> Option<(Key, String)> {
-    let mut theirs: Vec<(&Key, &Waiter)> =
-        waiting.iter().filter(|(_, w)| w.generation == generation).collect();
-    theirs.sort_by_key(|(_, w)| w.written);
-    let named = theirs.iter().find(|((_, id), _)| names(line, id));
-    let (how, (key, _)) = match (named, &theirs[..]) {
+/// The outstanding entry an unreadable `line` fails, of those written to its handler
+/// (`theirs`: seq and id, in the order written), and why that one: one whose id the line
+/// names (a Python dict printed with single quotes still holds it; the oldest of those, if
+/// it names several), else the only one, else the oldest. `None`: nothing outstanding there.
+fn blame(theirs: &[(u64, &str)], line: &str) -> Option<(u64, String)> {
+    let named = theirs.iter().find(|(_, id)| names(line, id));
+    let (how, (seq, _)) = match (named, theirs) {
         (Some(named), _) => ("named in the line".to_string(), named),
         (None, []) => return None,
         (None, [only]) => ("the only entry outstanding".to_string(), only),
         (None, [oldest, ..]) => (format!("the oldest of {} outstanding", theirs.len()), oldest),
     };
-    Some(((*key).clone(), how))
+    Some((*seq, how))
 }
 
 /// Whether `line` holds `id` as a whole (not as part of a longer id: `1-0` is not in `11-0`).
@@ -638,10 +1165,10 @@ fn names(line: &str, id: &str) -> bool {
         })
 }
 
-/// Reads one line (its newline kept) into `line`, keeping at most [`MAX_LINE`] bytes of it:
+/// Reads one line (its newline kept) into `line`, keeping at most `limit` bytes of it:
 /// `None` at the end of the output, `Some(false)` for a longer line (the rest of it skipped),
 /// so a handler writing without newlines cannot grow pelican's memory without end.
-fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>, limit: usize) -> std::io::Result<Option<bool>> {
     line.clear();
     let (mut any, mut whole) = (false, true);
     loop {
@@ -656,7 +1183,7 @@ fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Opt
         any = true;
         let end = buf.iter().position(|b| *b == b'\n');
         let chunk = &buf[..end.map_or(buf.len(), |i| i + 1)];
-        let room = MAX_LINE.saturating_sub(line.len());
+        let room = limit.saturating_sub(line.len());
         whole &= chunk.len() <= room;
         line.extend_from_slice(&chunk[..chunk.len().min(room)]);
         let used = chunk.len();
@@ -667,25 +1194,13 @@ fn next_line(from: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Opt
     }
 }
 
-/// An entry's line for the handler: what `consume` prints, with its delivery count and
-/// where it came from.
-fn line(stream: &[u8], entry: &Entry) -> String {
-    json::pipe_line(stream, entry, entry.source.as_str())
-}
-
-/// A stream as the lines write it (a JSON string, or `{"base64":…}`).
-fn stream_key(stream: &[u8]) -> String {
-    serde_json::to_string(&json::Bytes(stream)).unwrap_or_default()
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{blame, names, next_line, why_not, Waiter, MAX_LINE};
-    use std::collections::HashMap;
+    use super::{blame, names, next_line, why_not, MAX_LINE};
 
     #[test]
     fn an_unreadable_line_is_told_why() {
@@ -700,31 +1215,23 @@ mod tests {
     fn an_unreadable_line_fails_the_entry_it_names_else_the_only_else_the_oldest() {
         assert!(names("{'id': '1-0', 'verdict': 'ack'}", "1-0"));
         assert!(!names("{'id': '11-0'}", "1-0") && !names("{'id': '1-01'}", "1-0") && !names("x", ""));
-        let mut waiting = HashMap::new();
-        let mut add = |id: &str, generation, written| {
-            let (tx, _) = std::sync::mpsc::channel();
-            waiting.insert(("\"s\"".to_string(), id.to_string()), Waiter { generation, written, tx });
-        };
-        add("5-0", 2, 7);
-        add("3-0", 2, 9);
-        add("1-0", 1, 1); // written to a handler that died since
-        let blamed =
-            |line: &str, generation| blame(&waiting, line, generation).map(|((_, id), how)| (id, how));
-        assert_eq!(blamed("{'id': '3-0'}", 2), Some(("3-0".into(), "named in the line".into())));
-        assert_eq!(
-            blamed("{\"verdict\":\"ack\"}", 2),
-            Some(("5-0".into(), "the oldest of 2 outstanding".into()))
-        );
-        assert_eq!(blamed("oops", 1), Some(("1-0".into(), "the only entry outstanding".into())));
-        assert_eq!(blamed("oops", 3), None);
+        // Written to the handler in this order (a handler that died since had 1-0).
+        let theirs = [(7, "5-0"), (9, "3-0")];
+        let blamed = |theirs: &[(u64, &str)], line: &str| blame(theirs, line);
+        assert_eq!(blamed(&theirs, "{'id': '3-0'}"), Some((9, "named in the line".into())));
+        assert_eq!(blamed(&theirs, "{\"verdict\":\"ack\"}"), Some((7, "the oldest of 2 outstanding".into())));
+        assert_eq!(blamed(&[(1, "1-0")], "oops"), Some((1, "the only entry outstanding".into())));
+        assert_eq!(blamed(&[], "oops"), None);
     }
 
     fn lines(bytes: &[u8]) -> Vec<(usize, bool)> {
         // A small buffer: lines arrive in several pieces.
         let mut from = std::io::BufReader::with_capacity(7, bytes);
         let mut line = Vec::new();
-        std::iter::from_fn(|| next_line(&mut from, &mut line).unwrap().map(|whole| (line.len(), whole)))
-            .collect()
+        std::iter::from_fn(|| {
+            next_line(&mut from, &mut line, MAX_LINE).unwrap().map(|whole| (line.len(), whole))
+        })
+        .collect()
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
+use pelican::Verdict;
 use pelican_smol::{RunError, Runner, StopHandle, StreamSet};
 use smol::{LocalExecutor, Timer};
 
@@ -20,6 +21,7 @@ use super::handler::StopAll;
 use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
+use super::pipe::Back;
 use crate::failure::Failure;
 use crate::server::tls_message;
 
@@ -202,7 +204,19 @@ async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<
     let result = runner
         .run(move |entry| {
             let handler = handlers.of(&entry);
+            // `--pipe`: queued now, as the runner hands it out with the others of its read;
+            // written once the first of their futures is polled (`kick`): together, as one
+            // batch where the handler takes batches. Its verdict comes back on its channel.
+            let piped = handler.shared.pipe.clone().map(|pipe| {
+                let (tx, rx) = smol::channel::bounded(1);
+                pipe.queue(handler.clone(), entry.clone(), Back::Task(tx));
+                (pipe, rx)
+            });
             async move {
+                if let Some((pipe, verdict)) = piped {
+                    pipe.kick();
+                    return verdict.recv().await.unwrap_or(Verdict::Retry);
+                }
                 match handler.handle_here(&entry) {
                     Some(verdict) => verdict,
                     None => smol::unblock(move || handler.handle(&entry)).await,

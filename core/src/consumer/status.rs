@@ -51,6 +51,7 @@ impl Consumer {
             health: self.streams[0].last_health.clone(),
             not_master: self.not_master().map(str::to_string),
             oldest_in_hand: self.oldest_in_hand(),
+            caught_up: self.is_caught_up(),
         }
     }
 
@@ -81,7 +82,8 @@ impl Consumer {
             && self.buffered() == last.buffered
             && self.ready() == last.connected
             && self.streams[0].last_health == last.health
-            && self.not_master() == last.not_master.as_deref();
+            && self.not_master() == last.not_master.as_deref()
+            && self.is_caught_up() == last.caught_up;
         if !same {
             *last = self.snapshot();
         }
