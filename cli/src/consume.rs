@@ -18,10 +18,12 @@ mod mio_lanes;
 mod others;
 mod overdue;
 mod pipe;
+mod published;
 mod report;
 mod screen;
 mod signals;
 mod smol_lanes;
+mod stop;
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -40,10 +42,11 @@ use crate::name::show;
 use crate::number::whole;
 use crate::server::{login_refused, sentinel_named_as_node, Server, ServerArgs};
 use crate::url::Target;
-use handler::{Handler, Shared, StopAll};
+use handler::{Handler, Shared};
 use lane::{Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
 use report::{LaneCounts, Progress};
 use screen::Screen;
+use stop::StopAll;
 
 const USAGE: &str =
     "pelican consume (--stream KEY [--stream KEY…] | --stream-pattern GLOB) --group G --consumer NAME [options]";
@@ -671,7 +674,7 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
             let streams = group.iter().map(|h| h.stream_bytes());
             let config =
                 config(a, target, group[0].stream_bytes(), health && group.len() == 1).streams(streams);
-            Lane { config, handlers: Handlers::new(group), published: metrics::Published::default() }
+            Lane { config, handlers: Handlers::new(group), published: published::Published::default() }
         })
         .collect()
 }
@@ -971,7 +974,7 @@ fn stopped_early(o: &Args, shared: &Shared) -> Result<(), Failure> {
             "stopped: the {flag} command `{command}` cannot be run (exit {code}: {why}); {entries} pending"
         )));
     }
-    if deadline::OVERRAN.load(std::sync::atomic::Ordering::SeqCst) {
+    if stop::OVERRAN.load(std::sync::atomic::Ordering::SeqCst) {
         return Err(Failure::StopTimedOut(format!(
             "stopped after --stop-timeout-ms ({} ms): what the handler held was given back unhandled",
             o.stop_timeout_ms

@@ -100,39 +100,8 @@ use std::time::{Duration, Instant};
 
 use pelican::Snapshot;
 
+pub use encode::{Labels, CONTENT_TYPE};
 pub use serve::Serving;
-
-/// What a stream's samples are labelled with: `stream`, `group`, `consumer`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Labels {
-    /// The stream's key, as text (escape names that are not UTF-8 as you show them
-    /// elsewhere).
-    pub stream: String,
-    /// The group.
-    pub group: String,
-    /// The consumer's name.
-    pub consumer: String,
-}
-
-impl Labels {
-    /// The labels of `consumer` of `group` on `stream`.
-    pub fn new(stream: impl Into<String>, group: impl Into<String>, consumer: impl Into<String>) -> Labels {
-        Labels { stream: stream.into(), group: group.into(), consumer: consumer.into() }
-    }
-
-    /// The label set of a sample.
-    fn set(&self) -> [(&str, &str); 3] {
-        [("stream", &self.stream), ("group", &self.group), ("consumer", &self.consumer)]
-    }
-
-    /// The label set with one more label.
-    fn with<'a>(&'a self, name: &'a str, value: &'a str) -> Vec<(&'a str, &'a str)> {
-        let mut set = self.set().to_vec();
-        set.push((name, value));
-        set
-    }
-}
 
 /// Reads a stream's latest snapshot.
 type Read = Arc<dyn Fn() -> Snapshot + Send + Sync>;
@@ -378,9 +347,6 @@ impl Default for Heartbeat {
         Heartbeat::new()
     }
 }
-
-/// The `Content-Type` of [`Metrics::encode`]'s text: the Prometheus text format, 0.0.4.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 #[cfg(test)]
 mod tests;

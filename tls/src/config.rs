@@ -11,7 +11,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use crate::error::TlsError;
-use crate::insecure::NoVerification;
+use crate::insecure::{NoVerification, Provider};
 
 /// TLS settings, before any file is read. [`build`](Self::build) reads them once; the
 /// resulting [`Tls`] serves every connection (and reconnection) of a consumer.
@@ -188,9 +188,6 @@ fn provider() -> Provider {
     #[allow(deprecated)]
     Arc::new(rustls::crypto::ring::default_provider())
 }
-
-/// The provider a [`NoVerification`] checks handshake signatures with.
-pub(crate) type Provider = Arc<CryptoProvider>;
 
 #[cfg(test)]
 mod tests {

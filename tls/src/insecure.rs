@@ -1,12 +1,15 @@
 //! The verifier behind [`TlsConfig::dangerously_accept_any_server_certificate`]
 //! (crate::TlsConfig::dangerously_accept_any_server_certificate): for tests only.
 
+use std::sync::Arc;
+
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::{verify_tls12_signature, verify_tls13_signature};
+use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use crate::config::Provider;
+/// The provider a [`NoVerification`] checks handshake signatures with.
+pub(crate) type Provider = Arc<CryptoProvider>;
 
 /// Accepts any certificate for any name, but still checks that the server holds the key of
 /// the certificate it sent (the handshake signatures).

@@ -7,15 +7,15 @@
 //! not within [`FINISH_WAIT`] (an entry whose line waits on a stdout nobody reads, a server
 //! that does not answer).
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-use super::handler::StopAll;
 use super::lane::Handlers;
 use super::screen::Screen;
 use super::signals::{end_commands, in_hand, running_groups, GRACE};
+use super::stop::{StopAll, OVERRAN};
 
 /// The exit status of a stop that ran out of time.
 pub const EXIT_STATUS: u8 = crate::failure::STOP_TIMED_OUT;
@@ -23,10 +23,6 @@ pub const EXIT_STATUS: u8 = crate::failure::STOP_TIMED_OUT;
 /// How long the lanes have, once the handler is ended, to give back the entries it held,
 /// confirm their acks and stop, before the process exits without them.
 const FINISH_WAIT: Duration = Duration::from_secs(2);
-
-/// Set once the deadline has passed: the handlers' late failures become give-backs, and the
-/// run ends with [`EXIT_STATUS`].
-pub static OVERRAN: AtomicBool = AtomicBool::new(false);
 
 /// Watches for the first stop (on a thread of its own) and ends it `limit` after it was
 /// asked, if the process is still there.

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::handler::Shared;
-use super::metrics::Published;
+use super::published::Published;
 
 /// How often the lanes are looked at, at most.
 const LOOK_EVERY: Duration = Duration::from_millis(20);

@@ -15,14 +15,12 @@ use pelican::{Entry, Source, Verdict};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::screen::Screen;
+use super::stop::{StopAll, EXITING};
 use crate::json;
 
 /// `--exec` exit status that moves the entry to the dead-letter stream (sysexits'
 /// `EX_DATAERR`: the input data was incorrect).
 pub const EX_DATAERR: i32 = 65;
-
-/// Set by a second signal, before its commands are ended and the process exits with 130.
-pub static EXITING: AtomicBool = AtomicBool::new(false);
 
 /// The longest line written to stdout on the transport's own thread (the event loop, the
 /// executor): a pipe with room takes up to `PIPE_BUF` bytes whole, without blocking.
@@ -64,49 +62,6 @@ impl Counters {
         for c in [self, total] {
             c.in_hand.fetch_sub(1, SeqCst);
         }
-    }
-}
-
-/// A stop of every lane, asked from anywhere (a signal, a closed stdout, a command that
-/// cannot run, a lane that failed). The transport installs how to wake itself; a stop asked
-/// before that is seen when it starts (it checks [`StopAll::is_requested`]).
-#[derive(Default)]
-pub struct StopAll {
-    requested: AtomicBool,
-    wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// For [`StopAll::wait`]: set with `requested`, under the lock, so no wait misses it.
-    asked: (Mutex<bool>, std::sync::Condvar),
-}
-
-impl StopAll {
-    /// Asks every lane to stop after its entry in hand, and wakes the transport.
-    pub fn stop(&self) {
-        self.requested.store(true, SeqCst);
-        if let Some(wake) = self.wake.get() {
-            wake();
-        }
-        let (asked, told) = &self.asked;
-        *asked.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        told.notify_all();
-    }
-
-    /// Blocks until a stop is asked (for the stop's deadline, on a thread of its own).
-    pub fn wait(&self) {
-        let (asked, told) = &self.asked;
-        let mut asked = asked.lock().unwrap_or_else(PoisonError::into_inner);
-        while !*asked {
-            asked = told.wait(asked).unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-
-    /// Whether a stop was asked.
-    pub fn is_requested(&self) -> bool {
-        self.requested.load(SeqCst)
-    }
-
-    /// How to get the transport's attention (once; a later call is ignored).
-    pub fn install(&self, wake: impl Fn() + Send + Sync + 'static) {
-        let _ = self.wake.set(Box::new(wake));
     }
 }
 
@@ -465,7 +420,7 @@ impl Handler {
     /// commands a second signal or the stop's deadline ends: those say so themselves.
     fn tell_killed(&self, entry: &Entry, status: ExitStatus) {
         let Some(signal) = status.signal() else { return };
-        if EXITING.load(SeqCst) || super::deadline::OVERRAN.load(SeqCst) {
+        if EXITING.load(SeqCst) || super::stop::OVERRAN.load(SeqCst) {
             return;
         }
         let prefix = self.lane_prefix();
@@ -486,7 +441,7 @@ impl Handler {
 /// then was not handled, and goes back for a peer at once (no failure of the entry's).
 fn given_back_if_overran(verdict: Verdict) -> Verdict {
     match verdict {
-        Verdict::Retry if super::deadline::OVERRAN.load(SeqCst) => Verdict::GiveBack,
+        Verdict::Retry if super::stop::OVERRAN.load(SeqCst) => Verdict::GiveBack,
         verdict => verdict,
     }
 }

@@ -14,7 +14,7 @@ use pelican::{Config, Endpoint, Entry, HostPort, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
-use super::metrics::Published;
+use super::published::Published;
 
 /// Where every lane connects: the URL's node (looked up again at every connect; in a
 /// cluster any node: each lane follows `MOVED` to the node serving its stream) or the master

@@ -13,15 +13,17 @@
 //! `--metrics` too: the overdue watch (`super::overdue`) reads them.
 //! Served until pelican exits: through a graceful stop, the counters keep their last values
 //! and `/healthz` answers 503 `stopping`.
+//!
+//! [`Published`]: super::published::Published
+//! [`Publisher`]: super::published::Publisher
 
-use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use pelican::{Consumer, Snapshot};
 use pelican_metrics::{Heartbeat, Labels, Metrics, Serving};
 
-use super::handler::StopAll;
 use super::lane::Lane;
+use super::stop::StopAll;
 use crate::failure::Failure;
 
 /// The event loop's heartbeat: beaten at each turn of mio's poll loop, and by a task on
@@ -37,55 +39,13 @@ pub const TURN: Duration = Duration::from_secs(1);
 /// restart would not mend either.
 const STALL: Duration = Duration::from_secs(60);
 
-/// Reads a lane's latest snapshot.
-type Read = Box<dyn Fn() -> Snapshot + Send + Sync>;
-
-/// Where the metrics read a lane's snapshots: empty (all zeros, not connected) until the
-/// lane's transport starts and fills it.
-#[derive(Clone, Default)]
-pub struct Published(Arc<OnceLock<Read>>);
-
-impl Published {
-    /// The lane's latest snapshot.
-    pub fn read(&self) -> Snapshot {
-        self.0.get().map_or_else(Snapshot::default, |read| read())
-    }
-
-    /// Reads the lane through `read` from now on (a smol runner's stats handle); once.
-    pub fn follow(&self, read: impl Fn() -> Snapshot + Send + Sync + 'static) {
-        let _ = self.0.set(Box::new(read));
-    }
-
-    /// A publisher for a lane whose consumer the CLI drives itself (mio).
-    pub fn publisher(&self) -> Publisher {
-        let latest = Arc::new(Mutex::new(Snapshot::default()));
-        let read = latest.clone();
-        self.follow(move || read.lock().unwrap_or_else(PoisonError::into_inner).clone());
-        Publisher { latest, last: Snapshot::default() }
-    }
-}
-
-/// Publishes a driven consumer's snapshot for the metrics.
-pub struct Publisher {
-    latest: Arc<Mutex<Snapshot>>,
-    /// What was last published, compared without the lock.
-    last: Snapshot,
-}
-
-impl Publisher {
-    /// Publishes `consumer`'s snapshot if it changed since the last time.
-    pub fn publish(&mut self, consumer: &Consumer) {
-        if consumer.refresh_snapshot(&mut self.last) {
-            self.latest.lock().unwrap_or_else(PoisonError::into_inner).clone_from(&self.last);
-        }
-    }
-}
-
 /// Starts serving the lanes' metrics on `addr`: every lane must have its [`Published`]
 /// slot. Alive while the event loop turns and no entry has been in hand longer than
 /// `overdue`; ready while alive, no stop is asked, every lane is connected and the `--pipe`
 /// handler is up. A port that cannot be listened on is bad usage (exit 2), told before any
 /// connection.
+///
+/// [`Published`]: super::published::Published
 pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>, overdue: Duration) -> Result<Serving, Failure> {
     let mut metrics = Metrics::new();
     for lane in lanes {

@@ -33,12 +33,14 @@ use mio::{Events, Poll, Registry, Token, Waker};
 use pelican::{Consumer, Entry, Notice, Verdict};
 use pelican_mio::{DriveError, Driver, Status};
 
-use super::handler::{Handler, StopAll};
+use super::handler::Handler;
 use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
-use super::metrics::{Publisher, TURN};
+use super::metrics::TURN;
 use super::pipe::{Back, Pipe, Returns};
+use super::published::Publisher;
+use super::stop::StopAll;
 use crate::failure::Failure;
 use crate::server::tls_message;
 

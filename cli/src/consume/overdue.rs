@@ -12,7 +12,7 @@ use pelican::OldestInHand;
 
 use super::handler::Shared;
 use super::lane::Handlers;
-use super::metrics::Published;
+use super::published::Published;
 use crate::name::show;
 
 /// How often the lanes are looked at: often enough to tell within a second of the limit.

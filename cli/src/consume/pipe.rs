@@ -52,7 +52,8 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::handler::{Handler, Shared, EXITING};
+use super::handler::{Handler, Shared};
+use super::stop::EXITING;
 use crate::json;
 
 /// The first wait before the handler is started again; it doubles up to [`BACKOFF_MAX`],
@@ -665,7 +666,7 @@ impl Pipe {
             Err(e) => format!("was lost ({e})"),
         };
         // Past the stop's deadline the handler was ended on purpose, and that was told.
-        let ending = state.finishing || EXITING.load(SeqCst) || super::deadline::OVERRAN.load(SeqCst);
+        let ending = state.finishing || EXITING.load(SeqCst) || super::stop::OVERRAN.load(SeqCst);
         let code = status.as_ref().ok().and_then(ExitStatus::code);
         // A failed start: dead soon after its start, without a word (one that lived long
         // enough, idle, is trusted).

@@ -11,9 +11,10 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 
-use super::handler::{Handler, StopAll, EXITING};
+use super::handler::Handler;
 use super::lane::Handlers;
 use super::screen::Screen;
+use super::stop::{StopAll, EXITING};
 use crate::failure::Failure;
 
 /// How long a repeat of the first signal by the same process is taken for the same stop

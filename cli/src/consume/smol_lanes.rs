@@ -17,11 +17,11 @@ use pelican::Verdict;
 use pelican_smol::{RunError, Runner, StopHandle, StreamSet};
 use smol::{LocalExecutor, Timer};
 
-use super::handler::StopAll;
 use super::lane::{
     lane_for, tell_too_many, tell_unjoined, teller, Handlers, Lane, LaneFailure, Net, Outcome, Rescan,
 };
 use super::pipe::Back;
+use super::stop::StopAll;
 use crate::failure::Failure;
 use crate::server::tls_message;
 

@@ -7,7 +7,6 @@ use std::fmt;
 use pelican::{Source, Verdict, Write};
 
 use super::fault::{Fault, FaultKind};
-use super::run::Record;
 use super::world::{flavor, World};
 use crate::{PendingEntry, Sim, Stored};
 
@@ -212,6 +211,26 @@ const MAX_STORY_HANDLINGS: usize = 12;
 const MAX_STORIES: usize = 10;
 /// How many of them its `Display` shows.
 const SHOWN_STORIES: usize = 5;
+
+/// The run's record of one entry added.
+pub(crate) struct Record {
+    pub(crate) id: String,
+    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) added_at: u64,
+    pub(crate) handlings: Vec<Handling>,
+    pub(crate) acked: bool,
+    pub(crate) deleted: bool,
+    pub(crate) dead_letter_moves: u32,
+    /// The master's replication offset right after its `XADD`: the replica has it once its
+    /// own offset reaches this.
+    pub(crate) offset: u64,
+    /// A failover lost it before the replica had it.
+    pub(crate) unreplicated: bool,
+    /// The producer's `WAIT` said the replica had it.
+    pub(crate) confirmed: bool,
+    /// How many commits of it the server made (in the history that survives).
+    pub(crate) commits: u32,
+}
 
 impl From<Record> for EntryReport {
     fn from(r: Record) -> EntryReport {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict, Write, Writes};
 
 use super::fault::{Fault, FaultKind};
-use super::report::{self, EntryReport, FaultRecord, Handling, Report, Violation};
+use super::report::{self, EntryReport, FaultRecord, Handling, Record, Report, Violation};
 use super::rng::{self, Rng};
 use super::world::{NewEntry, World};
 use crate::{ConnId, OldMaster, Sim};
@@ -201,26 +201,6 @@ struct Direct {
     lost: bool,
 }
 
-/// The run's record of one entry added.
-pub(crate) struct Record {
-    pub(crate) id: String,
-    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
-    pub(crate) added_at: u64,
-    pub(crate) handlings: Vec<Handling>,
-    pub(crate) acked: bool,
-    pub(crate) deleted: bool,
-    pub(crate) dead_letter_moves: u32,
-    /// The master's replication offset right after its `XADD`: the replica has it once its
-    /// own offset reaches this.
-    pub(crate) offset: u64,
-    /// A failover lost it before the replica had it.
-    pub(crate) unreplicated: bool,
-    /// The producer's `WAIT` said the replica had it.
-    pub(crate) confirmed: bool,
-    /// How many commits of it the server made (in the history that survives).
-    pub(crate) commits: u32,
-}
-
 struct Runner<'w, S, H> {
     world: &'w World,
     state: S,
@@ -272,6 +252,22 @@ struct Runner<'w, S, H> {
     violations: Vec<Violation>,
     livelocked: bool,
     trace: Option<Vec<String>>,
+}
+
+impl World {
+    /// Plays the world with `handler` and the application's `state`, to quiescence or the
+    /// deadline. The handler runs when its entry is handed out (its side effects on `state`
+    /// happen then) and its verdict is given to the consumer when the handling's time is up:
+    /// a crash meanwhile loses the verdict but not the side effects, as when a process dies
+    /// between writing to its database and acknowledging. `state` is shared by all
+    /// consumers and survives crashes (a database); keep what a process would lose in
+    /// memory keyed by [`HandlerCtx::life`].
+    pub fn run<S, H>(&self, state: S, handler: H) -> Report<S>
+    where
+        H: FnMut(&mut S, &HandlerCtx<'_>, &Entry) -> Verdict,
+    {
+        run(self, state, handler)
+    }
 }
 
 pub(crate) fn run<S, H>(world: &World, state: S, handler: H) -> Report<S>

@@ -4,12 +4,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use pelican::{AckWait, Config, Entry, Verdict};
+use pelican::{AckWait, Config};
 
 use super::fault::{Fault, FaultKind};
-use super::report::Report;
 use super::rng::{self, Rng};
-use super::run::{self, HandlerCtx};
 use crate::SimOptions;
 
 /// One entry the producer adds to the stream, at `at_ms` on the virtual clock. Entries get
@@ -44,8 +42,9 @@ type Configure = Arc<dyn Fn(Config) -> Config + Send + Sync>;
 /// the simulated server ([`Sim`](crate::Sim)) on a virtual clock, with entries added and
 /// faults happening on a schedule or at random from a seed. [`run`](World::run) plays it to
 /// quiescence (every entry settled, nothing pending) or to its deadline, in milliseconds of
-/// real time, and tells what happened in a [`Report`]. The same world always runs the same
-/// way: its [`Display`](fmt::Display) is the Rust code that builds it again, for a replay.
+/// real time, and tells what happened in a [`Report`](super::Report). The same world always
+/// runs the same way: its [`Display`](fmt::Display) is the Rust code that builds it again,
+/// for a replay.
 ///
 /// `World::new(seed)` draws from the seed what is not set: the server's flavor (Redis 6.2,
 /// Redis 7.0, Valkey 8.1 or Redis 8.10), 2 to 4 consumers, each consumer's protocol (RESP2/RESP3) and
@@ -247,7 +246,7 @@ impl World {
     /// Also draws faults of these kinds from the seed during [`phase_ms`](World::phase_ms):
     /// the first 200–600 ms in, then one every [`fault_gap_ms`](World::fault_gap_ms), each
     /// of a kind picked uniformly (list a kind twice to draw it twice as often) with its
-    /// parameters drawn. The report's [`world`](Report::world) has them written out.
+    /// parameters drawn. The report's [`world`](super::Report::world) has them written out.
     #[must_use]
     pub fn random_faults(
         mut self,
@@ -283,7 +282,8 @@ impl World {
     }
 
     /// How long a handling takes, unless a fault or the handler
-    /// ([`HandlerCtx::takes`]) says otherwise: drawn in `min_ms..max_ms` (default 0–30).
+    /// ([`HandlerCtx::takes`](super::HandlerCtx::takes)) says otherwise: drawn in
+    /// `min_ms..max_ms` (default 0–30).
     #[must_use]
     pub fn handler_ms(mut self, min_ms: u64, max_ms: u64) -> World {
         self.handler_ms = (min_ms, max_ms.max(min_ms));
@@ -300,7 +300,8 @@ impl World {
     }
 
     /// Keeps the story of the run, line by line (what each consumer writes, reads, handles
-    /// and settles, each fault), in [`Report::trace`]: to read why a world failed.
+    /// and settles, each fault), in [`Report::trace`](super::Report::trace): to read why a
+    /// world failed.
     #[must_use]
     pub fn trace(mut self, on: bool) -> World {
         self.trace = on;
@@ -361,20 +362,6 @@ impl World {
     /// How many key values drawn entries carry ([`keys`](World::keys)).
     pub fn key_count(&self) -> u32 {
         self.keys
-    }
-
-    /// Plays the world with `handler` and the application's `state`, to quiescence or the
-    /// deadline. The handler runs when its entry is handed out (its side effects on `state`
-    /// happen then) and its verdict is given to the consumer when the handling's time is up:
-    /// a crash meanwhile loses the verdict but not the side effects, as when a process dies
-    /// between writing to its database and acknowledging. `state` is shared by all
-    /// consumers and survives crashes (a database); keep what a process would lose in
-    /// memory keyed by [`HandlerCtx::life`].
-    pub fn run<S, H>(&self, state: S, handler: H) -> Report<S>
-    where
-        H: FnMut(&mut S, &HandlerCtx<'_>, &Entry) -> Verdict,
-    {
-        run::run(self, state, handler)
     }
 
     /// A world decoded from arbitrary bytes, for fuzzing (`cargo fuzz`): any input is a valid
@@ -455,8 +442,8 @@ impl World {
 
     /// Whether the kit fuzz target's handler commits for these bytes (bits 6–7 of the 9th
     /// byte `01`, see [`from_bytes`](World::from_bytes)): each entry then an
-    /// [`Verdict::Commit`] of `XADD out * input <id>` and `INCRBY n 1`, else
-    /// [`Verdict::Ack`].
+    /// [`Verdict::Commit`](pelican::Verdict::Commit) of `XADD out * input <id>` and
+    /// `INCRBY n 1`, else [`Verdict::Ack`](pelican::Verdict::Ack).
     pub fn commits_from_bytes(data: &[u8]) -> bool {
         data.get(8).is_some_and(|b| b & 0xc0 == 0x40)
     }
