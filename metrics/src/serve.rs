@@ -11,7 +11,20 @@ use std::time::Duration;
 
 use tiny_http::{Header, Method, Request, Response, StatusCode};
 
-use crate::{Metrics, CONTENT_TYPE};
+use crate::encode::CONTENT_TYPE;
+use crate::exporter::Metrics;
+
+impl Metrics {
+    /// Serves [`encode`](Self::encode) at `GET /metrics`, [`live`](Self::live) at `GET
+    /// /livez` and [`ready`](Self::ready) at `GET /readyz` and `GET /healthz` (each 200 `ok`,
+    /// or 503 with why, one line) on `addr` (port 0: any free port; [`Serving::addr`] tells
+    /// which), from a thread of its own, until the
+    /// [`Serving`] is stopped or dropped. Other paths are 404, other methods 405; a request
+    /// that is not HTTP gets a 400 or a closed connection, and the server goes on.
+    pub fn serve(&self, addr: impl ToSocketAddrs) -> std::io::Result<Serving> {
+        Serving::start(self.clone(), addr)
+    }
+}
 
 /// The HTTP server started by [`Metrics::serve`]. Stops when [`stop`](Self::stop)ped or
 /// dropped: the port is closed and its thread ended.

@@ -257,7 +257,7 @@ fn an_entry_in_hand_too_long_is_unhealthy_and_its_age_a_gauge() {
         "{said}"
     );
     assert_eq!(metrics.overdue_after(Duration::from_millis(60_500)).healthy(), Ok(()));
-    assert_eq!(super::seconds(Duration::from_millis(2500)), "2.5");
+    assert_eq!(crate::exporter::seconds(Duration::from_millis(2500)), "2.5");
 }
 
 /// Sends `request` as it is and returns the whole answer (the server closes the
