@@ -206,6 +206,7 @@ mod config;
 mod consumer;
 mod dead_letter;
 mod decode;
+mod delay;
 mod dialect;
 mod encode;
 mod entry;
@@ -236,10 +237,11 @@ pub use backoff::Backoff;
 pub use commit::{Trim, Write, Writes, COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT, MAX_FIELDS_PER_WRITE};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
-    Protocol, MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Protocol, RetryBackoff, MAX_CONCURRENCY, MAX_DURATION, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event, MAX_STREAMS};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
+pub use delay::PARKING_CONSUMER;
 pub use dialect::Dialect;
 pub use entry::{Entry, Fields, Source, Verdict};
 pub use error::{Command, Error};

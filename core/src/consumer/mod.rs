@@ -24,9 +24,10 @@ use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands;
 use crate::commit;
-use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol};
+use crate::config::{AckWait, Config, ConfigError, GroupGone, OnRetry, Protocol};
 use crate::dead_letter::{self, Job};
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
+use crate::delay;
 use crate::dialect::{Dialect, Hello};
 use crate::encode::Decimal;
 use crate::entry::{Entry, Source, Verdict};
@@ -259,6 +260,11 @@ pub struct Consumer {
     moves_owed: bool,
     /// Entries given `Retry` wait to be released, on some stream.
     releasing: bool,
+    /// Retries that wait are owed a park or watched, on some stream ([`crate::delay`]).
+    parking: bool,
+    /// The state of the jitter drawn for retries that back off (splitmix64), seeded as the
+    /// reconnects' is.
+    jitter: u64,
     /// The leaves answered so far: entries still held where a stream's group was left, and
     /// the first refusal.
     left: (Option<u64>, Option<String>),
@@ -370,6 +376,8 @@ impl Consumer {
             left: (None, None),
             moves_owed: false,
             releasing: false,
+            parking: false,
+            jitter: !config.seed.unwrap_or(FALLBACK_SEED),
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(
                 config.backoff_min,
@@ -931,18 +939,26 @@ impl Consumer {
                 self.streams[s].acks.push_bulk(self.held.bulk(hand.id), exposed);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
-            Verdict::Retry => {
-                self.stats.retried += 1;
-                self.streams[s].stats.retried += 1;
-                let stream = &mut self.streams[s];
-                stream.retried.note(self.held.to_bytes(hand.id));
-                if self.dialect.release {
-                    let (held, id) = (&self.held, hand.id);
-                    let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
-                    stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
-                    self.releasing = true;
+            Verdict::RetryAfter(delay) => self.retry_after(s, &hand, delay, now),
+            Verdict::Retry => match self.config.on_retry {
+                OnRetry::Backoff(backoff) => {
+                    let random = self.draw();
+                    let delay = backoff.delay(hand.deliveries, self.config.min_idle, random);
+                    self.retry_after(s, &hand, delay, now);
                 }
-            }
+                _ => {
+                    self.stats.retried += 1;
+                    self.streams[s].stats.retried += 1;
+                    let stream = &mut self.streams[s];
+                    stream.retried.note(self.held.to_bytes(hand.id));
+                    if self.dialect.release {
+                        let (held, id) = (&self.held, hand.id);
+                        let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
+                        stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
+                        self.releasing = true;
+                    }
+                }
+            },
             Verdict::DeadLetter => {
                 if self.config.dead_letter.is_none() {
                     let id = String::from_utf8_lossy(self.held.id(hand.id)).into_owned();
@@ -983,6 +999,29 @@ impl Consumer {
         }
         self.pump(now);
         true
+    }
+
+    /// An entry in hand given a retry that waits `delay`: parked with the group once its park
+    /// goes out ([`crate::delay`]).
+    fn retry_after(&mut self, s: usize, hand: &InHand, delay: Duration, now: Instant) {
+        self.stats.retried += 1;
+        self.stats.retries_delayed += 1;
+        let id = self.held.to_bytes(hand.id);
+        let stream = &mut self.streams[s];
+        stream.stats.retried += 1;
+        stream.stats.retries_delayed += 1;
+        stream.retried.note(id.clone());
+        stream.delays.retry(id, hand.deliveries, hand.read_at, delay, now);
+        self.parking = true;
+    }
+
+    /// A number for the jitter of a retry's backoff (splitmix64).
+    fn draw(&mut self) -> u64 {
+        self.jitter = self.jitter.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.jitter;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 
     /// Asks the consumer to stop. Honored between entries: nothing more is handed out, the
@@ -1067,6 +1106,7 @@ impl Consumer {
             stream.dead_letters.clear();
             stream.commits.clear();
             stream.returns.clear();
+            stream.delays.clear();
         }
         self.ack_due = None;
         self.buffer.clear();
@@ -1211,6 +1251,7 @@ impl Consumer {
     pub fn reseed(&mut self, seed: u64) {
         if self.config.seed.is_none() {
             self.backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max, seed);
+            self.jitter = !seed;
         }
     }
 
@@ -1235,7 +1276,8 @@ impl Consumer {
                     false => None,
                 };
                 let twins = self.twins.again_at().filter(|_| self.checks_twins());
-                [replies, acks, leases, releases, twins].into_iter().flatten().min()
+                let parks = self.parks_due().filter(|_| !parked);
+                [replies, acks, leases, releases, twins, parks].into_iter().flatten().min()
             }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,
@@ -1271,6 +1313,7 @@ impl Consumer {
                     stream.releases.come_due(&self.config, now, true);
                 }
                 self.flush_releases(now);
+                self.flush_parks(now);
                 self.part(now);
             }
             self.finish_stop_if_clear();
@@ -1288,6 +1331,10 @@ impl Consumer {
                 stream.releases.come_due(&self.config, now, false);
             }
             self.flush_releases(now);
+        }
+        if self.parking {
+            self.parks_come_due(now);
+            self.flush_parks(now);
         }
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read

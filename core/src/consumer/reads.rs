@@ -103,7 +103,9 @@ impl Consumer {
     /// At least `ack_delay` (and 1 ms), at most [`PARK_IN_HAND`], the beat and a quarter of
     /// the lease.
     pub(super) fn park_for(&self, now: Instant) -> Duration {
-        let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else { return self.config.beat };
+        let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else {
+            return self.until_parks_due(now, self.config.beat);
+        };
         let expected = (first + self.pace.handler_time()).saturating_duration_since(now);
         let guess = match expected.is_zero() {
             true => now.saturating_duration_since(first) / 2,
@@ -111,7 +113,16 @@ impl Consumer {
         };
         let least = self.config.ack_delay.max(Duration::from_millis(1));
         let most = PARK_IN_HAND.min(self.config.beat).min(self.config.lease_threshold() / 4).max(least);
-        guess.clamp(least, most)
+        self.until_parks_due(now, guess.clamp(least, most))
+    }
+
+    /// `block`, or less: until the next parked entry is due to be parked again or swept for
+    /// (at least 1 ms), which cannot go out behind a parked read.
+    fn until_parks_due(&self, now: Instant, block: Duration) -> Duration {
+        match self.parks_due() {
+            Some(due) => block.min(due.saturating_duration_since(now).max(Duration::from_millis(1))),
+            None => block,
+        }
     }
 
     /// The count for the next read; a smaller count than before is a notice.
@@ -408,6 +419,9 @@ impl Consumer {
             b.entry.deliveries += 1;
             return None;
         }
+        // A retry whose park is not yet made (read again by a drain after a lost
+        // connection): its wait goes on, the park's owner check from this read.
+        self.streams[s as usize].delays.reread(id, now);
         if self.settling(s, id) {
             return None;
         }

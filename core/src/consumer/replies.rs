@@ -277,6 +277,7 @@ impl Consumer {
                 self.on_lease(s, ids, kept, now);
             }
             Sent::GiveBack => {}
+            Sent::Park(s, park) => self.on_park(s, park, value, now).map_err(shape)?,
             Sent::Held { stream, count, since } => {
                 let rows = reply::pending(value).map_err(shape)?;
                 self.on_held(stream, count, since, rows, now);
@@ -333,7 +334,9 @@ impl Consumer {
             self.streams[*s as usize].group_made = true;
             return Ok(());
         }
-        if let Sent::GiveBack | Sent::Release { .. } | Sent::Held { .. } | Sent::Replicas = sent {
+        if let Sent::GiveBack | Sent::Park(..) | Sent::Release { .. } | Sent::Held { .. } | Sent::Replicas =
+            sent
+        {
             // Best effort: the counts stay one higher; entries not released are reclaimed
             // after `min_idle`.
             return Ok(());
