@@ -262,6 +262,10 @@ pub struct Consumer {
     releasing: bool,
     /// Retries that wait are owed a park or watched, on some stream ([`crate::delay`]).
     parking: bool,
+    /// When the last `WAIT` (or `WAITAOF`) of acks was answered: a read pipelined behind it
+    /// ran on the server when it returned, not when it was sent (its entries' leases count
+    /// from then).
+    waited_at: Option<Instant>,
     /// The state of the jitter drawn for retries that back off (splitmix64), seeded as the
     /// reconnects' is.
     jitter: u64,
@@ -377,6 +381,7 @@ impl Consumer {
             moves_owed: false,
             releasing: false,
             parking: false,
+            waited_at: None,
             jitter: !config.seed.unwrap_or(FALLBACK_SEED),
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(

@@ -140,7 +140,9 @@ impl Consumer {
     /// The entries' idle time on the server began when it ran the read: for a parked read,
     /// when it answered (now, give or take the trip); for any other, soon after it was sent —
     /// which is what their leases count from, even if the reply is read much later (a read
-    /// ahead, answered while a handler ran).
+    /// ahead, answered while a handler ran) — or, sent behind a `WAIT` that blocked the
+    /// connection, when that `WAIT` was answered: counted from the send, the lease's owner
+    /// check would ask more idle time than the entries have, and find them lost.
     pub(super) fn on_entries(
         &mut self,
         sent: Sent,
@@ -152,7 +154,7 @@ impl Consumer {
     ) -> Result<(), Error> {
         let read_at = match sent {
             Sent::ReadNew { block: Some(_), .. } => now,
-            _ => sent_at,
+            _ => self.waited_at.map_or(sent_at, |waited| waited.max(sent_at)),
         };
         let command = sent.command();
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
