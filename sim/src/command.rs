@@ -1420,7 +1420,7 @@ fn xpending(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             break;
         }
         let Some(nack) = g.pel.get(&id) else { continue };
-        let idle = ctx.now.saturating_sub(nack.delivered_at);
+        let idle = crate::model::idle(ctx.now, nack.delivered_at);
         // A released entry (XNACK) passes any IDLE filter and shows idle -1.
         if !nack.released && min_idle > 0 && (idle as i64) < min_idle {
             continue;
