@@ -27,13 +27,18 @@ pub(crate) const SOURCES: [(&str, Get); 3] =
     [("pending", |s| s.drained), ("claimed", |s| s.claimed), ("new", |s| s.new)];
 
 /// Every other [`Stats`] counter, named as in `pelican consume --stats-json`.
-pub(crate) const COUNTERS: [CounterDef; 19] = [
+pub(crate) const COUNTERS: [CounterDef; 20] = [
     ("pelican_acked", "Entries the server confirmed acknowledged (XACK counted them).", |s| s.acked),
     ("pelican_retried", "Retry verdicts: entries left pending (or released) for another try.", |s| s.retried),
     (
         "pelican_released",
         "Entries released (XNACK, Redis 8.8+): retried, or read and dropped unhandled at a stop or a lost connection.",
         |s| s.released,
+    ),
+    (
+        "pelican_retries_delayed",
+        "Retries that wait (a retry_after, or a retry under the backoff): parked with the group until due; also in pelican_retried.",
+        |s| s.retries_delayed,
     ),
     ("pelican_dead_lettered", "Entries moved to the dead-letter stream.", |s| s.dead_lettered),
     (

@@ -54,6 +54,7 @@
 //! | `pelican_acked_total` | entries the server confirmed acknowledged |
 //! | `pelican_retried_total` | `Retry` verdicts |
 //! | `pelican_released_total` | entries released (`XNACK`, Redis 8.8+) |
+//! | `pelican_retries_delayed_total` | retries that wait (`Verdict::RetryAfter`, or `Retry` under `OnRetry::Backoff`), parked with the group until due; also counted in `pelican_retried_total` |
 //! | `pelican_dead_lettered_total` | entries moved to the dead-letter stream |
 //! | `pelican_lost_to_peer_total` | acks not counted: a peer had reclaimed the entry |
 //! | `pelican_leases_lost_total` | entries found taken by a peer while buffered or in hand |

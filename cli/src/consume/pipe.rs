@@ -129,6 +129,9 @@ struct Answer {
     /// Other writes to make with the ack.
     #[serde(default)]
     writes: Option<serde_json::Value>,
+    /// With `"retry"`: not before this many milliseconds (`Verdict::RetryAfter`).
+    #[serde(default)]
+    retry_after_ms: Option<serde_json::Value>,
 }
 
 /// Lines told in the current window, and those left untold.
@@ -454,7 +457,19 @@ impl Pipe {
         let shown: String = text.chars().take(200).collect();
         let verdict = match answer.verdict.as_ref().and_then(serde_json::Value::as_str) {
             Some("ack") => Ok(Verdict::Ack),
-            Some("retry") => Ok(Verdict::Retry),
+            Some("retry") => match &answer.retry_after_ms {
+                None => Ok(Verdict::Retry),
+                // A whole number of ms (the core takes more than 365 days as 365 days).
+                Some(ms) => {
+                    ms.as_u64().map(|ms| Verdict::RetryAfter(Duration::from_millis(ms))).ok_or_else(|| {
+                        format!("a \"retry_after_ms\" that is not a whole number of milliseconds ({ms})")
+                    })
+                }
+            },
+            // A wait asked with another verdict is a mistake worth failing for, not dropping.
+            Some(_) if answer.retry_after_ms.is_some() => {
+                Err("a \"retry_after_ms\" with a verdict other than \"retry\"".to_string())
+            }
             Some("dead-letter") if shared.dead_letter => Ok(Verdict::DeadLetter),
             // Without a dead-letter stream it is a failure, as --exec's 65 is.
             Some("dead-letter") => Ok(Verdict::Retry),
