@@ -4,6 +4,7 @@
 mod args;
 mod client;
 mod consume;
+mod dead_letters;
 mod demo;
 mod json;
 mod name;
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => ("produce", produce::main(args)),
         Command::Demo(args) => ("demo", demo::main(args)),
         Command::Retire(args) => ("retire", retire::main(args)),
+        Command::DeadLetters(args) => ("dead-letters", dead_letters::main(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -204,7 +204,7 @@ mod commands;
 pub mod commit;
 mod config;
 mod consumer;
-mod dead_letter;
+pub mod dead_letter;
 mod decode;
 mod delay;
 mod dialect;
