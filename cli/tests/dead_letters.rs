@@ -249,3 +249,31 @@ fn on_a_cluster_a_replay_across_slots_is_refused_and_left_in_place() {
     );
     assert_eq!((admin.xlen(DL), cluster.admin_for(ORIGIN).xlen(ORIGIN)), (1, 3));
 }
+
+/// `/metrics` of a consumer with a dead-letter stream: `pelican_dead_letters` counts what it
+/// holds (the group's health, asked every 5 s), the entries this consumer moved and others.
+#[test]
+fn the_dead_letter_gauge_counts_the_dead_letter_stream() {
+    use std::io::{Read, Write};
+    let server = Server::start(Flavor::Redis810);
+    let mut admin = server.admin();
+    let url = format!("redis://{}", server.addr());
+    add_dead_letters(&mut admin, 2);
+    for i in 0..3 {
+        admin.xadd("s", &[("n", i.to_string())]);
+    }
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let addr_text = addr.to_string();
+    let args = consume(&url, "smol", &["--exec", "exit 65", "--dead-letter", DL, "--metrics", &addr_text]);
+    let mut p = Pelican::spawn(&args);
+    let scrape = || {
+        let Ok(mut conn) = std::net::TcpStream::connect(addr) else { return String::new() };
+        let _ = conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        let mut body = String::new();
+        let _ = conn.read_to_string(&mut body);
+        body
+    };
+    let want = "pelican_dead_letters{stream=\"s\",group=\"g\",consumer=\"c\"} 5";
+    wait_until("the gauge counts 5", || scrape().contains(want));
+    p.stop();
+}

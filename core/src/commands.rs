@@ -181,6 +181,11 @@ pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: crate::in
     match part {
         HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", key]),
         HealthPart::Oldest => command(out, &[b"XPENDING", key, &c.group, b"-", b"+", b"1"]),
+        HealthPart::DeadLetters => {
+            if let Some(template) = &c.dead_letter {
+                command(out, &[b"XLEN", &crate::config::key_for(template, key)]);
+            }
+        }
         HealthPart::Time => command(out, &[b"TIME"]),
         // Encoded by `beyond`, with the id it needs.
         HealthPart::Beyond => {}

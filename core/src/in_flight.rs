@@ -113,6 +113,9 @@ pub(crate) enum HealthPart {
     Groups,
     /// `XPENDING key group - + 1`.
     Oldest,
+    /// `XLEN <dead-letter stream>`, with a dead-letter stream (before `TIME`, which ends the
+    /// round).
+    DeadLetters,
     /// `TIME`.
     Time,
     /// `XRANGE key (<last-delivered-id> + COUNT 1`, asked after `XINFO GROUPS` said the lag is

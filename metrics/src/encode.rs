@@ -96,7 +96,7 @@ type GaugeDef = (&'static str, &'static str, fn(&Snapshot, Instant) -> Option<f6
 
 /// The gauges. The group's come from [`Snapshot::health`], which is known only once the
 /// consumer asks for it ([`pelican::Config::health_every`]) and the server answers.
-pub(crate) const GAUGES: [GaugeDef; 8] = [
+pub(crate) const GAUGES: [GaugeDef; 9] = [
     ("pelican_in_hand", "Entries handed out and not yet settled.", |s, _| Some(s.in_hand as f64)),
     (
         "pelican_in_hand_oldest_age_seconds",
@@ -124,6 +124,11 @@ pub(crate) const GAUGES: [GaugeDef; 8] = [
         "pelican_group_oldest_pending_age_seconds",
         "Age of the group's oldest pending entry (server time less its id's time), as last asked; 0 when nothing is pending.",
         |s, _| s.health.as_ref().map(|h| h.oldest.as_ref().map_or(0.0, |o| o.age.as_secs_f64())),
+    ),
+    (
+        "pelican_dead_letters",
+        "Entries in the stream's dead-letter stream (XLEN), as last asked; absent without one.",
+        |s, _| s.health.as_ref().and_then(|h| h.dead_letters).map(|n| n as f64),
     ),
 ];
 

@@ -149,6 +149,9 @@ fn the_group_gauges_follow_its_health() {
         health
     };
     known.health = Some(health(12, Some(300), 3, Some(oldest)));
+    if let Some(h) = known.health.as_mut() {
+        h.dead_letters = Some(7);
+    }
     let mut quiet = busy();
     quiet.health = Some(health(0, None, 1, None));
     let metrics = Metrics::new()
@@ -164,6 +167,9 @@ fn the_group_gauges_follow_its_health() {
     assert_eq!(value(&scrape, "pelican_group_oldest_pending_age_seconds", "b"), 0.0);
     assert_eq!(value(&scrape, "pelican_group_pending", "b"), 0.0);
     assert!(samples(&scrape, "pelican_group_lag", "b").is_empty());
+    // The dead-letter stream's length where there is one; none asked (no stream): no sample.
+    assert_eq!(value(&scrape, "pelican_dead_letters", "a"), 7.0);
+    assert!(samples(&scrape, "pelican_dead_letters", "b").is_empty());
     // Health never asked: no group sample at all.
     for name in ["pelican_group_pending", "pelican_group_lag", "pelican_group_oldest_pending_age_seconds"] {
         assert!(samples(&scrape, name, "c").is_empty(), "{name}");

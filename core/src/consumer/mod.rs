@@ -240,6 +240,8 @@ pub struct Consumer {
     read_answered: bool,
     /// The server refused the health commands: not asked again.
     health_refused: bool,
+    /// The dead-letter stream's length was refused (`NOPERM`): health goes on without it.
+    dead_letters_refused: bool,
     /// Whether a clean stop still has to leave the groups ([`Config::leave_on_stop`]): set
     /// once the leaves are sent.
     leave_due: bool,
@@ -431,6 +433,7 @@ impl Consumer {
             read_answered: false,
             health: None,
             health_refused: false,
+            dead_letters_refused: false,
             twins: Twins::default(),
             dialect: Dialect::CLASSIC,
             server: String::new(),
