@@ -1,7 +1,8 @@
 //! Retries that wait, from the command line, against real servers: a `--pipe` answer
 //! `"retry_after_ms"` and `--retry-backoff` each hand the entry out again no earlier than
 //! asked, and soon after, on every server; counted as `retries_delayed` in `--stats-json`
-//! and `/metrics`. Bad values are refused (exit 2) or fail the entry.
+//! and `/metrics`; with three consumers too, across a `kill -9` of the one that parked them.
+//! Bad values are refused (exit 2) or fail the entry.
 
 mod support;
 
@@ -15,7 +16,7 @@ use support::{consume, run, wait_until, Json, Pelican, Scratch};
 /// A `--pipe` handler: each entry's first delivery answered as `FIRST` says (`after`: a
 /// retry with `retry_after_ms` `WAIT_MS`; `plain`: a plain retry; `bad`: a
 /// `retry_after_ms` that is not a number), the next ones acked; each handling logged to
-/// `LOG` as `id deliveries unix_ms` (the time of the answer to the first, of the hand-out
+/// `LOG` as `id deliveries unix_ms consumer` (the time of the answer to the first, of the hand-out
 /// of the next).
 const HANDLER: &str = r#"
 import json, os, sys, time
@@ -24,7 +25,7 @@ first = os.environ["FIRST"]
 for line in sys.stdin:
     e = json.loads(line)
     ms = int(time.time() * 1000)
-    log.write("%s %d %d\n" % (e["id"], e["deliveries"], ms))
+    log.write("%s %d %d %s\n" % (e["id"], e["deliveries"], ms, os.environ.get("WHO", "c")))
     log.flush()
     answer = {"id": e["id"], "verdict": "ack"}
     if e["deliveries"] == 1:
@@ -75,7 +76,7 @@ fn delays(log: &str) -> Vec<u64> {
 /// Runs `n` entries through [`HANDLER`] with `first` and `extra`; returns the delays
 /// observed, shortest first.
 fn retried(flavor: Flavor, transport: &str, first: &str, wait_ms: &str, extra: &[&str]) -> Vec<u64> {
-    let n = 20;
+    let n = 100;
     let server = Server::start(flavor);
     let mut admin = server.admin();
     admin.xadd_n("s", n, 8);
@@ -191,5 +192,98 @@ fn bad_waits_are_refused() {
         let (status, _, err) = run(&args);
         assert_eq!(status.code(), Some(2), "{flags:?}: {err}");
         assert!(err.contains(want), "{flags:?}: {err}");
+    }
+}
+
+/// Three consumers of 100 entries, each retried once with `"retry_after_ms": 1000`; once
+/// every first answer is in, the consumer that parked the most is killed with SIGKILL: its
+/// parks are the server's, and its peers hand those entries out again on time too.
+#[test]
+fn a_wait_outlives_a_kill_9_of_the_consumer_that_asked_it() {
+    for (flavor, transport) in [
+        (Flavor::Redis62, "mio"),
+        (Flavor::Redis70, "smol"),
+        (Flavor::Valkey81, "smol"),
+        (Flavor::Redis810, "mio"),
+    ] {
+        let n = 100;
+        let server = Server::start(flavor);
+        let mut admin = server.admin();
+        admin.xadd_n("s", n, 8);
+        admin.call(&["XGROUP", "CREATE", "s", "g", "0"]);
+        let dir = Scratch::new("retry-kill");
+        let (script, log) = (dir.file("handler.py"), dir.file("log"));
+        std::fs::write(&script, HANDLER).unwrap();
+        let pipe = format!("python3 {script}");
+        let url = format!("redis://{}", server.addr());
+        let mut consumers: Vec<(String, Pelican)> = ["c1", "c2", "c3"]
+            .iter()
+            .map(|who| {
+                let mut args = consume(&url, transport, &["--pipe", &pipe, "--concurrency", "4"]);
+                args.extend_from_slice(&["--min-idle-ms", "3000", "--beat-ms", "200", "--count", "10"]);
+                let at = args.iter().position(|a| *a == "c").unwrap();
+                args[at] = who;
+                let env = [("LOG", log.as_str()), ("FIRST", "after"), ("WAIT_MS", "1000"), ("WHO", who)];
+                (who.to_string(), Pelican::spawn_env(&args, &env))
+            })
+            .collect();
+        let lines = || std::fs::read_to_string(&log).unwrap_or_default();
+        let firsts = |text: &str| text.lines().filter(|l| l.split(' ').nth(1) == Some("1")).count();
+        wait_until("every first answer", || firsts(&lines()) == n);
+        // The parks go out a few ms after the answers: then the kill.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let text = lines();
+        let parked_by = |who: &str| {
+            text.lines()
+                .filter(|l| l.split(' ').nth(1) == Some("1") && l.split(' ').nth(3) == Some(who))
+                .count()
+        };
+        let victim = ["c1", "c2", "c3"].into_iter().max_by_key(|who| parked_by(who)).unwrap().to_string();
+        let theirs: std::collections::BTreeSet<String> = text
+            .lines()
+            .filter(|l| l.split(' ').nth(1) == Some("1") && l.split(' ').nth(3) == Some(victim.as_str()))
+            .map(|l| l.split(' ').next().unwrap().to_string())
+            .collect();
+        consumers.iter_mut().find(|(who, _)| *who == victim).unwrap().1.kill9();
+        let handled = || lines().lines().count();
+        wait_until("each handled twice", || handled() == 2 * n && admin.xpending_count("s", "g") == 0);
+        for (who, p) in consumers.iter_mut().filter(|(who, _)| *who != victim) {
+            p.stop();
+            assert!(!p.stderr().contains("panicked"), "{who}");
+        }
+        // Each entry's delay, and apart those the killed one had parked.
+        let mut firsts = std::collections::BTreeMap::new();
+        let (mut all, mut orphans) = (Vec::new(), Vec::new());
+        for line in lines().lines() {
+            let parts: Vec<&str> = line.split(' ').collect();
+            let at: u64 = parts[2].parse().unwrap();
+            match parts[1] {
+                "1" => {
+                    firsts.insert(parts[0].to_string(), at);
+                }
+                _ => {
+                    let delay = at - firsts[parts[0]];
+                    all.push(delay);
+                    if theirs.contains(parts[0]) {
+                        orphans.push(delay);
+                    }
+                }
+            }
+        }
+        all.sort_unstable();
+        orphans.sort_unstable();
+        eprintln!(
+            "{flavor} {transport}, 3 consumers, {} parked by {victim} (killed): asked 1000 ms, observed median {} ms, \
+             worst {} ms, least {} ms; of the killed one's: median {} ms, worst {} ms",
+            theirs.len(),
+            all[all.len() / 2],
+            all[all.len() - 1],
+            all[0],
+            orphans[orphans.len() / 2],
+            orphans[orphans.len() - 1]
+        );
+        assert!(!theirs.is_empty());
+        assert!(all[0] >= 990, "{flavor}: back {} ms after a retry_after_ms of 1000: {all:?}", all[0]);
+        assert!(all[all.len() - 1] < 2500, "{flavor}: back only {} ms later: {all:?}", all[all.len() - 1]);
     }
 }
