@@ -1,7 +1,8 @@
 //! `pelican dead-letters list|replay|drop` against real servers: dead letters a consumer
 //! moved, listed and replayed to their stream; a thousand replayed, by reason, after a dry
 //! run, and again across a `kill -9` of the replay (none lost, none twice); dropped by id and
-//! by age; on a cluster, a replay across slots refused and left in place.
+//! by age; on a cluster, a replay across slots refused and left in place; over TLS and
+//! through Sentinel; and the `pelican_dead_letters` gauge of a consumer's `/metrics`.
 
 mod support;
 
@@ -276,4 +277,41 @@ fn the_dead_letter_gauge_counts_the_dead_letter_stream() {
     let want = "pelican_dead_letters{stream=\"s\",group=\"g\",consumer=\"c\"} 5";
     wait_until("the gauge counts 5", || scrape().contains(want));
     p.stop();
+}
+
+/// Over TLS (Redis 7.0's TLS port), as every command: listed and replayed.
+#[test]
+fn dead_letters_over_tls() {
+    use pelican_tests::certs::ServerCert;
+    use pelican_tests::server::{Options, Tls};
+    let tls = Tls { client_auth: false, cert: ServerCert::Good };
+    let server = Server::start_with(Flavor::Redis70, Options::default().with_tls(tls));
+    let mut admin = server.admin();
+    add_dead_letters(&mut admin, 10);
+    let ca = server.pki().unwrap().ca().display().to_string();
+    let url = format!("rediss://localhost:{}", server.tls_port().expect("a TLS server"));
+    let (status, out, err) = dead_letters(&url, "list", &["--tls-ca", &ca, "--json"]);
+    assert_eq!((status, out.lines().count()), (Some(0), 10), "{err}");
+    let (status, out, err) = dead_letters(&url, "replay", &["--tls-ca", &ca, "--all"]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.ends_with("10 moved, 0 skipped, 0 failed"), "{out}");
+    assert_eq!((admin.xlen(DL), replayed(&mut admin).len()), (0, 10));
+}
+
+/// Through Sentinel (`redis+sentinel://`), as every command: the master found, replayed there.
+#[test]
+fn dead_letters_through_sentinel() {
+    use pelican_tests::sentinel::{Topology, SERVICE};
+    let topology = Topology::start(Flavor::Redis70);
+    let nodes: Vec<String> = topology.sentinel_addrs().iter().map(|a| a.to_string()).collect();
+    let url = format!("redis+sentinel://{}/{SERVICE}", nodes.join(","));
+    let mut admin = topology.admin(topology.master());
+    add_dead_letters(&mut admin, 10);
+    let (status, out, err) = dead_letters(&url, "replay", &["--all", "--reason", "verdict"]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.ends_with("1 moved, 9 skipped, 0 failed"), "{out}");
+    let (status, out, err) = dead_letters(&url, "drop", &["--older-than", "0ms"]);
+    assert_eq!(status, Some(0), "{err}");
+    assert!(out.starts_with("9 dropped"), "{out}");
+    assert_eq!((admin.xlen(DL), admin.xlen(ORIGIN)), (0, 1));
 }
