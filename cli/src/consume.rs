@@ -139,7 +139,8 @@ newline) on its stdin, its stdout and stderr going to pelican's, and in its envi
                     server's count: approximate after reconnects and restarts)
 Exit status 0 acknowledges the entry; 65 (EX_DATAERR: it can never be processed) moves it
 to the --dead-letter stream at once (without --dead-letter it is a failure); anything else
-leaves it pending, and so does death by a signal, which is told on stderr (the entry, the
+is a failure (it comes back after --on-retry's wait: by default 0.5–1 s, doubling with each
+delivery up to --min-idle-ms), and so is death by a signal, which is told on stderr (the entry, the
 signal), even with --quiet. A status of 126 or 127 (the command cannot be run, or is not
 found) stops pelican with exit 1 and the entry left pending, rather than failing every
 entry in turn; and before anything is read, CMD is checked with `sh -n` and its first word
@@ -362,15 +363,17 @@ pub struct Args {
     /// other groups, whose unread entries will be deleted
     #[arg(long, verbatim_doc_comment)]
     force_delete: bool,
-    /// what a failed entry (exit other than 0 and 65) does on Redis 8.8+,
-    /// which can release an entry (XNACK): release (the default: any
-    /// consumer of the group, this one too, takes it again at once, its
-    /// delivery counted) or keep (it stays pending with this consumer until a
-    /// reclaim takes it after --min-idle-ms, as on older servers). A number
-    /// releases it that many milliseconds later (at most half of
-    /// --min-idle-ms). backoff: on every server, it waits as
-    /// --retry-backoff says (1000 if not given)
-    #[arg(long, value_name = "WHAT", default_value = "release", value_parser = on_retry, verbatim_doc_comment)]
+    /// what a failed entry (exit other than 0 and 65) does. backoff (the
+    /// default, on every server): it waits as --retry-backoff says, 1000 if
+    /// not given — 0.5–1 s, then 1–2 s, 2–4 s… up to --min-idle-ms — so that
+    /// a downstream that is down is not asked in a hot loop, and no retry
+    /// waits longer than --min-idle-ms. On Redis 8.8+, which can release an
+    /// entry (XNACK): release (any consumer of the group, this one too, takes
+    /// it again at once, its delivery counted), keep (it stays pending with
+    /// this consumer until a reclaim takes it after --min-idle-ms, as on
+    /// older servers, where release and a number are keep too), or a number:
+    /// released that many milliseconds later (at most half of --min-idle-ms)
+    #[arg(long, value_name = "WHAT", default_value = "backoff", value_parser = on_retry, verbatim_doc_comment)]
     on_retry: OnRetry,
     /// a failed entry waits before it is handed out again (to this consumer
     /// or a peer), on every server, the wait kept by the server (parked with
