@@ -8,7 +8,7 @@ use clap::error::ErrorKind;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use crate::{consume, demo, pending, produce, retire};
+use crate::{consume, dead_letters, demo, pending, produce, retire};
 
 const USAGE: &str = "\
 pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [options]
@@ -16,6 +16,7 @@ pelican consume --stream KEY [--stream KEY…] --group G --consumer NAME [option
        pelican produce --stream KEY --count N [--size BYTES] [--url URL] [--idempotent]
                        [--wait-replicas N]
        pelican retire --stream KEY [--stream KEY…] --group G --idle-ms N [--dry-run]
+       pelican dead-letters list|replay|drop --dead-letter KEY [options]
        pelican demo [--url URL]
        pelican <command> --help";
 
@@ -78,6 +79,8 @@ pub enum Command {
     Produce(produce::Args),
     /// remove consumers gone for good: idle at least N ms with nothing pending
     Retire(retire::Args),
+    /// list, replay or drop the entries of a dead-letter stream
+    DeadLetters(dead_letters::Args),
     /// the recovery tour, on the embedded simulator or a server
     Demo(demo::Args),
 }
@@ -95,6 +98,7 @@ pub fn parse() -> Result<Cli, ExitCode> {
             Command::Produce(args) => &mut args.server,
             Command::Demo(args) => &mut args.server,
             Command::Retire(args) => &mut args.server,
+            Command::DeadLetters(args) => &mut args.server,
         };
         server.url_from_env = command.value_source("url") == Some(ValueSource::EnvVariable);
     }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::builder::{OsStringValueParser, TypedValueParser as _};
-use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol};
+use pelican::{AckWait, Config, DeleteAcked, GroupGone, OnRetry, Protocol, RetryBackoff};
 
 use crate::failure::Failure;
 use crate::help::TEMPLATE;
@@ -80,6 +80,11 @@ language that loads its model or opens its pool once). Each entry goes to its st
   {\"stream\":\"orders\",\"id\":\"1700000000000-0\",\"fields\":{…},\"deliveries\":1,\"source\":\"new\"}
 It answers each on its stdout with one JSON line, in any order:
   {\"id\":\"1700000000000-0\",\"verdict\":\"ack\"}     (or \"retry\", or \"dead-letter\")
+A \"retry\" may ask a wait: {\"id\":\"…\",\"verdict\":\"retry\",\"retry_after_ms\":2000} hands the
+entry out again (to this consumer or a peer) no earlier than 2 s later, and soon after, the
+wait kept by the server: a crash of pelican does not lose it (a wait over --min-idle-ms is
+renewed by this process every lease: a crash ends it early, --min-idle-ms after the last
+renewal).
 adding \"stream\" (as the entry's line gives it) when several streams are consumed (it may
 always be given). It must flush its stdout after each answer: into a pipe, Python's print
 buffers, and an answer not flushed never comes (print(json.dumps(answer), flush=True));
@@ -149,7 +154,8 @@ newline) on its stdin, its stdout and stderr going to pelican's, and in its envi
                     server's count: approximate after reconnects and restarts)
 Exit status 0 acknowledges the entry; 65 (EX_DATAERR: it can never be processed) moves it
 to the --dead-letter stream at once (without --dead-letter it is a failure); anything else
-leaves it pending, and so does death by a signal, which is told on stderr (the entry, the
+is a failure (it comes back after --on-retry's wait: by default 0.5–1 s, doubling with each
+delivery up to --min-idle-ms), and so is death by a signal, which is told on stderr (the entry, the
 signal), even with --quiet. A status of 126 or 127 (the command cannot be run, or is not
 found) stops pelican with exit 1 and the entry left pending, rather than failing every
 entry in turn; and before anything is read, CMD is checked with `sh -n` and its first word
@@ -373,15 +379,27 @@ pub struct Args {
     /// other groups, whose unread entries will be deleted
     #[arg(long, verbatim_doc_comment)]
     force_delete: bool,
-    /// what a failed entry (exit other than 0 and 65) does on Redis 8.8+,
-    /// which can release an entry (XNACK): release (the default: any
-    /// consumer of the group, this one too, takes it again at once, its
-    /// delivery counted) or keep (it stays pending with this consumer until a
-    /// reclaim takes it after --min-idle-ms, as on older servers). A number
-    /// releases it that many milliseconds later (at most half of
-    /// --min-idle-ms)
-    #[arg(long, value_name = "WHAT", default_value = "release", value_parser = on_retry, verbatim_doc_comment)]
+    /// what a failed entry (exit other than 0 and 65) does. backoff (the
+    /// default, on every server): it waits as --retry-backoff says, 1000 if
+    /// not given — 0.5–1 s, then 1–2 s, 2–4 s… up to --min-idle-ms — so that
+    /// a downstream that is down is not asked in a hot loop, and no retry
+    /// waits longer than --min-idle-ms. On Redis 8.8+, which can release an
+    /// entry (XNACK): release (any consumer of the group, this one too, takes
+    /// it again at once, its delivery counted), keep (it stays pending with
+    /// this consumer until a reclaim takes it after --min-idle-ms, as on
+    /// older servers, where release and a number are keep too), or a number:
+    /// released that many milliseconds later (at most half of --min-idle-ms)
+    #[arg(long, value_name = "WHAT", default_value = "backoff", value_parser = on_retry, verbatim_doc_comment)]
     on_retry: OnRetry,
+    /// a failed entry waits before it is handed out again (to this consumer
+    /// or a peer), on every server, the wait kept by the server (parked with
+    /// the group: a crash of pelican does not lose it): between half and all
+    /// of FIRST_MS × 2^(deliveries − 1), at most MAX_MS (by default
+    /// --min-idle-ms, the longest wait a crash cannot shorten). E.g. 1000 (1 s,
+    /// 2 s, 4 s… the library's default) or 500,10000. Counted as
+    /// retries_delayed
+    #[arg(long, value_name = "FIRST_MS[,MAX_MS]", value_parser = retry_backoff, conflicts_with = "on_retry", verbatim_doc_comment)]
+    retry_backoff: Option<RetryBackoff>,
     /// after each batch of acks, wait until N replicas have them (WAIT N), so
     /// that a failover is less likely to deliver their entries again; at most
     /// --ack-timeout-ms per batch (a batch that runs out is counted as
@@ -511,16 +529,34 @@ enum DeleteWhen {
     Acked,
 }
 
-/// `--on-retry`: `release`, `keep` or a delay in milliseconds.
+/// `--on-retry`: `release`, `keep`, `backoff` or a delay in milliseconds.
 fn on_retry(s: &str) -> Result<OnRetry, String> {
     match s {
         "release" => Ok(OnRetry::Release),
         "keep" => Ok(OnRetry::StayPending),
+        "backoff" => Ok(OnRetry::Backoff(RetryBackoff::default())),
         ms => ms
             .parse::<u64>()
             .map(|ms| OnRetry::ReleaseAfter(Duration::from_millis(ms)))
-            .map_err(|_| format!("{ms:?}: release, keep, or a number of milliseconds")),
+            .map_err(|_| format!("{ms:?}: release, keep, backoff, or a number of milliseconds")),
     }
+}
+
+/// `--retry-backoff FIRST_MS[,MAX_MS]`: doubling from FIRST_MS, at most MAX_MS (else
+/// `--min-idle-ms`).
+fn retry_backoff(s: &str) -> Result<RetryBackoff, String> {
+    let (first, max) = match s.split_once(',') {
+        Some((first, max)) => (first, Some(max)),
+        None => (s, None),
+    };
+    let ms = |text: &str, what: &str| {
+        whole::<u64, 1, MAX_MS>(text).map_err(|why| format!("{what} {text:?}: {why}"))
+    };
+    let mut backoff = RetryBackoff::new(Duration::from_millis(ms(first, "FIRST_MS")?));
+    if let Some(max) = max {
+        backoff = backoff.max(Duration::from_millis(ms(max, "MAX_MS")?));
+    }
+    Ok(backoff)
 }
 
 /// The consumer settings of `stream`'s lane. Names go on as the bytes given: one that
@@ -560,7 +596,10 @@ fn config(a: &Args, target: &Target, stream: &[u8], health: bool) -> Config {
             DeleteWhen::Acked => DeleteAcked::Acked,
         });
     }
-    config = config.on_retry(a.on_retry);
+    config = match a.retry_backoff {
+        Some(backoff) => config.retry_backoff(backoff),
+        None => config.on_retry(a.on_retry),
+    };
     if let Some(replicas) = a.ack_replicas {
         let timeout = Duration::from_millis(a.ack_timeout_ms);
         config = config.ack_wait(match a.ack_aof {

@@ -3,6 +3,7 @@
 
 mod args;
 mod consume;
+mod dead_letters;
 mod demo;
 mod failure;
 mod help;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Produce(args) => ("produce", produce::main(args)),
         Command::Demo(args) => ("demo", demo::main(args)),
         Command::Retire(args) => ("retire", retire::main(args)),
+        Command::DeadLetters(args) => ("dead-letters", dead_letters::main(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

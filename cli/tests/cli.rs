@@ -92,7 +92,9 @@ fn exec_failure_leaves_entries_pending() {
     let (ran, stats) = (dir.file("ran"), dir.file("stats.json"));
     let command = format!("cat >/dev/null; echo \"$PELICAN_ID\" >> {ran}; exit 3");
     let url = url(&server);
-    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--stats-json", &stats]));
+    // `keep`: pending with this consumer, as before the backoff became the default.
+    let extra = ["--exec", &command, "--stats-json", &stats, "--on-retry", "keep"];
+    let mut p = Pelican::spawn(&consume(&url, &extra));
     wait_until("5 commands run", || lines_of(&ran).len() == 5);
     p.stop();
 
@@ -598,7 +600,8 @@ fn a_command_killed_by_a_signal_is_told() {
     let ids = admin.xadd_n("s", 3, 4);
     let url = url(&server);
     let command = format!("cat >/dev/null; [ \"$PELICAN_ID\" != {} ] || kill -9 $$", ids[1]);
-    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--quiet"]));
+    // `keep`: it stays with this consumer (the default backoff would bring it back in a second).
+    let mut p = Pelican::spawn(&consume(&url, &["--exec", &command, "--quiet", "--on-retry", "keep"]));
     let told = format!(
         "pelican: the command for {} was killed by signal 9 (SIGKILL); the entry stays pending\n",
         ids[1]

@@ -137,7 +137,9 @@ fn the_progress_line_shows_the_group_health() {
         let first = admin.xrange("s")[0].0.clone();
         std::fs::write(scratch.file("first"), &first).unwrap();
         let exec = format!("cd {} && {script}", scratch.path().display());
-        let mut p = Pelican::spawn(&consume(&url, &["--create-group", "0", "--progress", "--exec", &exec]));
+        // `keep`: it stays with c (the default backoff parks it with the group meanwhile).
+        let extra = ["--create-group", "0", "--progress", "--exec", &exec, "--on-retry", "keep"];
+        let mut p = Pelican::spawn(&consume(&url, &extra));
         let want = "| group: 1 pending, oldest ".to_string();
         wait_until("health on the progress line", || lines_with(&p, &want) > 0);
         p.stop();

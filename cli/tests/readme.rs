@@ -47,7 +47,7 @@ fn the_readme_lists_every_flag_of_every_command() {
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .filter(|c| c != "help")
         .collect();
-    assert_eq!(commands, ["consume", "pending", "produce", "retire", "demo"]);
+    assert_eq!(commands, ["consume", "pending", "produce", "retire", "dead-letters", "demo"]);
     let mut missing = Vec::new();
     for command in &commands {
         let heading = format!("\n## `{command}`");

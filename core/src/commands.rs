@@ -182,6 +182,9 @@ pub(crate) enum HealthPart {
     Groups,
     /// `XPENDING key group - + 1`.
     Oldest,
+    /// `XLEN <dead-letter stream>`, with a dead-letter stream (before `TIME`, which ends the
+    /// round).
+    DeadLetters,
     /// `TIME`.
     Time,
     /// `XRANGE key (<last-delivered-id> + COUNT 1`, asked after `XINFO GROUPS` said the lag is
@@ -195,6 +198,11 @@ pub(crate) fn health(out: &mut BytesMut, c: &Config, key: &[u8], part: HealthPar
     match part {
         HealthPart::Groups => command(out, &[b"XINFO", b"GROUPS", key]),
         HealthPart::Oldest => command(out, &[b"XPENDING", key, &c.group, b"-", b"+", b"1"]),
+        HealthPart::DeadLetters => {
+            if let Some(template) = &c.dead_letter {
+                command(out, &[b"XLEN", &crate::config::key_for(template, key)]);
+            }
+        }
         HealthPart::Time => command(out, &[b"TIME"]),
         // Encoded by `beyond`, with the id it needs.
         HealthPart::Beyond => {}

@@ -211,8 +211,9 @@ pub struct Config {
     /// be at work under the name). A stop without a connection, an abandon and a crash
     /// leave the consumer in the group (`pelican retire` removes such ones).
     pub leave_on_stop: bool,
-    /// What a [`Verdict::Retry`](crate::Verdict::Retry) does where the server can release
-    /// an entry (`XNACK`, Redis 8.8+). Default [`OnRetry::Release`].
+    /// What a [`Verdict::Retry`](crate::Verdict::Retry) does. Default
+    /// [`OnRetry::Backoff`] with [`RetryBackoff::default`]: a wait that grows with the
+    /// entry's deliveries, on every server.
     pub on_retry: OnRetry,
     /// Delete each acked entry from the stream in the same step (`XACKDEL`, Redis 8.2+),
     /// for streams used as work queues: the condition says what happens to an entry other
@@ -283,9 +284,13 @@ impl AckWait {
     }
 }
 
-/// What a [`Verdict::Retry`](crate::Verdict::Retry) does with its entry. On servers without
-/// `XNACK` (before Redis 8.8, Valkey) every choice is [`OnRetry::StayPending`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// What a [`Verdict::Retry`](crate::Verdict::Retry) does with its entry.
+///
+/// [`OnRetry::Backoff`], the default, works the same on every server: the entry waits a
+/// time that grows with its deliveries, kept by the server (see [`RetryBackoff`]). The
+/// others are the earlier behaviours: on servers without `XNACK` (before Redis 8.8, Valkey)
+/// each of them is [`OnRetry::StayPending`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnRetry {
     /// Released at once (`XNACK … FAIL`: its delivery count kept): the next read of any
@@ -293,16 +298,108 @@ pub enum OnRetry {
     /// `min_idle`. An entry that keeps failing is released after a growing wait, so that it
     /// is not retried in a hot loop: at its 2nd delivery 10 ms, then ×4 each time (40 ms,
     /// 160 ms, 640 ms…); once that would pass the lease, it stays pending as on older
-    /// servers (back after `min_idle`). The default.
-    #[default]
+    /// servers (back after `min_idle`). The waits are kept in this process only: a crash
+    /// leaves the entry pending with it.
     Release,
     /// Released this long after the verdict, at most [`Config::lease_threshold`] (a longer
     /// wait is what [`OnRetry::StayPending`] gives): a retry that waits a little, e.g. for a
-    /// flaky downstream.
+    /// flaky downstream. Kept in this process only, like [`OnRetry::Release`]'s waits.
     ReleaseAfter(Duration),
     /// Stays pending with this consumer until a reclaim takes it, after `min_idle` (or a
     /// restart's drain): the classic behaviour.
     StayPending,
+    /// Every `Retry` is a [`Verdict::RetryAfter`](crate::Verdict::RetryAfter) of a wait
+    /// that grows with the entry's deliveries, jittered ([`RetryBackoff`]), on every server:
+    /// the entry is handed out again — to this consumer or a peer — no earlier than that,
+    /// and soon after, whatever happens to this process meanwhile. The default, with
+    /// [`RetryBackoff::default`]: 1 s, doubling with each delivery, at most `min_idle`.
+    Backoff(RetryBackoff),
+}
+
+impl Default for OnRetry {
+    fn default() -> OnRetry {
+        OnRetry::Backoff(RetryBackoff::default())
+    }
+}
+
+/// [`OnRetry::Backoff`]: how long an entry given [`Verdict::Retry`](crate::Verdict::Retry)
+/// waits before it is handed out again, by its delivery count `n`: between half and all of
+/// `first × factor^(n − 1)`, at most `max` ("equal jitter": a burst of failures — a
+/// downstream that went away — comes back spread out, not in step, and never sooner than
+/// half the ceiling).
+///
+/// The default, 1 s doubling up to `min_idle` (30 s by default): a lock or a failover that
+/// clears within a second or two is retried after it clears, a downstream that is down is
+/// asked about once per its ceiling rather than every few milliseconds (what an immediate
+/// release does on Redis 8.8+), and no entry waits longer than it did before on servers
+/// without `XNACK` (`min_idle`) — so the wait always fits in one server-side park, which
+/// survives any crash of this process (see [`Verdict::RetryAfter`](crate::Verdict::RetryAfter)).
+/// With `max_deliveries` 5, a poison entry reaches the dead-letter stream after about
+/// 8–15 s of waits instead of four `min_idle`s.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryBackoff {
+    /// The ceiling of the first wait (after the first delivery). Default 1 s.
+    pub first: Duration,
+    /// How much the ceiling grows with each further delivery (at least 1). Default 2.
+    pub factor: u32,
+    /// The longest ceiling. `None`, the default: [`Config::min_idle`].
+    pub max: Option<Duration>,
+}
+
+impl Default for RetryBackoff {
+    fn default() -> RetryBackoff {
+        RetryBackoff { first: Duration::from_secs(1), factor: 2, max: None }
+    }
+}
+
+impl RetryBackoff {
+    /// A backoff starting at `first`, doubling, at most `min_idle`.
+    pub fn new(first: Duration) -> RetryBackoff {
+        RetryBackoff { first, ..RetryBackoff::default() }
+    }
+
+    /// Sets [`RetryBackoff::factor`].
+    #[must_use]
+    pub fn factor(mut self, factor: u32) -> RetryBackoff {
+        self.factor = factor;
+        self
+    }
+
+    /// Sets [`RetryBackoff::max`].
+    #[must_use]
+    pub fn max(mut self, max: Duration) -> RetryBackoff {
+        self.max = Some(max);
+        self
+    }
+
+    /// The ceiling of the wait after an entry's `deliveries`-th delivery: `first ×
+    /// factor^(deliveries − 1)`, at most `max` (or `min_idle` when `max` is `None`).
+    pub fn ceiling(&self, deliveries: u64, min_idle: Duration) -> Duration {
+        let most = self.max.unwrap_or(min_idle).min(MAX_DURATION);
+        let times = u32::try_from(deliveries.saturating_sub(1)).unwrap_or(u32::MAX).min(64);
+        let mut ceiling = self.first;
+        for _ in 0..times {
+            if ceiling >= most {
+                break;
+            }
+            ceiling = ceiling.saturating_mul(self.factor.max(1));
+            if self.factor <= 1 {
+                break;
+            }
+        }
+        ceiling.min(most)
+    }
+
+    /// The wait after an entry's `deliveries`-th delivery: between half and all of its
+    /// [`ceiling`](Self::ceiling), by `random` (any number: the consumer draws one from its
+    /// seed).
+    pub fn delay(&self, deliveries: u64, min_idle: Duration, random: u64) -> Duration {
+        let ceiling = self.ceiling(deliveries, min_idle);
+        let half = ceiling / 2;
+        let span = u64::try_from((ceiling - half).as_nanos()).unwrap_or(u64::MAX);
+        half + Duration::from_nanos(if span == 0 { 0 } else { random % (span + 1) })
+    }
 }
 
 /// [`Config::delete_acked`]: what `XACKDEL` does with an acked entry that other groups of the
@@ -494,7 +591,7 @@ impl Config {
             order_by: None,
             allow_twins: false,
             leave_on_stop: true,
-            on_retry: OnRetry::Release,
+            on_retry: OnRetry::default(),
             delete_acked: None,
             classic_verbs: false,
             ack_wait: None,
@@ -520,6 +617,13 @@ impl Config {
     #[must_use]
     pub fn on_retry(mut self, on_retry: OnRetry) -> Self {
         self.on_retry = on_retry;
+        self
+    }
+
+    /// Sets [`Config::on_retry`] to [`OnRetry::Backoff`] with this backoff.
+    #[must_use]
+    pub fn retry_backoff(mut self, backoff: RetryBackoff) -> Self {
+        self.on_retry = OnRetry::Backoff(backoff);
         self
     }
 
@@ -883,10 +987,15 @@ impl Config {
         if self.delete_acked.is_some() && self.classic_verbs {
             return Err(DeleteAckedNeedsXackdel);
         }
-        if let OnRetry::ReleaseAfter(delay) = self.on_retry {
-            if delay > self.lease_threshold() {
+        match self.on_retry {
+            OnRetry::ReleaseAfter(delay) if delay > self.lease_threshold() => {
                 return Err(RetryDelayTooLong { given: delay, most: self.lease_threshold() });
             }
+            OnRetry::Backoff(b) if b.factor == 0 => return Err(BadRetryBackoff),
+            OnRetry::Backoff(b) if b.first > MAX_DURATION || b.max.is_some_and(|m| m > MAX_DURATION) => {
+                return Err(DurationTooLong("retry backoff"));
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -964,6 +1073,8 @@ pub enum ConfigError {
     BadConcurrency(u32),
     /// `ack_wait` waits for no replica and no append-only file.
     NothingToWaitFor,
+    /// [`RetryBackoff::factor`] is 0 (the waits would not grow, nor even stay).
+    BadRetryBackoff,
 }
 
 impl fmt::Display for ConfigError {
@@ -1019,6 +1130,7 @@ impl fmt::Display for ConfigError {
             ConfigError::NothingToWaitFor => {
                 f.write_str("ack_wait must wait for at least one replica (or, with WAITAOF, the local file)")
             }
+            ConfigError::BadRetryBackoff => f.write_str("the retry backoff's factor must be at least 1"),
             ConfigError::BadStartId => f.write_str(
                 "a group start id is $ (new entries only), 0 (the whole stream), <ms> or <ms>-<seq>",
             ),

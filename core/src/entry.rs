@@ -275,8 +275,11 @@ impl fmt::Debug for Entry {
 pub enum Verdict {
     /// Done: `XACK` it (promptly, see [`Config::ack_delay`](crate::Config::ack_delay)).
     Ack,
-    /// Not done: leave it pending. It comes back after `min_idle` via `XAUTOCLAIM`, or at the
-    /// next drain (restart, reconnect). At-least-once: handlers must be idempotent. With
+    /// Not done: it comes back later, to this consumer or a peer, as
+    /// [`Config::on_retry`](crate::Config::on_retry) says — by default after a wait that
+    /// grows with its deliveries ([`RetryBackoff`](crate::RetryBackoff): 1 s, 2 s, 4 s… up to
+    /// `min_idle`), as a [`RetryAfter`](Verdict::RetryAfter) of that wait. At-least-once:
+    /// handlers must be idempotent. With
     /// [`Config::max_deliveries`](crate::Config::max_deliveries) set, an entry retried too
     /// often goes to the dead-letter stream instead of coming back.
     Retry,
@@ -305,6 +308,29 @@ pub enum Verdict {
     /// it is up again — unless a stop ends first, and then it stays pending, as after a
     /// crash.
     GiveBack,
+    /// Not done, and not to be tried again before this long: handed out again — to this
+    /// consumer or a peer — no earlier than the delay after the verdict, and soon after it is
+    /// due (the next reclaim, a beat at most; at once on Redis 8.4+, whose parked reads
+    /// wake for it), on every server. A `Retry` that waits ([`OnRetry::Backoff`](crate::OnRetry::Backoff)) is one.
+    ///
+    /// The server keeps the wait, not this process: the entry is *parked* — claimed
+    /// (owner-checked, as a lease renewal is) to the group's consumer
+    /// [`PARKING_CONSUMER`](crate::PARKING_CONSUMER) with its idle time set to `min_idle`
+    /// less the delay (`XCLAIM … JUSTID RETRYCOUNT n IDLE ms`), so that any consumer's
+    /// reclaim takes it once the delay has passed, and this consumer's drain after a restart
+    /// does not find it. Its delivery stays counted; the one that takes it counts the next.
+    ///
+    /// A delay longer than `min_idle` cannot be set so at once (the server counts idle time
+    /// from now, never from the future): the entry is parked idle 0 and parked again every
+    /// lease while this consumer runs, until what is left fits. If this process stops or
+    /// dies meanwhile, the entry comes back `min_idle` after its last park (no earlier than
+    /// `min_idle − lease` after the process ended), not at its due time. Delays of at most
+    /// `min_idle` survive any crash.
+    ///
+    /// Before the park is made the entry is still this consumer's: a crash then (or a
+    /// failover that loses the park) brings it back at the next drain, as a plain `Retry`
+    /// would. A delay over 365 days is taken as 365 days.
+    RetryAfter(std::time::Duration),
 }
 
 #[cfg(test)]

@@ -70,6 +70,9 @@ pub enum Command {
     /// `EVAL …` at each connect: the check that commits can be made
     /// ([`Config::commit_to`](crate::Config::commit_to)).
     CommitCheck,
+    /// `EVAL …`: replaying a dead letter to its origin stream
+    /// ([`replay_command`](crate::dead_letter::replay_command)).
+    Replay,
 }
 
 impl fmt::Display for Command {
@@ -102,6 +105,7 @@ impl fmt::Display for Command {
             Command::Commit => "EVALSHA (commit)",
             Command::ScriptLoad => "SCRIPT LOAD (the commit script)",
             Command::CommitCheck => "EVAL (the check that commits can be made)",
+            Command::Replay => "EVAL (replay of a dead letter)",
         })
     }
 }

@@ -53,6 +53,9 @@ pub(crate) enum Sent {
     Lease(u32, Vec<Bytes>),
     /// `XCLAIM … RETRYCOUNT`: delivery counts given back for entries dropped unhandled.
     GiveBack,
+    /// `XCLAIM … pelican:delayed … IDLE`: an entry given a retry that waits, parked with the
+    /// group until due ([`crate::delay`]).
+    Park(u32, crate::delay::Park),
     /// `XNACK … FAIL` for entries given `Retry`, or `… SILENT` for entries dropped
     /// unhandled (Redis 8.8+). Best effort.
     Release {
@@ -114,7 +117,7 @@ impl Sent {
             Sent::Claim { .. } => Command::Claim,
             Sent::ReadNew { .. } => Command::ReadNew,
             Sent::Counts { .. } | Sent::FindTooLarge(_) | Sent::Held { .. } => Command::Counts,
-            Sent::Lease(..) | Sent::GiveBack => Command::Lease,
+            Sent::Lease(..) | Sent::GiveBack | Sent::Park(..) => Command::Lease,
             Sent::Release { .. } => Command::Release,
             Sent::DeadLetter(..) => Command::DeadLetter,
             Sent::Commit(..) => Command::Commit,
@@ -130,7 +133,8 @@ impl Sent {
     }
 
     /// Commands whose answer decides what is handed out next: none is handed out meanwhile,
-    /// nor another read sent.
+    /// nor another read sent. (A park's answer decides how long the next parked read may
+    /// block: until the next parked entry is due.)
     pub(crate) fn holds_handout(&self) -> bool {
         matches!(
             self,
@@ -139,6 +143,7 @@ impl Sent {
                 | Sent::ReadNew { .. }
                 | Sent::Counts { .. }
                 | Sent::Lease(..)
+                | Sent::Park(..)
                 | Sent::FindTooLarge(_)
                 | Sent::Twins { first: true, .. }
                 | Sent::DeadLetterCheck
@@ -152,7 +157,11 @@ impl Sent {
         self.holds_handout()
             && !matches!(
                 self,
-                Sent::Twins { .. } | Sent::DeadLetterCheck | Sent::CommitCheck | Sent::ScriptLoad
+                Sent::Twins { .. }
+                    | Sent::DeadLetterCheck
+                    | Sent::CommitCheck
+                    | Sent::ScriptLoad
+                    | Sent::Park(..)
             )
     }
 
@@ -165,6 +174,7 @@ impl Sent {
             | Sent::Claim { stream: s, .. }
             | Sent::Counts { stream: s, .. }
             | Sent::Lease(s, _)
+            | Sent::Park(s, _)
             | Sent::Release { stream: s, .. }
             | Sent::DeadLetter(s, _)
             | Sent::Commit(s, _)
@@ -186,6 +196,7 @@ impl Sent {
                 | Sent::ScriptLoad
                 | Sent::Wait { .. }
                 | Sent::GiveBack
+                | Sent::Park(..)
                 | Sent::Release { .. }
                 | Sent::ReadPending { .. }
                 | Sent::Claim { .. }
@@ -226,7 +237,9 @@ impl Tally {
                 one.parked = 1;
                 one.holding = 1;
             }
-            Sent::Lease(..) => {
+            // A park too: like a renewal, its answer says whether the entry is still ours
+            // (and decides how long the next parked read may block).
+            Sent::Lease(..) | Sent::Park(..) => {
                 one.leases = 1;
                 one.holding = 1;
             }
@@ -318,7 +331,7 @@ impl Pipeline {
         self.commands.iter().find(parked).map(|c| c.sent_at)
     }
 
-    /// Whether lease renewals are in flight.
+    /// Whether lease renewals (or parks) are in flight.
     pub(crate) fn leasing(&self) -> bool {
         self.tally.leases > 0
     }

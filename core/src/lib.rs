@@ -207,9 +207,10 @@ mod commands;
 pub mod commit;
 mod config;
 mod consumer;
-mod dead_letter;
+pub mod dead_letter;
 mod decimal;
 mod decode;
+mod delay;
 mod dialect;
 mod encode;
 mod endpoint;
@@ -245,10 +246,11 @@ pub use backoff::Backoff;
 pub use commit::{COMMIT_CHECK_SCRIPT, COMMIT_SCRIPT};
 pub use config::{
     key_for, AckWait, Auth, Config, ConfigError, DeleteAcked, GroupGone, KeyFn, Limits, OnRetry, OrderBy,
-    Protocol, MAX_CONCURRENCY, MAX_DURATION, MAX_STREAMS, MIN_MIN_IDLE, MIN_READ_GRACE,
+    Protocol, RetryBackoff, MAX_CONCURRENCY, MAX_DURATION, MAX_STREAMS, MIN_MIN_IDLE, MIN_READ_GRACE,
 };
 pub use consumer::{Consumer, Event};
 pub use dead_letter::{DEAD_LETTER_CHECK_SCRIPT, DEAD_LETTER_SCRIPT};
+pub use delay::PARKING_CONSUMER;
 pub use dialect::Dialect;
 pub use endpoint::{Endpoint, HostPort, IntoEndpoint, Sentinels};
 pub use entry::{Entry, Fields, Source, Verdict};

@@ -201,6 +201,10 @@ pub struct GroupHealth {
     pub consumers: u64,
     /// The oldest pending entry, if any.
     pub oldest: Option<OldestPending>,
+    /// Entries in the stream's dead-letter stream (`XLEN`), if
+    /// [`Config::dead_letter`](crate::Config::dead_letter) is set; `None` without one, or if
+    /// the server refused to tell (an ACL without `XLEN` on it: not asked again).
+    pub dead_letters: Option<u64>,
 }
 
 /// The oldest entry of a group's pending list.
@@ -562,7 +566,8 @@ mod tests {
             deliveries: 2,
             owner: Some(Bytes::from_static(b"w1")),
         };
-        let mut health = GroupHealth { pending: 4, lag: Some(10), consumers: 2, oldest: Some(oldest) };
+        let mut health =
+            GroupHealth { pending: 4, lag: Some(10), consumers: 2, oldest: Some(oldest), dead_letters: None };
         assert_eq!(
             health.to_string(),
             "group: 4 pending, oldest 3 min 5 s old (1-0 held by w1), lag 10, 2 consumers"
@@ -574,7 +579,7 @@ mod tests {
             health.to_string(),
             "group: 4 pending, oldest 3 min 5 s old (1-0 released, for any consumer), lag 10, 2 consumers"
         );
-        let quiet = GroupHealth { pending: 0, lag: None, consumers: 1, oldest: None };
+        let quiet = GroupHealth { pending: 0, lag: None, consumers: 1, oldest: None, dead_letters: None };
         assert_eq!(Notice::Health(quiet).to_string(), "group: 0 pending, 1 consumer");
     }
 }

@@ -69,7 +69,8 @@ impl Releases {
             return;
         };
         let delay = match config.on_retry {
-            OnRetry::StayPending => return,
+            // (A backoff parks its entries instead: `crate::delay`.)
+            OnRetry::StayPending | OnRetry::Backoff(_) => return,
             OnRetry::Release => match backoff(config, deliveries) {
                 Some(delay) => delay,
                 None => return,

@@ -23,6 +23,8 @@ pub struct StreamStats {
     pub leases_lost: u64,
     /// Times the stream's group was found gone and made again.
     pub group_recreated: u64,
+    /// Retries that wait (see [`Stats::retries_delayed`]).
+    pub retries_delayed: u64,
 }
 
 /// Cumulative counts since the consumer was created.
@@ -37,7 +39,7 @@ pub struct Stats {
     pub new: u64,
     /// Entries the server confirmed acknowledged (`XACK` counted them).
     pub acked: u64,
-    /// `Retry` verdicts.
+    /// `Retry` and `RetryAfter` verdicts.
     pub retried: u64,
     /// Entries released (`XNACK`, Redis 8.8+): given `Retry`, or read and dropped unhandled
     /// at a stop or a lost connection. The next read of any consumer takes them at once.
@@ -92,6 +94,10 @@ pub struct Stats {
     pub reads_shrunk: u64,
     /// How long handlers took: from each entry's hand-out to its settle.
     pub handler_time: HandlerTimes,
+    /// Retries that wait — [`Verdict::RetryAfter`](crate::Verdict::RetryAfter), and `Retry`
+    /// under [`OnRetry::Backoff`](crate::OnRetry::Backoff), the default — each also counted
+    /// in [`retried`](Self::retried): entries parked with the group until due.
+    pub retries_delayed: u64,
 }
 
 impl Stats {

@@ -11,6 +11,7 @@ use crate::acks::Acks;
 use crate::cluster;
 use crate::commit;
 use crate::dead_letter::Job;
+use crate::delay::Delays;
 use crate::entry::Entry;
 use crate::notice::GroupHealth;
 use crate::release::Releases;
@@ -102,6 +103,8 @@ pub(crate) struct Stream {
     pub(crate) releases: Releases,
     /// Entries lately given `Retry`: back through a reclaim, they are not a peer's.
     pub(crate) retried: Retried,
+    /// Entries given a retry that waits: parks owed, and parked entries watched.
+    pub(crate) delays: Delays,
     /// When the group's health is next asked after; `None`: at the first chance.
     pub(crate) health_at: Option<Instant>,
     /// The last health gathered, for snapshots.
@@ -133,6 +136,7 @@ impl Stream {
             last_read: None,
             releases: Releases::default(),
             retried: Retried::default(),
+            delays: Delays::default(),
             health_at: None,
             last_health: None,
             stats: crate::stats::StreamStats::default(),

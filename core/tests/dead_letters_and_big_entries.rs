@@ -267,3 +267,44 @@ fn a_single_entry_past_the_frame_limit_is_named_in_the_error() {
         assert!(err.to_string().contains("raise Limits::max_frame"));
     });
 }
+
+#[test]
+fn health_counts_the_dead_letter_stream_and_goes_on_without_it_if_refused() {
+    each(|flavor, protocol| {
+        let every = Duration::from_secs(3);
+        let mut rig = Rig::new(config(protocol).dead_letter_after(2, "dl").health_every(every), flavor);
+        start(&mut rig);
+        rig.drain_reply("read_pending_empty").unwrap();
+        // XLEN of the dead-letter stream rides with the health, before TIME ends the round.
+        let asked = rig.sent();
+        let health: Vec<&Vec<String>> = asked.iter().take(4).collect();
+        assert_eq!(health[2], &cmd("XLEN dl"), "{asked:?}");
+        assert_eq!(health[3], &cmd("TIME"), "{asked:?}");
+        rig.reply("xinfo_groups").unwrap();
+        rig.reply("xpending_extended").unwrap();
+        rig.raw(b":4\r\n").unwrap();
+        rig.reply("time").unwrap();
+        let Notice::Health(h) = rig.notice() else { panic!("not health") };
+        assert_eq!(h.dead_letters, Some(4));
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        // An ACL that lets the user add to the dead-letter stream but not read it: the round
+        // goes on without the count, and XLEN is not asked again.
+        rig.advance(every);
+        rig.reply("read_new_nil").unwrap();
+        assert!(rig.sent().contains(&cmd("XLEN dl")));
+        rig.reply("xinfo_groups").unwrap();
+        rig.reply("xpending_extended").unwrap();
+        rig.raw(b"-NOPERM this user has no permissions to run the 'xlen' command\r\n").unwrap();
+        rig.reply("time").unwrap();
+        let Notice::Health(h) = rig.notice() else { panic!("health goes on") };
+        assert_eq!(h.dead_letters, None);
+        assert!(rig.consumer.is_connected());
+        rig.reply("autoclaim_done").unwrap();
+        rig.sent();
+        rig.advance(every);
+        rig.reply("read_new_nil").unwrap();
+        let asked = rig.sent();
+        assert!(asked.contains(&cmd("TIME")) && !asked.contains(&cmd("XLEN dl")), "{asked:?}");
+    });
+}

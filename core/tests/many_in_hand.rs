@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use bytes::Bytes;
-use pelican::{Config, Event, Protocol, Verdict};
+use pelican::{Config, Event, OnRetry, Protocol, Verdict};
 use support::*;
 
 const BEAT: Duration = Duration::from_secs(2);
@@ -48,7 +48,8 @@ fn held(rig: &Rig) -> Vec<String> {
 #[test]
 fn up_to_concurrency_entries_are_in_hand_and_settle_in_any_order() {
     each(|flavor, protocol| {
-        let mut rig = with_batch(config(protocol, 2), flavor);
+        // A retry that stays pending: one that waits parks its entry first (delayed_retries.rs).
+        let mut rig = with_batch(config(protocol, 2).on_retry(OnRetry::StayPending), flavor);
         let (first, second) = (rig.entry(), rig.entry());
         assert_eq!(ids(&[first.clone(), second.clone()]), ["1-0", "2-0"]);
         assert_eq!(rig.consumer.poll_event(), None, "a third while two are in hand");

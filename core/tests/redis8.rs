@@ -109,7 +109,7 @@ fn claimed_entries_past_the_cap_are_dead_lettered_not_handed_out() {
 #[test]
 fn a_retry_releases_its_entry_at_once() {
     for protocol in PROTOCOLS {
-        let mut rig = parked(config(protocol));
+        let mut rig = parked(config(protocol).on_retry(OnRetry::Release));
         rig.reply("read_new").unwrap();
         rig.entry();
         rig.settle(Verdict::Retry);
@@ -258,7 +258,7 @@ fn a_server_that_does_not_answer_hello_speaks_the_classic_verbs() {
 fn an_entry_that_keeps_failing_is_released_after_a_growing_wait() {
     // 1-0 comes claimed at its 2nd delivery: released 10 ms after its Retry, not at once
     // (this consumer's own next read would take it back in a hot loop).
-    let mut rig = parked(config(Protocol::Resp2));
+    let mut rig = parked(config(Protocol::Resp2).on_retry(OnRetry::Release));
     rig.reply("read_claim").unwrap();
     assert_eq!(rig.notice(), Notice::Reclaimed { count: 2, released: 0 });
     let first = rig.entry();
@@ -275,7 +275,7 @@ fn an_entry_that_keeps_failing_is_released_after_a_growing_wait() {
 #[test]
 fn past_the_lease_the_backoff_leaves_the_entry_pending() {
     // Delivered 6 times: 10 ms × 4⁴ = 2.56 s, past the 1.5 s lease: it stays pending.
-    let mut rig = parked(config(Protocol::Resp2).dead_letter_after(100, "dl"));
+    let mut rig = parked(config(Protocol::Resp2).on_retry(OnRetry::Release).dead_letter_after(100, "dl"));
     let claimed =
         b"*1\r\n*2\r\n$1\r\ns\r\n*1\r\n*4\r\n$3\r\n9-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:5000\r\n:5\r\n";
     rig.consumer.handle_input(claimed, rig.now).unwrap();

@@ -4,13 +4,15 @@ mod support;
 
 use std::time::Duration;
 
-use pelican::{Command, Config, Error, Event, GroupGone, Notice, Protocol, Source, Verdict};
+use pelican::{Command, Config, Error, Event, GroupGone, Notice, OnRetry, Protocol, Source, Verdict};
 use support::*;
 
 const BEAT: Duration = Duration::from_secs(2);
 
 fn config(consumer: &str, protocol: Protocol) -> Config {
-    // Leaving the group at a stop has its own stories (leave.rs).
+    // Leaving the group at a stop has its own stories (leave.rs); a `Retry` that stays
+    // pending (the classic one) is asked for where a story retries, one that waits has its
+    // own (delayed_retries.rs).
     Config::new("s", "g", consumer)
         .count(10)
         .start_count(10)
@@ -147,7 +149,7 @@ fn restart_with_backlog_drains_first_without_idle_wait() {
 #[test]
 fn a_failing_handler_does_not_spin_the_drain() {
     each(|flavor, protocol| {
-        let mut rig = Rig::new(config("A", protocol), flavor);
+        let mut rig = Rig::new(config("A", protocol).on_retry(OnRetry::StayPending), flavor);
         rig.start();
         rig.drain_reply("read_pending_page").unwrap();
         assert_eq!(rig.handle_all(Verdict::Retry).len(), 2);
@@ -183,7 +185,7 @@ fn reclaim_carries_the_cursor_across_beats() {
 #[test]
 fn deleted_entries_are_acked_away_never_handed_out() {
     each(|flavor, protocol| {
-        let mut rig = Rig::new(config("A", protocol), flavor);
+        let mut rig = Rig::new(config("A", protocol).on_retry(OnRetry::StayPending), flavor);
         rig.start();
         rig.drain_reply("read_pending_deleted").unwrap();
         let seen = rig.handle_all(Verdict::Retry);
@@ -198,7 +200,7 @@ fn deleted_entries_are_acked_away_never_handed_out() {
 #[test]
 fn claimed_deleted_entries_per_server_shape() {
     each(|flavor, protocol| {
-        let mut rig = Rig::new(config("B", protocol), flavor);
+        let mut rig = Rig::new(config("B", protocol).on_retry(OnRetry::StayPending), flavor);
         rig.start();
         rig.drain_reply("read_pending_empty").unwrap();
         rig.sent();
@@ -861,7 +863,7 @@ fn a_stop_while_a_silent_server_holds_the_handshake_ends_at_its_timeout() {
 #[test]
 fn own_retries_coming_back_are_not_told_as_reclaimed() {
     for protocol in PROTOCOLS {
-        let mut rig = Rig::new(config("B", protocol), "redis-7.0");
+        let mut rig = Rig::new(config("B", protocol).on_retry(OnRetry::StayPending), "redis-7.0");
         rig.start();
         rig.drain_reply("read_pending_empty").unwrap();
         rig.sent();

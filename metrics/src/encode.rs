@@ -62,13 +62,18 @@ pub(crate) const SOURCES: [(&str, Get); 3] =
     [("pending", |s| s.drained), ("claimed", |s| s.claimed), ("new", |s| s.new)];
 
 /// Every other [`Stats`] counter, named as in `pelican consume --stats-json`.
-pub(crate) const COUNTERS: [CounterDef; 19] = [
+pub(crate) const COUNTERS: [CounterDef; 20] = [
     ("pelican_acked", "Entries the server confirmed acknowledged (XACK counted them).", |s| s.acked),
     ("pelican_retried", "Retry verdicts: entries left pending (or released) for another try.", |s| s.retried),
     (
         "pelican_released",
         "Entries released (XNACK, Redis 8.8+): retried, or read and dropped unhandled at a stop or a lost connection.",
         |s| s.released,
+    ),
+    (
+        "pelican_retries_delayed",
+        "Retries that wait (a retry_after, or a retry under the backoff): parked with the group until due; also in pelican_retried.",
+        |s| s.retries_delayed,
     ),
     ("pelican_dead_lettered", "Entries moved to the dead-letter stream.", |s| s.dead_lettered),
     (
@@ -126,7 +131,7 @@ type GaugeDef = (&'static str, &'static str, fn(&Snapshot, Instant) -> Option<f6
 
 /// The gauges. The group's come from [`Snapshot::health`], which is known only once the
 /// consumer asks for it ([`pelican::Config::health_every`]) and the server answers.
-pub(crate) const GAUGES: [GaugeDef; 8] = [
+pub(crate) const GAUGES: [GaugeDef; 9] = [
     ("pelican_in_hand", "Entries handed out and not yet settled.", |s, _| Some(s.in_hand as f64)),
     (
         "pelican_in_hand_oldest_age_seconds",
@@ -154,6 +159,11 @@ pub(crate) const GAUGES: [GaugeDef; 8] = [
         "pelican_group_oldest_pending_age_seconds",
         "Age of the group's oldest pending entry (server time less its id's time), as last asked; 0 when nothing is pending.",
         |s, _| s.health.as_ref().map(|h| h.oldest.as_ref().map_or(0.0, |o| o.age.as_secs_f64())),
+    ),
+    (
+        "pelican_dead_letters",
+        "Entries in the stream's dead-letter stream (XLEN), as last asked; absent without one.",
+        |s, _| s.health.as_ref().and_then(|h| h.dead_letters).map(|n| n as f64),
     ),
 ];
 

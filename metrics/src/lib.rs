@@ -54,6 +54,7 @@
 //! | `pelican_acked_total` | entries the server confirmed acknowledged |
 //! | `pelican_retried_total` | `Retry` verdicts |
 //! | `pelican_released_total` | entries released (`XNACK`, Redis 8.8+) |
+//! | `pelican_retries_delayed_total` | retries that wait (`Verdict::RetryAfter`, or `Retry` under `OnRetry::Backoff`), parked with the group until due; also counted in `pelican_retried_total` |
 //! | `pelican_dead_lettered_total` | entries moved to the dead-letter stream |
 //! | `pelican_lost_to_peer_total` | acks not counted: a peer had reclaimed the entry |
 //! | `pelican_leases_lost_total` | entries found taken by a peer while buffered or in hand |
@@ -78,7 +79,8 @@
 //! the group's health is known ([`pelican::Config::health_every`]), `pelican_group_pending`,
 //! `pelican_group_lag` (Redis 7+/Valkey, when the server can tell),
 //! `pelican_group_consumers` and `pelican_group_oldest_pending_age_seconds` (0 when nothing
-//! is pending). A gauge that is not known for a stream has no sample for it.
+//! is pending), and `pelican_dead_letters` (the stream's dead-letter stream's length, with
+//! [`pelican::Config::dead_letter`] set; streams sharing one each report it). A gauge that is not known for a stream has no sample for it.
 //!
 //! Histogram: `pelican_handler_duration_seconds`, from each entry's hand-out to its settle,
 //! in Prometheus's default buckets (5 ms to 10 s).

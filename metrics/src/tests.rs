@@ -22,7 +22,7 @@ fn busy() -> Snapshot {
     (st.deleted_seen, st.lost_to_peer, st.acks_unmatched, st.reconnects, st.moved) = (11, 13, 17, 19, 23);
     (st.errors, st.group_recreated, st.abandoned_acks, st.leases_renewed) = (29, 31, 37, 41);
     (st.leases_lost, st.dead_lettered, st.reads_shrunk, st.acks_unreplicated) = (43, 47, 53, 59);
-    (st.committed, st.commits_fenced, st.commits_refused) = (61, 67, 71);
+    (st.committed, st.commits_fenced, st.commits_refused, st.retries_delayed) = (61, 67, 71, 73);
     for ms in [1, 2, 3, 40, 40, 12_000] {
         st.handler_time.record(Duration::from_millis(ms));
     }
@@ -71,6 +71,7 @@ fn every_counter_is_exported_with_its_labels_and_value() {
         ("acked", s.acked),
         ("retried", s.retried),
         ("released", s.released),
+        ("retries_delayed", s.retries_delayed),
         ("dead_lettered", s.dead_lettered),
         ("lost_to_peer", s.lost_to_peer),
         ("leases_lost", s.leases_lost),
@@ -94,10 +95,10 @@ fn every_counter_is_exported_with_its_labels_and_value() {
         assert_eq!(value(&scrape, &name, "orders"), n as f64, "{name}");
         assert_eq!(value(&scrape, &name, "refunds"), 0.0, "{name}");
     }
-    // The 22 Stats counters: 3 by source in one family, and 19 families of their own.
+    // The 23 Stats counters: 3 by source in one family, and 20 families of their own.
     let counters: Vec<&str> =
         text.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
-    assert_eq!(counters.len(), 20, "{counters:?}");
+    assert_eq!(counters.len(), 21, "{counters:?}");
     assert_eq!(value(&scrape, "pelican_in_hand", "orders"), 4.0);
     assert_eq!(value(&scrape, "pelican_buffered", "orders"), 60.0);
     assert_eq!(value(&scrape, "pelican_connected", "orders"), 1.0);
@@ -148,6 +149,9 @@ fn the_group_gauges_follow_its_health() {
         health
     };
     known.health = Some(health(12, Some(300), 3, Some(oldest)));
+    if let Some(h) = known.health.as_mut() {
+        h.dead_letters = Some(7);
+    }
     let mut quiet = busy();
     quiet.health = Some(health(0, None, 1, None));
     let metrics = Metrics::new()
@@ -163,6 +167,9 @@ fn the_group_gauges_follow_its_health() {
     assert_eq!(value(&scrape, "pelican_group_oldest_pending_age_seconds", "b"), 0.0);
     assert_eq!(value(&scrape, "pelican_group_pending", "b"), 0.0);
     assert!(samples(&scrape, "pelican_group_lag", "b").is_empty());
+    // The dead-letter stream's length where there is one; none asked (no stream): no sample.
+    assert_eq!(value(&scrape, "pelican_dead_letters", "a"), 7.0);
+    assert!(samples(&scrape, "pelican_dead_letters", "b").is_empty());
     // Health never asked: no group sample at all.
     for name in ["pelican_group_pending", "pelican_group_lag", "pelican_group_oldest_pending_age_seconds"] {
         assert!(samples(&scrape, name, "c").is_empty(), "{name}");

@@ -1260,7 +1260,8 @@ fn xrange(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
 }
 
 /// `EVAL`: only pelican's dead-letter script ([`pelican::DEAD_LETTER_SCRIPT`]), run natively
-/// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away); and its
+/// with the same outcome: 1 moved, 0 not the consumer's, -1 deleted (acked away) (its replay,
+/// leave and commit scripts: see theirs); and its
 /// check at the start ([`pelican::DEAD_LETTER_CHECK_SCRIPT`]), which answers 1 (the
 /// simulator has no ACL and no slots).
 pub(crate) fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
@@ -1282,9 +1283,13 @@ pub(crate) fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     if args[1] == pelican::LEAVE_SCRIPT.as_bytes() {
         return leave(ctx, args);
     }
+    if args[1] == pelican::dead_letter::REPLAY_SCRIPT.as_bytes() {
+        return replay(ctx, args);
+    }
     if args[1] != pelican::DEAD_LETTER_SCRIPT.as_bytes() {
         return Err(
-            "ERR the simulator runs no script but pelican's dead-letter, leave and commit scripts".into()
+            "ERR the simulator runs no script but pelican's dead-letter, replay, leave and commit scripts"
+                .into(),
         );
     }
     let [_, _, numkeys, key, dead, group, consumer, id, extra @ ..] = args else {
@@ -1316,6 +1321,50 @@ pub(crate) fn eval(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
     ctx.signals.push(Signal::Added(dead.clone()));
     let acked = ctx.db.streams.get_mut(key).and_then(|s| s.groups.get_mut(group)).is_some_and(|g| g.ack(id));
     reply(Reply::Int(i64::from(acked)))
+}
+
+/// `EVAL` of pelican's replay script ([`pelican::dead_letter::REPLAY_SCRIPT`]), run natively
+/// with the same outcome: the new id in the origin stream, 0 gone, -1 another reason, -2 not
+/// a dead letter of that origin. Split as the script splits (the core's `DeadLetter::parse`).
+fn replay(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
+    let [_, _, numkeys, dead, origin, id, reason] = args else {
+        return Err("ERR wrong number of arguments for the replay script".into());
+    };
+    if &numkeys[..] != b"2" {
+        return Err("ERR wrong number of arguments for the replay script".into());
+    }
+    let id = strict_id(id)?;
+    if ctx.db.holds_other(dead, ctx.now) {
+        return Err(format!("ERR Error running script: {}", crate::kv::WRONGTYPE));
+    }
+    let Some(fields) = ctx.db.streams.get(dead).and_then(|s| s.fields(id)).cloned() else {
+        return reply(Reply::Int(0));
+    };
+    let letter = pelican::dead_letter::DeadLetter::parse(id.to_bytes(), fields);
+    if letter.stream.as_deref() != Some(&origin[..]) {
+        return reply(Reply::Int(-2));
+    }
+    if !reason.is_empty() && letter.reason.as_deref() != Some(&reason[..]) {
+        return reply(Reply::Int(-1));
+    }
+    let field = pelican::dead_letter::REPLAY_OF_FIELD.as_bytes();
+    let mut out: Fields = letter.fields.into_iter().filter(|(n, _)| &n[..] != field).collect();
+    out.push((Bytes::from_static(field), letter.origin_id.unwrap_or_else(|| Bytes::from(id.to_bytes()))));
+    if ctx.db.holds_other(origin, ctx.now) {
+        return Err(format!("ERR Error running script: {}", crate::kv::WRONGTYPE));
+    }
+    let new = ctx
+        .db
+        .streams
+        .entry(origin.clone())
+        .or_default()
+        .add(NewId::Auto, out, ctx.now)
+        .map_err(|_| "ERR the origin stream's top id is ahead of the clock")?;
+    ctx.signals.push(Signal::Added(origin.clone()));
+    if let Some(stream) = ctx.db.streams.get_mut(dead) {
+        stream.delete(id);
+    }
+    reply(Reply::id(new))
 }
 
 /// `EVAL` of pelican's leave script ([`pelican::LEAVE_SCRIPT`]), run natively: the entries
@@ -1420,7 +1469,7 @@ fn xpending(ctx: &mut Ctx<'_>, args: &[Vec<u8>]) -> CmdResult {
             break;
         }
         let Some(nack) = g.pel.get(&id) else { continue };
-        let idle = ctx.now.saturating_sub(nack.delivered_at);
+        let idle = crate::model::idle(ctx.now, nack.delivered_at);
         // A released entry (XNACK) passes any IDLE filter and shows idle -1.
         if !nack.released && min_idle > 0 && (idle as i64) < min_idle {
             continue;

@@ -94,7 +94,8 @@
 //! (6.2's wording under a 6.x [`SimOptions::server_version`]) or `ERR syntax error` / `ERR
 //! Invalid stream ID …` for the new options. And
 //! `EVAL` of pelican's dead-letter script (`pelican::DEAD_LETTER_SCRIPT`, run natively), of its leave
-//! script (`pelican::LEAVE_SCRIPT`, likewise) and of its
+//! script (`pelican::LEAVE_SCRIPT`, likewise), of its replay script
+//! (`pelican::dead_letter::REPLAY_SCRIPT`, likewise) and of its
 //! check (`pelican::DEAD_LETTER_CHECK_SCRIPT`); `SCRIPT LOAD|EXISTS|FLUSH` and `EVALSHA` (a
 //! script not in the node's cache is `NOSCRIPT`), and pelican's commit script
 //! (`pelican::COMMIT_SCRIPT`, run natively call for call as its Lua runs: fenced by owner and

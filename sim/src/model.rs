@@ -22,7 +22,7 @@ pub struct PendingEntry {
     /// belongs to nobody until a claim takes it.
     pub consumer: Vec<u8>,
     /// Virtual time (ms) of its last delivery; idle time is `now - delivered_at`. 0 for a
-    /// released entry.
+    /// released entry, and for one whose `XCLAIM … IDLE` dated it before the clock's 0.
     pub delivered_at: u64,
     /// How many times it was delivered.
     pub delivery_count: u64,
@@ -42,6 +42,16 @@ pub struct Origin {
     pub moved: bool,
 }
 
+/// The virtual time `now` as a delivery time.
+fn at(now: u64) -> i64 {
+    i64::try_from(now).unwrap_or(i64::MAX)
+}
+
+/// How long an entry delivered at `delivered_at` has been idle at `now`.
+pub(crate) fn idle(now: u64, delivered_at: i64) -> u64 {
+    u64::try_from(at(now).saturating_sub(delivered_at)).unwrap_or(0)
+}
+
 /// The largest delivery count: the servers never raise a count past `LLONG_MAX` (what
 /// `XNACK … FATAL` sets).
 pub(crate) const MAX_COUNT: u64 = i64::MAX as u64;
@@ -59,7 +69,7 @@ fn bump(count: u64) -> u64 {
 /// which `XREADGROUP … CLAIM` walks from the oldest delivery): released entries (`XNACK`)
 /// first, in the order they were released; then the others by delivery time, a tie going
 /// to the one placed there first (the server inserts after every equal time).
-type Slot = (bool, u64, u64);
+type Slot = (bool, i64, u64);
 
 /// A group's record of one delivered, unacknowledged entry.
 #[derive(Clone, Debug)]
@@ -68,7 +78,10 @@ pub(crate) struct Nack {
     pub(crate) owner: Vec<u8>,
     /// Released by `XNACK`: no owner, delivery time 0, claimable by anyone at once.
     pub(crate) released: bool,
-    pub(crate) delivered_at: u64,
+    /// Virtual time (ms) of its last delivery; before the clock's 0 when an `XCLAIM … IDLE`
+    /// set an idle time longer than the clock has run (a real server's clock counts from
+    /// 1970: it is never so young).
+    pub(crate) delivered_at: i64,
     pub(crate) count: u64,
     /// Where it stands in the group's delivery-time order.
     slot: Slot,
@@ -78,7 +91,7 @@ pub(crate) struct Nack {
     /// write a delivery of a new entry and every claim to it (as `XCLAIM … TIME … RETRYCOUNT`)
     /// but not a read of a consumer's own pending list, whose raised count and fresh delivery
     /// time a restart thus forgets ([`Db::restart`]).
-    saved: (u64, u64),
+    saved: (i64, u64),
 }
 
 impl Nack {
@@ -88,10 +101,10 @@ impl Nack {
         Nack {
             owner: owner.to_vec(),
             released: false,
-            delivered_at: now,
+            delivered_at: at(now),
             count: 1,
-            slot: (true, now, 0),
-            saved: (now, 1),
+            slot: (true, at(now), 0),
+            saved: (at(now), 1),
             origin,
         }
     }
@@ -261,7 +274,7 @@ impl Group {
 
     /// Puts pending entry `id` at its place for delivery time `at` (or at the end of the
     /// released ones), as the servers' `pelListUpdate` / `pelListInsertNacked` do.
-    fn place(&mut self, id: EntryId, at: u64, released: bool) {
+    fn place(&mut self, id: EntryId, at: i64, released: bool) {
         let Some(nack) = self.pel.get_mut(&id) else { return };
         self.by_time.remove(&nack.slot);
         self.next_slot += 1;
@@ -275,7 +288,7 @@ impl Group {
     fn insert(&mut self, id: EntryId, consumer: &[u8], now: u64) {
         self.ack(id);
         self.pel.insert(id, Nack::new(consumer, now));
-        self.place(id, now, false);
+        self.place(id, at(now), false);
         self.consumer(consumer).pel.insert(id);
     }
 
@@ -341,7 +354,7 @@ impl Group {
     /// Gives `id` to `consumer` (taking it from its previous owner) with the new delivery
     /// time; `bump` raises the delivery count.
     fn assign(&mut self, id: EntryId, consumer: &[u8], now: u64, bump: bool) {
-        self.place(id, now, false);
+        self.place(id, at(now), false);
         let Some(nack) = self.pel.get_mut(&id) else { return };
         if bump {
             nack.count = self::bump(nack.count);
@@ -604,7 +617,7 @@ impl Stream {
                     if let Some(nack) = g.pel.get_mut(&id) {
                         nack.count = bump(nack.count);
                     }
-                    g.place(id, now, false);
+                    g.place(id, at(now), false);
                     out.push((id, Some(fields.clone())));
                 }
                 None => out.push((id, None)),
@@ -616,15 +629,16 @@ impl Stream {
     /// Whether an `XREADGROUP … CLAIM min_idle` has idle entries to take: the first pending
     /// entry in delivery-time order whose message still exists is released or idle enough.
     pub(crate) fn claimable(&self, group: &[u8], min_idle: u64, now: u64) -> bool {
-        self.first_live(group).is_some_and(|n| n.released || now.saturating_sub(n.delivered_at) >= min_idle)
+        self.first_live(group).is_some_and(|n| n.released || idle(now, n.delivered_at) >= min_idle)
     }
 
     /// When a parked `XREADGROUP … CLAIM min_idle` should look again (the servers track
     /// it at parking): once the oldest delivery still in the stream is idle enough, or
     /// `min_idle` from now when there is none (at least 1 ms ahead).
     pub(crate) fn claim_wake(&self, group: &[u8], min_idle: u64, now: u64) -> u64 {
-        let from = self.first_live(group).map_or(now, |n| n.delivered_at);
-        from.saturating_add(min_idle).max(now.saturating_add(1))
+        let from = self.first_live(group).map_or(at(now), |n| n.delivered_at);
+        let wake = from.saturating_add(at(min_idle)).max(at(now).saturating_add(1));
+        u64::try_from(wake).unwrap_or(0)
     }
 
     /// The pending entry delivered longest ago whose message still exists.
@@ -655,7 +669,7 @@ impl Stream {
             let Some(nack) = g.pel.get(&id) else { continue };
             // A released entry's delivery time is 0: its idle time is the server's clock,
             // always enough on a real server.
-            let idle = now.saturating_sub(nack.delivered_at);
+            let idle = idle(now, nack.delivered_at);
             if !nack.released && idle < min_idle {
                 break;
             }
@@ -721,7 +735,7 @@ impl Stream {
                 }
                 continue;
             }
-            if !nack.released && min_idle > 0 && now.saturating_sub(nack.delivered_at) < min_idle {
+            if !nack.released && min_idle > 0 && idle(now, nack.delivered_at) < min_idle {
                 if id == EntryId::MAX {
                     break;
                 }
@@ -771,11 +785,12 @@ impl Stream {
                 g.ack(id);
                 continue;
             }
-            if !nack.released && now.saturating_sub(nack.delivered_at) < min_idle {
+            if !nack.released && idle(now, nack.delivered_at) < min_idle {
                 continue;
             }
             g.assign(id, consumer, now, !options.justid && options.retry.is_none());
-            g.place(id, now.saturating_sub(options.idle.unwrap_or(0)), false);
+            // `IDLE` counts back from now, however far (see `Nack::delivered_at`).
+            g.place(id, at(now).saturating_sub(at(options.idle.unwrap_or(0))), false);
             if let Some(nack) = g.pel.get_mut(&id) {
                 if let Some(count) = options.retry {
                     nack.count = count;
@@ -877,7 +892,7 @@ impl Stream {
                 .map(|(&id, n)| PendingEntry {
                     id,
                     consumer: n.owner.clone(),
-                    delivered_at: n.delivered_at,
+                    delivered_at: u64::try_from(n.delivered_at).unwrap_or(0),
                     delivery_count: n.count,
                 })
                 .collect(),

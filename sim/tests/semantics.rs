@@ -615,3 +615,28 @@ fn redis8_verbs_are_unknown_to_older_flavors() {
         "-ERR Invalid stream ID specified as stream command argument\r\n"
     );
 }
+
+#[test]
+fn p44_a_park_sets_the_owner_the_count_and_an_idle_time_counted_back_from_now() {
+    let (mut sim, c) = setup(SimOptions::default());
+    sim.advance_to(100);
+    let _ = cmd(&mut sim, c, "XREADGROUP GROUP g A STREAMS s >");
+    // To a consumer that does not exist yet (made by the claim), the count set, idle 25 s
+    // though the clock has run only 100 ms (a real server's counts from 1970).
+    let got = cmd_s(&mut sim, c, "XCLAIM s g pelican:delayed 0 1-0 JUSTID RETRYCOUNT 1 IDLE 25000");
+    assert_eq!(got, "*1\r\n$3\r\n1-0\r\n");
+    assert_eq!(counts(&sim)[0], (1, "pelican:delayed".into(), 0, 1), "dated before 0: told as 0");
+    let got = cmd_s(&mut sim, c, "XPENDING s g - + 1");
+    assert_eq!(got, "*1\r\n*4\r\n$3\r\n1-0\r\n$15\r\npelican:delayed\r\n:25000\r\n:1\r\n");
+    // A negative idle time is none; JUSTID without RETRYCOUNT keeps the count.
+    let _ = cmd(&mut sim, c, "XCLAIM s g pelican:delayed 0 2-0 JUSTID IDLE -5000");
+    assert_eq!(counts(&sim)[1], (2, "pelican:delayed".into(), 100, 1));
+    // Claimable by anyone once idle enough: 5 s later, by a reclaim asking 30 s.
+    sim.advance_to(4_999);
+    assert_eq!(cmd_s(&mut sim, c, "XAUTOCLAIM s g B 30000 0-0 JUSTID"), "*3\r\n$3\r\n0-0\r\n*0\r\n*0\r\n");
+    sim.advance_to(5_100);
+    let got = cmd_s(&mut sim, c, "XAUTOCLAIM s g B 30000 0-0 COUNT 10");
+    assert_eq!(got, format!("*3\r\n$3\r\n0-0\r\n*1\r\n{}*0\r\n", entry(1)));
+    assert_eq!(counts(&sim)[0], (1, "B".into(), 5_100, 2), "the reclaim counts the next delivery");
+    assert_eq!(sim.consumers(b"s", b"g"), vec![b"A".to_vec(), b"B".to_vec(), b"pelican:delayed".to_vec()]);
+}

@@ -126,11 +126,18 @@ struct App {
     most_in_hand: usize,
 }
 
-/// The handler: poison entries always fail, and 5% of handlings fail during the phase.
+/// The handler: poison entries always fail, and 5% of handlings fail during the phase, half
+/// of those asking a wait of their own (up to 2.5 s: some longer than the kit's `min_idle`,
+/// parked again while their consumer runs).
 fn handle(app: &mut App, ctx: &HandlerCtx<'_>, entry: &Entry) -> Verdict {
     app.most_in_hand = app.most_in_hand.max(ctx.in_hand());
-    if entry.field(b"poison").is_some() || (ctx.now_ms() < PHASE && app.rng.chance(5)) {
+    if entry.field(b"poison").is_some() {
         Verdict::Retry
+    } else if ctx.now_ms() < PHASE && app.rng.chance(5) {
+        match app.rng.chance(50) {
+            true => Verdict::RetryAfter(Duration::from_millis(app.rng.below(2_500))),
+            false => Verdict::Retry,
+        }
     } else {
         Verdict::Ack
     }

@@ -283,6 +283,9 @@ struct Incoming {
     /// Other writes to make with the ack.
     #[serde(default)]
     writes: Option<Value>,
+    /// With `"retry"`: not before this many milliseconds (`Verdict::RetryAfter`).
+    #[serde(default)]
+    retry_after_ms: Option<Value>,
     /// A batch's answer: its number…
     #[serde(default)]
     batch: Option<Value>,
@@ -786,8 +789,13 @@ impl Pipe {
             return Heard::Other;
         };
         let shown: String = text.chars().take(200).collect();
-        let verdict =
-            judge(shared, id, incoming.verdict.as_ref(), incoming.emit.as_ref(), incoming.writes.as_ref());
+        let verdict = judge(
+            shared,
+            id,
+            incoming.verdict.as_ref(),
+            incoming.retry_after_ms.as_ref(),
+            [incoming.emit.as_ref(), incoming.writes.as_ref()],
+        );
         let stream = incoming.stream.as_ref().map(|s| serde_json::to_string(s).unwrap_or_default());
         let found = {
             let mut waiting = lock(&self.waiting);
@@ -900,13 +908,22 @@ impl Pipe {
         drop(waiting);
         let mut heard = Heard::Other;
         for (waiter, verdict) in settled {
-            let (verdict, emit, writes) = match verdict {
-                Value::Object(mut answer) => {
-                    (answer.remove("verdict"), answer.remove("emit"), answer.remove("writes"))
-                }
-                verdict => (Some(verdict), None, None),
+            let (verdict, after, emit, writes) = match verdict {
+                Value::Object(mut answer) => (
+                    answer.remove("verdict"),
+                    answer.remove("retry_after_ms"),
+                    answer.remove("emit"),
+                    answer.remove("writes"),
+                ),
+                verdict => (Some(verdict), None, None, None),
             };
-            match judge(shared, &waiter.id, verdict.as_ref(), emit.as_ref(), writes.as_ref()) {
+            match judge(
+                shared,
+                &waiter.id,
+                verdict.as_ref(),
+                after.as_ref(),
+                [emit.as_ref(), writes.as_ref()],
+            ) {
                 Ok(verdict) => {
                     heard = Heard::Answered;
                     settle(waiter.handed, verdict, wakes);
@@ -1074,12 +1091,27 @@ fn judge(
     shared: &Shared,
     id: &str,
     verdict: Option<&Value>,
-    emit: Option<&Value>,
-    writes: Option<&Value>,
+    retry_after_ms: Option<&Value>,
+    [emit, writes]: [Option<&Value>; 2],
 ) -> Result<Verdict, String> {
     let verdict = match verdict.and_then(Value::as_str) {
-        Some("ack") => Verdict::Ack,
-        Some("retry") => Verdict::Retry,
+        Some("ack") if retry_after_ms.is_none() => Verdict::Ack,
+        Some("retry") => match retry_after_ms {
+            None => Verdict::Retry,
+            // A whole number of ms (the core takes more than 365 days as 365 days).
+            Some(ms) => match ms.as_u64() {
+                Some(ms) => Verdict::RetryAfter(Duration::from_millis(ms)),
+                None => {
+                    return Err(format!(
+                        "a \"retry_after_ms\" that is not a whole number of milliseconds ({ms})"
+                    ))
+                }
+            },
+        },
+        // A wait asked with another verdict is a mistake worth failing for, not dropping.
+        Some(_) if retry_after_ms.is_some() => {
+            return Err("a \"retry_after_ms\" with a verdict other than \"retry\"".to_string())
+        }
         Some("dead-letter") if shared.dead_letter => Verdict::DeadLetter,
         // Without a dead-letter stream it is a failure, as --exec's 65 is.
         Some("dead-letter") => Verdict::Retry,

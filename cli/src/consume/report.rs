@@ -18,13 +18,14 @@ use crate::json::Object;
 type Named<T> = (&'static str, fn(&T) -> u64);
 
 /// Every [`Stats`] counter, by its name in the JSON.
-const STATS: [Named<Stats>; 22] = [
+const STATS: [Named<Stats>; 23] = [
     ("drained", |s| s.drained),
     ("claimed", |s| s.claimed),
     ("new", |s| s.new),
     ("acked", |s| s.acked),
     ("retried", |s| s.retried),
     ("released", |s| s.released),
+    ("retries_delayed", |s| s.retries_delayed),
     ("deleted_seen", |s| s.deleted_seen),
     ("lost_to_peer", |s| s.lost_to_peer),
     ("acks_unmatched", |s| s.acks_unmatched),

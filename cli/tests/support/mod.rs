@@ -35,6 +35,12 @@ pub fn run(args: &[&str]) -> (ExitStatus, String, String) {
 pub fn run_env(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String, String) {
     let mut p = Pelican::spawn_env(args, env);
     let status = p.wait();
+    // Its last words may still be on their way on a loaded machine: wait for the reader to
+    // see the end (bounded: a child it left may hold stderr open).
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !p.stderr_reader.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
     let rx = p.lines.take().expect("stdout is read");
     // The reader sees end-of-file now: collect until it hangs up.
     let stdout = std::iter::from_fn(|| rx.recv_timeout(WAIT).ok()).collect::<Vec<_>>().join("\n");
@@ -77,6 +83,8 @@ pub struct Pelican {
     child: Child,
     lines: Option<Receiver<String>>,
     stderr: Arc<Mutex<String>>,
+    /// The thread reading stderr: done once every process holding it has exited.
+    stderr_reader: thread::JoinHandle<()>,
 }
 
 impl Pelican {
@@ -110,13 +118,13 @@ impl Pelican {
         });
         let stderr = Arc::new(Mutex::new(String::new()));
         let (mut pipe, sink) = (child.stderr.take().expect("piped stderr"), stderr.clone());
-        thread::spawn(move || {
+        let stderr_reader = thread::spawn(move || {
             let mut buf = [0u8; 4096];
             while let Ok(n @ 1..) = pipe.read(&mut buf) {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        Pelican { child, lines: Some(rx), stderr }
+        Pelican { child, lines: Some(rx), stderr, stderr_reader }
     }
 
     pub fn pid(&self) -> u32 {

@@ -21,6 +21,9 @@ impl Consumer {
             left: (None, None),
             moves_owed: false,
             releasing: false,
+            parking: false,
+            waited_at: None,
+            jitter: !config.seed.unwrap_or(FALLBACK_SEED),
             decoder: Decoder::new(config.limits),
             backoff: Backoff::new(
                 config.backoff_min,
@@ -70,6 +73,7 @@ impl Consumer {
             read_answered: false,
             health: None,
             health_refused: false,
+            dead_letters_refused: false,
             twins: Twins::default(),
             dialect: Dialect::CLASSIC,
             server: String::new(),
@@ -94,6 +98,7 @@ impl Consumer {
     pub fn reseed(&mut self, seed: u64) {
         if self.config.seed.is_none() {
             self.backoff = Backoff::new(self.config.backoff_min, self.config.backoff_max, seed);
+            self.jitter = !seed;
         }
     }
 }

@@ -40,10 +40,11 @@ use crate::backoff::Backoff;
 use crate::cluster;
 use crate::commands::{self, HealthPart};
 use crate::commit;
-use crate::config::{AckWait, Config, ConfigError, GroupGone, Protocol, MAX_STREAMS};
+use crate::config::{AckWait, Config, ConfigError, GroupGone, OnRetry, Protocol, MAX_STREAMS};
 use crate::dead_letter::{self, Job};
 use crate::decimal::Decimal;
 use crate::decode::{Budget, DecodeError, Decoder, Frame, Value};
+use crate::delay;
 use crate::dialect::Dialect;
 use crate::entry::{Entry, Source, Verdict};
 use crate::error::{is_group_gone, is_transient, Command, Error};
@@ -260,6 +261,8 @@ pub struct Consumer {
     read_answered: bool,
     /// The server refused the health commands: not asked again.
     health_refused: bool,
+    /// The dead-letter stream's length was refused (`NOPERM`): health goes on without it.
+    dead_letters_refused: bool,
     /// Whether a clean stop still has to leave the groups ([`Config::leave_on_stop`]): set
     /// once the leaves are sent.
     leave_due: bool,
@@ -280,6 +283,15 @@ pub struct Consumer {
     moves_owed: bool,
     /// Entries given `Retry` wait to be released, on some stream.
     releasing: bool,
+    /// Retries that wait are owed a park or watched, on some stream ([`crate::delay`]).
+    parking: bool,
+    /// When the last `WAIT` (or `WAITAOF`) of acks was answered: a read pipelined behind it
+    /// ran on the server when it returned, not when it was sent (its entries' leases count
+    /// from then).
+    waited_at: Option<Instant>,
+    /// The state of the jitter drawn for retries that back off (splitmix64), seeded as the
+    /// reconnects' is.
+    jitter: u64,
     /// The leaves answered so far: entries still held where a stream's group was left, and
     /// the first refusal.
     left: (Option<u64>, Option<String>),
@@ -385,6 +397,7 @@ impl Consumer {
                     stream.releases.come_due(&self.config, now, true);
                 }
                 self.flush_releases(now);
+                self.flush_parks(now);
                 self.part(now);
             }
             self.finish_stop_if_clear();
@@ -402,6 +415,10 @@ impl Consumer {
                 stream.releases.come_due(&self.config, now, false);
             }
             self.flush_releases(now);
+        }
+        if self.parking {
+            self.parks_come_due(now);
+            self.flush_parks(now);
         }
         if self.stop != Stop::Running {
             return; // the entries in hand finish; nothing more is read

@@ -143,7 +143,8 @@ impl Consumer {
                     false => None,
                 };
                 let twins = self.twins.again_at().filter(|_| self.checks_twins());
-                [replies, acks, leases, releases, twins].into_iter().flatten().min()
+                let parks = self.parks_due().filter(|_| !parked);
+                [replies, acks, leases, releases, twins, parks].into_iter().flatten().min()
             }
             Link::Down { retry_at } => Some(retry_at),
             Link::Fresh | Link::Closed => None,

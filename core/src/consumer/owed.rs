@@ -22,14 +22,68 @@ impl Consumer {
         self.releasing = self.streams.iter().any(|s| !s.releases.is_empty());
     }
 
+    /// Writes the parks owed (retries that wait, [`crate::delay`]) — never behind a parked
+    /// read.
+    pub(super) fn flush_parks(&mut self, now: Instant) {
+        if !self.ready() || self.parked_read_in_flight() {
+            return;
+        }
+        for s in 0..self.streams.len() {
+            for mut park in self.streams[s].delays.take_owed() {
+                delay::encode(&mut self.out, &self.config, &self.streams[s].key, &mut park, now);
+                self.track(Sent::Park(s as u32, park), now);
+            }
+        }
+        self.parking = self.streams.iter().any(|s| !s.delays.is_empty());
+    }
+
+    /// Parked entries due at `now`: parked again (a wait longer than `min_idle`), or, where
+    /// reads do not claim, swept for from the smallest id due, now rather than at the next
+    /// beat (the sweep's cursor goes back to it, if it was past it).
+    pub(super) fn parks_come_due(&mut self, now: Instant) {
+        for stream in &mut self.streams {
+            if let Some(from) = stream.delays.come_due(&self.config, now) {
+                stream.claim_at = Some(now);
+                if delay::id_before(&from, &stream.cursor) {
+                    stream.cursor = from;
+                }
+            }
+        }
+    }
+
+    /// When the next park is owed, or a parked entry is due: `now` for parks owed.
+    pub(super) fn parks_due(&self) -> Option<Instant> {
+        if !self.parking {
+            return None;
+        }
+        let owed = self.streams.iter().any(|s| s.delays.owes()).then_some(self.last_now).flatten();
+        let watched = self.streams.iter().filter_map(|s| s.delays.next_due(&self.config)).min();
+        owed.into_iter().chain(watched).min()
+    }
+
+    /// A park answered: the ids the server moved to the parking consumer.
+    pub(super) fn on_park(
+        &mut self,
+        s: u32,
+        park: delay::Park,
+        value: Value,
+        now: Instant,
+    ) -> Result<(), reply::ShapeError> {
+        let moved = reply::ids(value)?;
+        let parked = moved.contains(&park.id);
+        let watch_last = !self.dialect.claim_in_read;
+        self.streams[s as usize].delays.on_parked(park, parked, watch_last, now);
+        self.parking = self.streams.iter().any(|s| !s.delays.is_empty());
+        Ok(())
+    }
+
     /// What a stop waits for before it ends (besides the entries in hand): acks and moves
     /// owed, and, while connected, give-backs, releases and the counts of entries read.
     pub(super) fn owes(&self) -> bool {
         let up = self.link == Link::Up;
-        self.streams
-            .iter()
-            .any(|s| s.owes_settles() || (up && (!s.returns.is_empty() || !s.releases.is_empty())))
-            || (up && self.staged.is_some())
+        self.streams.iter().any(|s| {
+            s.owes_settles() || (up && (!s.returns.is_empty() || !s.releases.is_empty() || s.delays.owes()))
+        }) || (up && self.staged.is_some())
             || self.in_flight.iter().any(|c| c.sent.is_owed())
     }
 
@@ -484,6 +538,10 @@ impl Consumer {
                 self.moves_owed = true;
             }
             Sent::Commit(s, mut jobs) => self.streams[s as usize].commits.append(&mut jobs),
+            Sent::Park(s, park) => {
+                self.streams[s as usize].delays.keep(park);
+                self.parking = true;
+            }
             _ => {}
         }
     }
@@ -492,7 +550,9 @@ impl Consumer {
     /// or in flight.
     pub(super) fn settling(&self, s: u32, id: &[u8]) -> bool {
         self.streams[s as usize].settling(id)
+            || self.streams[s as usize].delays.owes_park(id)
             || self.in_flight.iter().any(|c| match &c.sent {
+                Sent::Park(t, park) => *t == s && park.id == id && park.deliveries.is_some(),
                 Sent::Ack(t, acks) => *t == s && acks.contains(id),
                 Sent::DeadLetter(t, job) => *t == s && job.id == id,
                 Sent::Commit(t, jobs) => *t == s && jobs.iter().any(|job| job.id == id),

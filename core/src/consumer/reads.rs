@@ -103,7 +103,9 @@ impl Consumer {
     /// At least `ack_delay` (and 1 ms), at most [`PARK_IN_HAND`], the beat and a quarter of
     /// the lease.
     pub(super) fn park_for(&self, now: Instant) -> Duration {
-        let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else { return self.config.beat };
+        let Some(first) = self.in_hand.iter().map(|h| h.handed_at).min() else {
+            return self.until_parks_due(now, self.config.beat);
+        };
         let expected = (first + self.pace.handler_time()).saturating_duration_since(now);
         let guess = match expected.is_zero() {
             true => now.saturating_duration_since(first) / 2,
@@ -111,7 +113,16 @@ impl Consumer {
         };
         let least = self.config.ack_delay.max(Duration::from_millis(1));
         let most = PARK_IN_HAND.min(self.config.beat).min(self.config.lease_threshold() / 4).max(least);
-        guess.clamp(least, most)
+        self.until_parks_due(now, guess.clamp(least, most))
+    }
+
+    /// `block`, or less: until the next parked entry is due to be parked again or swept for
+    /// (at least 1 ms), which cannot go out behind a parked read.
+    fn until_parks_due(&self, now: Instant, block: Duration) -> Duration {
+        match self.parks_due() {
+            Some(due) => block.min(due.saturating_duration_since(now).max(Duration::from_millis(1))),
+            None => block,
+        }
     }
 
     /// The count for the next read; a smaller count than before is a notice.
@@ -132,7 +143,9 @@ impl Consumer {
     /// long after that (the process stood still) counts from then and is renewed before it
     /// is handed out; for any other, soon after it was sent — which is what their leases
     /// count from, even if the reply is read much later (a read ahead, answered while a
-    /// handler ran).
+    /// handler ran) — or, sent behind a `WAIT` that blocked the connection, when that `WAIT`
+    /// was answered: counted from the send, the lease's owner check would ask more idle time
+    /// than the entries have, and find them lost.
     pub(super) fn on_entries(
         &mut self,
         (sent, sent_at, began_by): (Sent, Instant, Instant),
@@ -143,7 +156,7 @@ impl Consumer {
     ) -> Result<(), Error> {
         let read_at = match sent {
             Sent::ReadNew { block: Some(block), .. } => now.min(began_by + block),
-            _ => sent_at,
+            _ => self.waited_at.map_or(sent_at, |waited| waited.max(sent_at)),
         };
         let command = sent.command();
         let shape = |e: reply::ShapeError| Error::Shape { command, detail: e.0 };
@@ -410,6 +423,9 @@ impl Consumer {
             b.entry.deliveries += 1;
             return None;
         }
+        // A retry whose park is not yet made (read again by a drain after a lost
+        // connection): its wait goes on, the park's owner check from this read.
+        self.streams[s as usize].delays.reread(id, now);
         if self.settling(s, id) {
             return None;
         }

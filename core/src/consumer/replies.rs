@@ -78,8 +78,13 @@ impl Consumer {
             .filter(|(_, s)| s.active && s.health_at.map_or(true, |at| now >= at));
         let Some((s, _)) = due.min_by_key(|(_, s)| s.health_at) else { return };
         self.streams[s].health_at = Some(now + every);
-        self.health = Some((s as u32, GroupHealth { pending: 0, lag: None, consumers: 0, oldest: None }));
-        for part in [HealthPart::Groups, HealthPart::Oldest, HealthPart::Time] {
+        self.health = Some((s as u32, GroupHealth::default()));
+        // The dead-letter stream's length, for the alert that matters most: work given up.
+        let dead_letters = self.config.dead_letter.is_some() && !self.dead_letters_refused;
+        for part in [HealthPart::Groups, HealthPart::Oldest, HealthPart::DeadLetters, HealthPart::Time] {
+            if part == HealthPart::DeadLetters && !dead_letters {
+                continue;
+            }
             commands::health(&mut self.out, &self.config, &self.streams[s].key, part);
             self.track(Sent::Health(s as u32, part), now);
         }
@@ -142,6 +147,10 @@ impl Consumer {
                     })
                 }
                 Err(_) => return,
+            },
+            HealthPart::DeadLetters => match value {
+                Value::Int(n) if n >= 0 => health.dead_letters = Some(n as u64),
+                _ => return,
             },
             HealthPart::Time => {
                 let Ok(now_ms) = reply::time_ms(value) else { return };
@@ -222,7 +231,10 @@ impl Consumer {
                 self.learn_hello(reply::hello_fields(value), now)?;
             }
             Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
-            Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,
+            Sent::Wait { acks } => {
+                self.waited_at = Some(now);
+                self.on_wait(acks, value).map_err(shape)?
+            }
             Sent::Replicas => self.on_replicas(value).map_err(shape)?,
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
             Sent::CreateGroup(s) => {
@@ -277,6 +289,7 @@ impl Consumer {
                 self.on_lease(s, ids, kept, now);
             }
             Sent::GiveBack => {}
+            Sent::Park(s, park) => self.on_park(s, park, value, now).map_err(shape)?,
             Sent::Held { stream, count, since } => {
                 let rows = reply::pending(value).map_err(shape)?;
                 self.on_held(stream, count, since, rows, now);
@@ -333,7 +346,9 @@ impl Consumer {
             self.streams[*s as usize].group_made = true;
             return Ok(());
         }
-        if let Sent::GiveBack | Sent::Release { .. } | Sent::Held { .. } | Sent::Replicas = sent {
+        if let Sent::GiveBack | Sent::Park(..) | Sent::Release { .. } | Sent::Held { .. } | Sent::Replicas =
+            sent
+        {
             // Best effort: the counts stay one higher; entries not released are reclaimed
             // after `min_idle`.
             return Ok(());
@@ -345,6 +360,14 @@ impl Consumer {
         }
         if let Sent::Role = sent {
             return Err(Error::NotMaster { role: "a replica".to_string() });
+        }
+        if let Sent::Health(_, HealthPart::DeadLetters) = sent {
+            // The round goes on without the count; not allowed (an ACL that lets this user
+            // add to the dead-letter stream but not read it): not asked again.
+            if message.starts_with(b"NOPERM") {
+                self.dead_letters_refused = true;
+            }
+            return Ok(());
         }
         if let Sent::Health(..) = sent {
             // No such key or group yet: nothing to tell this round. Not allowed (an ACL

@@ -52,18 +52,26 @@ impl Consumer {
                 self.streams[s].acks.push_bulk(self.held.bulk(hand.id), exposed);
                 self.ack_due.get_or_insert_with(|| now + self.config.ack_delay);
             }
-            Verdict::Retry => {
-                self.stats.retried += 1;
-                self.streams[s].stats.retried += 1;
-                let stream = &mut self.streams[s];
-                stream.retried.note(self.held.to_bytes(hand.id));
-                if self.dialect.release {
-                    let (held, id) = (&self.held, hand.id);
-                    let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
-                    stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
-                    self.releasing = true;
+            Verdict::RetryAfter(delay) => self.retry_after(s, &hand, delay, now),
+            Verdict::Retry => match self.config.on_retry {
+                OnRetry::Backoff(backoff) => {
+                    let random = self.draw();
+                    let delay = backoff.delay(hand.deliveries, self.config.min_idle, random);
+                    self.retry_after(s, &hand, delay, now);
                 }
-            }
+                _ => {
+                    self.stats.retried += 1;
+                    self.streams[s].stats.retried += 1;
+                    let stream = &mut self.streams[s];
+                    stream.retried.note(self.held.to_bytes(hand.id));
+                    if self.dialect.release {
+                        let (held, id) = (&self.held, hand.id);
+                        let (bulk, owned) = (held.bulk(id), || held.to_bytes(id));
+                        stream.releases.retry(&self.config, bulk, owned, hand.deliveries, hand.read_at, now);
+                        self.releasing = true;
+                    }
+                }
+            },
             Verdict::DeadLetter => {
                 if self.config.dead_letter.is_none() {
                     let id = String::from_utf8_lossy(self.held.id(hand.id)).into_owned();
@@ -104,5 +112,28 @@ impl Consumer {
         }
         self.pump(now);
         true
+    }
+
+    /// An entry in hand given a retry that waits `delay`: parked with the group once its park
+    /// goes out ([`crate::delay`]).
+    fn retry_after(&mut self, s: usize, hand: &InHand, delay: Duration, now: Instant) {
+        self.stats.retried += 1;
+        self.stats.retries_delayed += 1;
+        let id = self.held.to_bytes(hand.id);
+        let stream = &mut self.streams[s];
+        stream.stats.retried += 1;
+        stream.stats.retries_delayed += 1;
+        stream.retried.note(id.clone());
+        stream.delays.retry(id, hand.deliveries, hand.read_at, delay, now);
+        self.parking = true;
+    }
+
+    /// A number for the jitter of a retry's backoff (splitmix64).
+    fn draw(&mut self) -> u64 {
+        self.jitter = self.jitter.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.jitter;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
     }
 }

@@ -86,6 +86,7 @@ impl Consumer {
             stream.dead_letters.clear();
             stream.commits.clear();
             stream.returns.clear();
+            stream.delays.clear();
         }
         self.ack_due = None;
         self.buffer.clear();

@@ -24,6 +24,7 @@ impl Consumer {
             | Sent::Counts { .. }
             | Sent::Lease(..)
             | Sent::GiveBack
+            | Sent::Park(..)
             | Sent::FindTooLarge(_)
             | Sent::Health(..)
             | Sent::Twins { .. }

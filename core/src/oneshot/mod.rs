@@ -40,8 +40,8 @@ mod scan;
 mod xadd;
 
 pub use read::{
-    read_count, read_entry_ids, ClientInfo, ConsumerInfo, GroupInfo, Hello, IdmpWindow, PendingEntry,
-    PendingSummary, StreamInfo,
+    read_count, read_entries, read_entry_ids, read_time, ClientInfo, ConsumerInfo, GroupInfo, Hello,
+    IdmpWindow, PendingEntry, PendingSummary, RangeEntry, StreamInfo,
 };
 pub use reply::{Replies, Reply, ReplyError};
 pub use request::Request;

@@ -79,6 +79,40 @@ pub fn read_entry_ids(reply: &Reply) -> Result<Vec<Bytes>, ReplyError> {
         .collect()
 }
 
+/// An entry as `XRANGE` answers it: its id and its fields, in order.
+pub type RangeEntry = (Bytes, Vec<(Bytes, Bytes)>);
+
+/// The entries an `XRANGE` or `XREVRANGE` answered ([`Request::xrange`],
+/// [`Request::xrevrange_last`]), each its id and its fields, in the reply's order.
+pub fn read_entries(reply: &Reply) -> Result<Vec<RangeEntry>, ReplyError> {
+    let shape = |detail| ReplyError::Shape { command: "XRANGE", detail };
+    array(reply, "XRANGE")?
+        .into_iter()
+        .map(|entry| {
+            let Value::Array(parts) = entry else { return Err(shape("an entry is not an array")) };
+            let mut parts = parts.into_iter();
+            let id =
+                parts.next().as_ref().and_then(string).cloned().ok_or(shape("an entry without its id"))?;
+            let fields = parts.next().and_then(pairs).ok_or(shape("an entry's fields are not pairs"))?;
+            let fields = fields
+                .iter()
+                .map(|(name, value)| Some((string(name)?.clone(), string(value)?.clone())))
+                .collect::<Option<Vec<_>>>()
+                .ok_or(shape("a field that is not a string"))?;
+            Ok((id, fields))
+        })
+        .collect()
+}
+
+/// `TIME`: the server's clock, as the time since the Unix epoch ([`Request::time`]).
+pub fn read_time(reply: &Reply) -> Result<Duration, ReplyError> {
+    let parts = array(reply, "TIME")?;
+    match (parts.first().and_then(count), parts.get(1).and_then(count)) {
+        (Some(s), Some(us)) if parts.len() == 2 => Ok(Duration::from_secs(s) + Duration::from_micros(us)),
+        _ => Err(ReplyError::Shape { command: "TIME", detail: "not seconds and microseconds" }),
+    }
+}
+
 /// `XPENDING stream group`: the summary of the group's pending entries list
 /// ([`Request::xpending`]). Nothing pending: count 0, no ids, no consumers (the server says
 /// nil for each).

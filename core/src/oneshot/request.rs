@@ -105,6 +105,41 @@ impl Request {
         Request::new(&[b"XDEL", stream, id])
     }
 
+    /// `XDEL stream id…`: how many of `ids` were there ([`read_count`](super::read_count)).
+    pub fn xdel_ids<I: AsRef<[u8]>>(stream: &[u8], ids: &[I]) -> Request {
+        let mut args: Vec<&[u8]> = vec![b"XDEL", stream];
+        args.extend(ids.iter().map(AsRef::as_ref));
+        Request::new(&args)
+    }
+
+    /// `XTRIM stream MINID id`, exact: every entry with an id below `id` deleted, how many
+    /// ([`read_count`](super::read_count)).
+    pub fn xtrim_minid(stream: &[u8], id: &[u8]) -> Request {
+        Request::new(&[b"XTRIM", stream, b"MINID", id])
+    }
+
+    /// `XLEN stream` ([`read_count`](super::read_count); 0 for a missing key).
+    pub fn xlen(stream: &[u8]) -> Request {
+        Request::new(&[b"XLEN", stream])
+    }
+
+    /// `TIME`: the server's clock ([`read_time`](super::read_time)).
+    pub fn time() -> Request {
+        Request::new(&[b"TIME"])
+    }
+
+    /// `XRANGE stream start end COUNT count` (`-`, `+`, an id, `(id` exclusive), entries with
+    /// their fields ([`read_entries`](super::read_entries)).
+    pub fn xrange(stream: &[u8], start: &[u8], end: &[u8], count: u64) -> Request {
+        Request::new(&[b"XRANGE", stream, start, end, b"COUNT", Decimal::new(count).as_bytes()])
+    }
+
+    /// `XREVRANGE stream + - COUNT count`: the last `count` entries, newest first
+    /// ([`read_entries`](super::read_entries)).
+    pub fn xrevrange_last(stream: &[u8], count: u64) -> Request {
+        Request::new(&[b"XREVRANGE", stream, b"+", b"-", b"COUNT", Decimal::new(count).as_bytes()])
+    }
+
     /// `XPENDING stream group`: the summary of the group's pending entries list
     /// ([`PendingSummary::read`](super::PendingSummary::read)).
     pub fn xpending(stream: &[u8], group: &[u8]) -> Request {

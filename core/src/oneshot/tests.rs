@@ -217,6 +217,12 @@ fn streams_ranges_and_scans() {
             assert_eq!(e, ReplyError::Server("ERR no such key".into()), "{flavor} {missing}");
         }
         assert_eq!(read_entry_ids(&load("xrange_after")), Ok(vec![bytes::Bytes::from("3-0")]));
+        let entries = read_entries(&load("xrange_after")).unwrap();
+        assert_eq!(entries, vec![("3-0".into(), vec![("f".into(), "v3".into())])], "{flavor}");
+        let now = read_time(&load("time")).unwrap();
+        assert!(now > Duration::from_secs(1_700_000_000), "{flavor}: {now:?}");
+        assert!(read_time(&load("xrange_after")).is_err(), "{flavor}: not a TIME");
+        assert!(read_entries(&load("time")).is_err(), "{flavor}: not entries");
         let mut scan = StreamScan::new(b"s[0-9]");
         let mut keys = scan.read(&load("scan_streams")).unwrap();
         keys.sort();

@@ -378,6 +378,22 @@ pub enum Violation {
         /// What differs.
         detail: String,
     },
+    /// An entry given a retry that waits ([`Verdict::RetryAfter`], or `Retry` under
+    /// [`OnRetry::Backoff`](pelican::OnRetry::Backoff), the default: at least half the
+    /// backoff's ceiling for its deliveries) was handed out again before its wait was over,
+    /// with no fault to explain it: a crash, a death or an abandon of the consumer before
+    /// its park was made, a stop or a pause of one re-parking a wait longer than `min_idle`,
+    /// a failover that lost the park, a destroyed group.
+    RetriedEarly {
+        /// The entry.
+        id: String,
+        /// The consumer that handed it out again.
+        consumer: String,
+        /// When (virtual ms).
+        at_ms: u64,
+        /// When its wait was over (virtual ms).
+        due_ms: u64,
+    },
     /// An entry was handled again after an `Ack` with no fault to explain it.
     UnexplainedDuplicate {
         /// The entry.
@@ -528,6 +544,7 @@ impl Violation {
             | Violation::OverDelivered { id, .. }
             | Violation::DeadLetteredTwice { id }
             | Violation::UnexplainedDuplicate { id, .. }
+            | Violation::RetriedEarly { id, .. }
             | Violation::ReplicatedLost { id }
             | Violation::ConfirmedLost { id }
             | Violation::CommittedTwice { id, .. }
@@ -568,6 +585,11 @@ impl fmt::Display for Violation {
                     "{consumer} handled {id} again at {at_ms} ms, after an Ack, with no fault to explain it"
                 )
             }
+            Violation::RetriedEarly { id, consumer, at_ms, due_ms } => write!(
+                f,
+                "{consumer} handled {id} again at {at_ms} ms, before its retry was due at {due_ms} ms, \
+                 with no fault to explain it"
+            ),
             Violation::Fatal { consumer, error, at_ms } => {
                 write!(f, "{consumer} failed for good at {at_ms} ms: {error}")
             }
@@ -1074,6 +1096,61 @@ fn commit_checks(
                 let held = got.as_ref().map_or_else(|| format!("{held:?}"), show);
                 let detail = format!("holds {held}, the commits added {}", show(&want));
                 violations.push(Violation::CommitWrites { key: name, detail });
+            }
+        }
+    }
+}
+
+/// The check of retries that wait: each handed out again (reclaimed or drained, not
+/// delivered anew as a new entry) no earlier than asked (for a backoff's `Retry`, than the
+/// least it may have drawn: half its ceiling), unless a fault between the handling and the
+/// next may explain it ([`Violation::RetriedEarly`]).
+pub(crate) fn retry_checks(
+    entries: &[EntryReport],
+    faults: &[FaultRecord],
+    on_retry: pelican::OnRetry,
+    min_idle_ms: u64,
+    violations: &mut Vec<Violation>,
+) {
+    let min_idle = std::time::Duration::from_millis(min_idle_ms);
+    // As for a duplicate: a fault of the server's since the entry was added (a failover
+    // that lost the park, or delivered the entry twice; a restart; a destroyed group), or one
+    // of either consumer's from the handling on (a crash before the park was made, a stop or
+    // a pause that ended the parks of a long wait, a zombie's read).
+    let explains = |e: &EntryReport, h: &Handling, next: &Handling| {
+        faults.iter().any(|f| {
+            let kind = f.fault.kind();
+            f.applied
+                && f.at_ms <= next.at_ms
+                && (kind.may_duplicate() || kind == FaultKind::Stop)
+                && match f.consumer {
+                    // A zombie hands out, when it resumes, what the server gave it before or
+                    // while it stood still: perhaps before the handling whose wait it breaks.
+                    Some(c) if kind == FaultKind::Pause && c == next.index => true,
+                    Some(c) => (c == h.index || c == next.index) && f.at_ms >= h.at_ms,
+                    None => f.at_ms >= e.added_at_ms,
+                }
+        })
+    };
+    for e in entries {
+        for (h, next) in e.handlings.iter().zip(e.handlings.iter().skip(1)) {
+            let Some(settled) = h.settled_at_ms else { continue };
+            let wait = match (&h.verdict, on_retry) {
+                (Verdict::RetryAfter(d), _) => *d,
+                (Verdict::Retry, pelican::OnRetry::Backoff(b)) => b.ceiling(h.deliveries, min_idle) / 2,
+                _ => continue,
+            };
+            let due = settled.saturating_add(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX));
+            // Delivered anew as a new entry (a destroyed group, a failover that lost the
+            // delivery): not the retry coming back. A fault from the handling's start on
+            // may have lost the park.
+            if next.at_ms < due && next.source != Source::New && !explains(e, h, next) {
+                violations.push(Violation::RetriedEarly {
+                    id: e.id.clone(),
+                    consumer: next.consumer.clone(),
+                    at_ms: next.at_ms,
+                    due_ms: due,
+                });
             }
         }
     }

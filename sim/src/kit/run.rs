@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, Protocol, Verdict, Write, Writes};
+use pelican::{Config, Consumer, Entry, Event, GroupGone, Notice, OnRetry, Protocol, Verdict, Write, Writes};
 
 use super::fault::{Fault, FaultKind};
 use super::report::{self, EntryReport, FaultRecord, Handling, Record, Report, Violation};
@@ -233,6 +233,8 @@ struct Runner<'w, S, H> {
     dead_letter: Option<Vec<u8>>,
     max_deliveries: Option<u64>,
     min_idle_ms: u64,
+    /// What a `Retry` does (the first consumer's): how long it waits at the least.
+    on_retry: OnRetry,
     records: Vec<Record>,
     by_id: BTreeMap<Vec<u8>, usize>,
     /// Entries still to add, and the list written out for the replay.
@@ -373,6 +375,7 @@ where
         dead_letter: first.dead_letter.as_ref().map(|d| d.to_vec()),
         max_deliveries: first.max_deliveries,
         min_idle_ms: first.min_idle.as_millis() as u64,
+        on_retry: first.on_retry,
         nodes,
         records: Vec::new(),
         by_id: BTreeMap::new(),
@@ -1481,6 +1484,7 @@ where
             dead_letter,
             &mut violations,
         );
+        report::retry_checks(&records, &self.faults, self.on_retry, self.min_idle_ms, &mut violations);
         Report {
             state: self.state,
             world: replay,
