@@ -80,7 +80,7 @@ impl StreamSet {
 
     /// Reads `key` too. True if taken: the consumer reads it from its next turn on. False,
     /// changing nothing, if it is read already (or asked to be), the consumer reads
-    /// [`MAX_STREAMS`] streams (counting those asked), a stop or an abandon has been asked
+    /// [`MAX_STREAMS`](pelican::MAX_STREAMS) streams (counting those asked), a stop or an abandon has been asked
     /// ([`StopHandle`]), the consumer refused an add before (it is stopping, or failed), or
     /// the runner is gone (its run returned, or it was dropped).
     ///

@@ -1,4 +1,4 @@
-//! One consumer reading many streams on one connection ([`Config::streams`]): each entry of
+//! One consumer reading many streams on one connection ([`Config::streams`](pelican::Config::streams)): each entry of
 //! each stream handled once and acked on its own stream, a crash with entries in hand on
 //! several streams drained whole by the restart, one stream's group lost while the others go on.
 

@@ -15,7 +15,7 @@ use crate::tls::Tls;
 /// otherwise.
 pub const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Where a [`Session`] connects, and how: the endpoint (a node, or the sentinels of a
+/// Where a [`Session`](crate::Session) connects, and how: the endpoint (a node, or the sentinels of a
 /// service), TLS, the data nodes' login and database, the connection's name, the timeout of
 /// each step. Cheap to clone: a session keeps its own, to connect again and to follow
 /// redirects the same way.
@@ -60,7 +60,7 @@ impl SessionConfig {
     /// Over TLS, the endpoint's node's certificate checked against `host` (with Sentinel,
     /// or `host` empty: each node by the host it is dialled by, each sentinel by its own; a
     /// node a redirect names by the name the redirect gives). A certificate or handshake
-    /// failure is [`SessionError::Tls`].
+    /// failure is [`SessionError::Tls`](crate::SessionError::Tls).
     #[cfg(feature = "tls")]
     #[must_use]
     pub fn tls(mut self, tls: Tls, host: impl Into<String>) -> SessionConfig {
