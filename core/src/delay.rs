@@ -233,11 +233,7 @@ fn parse_id(id: &[u8]) -> Option<(u64, u64)> {
 mod tests {
     use super::*;
 
-    /// A time to count from (the tests' only clock read: the core reads none).
-    #[allow(clippy::disallowed_methods)]
-    fn origin() -> Instant {
-        Instant::now()
-    }
+    use crate::test_origin::origin;
 
     fn words(out: &BytesMut) -> Vec<String> {
         // `*n\r\n$len\r\nword\r\n…`: every other line after the header, lengths skipped.

@@ -239,6 +239,10 @@ mod stats;
 mod stream;
 mod stream_changes;
 mod stream_reply;
+// The unit tests' one clock read, kept outside `core/src` with the integration tests'.
+#[cfg(test)]
+#[path = "../tests/support/origin.rs"]
+mod test_origin;
 mod twins;
 mod writes;
 

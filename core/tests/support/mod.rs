@@ -31,11 +31,8 @@ pub fn fixture(flavor: &str, protocol: Protocol, name: &str) -> Vec<u8> {
     std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
-/// The origin of the rig's virtual clock. Tests need some `Instant`; only offsets matter.
-#[allow(clippy::disallowed_methods)]
-pub fn origin() -> Instant {
-    Instant::now()
-}
+mod origin;
+pub use origin::origin;
 
 /// Splits written bytes into commands (arrays of bulk strings), as strings.
 pub fn parse_commands(mut bytes: &[u8]) -> Vec<Vec<String>> {
