@@ -169,6 +169,15 @@ pub(crate) fn after(id: &[u8]) -> Vec<u8> {
     bound
 }
 
+/// `CLIENT UNBLOCK id`: the read this consumer left parked on a connection it dropped ends
+/// now, answered with nothing, rather than when the server notices the socket gone — until
+/// then an entry added would still be delivered there. (Not `CLIENT KILL`: should the id be
+/// another client's — a new server behind the same address — it only ends that client's
+/// wait early, as a timeout would.)
+pub(crate) fn unblock_client(out: &mut BytesMut, id: u64) {
+    command(out, &[b"CLIENT", b"UNBLOCK", Decimal::new(id).as_bytes()]);
+}
+
 /// `CLIENT ID`, then `CLIENT LIST TYPE normal`: this connection's id and every client's.
 pub(crate) fn twins(out: &mut BytesMut) {
     command(out, &[b"CLIENT", b"ID"]);

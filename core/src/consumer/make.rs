@@ -17,6 +17,7 @@ impl Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
             cut: None,
+            conn_id: None,
             dropped: None,
             left: (None, None),
             moves_owed: false,

@@ -271,8 +271,12 @@ pub struct Consumer {
     /// A stop cut a parked read short, dropping its connection (the server may have answered
     /// it already, delivering entries that never arrive): when that read was written. On the
     /// stop's new connection, what this consumer holds that was delivered since is given
-    /// back before it leaves.
-    cut: Option<Instant>,
+    /// back before it leaves — after the read there is ended on the server (`CLIENT UNBLOCK`,
+    /// the connection's id known): until the server has seen the socket go, it may still
+    /// deliver an entry there, after the give-back had looked.
+    cut: Option<(Instant, Option<u64>)>,
+    /// This connection's `CLIENT ID`, once asked (with the twins' check).
+    conn_id: Option<u64>,
     /// The consumer dropped the connection (a stop's cut) and the driver has not connected
     /// again since: the next `handle_input` or `handle_timeout` says so ([`Error::Dropped`]:
     /// `Some(false)` until it has), and the driver's first report of that socket closing

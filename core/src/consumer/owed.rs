@@ -108,14 +108,19 @@ impl Consumer {
             if !self.leave_due && self.config.allow_twins {
                 return; // the stop ends now, the read's connection with it
             }
-            self.cut = Some(since).filter(|_| !self.config.allow_twins);
+            self.cut = Some((since, self.conn_id)).filter(|_| !self.config.allow_twins);
             self.reset_link();
             self.link = Link::Down { retry_at: now };
             self.leaving_link = true;
             self.dropped = Some(false);
             return;
         }
-        if let Some(since) = self.cut.take() {
+        if let Some((since, cut_id)) = self.cut.take() {
+            if let Some(id) = cut_id {
+                // Refused (an ACL without `CLIENT UNBLOCK`) or gone already: ignored.
+                commands::unblock_client(&mut self.out, id);
+                self.track(Sent::Discard(Command::Twins), now);
+            }
             for s in 0..self.streams.len() {
                 if self.streams[s].active {
                     self.ask_held(s as u32, b"-", since, now);

@@ -41,7 +41,9 @@ pub fn retry_released_at_once<T: Transport>(t: Target) {
                 Verdict::Retry
             })
         };
-    let config = |name: &str| t.config(name).min_idle(min_idle).count(1).start_count(1);
+    // The story of `Release`, no longer the default (`Backoff` is: retries that wait).
+    let config =
+        |name: &str| t.config(name).min_idle(min_idle).count(1).start_count(1).on_retry(OnRetry::Release);
     let c1 = T::spawn(server.endpoint(), config("c1"), handler(&seen, retried.clone(), again.clone()));
     let c2 = T::spawn(server.endpoint(), config("c2"), handler(&seen, retried.clone(), again.clone()));
     thread::sleep(Duration::from_millis(300));
