@@ -106,3 +106,31 @@ fn a_twin_appearing_later_is_told_once() {
         assert_eq!(rig.consumer.poll_event(), None);
     });
 }
+
+/// A stop that cuts a parked read short first ends that read on the server, by the cut
+/// connection's id (the look's `CLIENT ID`), before it asks what the read brought: until the
+/// server noticed the socket gone, it could still deliver an entry there.
+#[test]
+fn a_stop_ends_the_cut_read_on_the_server_before_it_looks_for_what_it_brought() {
+    each(|flavor, protocol| {
+        let mut rig = named(config(protocol), flavor);
+        rig.reply("client_id").unwrap();
+        rig.reply("client_list").unwrap();
+        assert_eq!(rig.sent()[0][0], "XREADGROUP", "the drain");
+        rig.drain_reply("read_pending_empty").unwrap();
+        rig.sent();
+        rig.reply("autoclaim_done").unwrap();
+        assert_eq!(rig.sent()[0][0], "XREADGROUP", "parked");
+        assert!(rig.consumer.is_parked());
+        rig.consumer.stop();
+        assert!(rig.consumer.wants_connection(), "the parked connection is dropped");
+        let handshake = rig.start();
+        let unblock = handshake.iter().position(|c| c[..2] == ["CLIENT", "UNBLOCK"]);
+        let held = handshake.iter().position(|c| c[0] == "XPENDING");
+        assert!(unblock.is_some() && unblock < held, "{flavor} {protocol:?}: {handshake:?}");
+        // `:4` in RESP2, `:4` in RESP3: the id the look's `CLIENT ID` answered.
+        let reply = String::from_utf8(rig.fixture("client_id")).unwrap();
+        let id = reply.trim_start_matches(':').trim_end();
+        assert_eq!(handshake[unblock.unwrap()][2], id, "{flavor} {protocol:?}: the cut connection's id");
+    });
+}
