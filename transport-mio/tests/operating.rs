@@ -63,7 +63,9 @@ fn connections_are_named_and_the_group_health_is_told() {
         let ids = admin.xadd_n("s", 5, 10);
         let config = Config::new("s", "g", "w1")
             .health_every(Duration::from_millis(100))
-            .min_idle(Duration::from_secs(60));
+            .min_idle(Duration::from_secs(60))
+            // `Release`'s story (the default before `Backoff`): the failed entry stays w1's.
+            .on_retry(pelican::OnRetry::Release);
         let (runner, seen) = observed(Runner::new(server.addr(), config).unwrap());
         // The first entry fails: it stays pending, the group's oldest.
         let first = ids[0].clone();
