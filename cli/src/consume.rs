@@ -44,6 +44,7 @@ use crate::server::{login_refused, sentinel_named_as_node, Server, ServerArgs};
 use crate::url::Target;
 use handler::{Handler, Shared};
 use lane::{Handlers, Lane, LaneFailure, Net, Outcome, Rescan};
+use pipe::Pipe;
 use report::{LaneCounts, Progress};
 use screen::Screen;
 use stop::StopAll;
@@ -472,7 +473,7 @@ enum Transport {
 }
 
 /// What the flags make: the server, a handler per stream, what the handlers share.
-type Checked = (Server, Vec<Arc<Handler>>, Arc<Shared>);
+type Checked = (Server, Vec<Arc<Handler>>, Arc<Shared>, Option<Arc<Pipe>>);
 
 /// The flags checked against each other, the consumer's settings by the consumer's own
 /// rules, `--stats-json` for being writable: bad usage is told before any connection.
@@ -504,6 +505,7 @@ fn check(a: &Args) -> Result<Checked, Failure> {
     let stop = Arc::new(StopAll::default());
     let shared = shared(a, &stop, Arc::new(Screen::new()));
     let handlers = handlers(a, &server.target, &shared)?;
+    let pipe = a.pipe.clone().map(|command| Arc::new(Pipe::new(command)));
     if let Some(path) = &a.stats_json {
         // Opened for appending, not truncated: the last run's counters stay until replaced.
         let existed = path.exists();
@@ -513,7 +515,7 @@ fn check(a: &Args) -> Result<Checked, Failure> {
             let _ = std::fs::remove_file(path);
         }
     }
-    Ok((server, handlers, shared))
+    Ok((server, handlers, shared, pipe))
 }
 
 /// `--dead-letter`'s (and `--emit-to`'s) key for `stream` ([`pelican::key_for`]).
@@ -649,7 +651,7 @@ fn batch_concurrency(a: &Args) -> u32 {
 fn shared(a: &Args, stop: &Arc<StopAll>, screen: Arc<Screen>) -> Arc<Shared> {
     Arc::new(Shared {
         exec: a.exec.clone(),
-        pipe: a.pipe.clone().map(|command| Arc::new(pipe::Pipe::new(command))),
+        piped: a.pipe.is_some(),
         handler_timeout: a.handler_timeout.map(Duration::from_millis),
         overdue: Duration::from_millis(a.overdue_ms),
         group: show(a.group.as_bytes()).into_owned(),
@@ -692,7 +694,13 @@ fn pattern(text: OsString) -> Result<OsString, String> {
 /// The lanes: every stream in one (one consumer, one connection), but in a cluster, where a
 /// read's streams must share a hash slot, one per slot they fall in; at most
 /// [`pelican::MAX_STREAMS`] streams a lane.
-fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec<Lane> {
+fn lanes(
+    a: &Args,
+    target: &Target,
+    handlers: &[Arc<Handler>],
+    pipe: Option<&Arc<Pipe>>,
+    net: &Net,
+) -> Vec<Lane> {
     let mut groups: Vec<Vec<Arc<Handler>>> = Vec::new();
     for handler in handlers {
         let slot = (!net.homes.is_empty()).then(|| pelican::cluster::key_slot(handler.stream_bytes()));
@@ -713,7 +721,8 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
             let streams = group.iter().map(|h| h.stream_bytes());
             let config =
                 config(a, target, group[0].stream_bytes(), health && group.len() == 1).streams(streams);
-            Lane { config, handlers: Handlers::new(group), published: published::Published::default() }
+            let handlers = Handlers::new(group, pipe.cloned());
+            Lane { config, handlers, published: published::Published::default() }
         })
         .collect()
 }
@@ -721,7 +730,7 @@ fn lanes(a: &Args, target: &Target, handlers: &[Arc<Handler>], net: &Net) -> Vec
 /// Runs `consume`: every `--stream` (in one lane, or one per cluster slot) until a signal or
 /// a failure.
 pub fn main(mut args: Args) -> Result<(), Failure> {
-    let (server, mut handlers, shared) = check(&args)?;
+    let (server, mut handlers, shared, pipe) = check(&args)?;
     let stop = shared.stop.clone();
     let mut net = Net {
         endpoint: server.endpoint().clone(),
@@ -732,7 +741,7 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
     let screen = shared.screen.clone();
     // Before anything that may take a while (asking the cluster where the streams are): a
     // signal meanwhile is a stop, not death by the signal's default action.
-    let every = Handlers::new(handlers.clone());
+    let every = Handlers::new(handlers.clone(), pipe.clone());
     signals::on_signals(stop.clone(), every.clone(), screen.clone())?;
     let limit = Duration::from_millis(args.stop_timeout_ms);
     deadline::watch(stop.clone(), every.clone(), screen.clone(), limit)
@@ -741,7 +750,7 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
         // A typo fails here, not at the first entry.
         found::check("--exec", command).map_err(Failure::Failed)?;
     }
-    if let Some(pipe) = &shared.pipe {
+    if let Some(pipe) = &pipe {
         // A handler that cannot start fails here, before it can fail an entry.
         pipe.start(&shared).map_err(Failure::Failed)?;
         if pipe.speaks_batches() && args.concurrency.is_none() {
@@ -772,7 +781,7 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
         others::refuse_other_groups(&server, &streams, args.group.as_bytes(), when)?;
     }
     let net = net.locate(&streams);
-    let lanes = lanes(&args, &server.target, &handlers, &net);
+    let lanes = lanes(&args, &server.target, &handlers, pipe.as_ref(), &net);
     let lane_handlers: Vec<Handlers> = lanes.iter().map(|lane| lane.handlers.clone()).collect();
     // Served until this returns; a port that cannot be listened on is told before the
     // consumers connect.
@@ -800,7 +809,7 @@ pub fn main(mut args: Args) -> Result<(), Failure> {
     if let Some(progress) = progress {
         progress.finish(&counts, &shared.total, start.elapsed());
     }
-    if let Some(pipe) = &shared.pipe {
+    if let Some(pipe) = &pipe {
         // Every entry is settled: the handler may go.
         pipe.finish();
     }

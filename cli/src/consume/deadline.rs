@@ -46,7 +46,7 @@ pub fn watch(
                 format!("{held} are given back unhandled (not acked; a peer takes them at once)")
             }
         };
-        let groups = running_groups(&handlers);
+        let groups = running_groups(&handlers, every.pipe());
         let ending = match groups.is_empty() {
             true => String::new(),
             false => format!(

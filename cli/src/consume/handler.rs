@@ -69,8 +69,9 @@ impl Counters {
 pub struct Shared {
     /// `--exec CMD`; `None` prints entries (or pipes them).
     pub exec: Option<String>,
-    /// `--pipe CMD`: the one handler process every entry goes to.
-    pub pipe: Option<Arc<super::pipe::Pipe>>,
+    /// `--pipe CMD`: every entry goes to the one handler process, which the lanes hold
+    /// (`Handlers::pipe`): a handler here never runs or prints one.
+    pub piped: bool,
     /// `--handler-timeout`: an entry not settled in time is a failure.
     pub handler_timeout: Option<std::time::Duration>,
     /// `--overdue-ms`: an entry in hand longer is told, and makes `/healthz` 503.
@@ -186,12 +187,12 @@ impl Handler {
     /// once from as many threads (`--concurrency`).
     pub fn handle(&self, entry: &Entry) -> Verdict {
         let _in_hand = InHand::take(self);
-        let verdict = match (&self.shared.exec, &self.shared.pipe) {
+        let verdict = match (&self.shared.exec, self.shared.piped) {
             (Some(command), _) => self.run(command, entry),
             // Never: the transports hand `--pipe`'s entries over without a thread each
             // (`Pipe::queue`), and take them back through `settled`.
-            (None, Some(_)) => Verdict::Retry,
-            (None, None) => self.print(entry),
+            (None, true) => Verdict::Retry,
+            (None, false) => self.print(entry),
         };
         self.count(entry, given_back_if_overran(verdict))
     }
@@ -222,8 +223,7 @@ impl Handler {
     /// blocked stdout never stalls the event loop (mio) or the executor (smol), whose
     /// connections keep renewing leases and confirming acks.
     pub fn handle_here(&self, entry: &Entry) -> Option<Verdict> {
-        if self.shared.exec.is_some() || self.shared.pipe.is_some() || self.shared.stdout_closed.load(Relaxed)
-        {
+        if self.shared.exec.is_some() || self.shared.piped || self.shared.stdout_closed.load(Relaxed) {
             return None;
         }
         let line = json::entry_line(&self.stream_bytes, entry);

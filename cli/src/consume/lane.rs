@@ -14,6 +14,7 @@ use pelican::{Config, Endpoint, Entry, HostPort, Notice, Stats};
 use pelican_tls::Tls;
 
 use super::handler::Handler;
+use super::pipe::Pipe;
 use super::published::Published;
 
 /// Where every lane connects: the URL's node (looked up again at every connect; in a
@@ -83,9 +84,13 @@ impl Lane {
 }
 
 /// Handlers, one per stream, found by an entry's stream: a lane's, or every stream's. More
-/// join as streams are found (`--stream-pattern`).
+/// join as streams are found (`--stream-pattern`). With `--pipe`, the one handler process
+/// they all hand their entries to.
 #[derive(Clone, Default)]
-pub struct Handlers(Arc<RwLock<Known>>);
+pub struct Handlers {
+    known: Arc<RwLock<Known>>,
+    pipe: Option<Arc<Pipe>>,
+}
 
 /// The handlers, in the order their streams came, and where each is by its stream.
 #[derive(Default)]
@@ -95,9 +100,9 @@ struct Known {
 }
 
 impl Handlers {
-    /// These handlers.
-    pub fn new(list: Vec<Arc<Handler>>) -> Handlers {
-        let handlers = Handlers::default();
+    /// These handlers, and the `--pipe` handler process if there is one.
+    pub fn new(list: Vec<Arc<Handler>>, pipe: Option<Arc<Pipe>>) -> Handlers {
+        let handlers = Handlers { known: Arc::default(), pipe };
         for handler in list {
             handlers.add(handler);
         }
@@ -105,12 +110,12 @@ impl Handlers {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Known> {
-        self.0.read().unwrap_or_else(|e| e.into_inner())
+        self.known.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Adds `handler`, unless its stream has one; true if added.
     pub fn add(&self, handler: Arc<Handler>) -> bool {
-        let mut known = self.0.write().unwrap_or_else(|e| e.into_inner());
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
         if known.by_stream.contains_key(handler.stream_bytes()) {
             return false;
         }
@@ -138,6 +143,11 @@ impl Handlers {
     /// The first handler: what every handler shares is reached through it.
     pub fn first(&self) -> Arc<Handler> {
         self.read().list[0].clone()
+    }
+
+    /// `--pipe`'s handler process, which every entry goes to.
+    pub fn pipe(&self) -> Option<&Arc<Pipe>> {
+        self.pipe.as_ref()
     }
 
     /// Every handler, in order.

@@ -60,7 +60,7 @@ pub fn serve(addr: &str, lanes: &[Lane], stop: &Arc<StopAll>, overdue: Duration)
         true => Err("stopping: finishing the entries in hand and confirming their acks".into()),
         false => Ok(()),
     });
-    if let Some(pipe) = lanes.first().and_then(|lane| lane.handlers.first().shared.pipe.clone()) {
+    if let Some(pipe) = lanes.first().and_then(|lane| lane.handlers.pipe().cloned()) {
         let help = "Times the --pipe handler was started again after it exited or died.";
         let restarts = pipe.clone();
         metrics = metrics

@@ -271,7 +271,7 @@ impl Running {
             driver = driver.tls(tls.clone(), host);
         }
         let (work, queue) = mpsc::channel();
-        let pipe = lane.handlers.first().shared.pipe.clone().map(|pipe| {
+        let pipe = lane.handlers.pipe().cloned().map(|pipe| {
             let back: Arc<dyn Returns> =
                 Arc::new(LaneReturns { i, settled: settled.clone(), waker: waker.clone() });
             (pipe, back)

@@ -48,17 +48,17 @@ fn tell(shared: &Shared, handlers: &Handlers, oldest: &OldestInHand, now: Instan
         false => String::new(),
     };
     let (id, secs, ms) = (show(&oldest.id), oldest.age(now).as_secs(), shared.overdue.as_millis());
-    let line = match (&shared.exec, &shared.pipe) {
+    let line = match (&shared.exec, shared.piped) {
         (Some(_), _) => format!(
             "{prefix}the command for {id} has run {secs} s (over --overdue-ms {ms}) and goes on; the entry \
              stays in hand, and /healthz says so"
         ),
-        (None, Some(_)) => format!(
+        (None, true) => format!(
             "{prefix}no answer from the --pipe handler for {id} in {secs} s (over --overdue-ms {ms}); the entry \
              stays in hand, and /healthz says so. Does the handler flush its stdout after each answer? \
              (Python: print(…, flush=True); it is block-buffered into a pipe)"
         ),
-        (None, None) => format!(
+        (None, false) => format!(
             "{prefix}the line of {id} has waited {secs} s for stdout to take it (over --overdue-ms {ms}): is \
              anything reading it? The entry stays in hand, and /healthz says so"
         ),

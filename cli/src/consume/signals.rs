@@ -13,6 +13,7 @@ use signal_hook::iterator::SignalsInfo;
 
 use super::handler::Handler;
 use super::lane::Handlers;
+use super::pipe::Pipe;
 use super::screen::Screen;
 use super::stop::{StopAll, EXITING};
 use crate::failure::Failure;
@@ -91,7 +92,7 @@ pub fn on_signals(stop: Arc<StopAll>, every: Handlers, screen: Arc<Screen>) -> R
             }
             EXITING.store(true, SeqCst);
             let handlers = every.list();
-            let groups = running_groups(&handlers);
+            let groups = running_groups(&handlers, every.pipe());
             if groups.is_empty() {
                 let left = match in_hand(&handlers) {
                     (_, None) => String::new(),
@@ -127,8 +128,8 @@ pub(super) fn in_hand(handlers: &[Arc<Handler>]) -> (usize, Option<String>) {
 
 /// The process groups of the commands running now (each leads its own: `process_group(0)`).
 /// Called with [`EXITING`] set, so no other command starts (see [`Handler::children`]).
-pub(super) fn running_groups(handlers: &[Arc<Handler>]) -> Vec<Pid> {
-    let pipe = handlers.first().and_then(|h| h.shared.pipe.as_ref()?.pid());
+pub(super) fn running_groups(handlers: &[Arc<Handler>], pipe: Option<&Arc<Pipe>>) -> Vec<Pid> {
+    let pipe = pipe.and_then(|pipe| pipe.pid());
     handlers
         .iter()
         .flat_map(|h| h.children().clone())

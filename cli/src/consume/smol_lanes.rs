@@ -207,7 +207,7 @@ async fn run_lane(lane: Lane, runner: Runner, stop: Arc<StopAll>, done: Rc<Cell<
             // `--pipe`: queued now, as the runner hands it out with the others of its read;
             // written once the first of their futures is polled (`kick`): together, as one
             // batch where the handler takes batches. Its verdict comes back on its channel.
-            let piped = handler.shared.pipe.clone().map(|pipe| {
+            let piped = handlers.pipe().cloned().map(|pipe| {
                 let (tx, rx) = smol::channel::bounded(1);
                 pipe.queue(handler.clone(), entry.clone(), Back::Task(tx));
                 (pipe, rx)
