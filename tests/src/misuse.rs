@@ -54,7 +54,7 @@ impl Lone {
         let options = Options { requirepass: sentinel_pass.map(str::to_string), ..Options::default() };
         let sentinel = Server::start_with(flavor, options.with_sentinel(watch));
         let lone = Lone { node, sentinel };
-        let named = crate::conformance::wait_until(Duration::from_secs(20), || {
+        let named = crate::conformance::kit::wait_until(Duration::from_secs(20), || {
             let reply = lone.sentinel.admin().cmd(&["SENTINEL", "get-master-addr-by-name", SERVICE]);
             reply.as_array().is_some_and(|a| a.len() == 2)
         });

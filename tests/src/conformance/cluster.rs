@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pelican::{Config, Entry, Protocol, Verdict};
 
-use super::{wait_until, Handler, Running, Transport, GROUP};
+use super::kit::{wait_until, Handler, Running, Transport, GROUP};
 use crate::cluster::Cluster;
 use crate::server::{Endpoint, Flavor};
 

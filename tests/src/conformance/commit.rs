@@ -15,7 +15,9 @@ use std::time::Duration;
 use pelican::{Config, Entry, Protocol, Verdict, Writes};
 
 use super::cluster::on_every_cluster;
-use super::{create_group, wait_until, Handler, SharedHandler, Target, Transport, GROUP, SETTLE, STREAM};
+use super::kit::{
+    create_group, wait_until, Handler, SharedHandler, Target, Transport, GROUP, SETTLE, STREAM,
+};
 use crate::admin::Admin;
 use crate::proxy::CutProxy;
 use crate::server::{Endpoint, Options};

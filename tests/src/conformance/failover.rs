@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use pelican::{Config, Entry, HostPort, Protocol, Verdict};
 
-use super::{wait_until, Handler, Transport, GROUP};
+use super::kit::{wait_until, Handler, Transport, GROUP};
 use crate::admin::{Admin, Reply};
 use crate::sentinel::{Topology, TopologyOptions, SERVICE};
 use crate::server::{Endpoint, Flavor, Lookup, Options, Tls};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pelican::{Entry, Limits, Verdict};
 
-use super::{create_group, set, wait_until, Handler, Seen, Target, Transport, GROUP, SETTLE, STREAM};
+use super::kit::{create_group, set, wait_until, Handler, Seen, Target, Transport, GROUP, SETTLE, STREAM};
 use crate::admin::Admin;
 
 /// Two consumers, one handed a whole batch whose handling outlasts `min_idle` many times

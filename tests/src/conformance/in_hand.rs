@@ -3,7 +3,7 @@
 //! reclaiming a dead consumer's, key order across a restart, and a fair start. Part of the
 //! conformance suite (see the parent module).
 //!
-//! A kill is an abandon ([`Running::abandon`](super::Running::abandon)) while handlers hang:
+//! A kill is an abandon ([`Running::abandon`](super::kit::Running::abandon)) while handlers hang:
 //! no verdict, no owed ack and nothing read is sent or given back, and the connection drops,
 //! as after a kill -9. The hanging handlers then return (their verdicts unused), which a kill
 //! would not wait for; nothing they do after the abandon reaches the server.
@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use pelican::{Entry, Source, Verdict};
 
-use super::{create_group, wait_until, Target, Transport, GROUP, SETTLE, STREAM};
+use super::kit::{create_group, wait_until, Target, Transport, GROUP, SETTLE, STREAM};
 use crate::admin::Admin;
 
 /// How many entries the consumers of these stories have in hand at once.
@@ -261,7 +261,7 @@ pub fn stop_with_entries_in_hand<T: Transport>(t: Target) {
     assert!(rest.keys().all(|id| !in_hand.contains(id)), "the 8 in hand were acked: {rest:?}");
     assert!(rest.len() >= 50 - IN_HAND, "the rest of the first read of 50 stays pending: {rest:?}");
     // Given back (its count as before the read); where the server releases, released too.
-    let owner = if super::releases(t.flavor) { "" } else { "c1" };
+    let owner = if super::redis8::releases(t.flavor) { "" } else { "c1" };
     assert!(rest.values().all(|(o, n)| o == owner && *n == 0), "counts given back: {rest:?}");
     let rest: BTreeSet<String> = rest.into_keys().collect();
 
@@ -286,7 +286,7 @@ pub fn stop_with_entries_in_hand<T: Transport>(t: Target) {
     life.finish();
     let again = second.all();
     // Released at the stop where the server can: read again with a claiming read.
-    let back = if super::releases(t.flavor) { Source::Claimed } else { Source::Pending };
+    let back = if super::redis8::releases(t.flavor) { Source::Claimed } else { Source::Pending };
     assert_eq!(second.ids_from(back), rest, "the restart has what was read and not handed out");
     assert!(again.iter().filter(|h| h.source == back).all(|h| h.deliveries == 1), "counted once: {again:?}");
     assert_eq!(again.len(), all.len() - IN_HAND, "each entry handled once in all: {again:?}");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use pelican::{Entry, GroupGone, Verdict};
 
-use super::{wait_until, Handler, Target, Transport, GROUP};
+use super::kit::{wait_until, Handler, Target, Transport, GROUP};
 use crate::admin::Admin;
 
 const SETTLE: Duration = Duration::from_secs(20);

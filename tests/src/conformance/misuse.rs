@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use pelican::{Config, HostPort, Notice, Protocol, Sentinels, Verdict};
 
-use super::{Handler, Transport};
+use super::kit::{Handler, Transport};
 use crate::misuse::{refused_port, Connections, Doorman, Lone, Window, SERVICE, WINDOW};
 use crate::server::{Endpoint, Flavor, NoticeSink, Options, Server};
 

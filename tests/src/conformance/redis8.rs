@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use pelican::{DeleteAcked, OnRetry, Verdict};
 
-use super::{create_group, wait_until, Seen, Target, Transport, GROUP, SETTLE, STREAM};
+use super::kit::{create_group, wait_until, Seen, Target, Transport, GROUP, SETTLE, STREAM};
 use crate::server::Flavor;
 
 /// Whether the target's server releases entries (`XNACK`, Redis 8.8+).

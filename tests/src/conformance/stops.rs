@@ -1,7 +1,12 @@
 //! Stops at any instant: whatever moment a stop lands on — a read parked on the server, a
 //! reply on its way, an entry in hand — the consumer leaves nothing stranded under its name.
 
-use super::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use super::kit::{create_group, set, wait_until, Seen, Target, Transport, GROUP, SETTLE, STREAM};
 
 /// Stops made in [`stops_under_load_strand_nothing`] on each target (`PELICAN_STOPS` sets
 /// another number, for a measurement).

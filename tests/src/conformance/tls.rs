@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pelican::Protocol;
 
-use super::{Seen, Target, Transport};
+use super::kit::{Seen, Target, Transport};
 use crate::certs::ServerCert;
 use crate::server::{Endpoint, Flavor, Options, Server, Tls};
 
@@ -88,9 +88,14 @@ pub fn tls_certificates_refused<T: Transport>() {
             seen.acking(),
         );
         let mut admin = server.admin();
-        assert!(super::wait_until(super::SETTLE, || admin.group_exists(super::STREAM, super::GROUP)));
-        admin.xadd_n(super::STREAM, 20, 8);
-        assert!(super::wait_until(super::SETTLE, || seen.len() >= 20), "consumed {} of 20", seen.len());
+        assert!(super::kit::wait_until(super::kit::SETTLE, || admin
+            .group_exists(super::kit::STREAM, super::kit::GROUP)));
+        admin.xadd_n(super::kit::STREAM, 20, 8);
+        assert!(
+            super::kit::wait_until(super::kit::SETTLE, || seen.len() >= 20),
+            "consumed {} of 20",
+            seen.len()
+        );
         assert_eq!(run.finish().acked, 20);
     });
 }
