@@ -203,7 +203,7 @@ fn bad_lines_and_unknown_ids_are_told_and_ignored() {
     p.stop();
     let err = p.stderr();
     let nothing = "No entry is outstanding to fail for it; the line:";
-    let expected = r#"expected {"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
+    let expected = r#"expected {"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line (a "retry" may add "retry_after_ms": N)"#;
     assert!(
         err.contains(&format!("--pipe: not an answer: not JSON; {expected}. {nothing} not json")),
         "{err}"

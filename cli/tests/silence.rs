@@ -114,12 +114,12 @@ fn unreadable(flavor: Flavor, transport: &str, bad: &str) {
             "quotes" => format!(
                 "pelican: --pipe: not an answer: not JSON (single quotes: JSON strings take double quotes, as \
                  json.dumps writes them); expected {{\"id\": \"…\", \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}} \
-                 on one line. {id} failed for it (named in the line) and stays pending; the line: {{'id': '{id}', \
+                 on one line (a \"retry\" may add \"retry_after_ms\": N). {id} failed for it (named in the line) and stays pending; the line: {{'id': '{id}', \
                  'verdict': 'ack'}}"
             ),
             "ok" => format!(
                 "pelican: --pipe: {id} failed and stays pending: its answer has an unknown verdict \"ok\"; expected \
-                 {{\"id\": \"…\", \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}} on one line; the line: \
+                 {{\"id\": \"…\", \"verdict\": \"ack\"|\"retry\"|\"dead-letter\"}} on one line (a \"retry\" may add \"retry_after_ms\": N); the line: \
                  {{\"id\": \"{id}\", \"verdict\": \"ok\"}}"
             ),
             _ => r#"{"verdict": "ack"}"#.to_string(),

@@ -1148,10 +1148,10 @@ fn judge(
 }
 
 /// What an answer looks like, for the lines that tell a bad one.
-const EXPECTED: &str = r#"{"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line"#;
+const EXPECTED: &str = r#"{"id": "…", "verdict": "ack"|"retry"|"dead-letter"} on one line (a "retry" may add "retry_after_ms": N)"#;
 
 /// What a verdict in a batch's answer looks like.
-const EXPECTED_IN_BATCH: &str = r#""ack"|"retry"|"dead-letter", {"verdict": …} (with "emit", "writes"), or null (answered on its own line)"#;
+const EXPECTED_IN_BATCH: &str = r#""ack"|"retry"|"dead-letter", {"verdict": …} (with "emit", "writes" or "retry_after_ms"), or null (answered on its own line)"#;
 
 /// What a line written with single quotes is told.
 const SINGLE_QUOTES: &str =
