@@ -73,6 +73,9 @@ pub enum Command {
     /// `EVAL …`: replaying a dead letter to its origin stream
     /// ([`replay_command`](crate::dead_letter::replay_command)).
     Replay,
+    /// `CLIENT UNBLOCK id`: at a stop, ending on the server the read parked on the connection
+    /// the stop cut, before looking for what that read brought.
+    Unblock,
 }
 
 impl fmt::Display for Command {
@@ -106,6 +109,7 @@ impl fmt::Display for Command {
             Command::ScriptLoad => "SCRIPT LOAD (the commit script)",
             Command::CommitCheck => "EVAL (the check that commits can be made)",
             Command::Replay => "EVAL (replay of a dead letter)",
+            Command::Unblock => "CLIENT UNBLOCK (the read a stop cut)",
         })
     }
 }

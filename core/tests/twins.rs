@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use pelican::{Config, Error, Notice, Protocol};
+use pelican::{Command, Config, Error, Notice, Protocol};
 use support::*;
 
 fn config(protocol: Protocol) -> Config {
@@ -132,5 +132,10 @@ fn a_stop_ends_the_cut_read_on_the_server_before_it_looks_for_what_it_brought() 
         let reply = String::from_utf8(rig.fixture("client_id")).unwrap();
         let id = reply.trim_start_matches(':').trim_end();
         assert_eq!(handshake[unblock.unwrap()][2], id, "{flavor} {protocol:?}: the cut connection's id");
+        // A server that never answers it: the timeout names the unblock, the oldest unanswered.
+        let deadline = rig.consumer.poll_timeout().unwrap();
+        rig.now = deadline;
+        let err = rig.consumer.handle_timeout(rig.now).unwrap_err();
+        assert_eq!(err, Error::Timeout { command: Command::Unblock }, "{flavor} {protocol:?}");
     });
 }

@@ -119,7 +119,7 @@ impl Consumer {
             if let Some(id) = cut_id {
                 // Refused (an ACL without `CLIENT UNBLOCK`) or gone already: ignored.
                 commands::unblock_client(&mut self.out, id);
-                self.track(Sent::Discard(Command::Twins), now);
+                self.track(Sent::Discard(Command::Unblock), now);
             }
             for s in 0..self.streams.len() {
                 if self.streams[s].active {
