@@ -1,11 +1,14 @@
 //! The conformance suite: whole consumer stories against real servers, written once and run
 //! over every transport ([`Transport`]) on Redis 6.2, Redis 7.0, Valkey 8.1 and Redis 8.10, in
-//! RESP2 and RESP3 (and over TLS on the flavors that serve it, [`Flavor::TLS`]). Every scenario checks the server's own view at the end (`XPENDING`, `XINFO`,
-//! `XRANGE`), not only what the handler saw. Stories of slow, failing and dead-lettering
-//! handlers and of big entries are in [`handlers`]; stories of many entries in hand at once
-//! (a kill, a stop, a peer's reclaim, key order, a fair start) in [`in_hand`]; a consumer
-//! pointed slightly wrong (a sentinel's password missing, a data node named as a sentinel…),
-//! which must never flood, in [`misuse`] (the tests' names start with `misuse_`).
+//! RESP2 and RESP3 (and over TLS on the flavors that serve it,
+//! [`Flavor::TLS`](crate::server::Flavor::TLS)). Every scenario checks the server's own view at
+//! the end (`XPENDING`, `XINFO`, `XRANGE`), not only what the handler saw. Stories of slow,
+//! failing and dead-lettering handlers and of big entries are in [`handlers`]; stories of many
+//! entries in hand at once (a kill, a stop, a peer's reclaim, key order, a fair start) in
+//! [`in_hand`]; a consumer pointed slightly wrong (a sentinel's password missing, a data node
+//! named as a sentinel…), which must never flood, in [`misuse`] (the tests' names start with
+//! `misuse_`). What every story stands on (the transport's part, the targets, the shared tools)
+//! is in [`kit`].
 //!
 //! A transport's test file instantiates the whole suite with one line:
 //! `pelican_tests::conformance_suite!(MyTransport);`
