@@ -349,3 +349,31 @@ fn what_a_stop_sends_is_not_overdue_after_a_long_handler() {
         assert_eq!(rig.consumer.handle_timeout(rig.now + Duration::from_millis(1500)), Ok(()));
     });
 }
+
+/// A process that stands still after the server answered an ack and the parked read behind
+/// it reads both replies at once, long after: the read's entries were delivered no later than
+/// its block after the ack's reply was written, not when the late bytes were read. They are
+/// renewed before they are handed out, so that a peer that reclaimed them meanwhile is seen.
+#[test]
+fn a_parked_read_answered_behind_an_ack_while_the_process_stood_still_is_renewed() {
+    each(|flavor, protocol| {
+        let mut rig = with_batch(config(protocol), flavor);
+        for _ in 0..3 {
+            rig.entry();
+            rig.settle(Verdict::Ack);
+        }
+        assert_eq!(rig.sent(), [cmd("XACK s g 1-0 2-0 3-0"), park()]);
+        // Both answered at once by the server; read 10 s later (min_idle is 3 s).
+        rig.advance(Duration::from_secs(10));
+        let mut late = rig.fixture("xack_many");
+        late.extend(rig.fixture("read_new"));
+        rig.raw(&late).unwrap();
+        let sent = rig.sent();
+        assert_eq!(sent.first().map(|c| &c[..2]), Some(&["XCLAIM".to_string(), "s".into()][..]), "{sent:?}");
+        assert_eq!(
+            rig.consumer.poll_event(),
+            None,
+            "{flavor} {protocol:?}: not before the renewal is answered"
+        );
+    });
+}

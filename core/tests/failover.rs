@@ -302,3 +302,34 @@ fn asking_for_more_replicas_than_the_master_has_is_told_at_connect() {
         assert_eq!(rig.consumer.poll_event(), None);
     });
 }
+
+/// A process that stands still after the server answered a batch's `WAIT` and the read
+/// behind it reads both replies at once, long after: the read ran when the `WAIT` returned,
+/// which was within its timeout, not when the late bytes were read. Its entries are renewed
+/// before they are handed out, so that a peer that reclaimed them meanwhile is seen.
+#[test]
+fn a_read_answered_behind_a_wait_while_the_process_stood_still_is_renewed() {
+    each(|flavor, protocol| {
+        let config = config(protocol).ack_replicas(1, Duration::from_millis(1000));
+        let (mut rig, sent) = acked(config, flavor);
+        let read = sent.iter().position(|c| c[0] == "XREADGROUP");
+        assert!(
+            sent[1][0] == "WAIT" && read > Some(1),
+            "{flavor} {protocol:?}: a read behind the WAIT: {sent:?}"
+        );
+        // All answered at once by the server; read 40 s later (min_idle is 30 s).
+        rig.advance(Duration::from_secs(40));
+        let mut late = rig.fixture("xack_many");
+        late.extend(fixture(flavor, Protocol::Resp2, "wait_1"));
+        late.extend(rig.fixture("read_pending_page"));
+        late.extend(rig.fixture("pending_counts_page"));
+        rig.raw(&late).unwrap();
+        let sent = rig.sent();
+        assert_eq!(sent.first().map(|c| c[0].as_str()), Some("XCLAIM"), "{flavor} {protocol:?}: {sent:?}");
+        assert_eq!(
+            rig.consumer.poll_event(),
+            None,
+            "{flavor} {protocol:?}: not before the renewal is answered"
+        );
+    });
+}

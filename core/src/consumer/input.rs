@@ -55,13 +55,19 @@ impl Consumer {
                 let detail = "a reply arrived for no command".to_string();
                 return Err(self.fail(now, Error::Protocol { detail }));
             };
-            let ahead_answered = self.answered_at.replace(now);
+            // Begun by the time the server was done with the command ahead (or got this one);
+            // done by its reply, or its longest run after that, whichever is sooner: a process
+            // that stood still reads late replies, which must not make old entries look fresh.
+            let began_by = self.done_by.map_or(cmd.sent_at, |at| at.max(cmd.sent_at));
+            let done_by = now.min(began_by + self.longest_run(&cmd.sent));
+            self.done_by = Some(done_by);
+            if let Sent::Wait { .. } = cmd.sent {
+                self.waited_at = Some(done_by);
+            }
             let outcome = match frame {
                 Frame::Reply(value) => self.on_reply(cmd.sent, value, now),
                 Frame::Raw { bytes, spans } => {
-                    let began_by = ahead_answered.map_or(cmd.sent_at, |at| at.max(cmd.sent_at));
-                    let sent = (cmd.sent, cmd.sent_at, began_by);
-                    let outcome = self.on_entries(sent, bytes, &spans, len, now);
+                    let outcome = self.on_entries((cmd.sent, cmd.sent_at, began_by), bytes, &spans, len, now);
                     self.decoder.reuse(spans);
                     outcome
                 }

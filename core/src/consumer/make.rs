@@ -64,7 +64,7 @@ impl Consumer {
             failed: None,
             connected_before: false,
             heard: false,
-            answered_at: None,
+            done_by: None,
             announced_before: false,
             redirect: None,
             asking: false,

@@ -164,10 +164,11 @@ pub struct Consumer {
     /// The server has answered on this connection: it is up and speaks RESP
     /// ([`Notice::Connected`] is told then, not at the TCP connect).
     heard: bool,
-    /// When the last reply was read: the server began the command behind it by then, or
-    /// when that command was sent, whichever is later (a parked read's deliveries are
-    /// bounded by it).
-    answered_at: Option<Instant>,
+    /// By when, at the latest, the server was done with the last command answered: when its
+    /// reply was read, or sooner, the most it could have run after it could begin
+    /// ([`Consumer::longest_run`]). The server begins the command behind it by then, or when
+    /// it is sent, whichever is later: what a read's entries count their lease from.
+    done_by: Option<Instant>,
     /// A connection was announced before (the next one is a reconnect).
     announced_before: bool,
     /// The cluster node a `MOVED` named, where the next connection goes (see
@@ -289,9 +290,9 @@ pub struct Consumer {
     releasing: bool,
     /// Retries that wait are owed a park or watched, on some stream ([`crate::delay`]).
     parking: bool,
-    /// When the last `WAIT` (or `WAITAOF`) of acks was answered: a read pipelined behind it
-    /// ran on the server when it returned, not when it was sent (its entries' leases count
-    /// from then).
+    /// By when the server was done with the last `WAIT` (or `WAITAOF`) of acks (its
+    /// [`done_by`](Self::done_by)): a read pipelined behind it ran on the server when it
+    /// returned, not when it was sent (its entries' leases count from then).
     waited_at: Option<Instant>,
     /// The state of the jitter drawn for retries that back off (splitmix64), seeded as the
     /// reconnects' is.
@@ -362,6 +363,10 @@ const FALLBACK_SEED: u64 = 0x5eed;
 /// The longest a parked read blocks while entries are in hand: how long their acks may wait
 /// behind it when the stream is idle.
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
+
+/// How much later than it could begin the server may run a command that does not block: it
+/// serves one command at a time, another client's among them.
+const BUSY: Duration = Duration::from_millis(250);
 /// With many streams, how many `XAUTOCLAIM` sweeps a beat may bring at most: 1,000 idle
 /// streams then cost the server about 8 commands a second beside the parked read, and a dead
 /// peer's entries on a server without reads that claim (before Redis 8.4) wait up to

@@ -137,15 +137,17 @@ impl Consumer {
 
     /// A read or claim reply, parsed in one pass straight into entries.
     ///
-    /// The entries' idle time on the server began when it ran the read: for a parked read,
-    /// when it answered (now, give or take the trip) — but no later than its block after the
-    /// server began it (`began_by`: by the reply ahead of it, or its sending), so a reply read
-    /// long after that (the process stood still) counts from then and is renewed before it
-    /// is handed out; for any other, soon after it was sent — which is what their leases
-    /// count from, even if the reply is read much later (a read ahead, answered while a
-    /// handler ran) — or, sent behind a `WAIT` that blocked the connection, when that `WAIT`
-    /// was answered: counted from the send, the lease's owner check would ask more idle time
-    /// than the entries have, and find them lost.
+    /// The entries' idle time on the server began when it ran the read. A parked read
+    /// answers when an entry comes: now, give or take the trip, but no later than its block
+    /// after the server began it (`began_by`: when it was done with the command ahead, at the
+    /// latest, or got this one; see [`Consumer::longest_run`]), so a reply read long after
+    /// that (the process stood still, with the replies ahead of it unread too) counts from
+    /// then and is renewed before it is handed out. Any other read answers at once: soon
+    /// after it was sent, which is what its entries' leases count from even if the reply is
+    /// read much later (a read ahead, answered while a handler ran); or, sent behind a `WAIT`
+    /// that blocked the connection, from when that `WAIT` returned (counted from the send,
+    /// the lease's owner check would ask more idle time than the entries have, and find them
+    /// lost).
     pub(super) fn on_entries(
         &mut self,
         (sent, sent_at, began_by): (Sent, Instant, Instant),

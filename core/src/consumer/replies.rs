@@ -231,10 +231,7 @@ impl Consumer {
                 self.learn_hello(reply::hello_fields(value), now)?;
             }
             Sent::Role => return self.on_role(reply::role(value).map_err(shape)?, now),
-            Sent::Wait { acks } => {
-                self.waited_at = Some(now);
-                self.on_wait(acks, value).map_err(shape)?
-            }
+            Sent::Wait { acks } => self.on_wait(acks, value).map_err(shape)?,
             Sent::Replicas => self.on_replicas(value).map_err(shape)?,
             Sent::Handshake(_) => reply::ok(value).map_err(shape)?,
             Sent::CreateGroup(s) => {

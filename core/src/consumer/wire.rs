@@ -98,14 +98,25 @@ impl Consumer {
             self.in_flight.push(InFlight { sent: Sent::Discard(Command::Asking), sent_at: now, deadline });
         }
         self.tracked_upto = self.out.len();
-        // A parked read answers after up to `beat`; anything else at once.
-        let wait = match sent {
-            Sent::ReadNew { block: Some(block), .. } => block + self.config.read_grace,
-            Sent::Wait { .. } => {
-                self.config.ack_wait.map_or(Duration::ZERO, |w| w.timeout()) + self.config.read_grace
-            }
-            _ => self.config.read_grace,
-        };
+        let wait = self.held_for(&sent) + self.config.read_grace;
         self.in_flight.push(InFlight { sent, sent_at: now, deadline: now + wait });
+    }
+
+    /// How long the server may hold `sent` before it answers: a parked read its block, a
+    /// `WAIT` its timeout; anything else answers at once.
+    fn held_for(&self, sent: &Sent) -> Duration {
+        match sent {
+            Sent::ReadNew { block: Some(block), .. } => *block,
+            Sent::Wait { .. } => self.config.ack_wait.map_or(Duration::ZERO, |w| w.timeout()),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// The longest the server may take over `sent` once it can begin it: how long it may
+    /// hold it ([`held_for`](Self::held_for)) and a moment more ([`BUSY`], at most a tenth of
+    /// `min_idle`: a busy server, another client's script). A late reply is bounded by it,
+    /// not taken for a fresh one.
+    pub(super) fn longest_run(&self, sent: &Sent) -> Duration {
+        self.held_for(sent) + BUSY.min(self.config.min_idle / 10)
     }
 }
