@@ -365,8 +365,11 @@ const FALLBACK_SEED: u64 = 0x5eed;
 const PARK_IN_HAND: Duration = Duration::from_millis(50);
 
 /// How much later than it could begin the server may run a command that does not block: it
-/// serves one command at a time, another client's among them.
-const BUSY: Duration = Duration::from_millis(250);
+/// serves one command at a time, another client's among them (a slow script, a big key
+/// deleted). Over it, a lease is counted from too early and a renewal may take the entry for
+/// lost (it comes back after `min_idle`); under it, a process that stood still may count one
+/// from too late, by at most this for each command ahead (a tenth of `min_idle` at most).
+const BUSY: Duration = Duration::from_secs(1);
 /// With many streams, how many `XAUTOCLAIM` sweeps a beat may bring at most: 1,000 idle
 /// streams then cost the server about 8 commands a second beside the parked read, and a dead
 /// peer's entries on a server without reads that claim (before Redis 8.4) wait up to
