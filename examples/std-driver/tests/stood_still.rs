@@ -86,7 +86,7 @@ fn story(flavor: Flavor) {
     }
     let second = stood_still.expect("it stood still");
     assert_eq!(handled, [first], "{flavor:?}: the peer's entry was not handed out again");
-    assert_eq!(lost, [second.clone()], "{flavor:?}: told lost, to the peer");
+    assert_eq!(lost, [second], "{flavor:?}: told lost, to the peer");
     let held = admin.xpending_consumer("s", "g", "b");
     assert_eq!(held.len(), 1, "{flavor:?}: still the peer's: {held:?}");
 }
