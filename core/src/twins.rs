@@ -81,9 +81,15 @@ impl Twins {
         Some(!self.vetted)
     }
 
-    /// The connection was lost: the look in flight with it.
+    /// The connection was lost: the look in flight with it, and the connection's id.
     pub(crate) fn lost(&mut self) {
         self.asking = false;
+        self.own_id = None;
+    }
+
+    /// This connection's id, once a look has asked it (a stop ends the read it cuts by it).
+    pub(crate) fn id(&self) -> Option<u64> {
+        self.own_id
     }
 
     /// `CLIENT ID`'s answer.

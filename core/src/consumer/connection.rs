@@ -20,7 +20,6 @@ impl Consumer {
             self.stats.reconnects += 1;
         }
         self.heard = false;
-        self.conn_id = None;
         self.connected_before = true;
         self.dropped = None;
         self.link = Link::Up;

@@ -17,7 +17,6 @@ impl Consumer {
             leave_due: config.leave_on_stop && !config.allow_twins,
             leaving_link: false,
             cut: None,
-            conn_id: None,
             dropped: None,
             left: (None, None),
             moves_owed: false,

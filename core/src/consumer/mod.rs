@@ -276,8 +276,6 @@ pub struct Consumer {
     /// the connection's id known): until the server has seen the socket go, it may still
     /// deliver an entry there, after the give-back had looked.
     cut: Option<(Instant, Option<u64>)>,
-    /// This connection's `CLIENT ID`, once asked (with the twins' check).
-    conn_id: Option<u64>,
     /// The consumer dropped the connection (a stop's cut) and the driver has not connected
     /// again since: the next `handle_input` or `handle_timeout` says so ([`Error::Dropped`]:
     /// `Some(false)` until it has), and the driver's first report of that socket closing

@@ -108,7 +108,7 @@ impl Consumer {
             if !self.leave_due && self.config.allow_twins {
                 return; // the stop ends now, the read's connection with it
             }
-            self.cut = Some((since, self.conn_id)).filter(|_| !self.config.allow_twins);
+            self.cut = Some((since, self.twins.id())).filter(|_| !self.config.allow_twins);
             self.reset_link();
             self.link = Link::Down { retry_at: now };
             self.leaving_link = true;

@@ -292,11 +292,7 @@ impl Consumer {
                 self.on_held(stream, count, since, rows, now);
             }
             Sent::Health(_, part) => self.on_health(part, value, now),
-            Sent::Twins { list: false, .. } => {
-                let id = reply::int(value).map_err(shape)?;
-                self.conn_id = u64::try_from(id).ok();
-                self.twins.own_id(id);
-            }
+            Sent::Twins { list: false, .. } => self.twins.own_id(reply::int(value).map_err(shape)?),
             Sent::Twins { list: true, first } => return self.on_twins(value, first, now),
             Sent::DeadLetterCheck | Sent::CommitCheck => {
                 reply::int(value).map_err(shape)?;
