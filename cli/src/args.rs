@@ -114,8 +114,8 @@ pub fn exit(err: clap::Error) -> ExitCode {
     }
     let text = err.render().to_string();
     match text.strip_prefix("error: ") {
-        Some(message) => eprint!("{}pelican: {message}", crate::stamp::now()),
-        None => eprint!("{}{text}", crate::stamp::now()),
+        Some(message) => say_raw!("{}pelican: {message}", crate::stamp::now()),
+        None => say_raw!("{}{text}", crate::stamp::now()),
     }
     ExitCode::from(2)
 }

@@ -293,7 +293,7 @@ struct Tally {
 
 impl Tally {
     fn fail(&mut self, why: String) {
-        eprintln!("{}pelican: {why}", crate::stamp::now());
+        say!("{}pelican: {why}", crate::stamp::now());
         self.failed.push(why);
     }
 }

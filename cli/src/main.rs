@@ -1,6 +1,24 @@
 //! `pelican`: the command line for pelican consumers. A small dispatcher over subcommand
 //! modules; each has its flags (`Args`, parsed by clap) and a `main(Args)`.
 
+/// `eprintln!` that never panics: a line for stderr, lost if nobody reads it any more
+/// (`pelican … 2>&1 | head`, a log shipper gone). `eprintln!` panics on a closed pipe, and
+/// the thread that told something (the signal thread among them) would die with it.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `say!` without the newline (`eprint!` that never panics).
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod args;
 mod consume;
 mod dead_letters;
@@ -43,15 +61,15 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Usage(message)) => args::exit(args::usage_error(command, &message)),
         Err(Failure::Bad(message)) => {
-            eprintln!("{}pelican: {message}", stamp::now());
+            say!("{}pelican: {message}", stamp::now());
             ExitCode::from(2)
         }
         Err(Failure::Failed(message)) => {
-            eprintln!("{}pelican: {message}", stamp::now());
+            say!("{}pelican: {message}", stamp::now());
             ExitCode::from(1)
         }
         Err(Failure::StopTimedOut(message)) => {
-            eprintln!("{}pelican: {message}", stamp::now());
+            say!("{}pelican: {message}", stamp::now());
             ExitCode::from(failure::STOP_TIMED_OUT)
         }
     }

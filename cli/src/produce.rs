@@ -430,7 +430,7 @@ impl Run {
                 )));
             }
             if !told {
-                eprintln!(
+                say!(
                     "{}pelican: {short}: waiting for them ({} s at most)",
                     crate::stamp::now(),
                     HOLD.as_secs()
@@ -464,14 +464,14 @@ impl Run {
     fn failed_over(&mut self, from: &HostPort, to: &HostPort, unconfirmed: u64) {
         if self.wait.is_some() {
             self.failovers += 1;
-            eprintln!(
+            say!(
                 "{}pelican: a failover moved the master from {from} to {to}: the entries counted so far were \
                  confirmed by its replicas; going on with {to}, sending the {unconfirmed} not confirmed again", crate::stamp::now()
             );
         } else {
             let since = self.done - self.checked.1;
             self.in_doubt += since;
-            eprintln!(
+            say!(
                 "{}pelican: a failover moved the master from {from} to {to}: the entries added to {from} \
                  around it may be lost ({since} since the check {:.1} s before, and any its replica had \
                  not copied yet): a master left drops them when it becomes a replica, a dead one with \
@@ -561,7 +561,7 @@ impl Run {
             " (those the server added before the loss are now in the stream twice; --idempotent \
              prevents that on Redis 8.6+)"
         };
-        eprintln!(
+        say!(
             "{}pelican: connection lost after {} entries confirmed ({why}); connected again, sending \
              the {unconfirmed} unconfirmed again{twice}",
             crate::stamp::now(),

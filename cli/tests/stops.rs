@@ -85,3 +85,50 @@ fn sigterm_under_load_strands_nothing() {
     }
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// A reader of stderr that goes away (`pelican consume … 2>&1 | head`, a log shipper that
+/// died): what pelican tells is lost, but it goes on consuming, and a SIGTERM still stops it.
+/// (Its lines were written with `eprintln!`, which panics on a closed pipe: the thread that
+/// told something died with it, the signal thread among them, and the stop never came.)
+#[test]
+fn a_closed_stderr_loses_the_words_not_the_stop() {
+    use std::process::{Command, Stdio};
+    let server = Server::start(Flavor::Redis70);
+    let url = format!("redis://{}", server.addr());
+    let mut admin = server.admin();
+    let third = admin.xadd_n("s", 3, 8).pop().unwrap();
+    let mut child = Command::new(support::BIN)
+        .args(consume(&url, "mio", &["--progress"]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("pelican runs");
+    drop(child.stderr.take()); // nobody reads it: the first line told meets a closed pipe
+    support::wait_until("the three handled", || handled(&mut admin, &third));
+    thread::sleep(Duration::from_millis(300));
+    // Still consuming after what it told was lost.
+    let last = admin.xadd_n("s", 2, 8).pop().unwrap();
+    support::wait_until("two more handled", || handled(&mut admin, &last));
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM)
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running 10 s after SIGTERM");
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// Whether the group has read up to `id` and holds nothing pending (each entry acked).
+fn handled(admin: &mut pelican_tests::admin::Admin, id: &str) -> bool {
+    admin.group_exists("s", "g")
+        && format!("{:?}", admin.call(&["XINFO", "GROUPS", "s"])).contains(id)
+        && admin.xpending_count("s", "g") == 0
+}

@@ -171,7 +171,7 @@ impl Progress {
             0 | 1 => String::new(),
             n => format!(", at most {n} in hand at once"),
         };
-        eprintln!(
+        say!(
             "{}pelican: {handled} handled in {secs:.1} s{}{}{most}",
             crate::stamp::now(),
             outcome_text(s),
@@ -189,7 +189,7 @@ impl Progress {
                 let c = |get: fn(&Counters) -> u64| get(lane.counters);
                 let s = |get: fn(&Stats) -> u64| lane.stats.filter(|_| lane.alone).map(get);
                 let handled = c(|c| c.handled.load(Relaxed));
-                eprintln!(
+                say!(
                     "{}pelican:   {}: {handled} handled{}{}",
                     crate::stamp::now(),
                     lane.stream,
@@ -198,7 +198,7 @@ impl Progress {
                 );
             }
             if more > 0 {
-                eprintln!("{}pelican:   and {more} more streams (each in --stats-json)", crate::stamp::now());
+                say!("{}pelican:   and {more} more streams (each in --stats-json)", crate::stamp::now());
             }
         }
     }

@@ -80,7 +80,7 @@ impl Screen {
             let mut err = std::io::stderr().lock();
             let _ = err.write_all(bytes.as_bytes()).and_then(|()| err.flush());
         } else {
-            eprintln!("{}{text}", crate::stamp::now());
+            say!("{}{text}", crate::stamp::now());
         }
     }
 
@@ -107,7 +107,7 @@ impl Screen {
     /// Writes `message` as a line on stderr, the progress line cleared first.
     pub fn tell(&self, message: fmt::Arguments<'_>) {
         let _hold = self.clear();
-        eprintln!("{}{message}", crate::stamp::now());
+        say!("{}{message}", crate::stamp::now());
     }
 
     /// [`tell`](Self::tell) without waiting on the screen: for the exit on a second signal,
@@ -115,9 +115,9 @@ impl Screen {
     pub fn tell_now(&self, message: fmt::Arguments<'_>) {
         match self.line.try_lock() {
             Ok(mut line) => {
-                eprintln!("{}{}{message}", line.clear(), crate::stamp::now());
+                say!("{}{}{message}", line.clear(), crate::stamp::now());
             }
-            Err(_) => eprintln!("{}{}{message}", if self.tty { CLEAR } else { "" }, crate::stamp::now()),
+            Err(_) => say!("{}{}{message}", if self.tty { CLEAR } else { "" }, crate::stamp::now()),
         }
     }
 }
